@@ -1,0 +1,1 @@
+//! Benchmark harness shared by `iggy-bench` and the criterion benches.

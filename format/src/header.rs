@@ -1,0 +1,319 @@
+//! The 256-byte header in front of every WAL entry (`[header][body]`).
+//!
+//! Invariants:
+//! - `checksum` covers bytes `[16, 256)` of the encoded header, so every other field, the body
+//!   checksum and the parent link included, is protected by it;
+//! - `checksum_body` covers exactly `size - 256` body bytes;
+//! - `parent` is the `checksum` of the previous entry's header: the log is a hash chain, and an
+//!   entry cannot be moved, dropped or replaced without breaking the link after it;
+//! - `size >= 256`, `version == 1`, `command != 0`, and the reserved bytes are zero.
+//!
+//! Layout (little-endian; see `docs/format.md`, "Entry header"):
+//!
+//! ```text
+//!   0 checksum u128 | 16 checksum_body u128 | 32 parent u128 | 48 cluster u128
+//!  64 op u64 | 72 commit u64 | 80 timestamp_ns u64 | 88 view u32 | 92 size u32
+//!  96 version u16 | 98 command u8 | 99 replica u8 | 100 operation u32 | 104..256 reserved (zero)
+//! ```
+
+use crate::checksum::{Checksum, checksum};
+use crate::constants::HEADER_SIZE;
+use crate::le;
+
+pub const CHECKSUM_OFFSET: usize = 0;
+pub const CHECKSUM_BODY_OFFSET: usize = CHECKSUM_OFFSET + size_of::<u128>();
+pub const PARENT_OFFSET: usize = CHECKSUM_BODY_OFFSET + size_of::<u128>();
+pub const CLUSTER_OFFSET: usize = PARENT_OFFSET + size_of::<u128>();
+pub const OP_OFFSET: usize = CLUSTER_OFFSET + size_of::<u128>();
+pub const COMMIT_OFFSET: usize = OP_OFFSET + size_of::<u64>();
+pub const TIMESTAMP_OFFSET: usize = COMMIT_OFFSET + size_of::<u64>();
+pub const VIEW_OFFSET: usize = TIMESTAMP_OFFSET + size_of::<u64>();
+pub const SIZE_OFFSET: usize = VIEW_OFFSET + size_of::<u32>();
+pub const VERSION_OFFSET: usize = SIZE_OFFSET + size_of::<u32>();
+pub const COMMAND_OFFSET: usize = VERSION_OFFSET + size_of::<u16>();
+pub const REPLICA_OFFSET: usize = COMMAND_OFFSET + size_of::<u8>();
+pub const OPERATION_OFFSET: usize = REPLICA_OFFSET + size_of::<u8>();
+pub const RESERVED_OFFSET: usize = OPERATION_OFFSET + size_of::<u32>();
+/// The first byte covered by the header checksum.
+pub const CHECKSUMMED_OFFSET: usize = CHECKSUM_BODY_OFFSET;
+
+const _: () = assert!(CHECKSUM_BODY_OFFSET == 16);
+const _: () = assert!(PARENT_OFFSET == 32);
+const _: () = assert!(CLUSTER_OFFSET == 48);
+const _: () = assert!(OP_OFFSET == 64);
+const _: () = assert!(VIEW_OFFSET == 88);
+const _: () = assert!(SIZE_OFFSET == 92);
+const _: () = assert!(VERSION_OFFSET == 96);
+const _: () = assert!(OPERATION_OFFSET == 100);
+const _: () = assert!(RESERVED_OFFSET == 104);
+const _: () = assert!(RESERVED_OFFSET < HEADER_SIZE);
+const _: () = assert!(HEADER_SIZE == 256);
+
+/// The only header version this build reads and writes.
+pub const HEADER_VERSION: u16 = 1;
+
+/// What an entry is. `0` is never valid, so an all-zero (never written) region never decodes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Command {
+    /// A replicated operation in the log.
+    Prepare,
+    /// A command this build does not know; kept so offline tools can still show the header.
+    Other(u8),
+}
+
+impl Command {
+    #[must_use]
+    pub fn to_u8(self) -> u8 {
+        match self {
+            Self::Prepare => 1,
+            Self::Other(code) => code,
+        }
+    }
+
+    #[must_use]
+    pub fn from_u8(code: u8) -> Self {
+        match code {
+            1 => Self::Prepare,
+            code => Self::Other(code),
+        }
+    }
+}
+
+/// A decoded, verified entry header. `checksum` is derived: [`Header::encode`] computes it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Header {
+    pub checksum_body: Checksum,
+    pub parent: Checksum,
+    pub cluster: u128,
+    pub op: u64,
+    pub commit: u64,
+    pub timestamp_ns: u64,
+    pub view: u32,
+    /// Header plus body, in bytes.
+    pub size: u32,
+    pub command: Command,
+    pub replica: u8,
+    pub operation: u32,
+}
+
+/// Why 256 bytes are not a valid header. Each reason is distinct so tools can say which.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum HeaderError {
+    #[error("header shorter than {HEADER_SIZE} bytes: {len}")]
+    Truncated { len: usize },
+    #[error("header checksum mismatch: stored {stored:#034x}, computed {computed:#034x}")]
+    ChecksumMismatch {
+        stored: Checksum,
+        computed: Checksum,
+    },
+    #[error("unknown header version {version} (this build reads {HEADER_VERSION})")]
+    UnknownVersion { version: u16 },
+    #[error("command 0 is reserved (never-written or zeroed space)")]
+    ZeroCommand,
+    #[error("size {size} is smaller than the {HEADER_SIZE}-byte header")]
+    SizeTooSmall { size: u32 },
+    #[error("reserved byte at header offset {offset} is {value:#04x}, not zero")]
+    ReservedNotZero { offset: usize, value: u8 },
+}
+
+impl Header {
+    /// Length of the body that follows this header.
+    #[must_use]
+    pub fn body_size(&self) -> u32 {
+        self.size.saturating_sub(HEADER_SIZE as u32)
+    }
+
+    /// Encodes the header and computes its checksum.
+    #[must_use]
+    pub fn encode(&self) -> [u8; HEADER_SIZE] {
+        assert!(
+            self.size as usize >= HEADER_SIZE,
+            "encoding a header with size {}",
+            self.size
+        );
+        assert!(
+            self.command.to_u8() != 0,
+            "encoding a header with command 0"
+        );
+        let mut bytes = [0u8; HEADER_SIZE];
+        le::put_u128(&mut bytes, CHECKSUM_BODY_OFFSET, self.checksum_body);
+        le::put_u128(&mut bytes, PARENT_OFFSET, self.parent);
+        le::put_u128(&mut bytes, CLUSTER_OFFSET, self.cluster);
+        le::put_u64(&mut bytes, OP_OFFSET, self.op);
+        le::put_u64(&mut bytes, COMMIT_OFFSET, self.commit);
+        le::put_u64(&mut bytes, TIMESTAMP_OFFSET, self.timestamp_ns);
+        le::put_u32(&mut bytes, VIEW_OFFSET, self.view);
+        le::put_u32(&mut bytes, SIZE_OFFSET, self.size);
+        le::put_u16(&mut bytes, VERSION_OFFSET, HEADER_VERSION);
+        bytes[COMMAND_OFFSET] = self.command.to_u8();
+        bytes[REPLICA_OFFSET] = self.replica;
+        le::put_u32(&mut bytes, OPERATION_OFFSET, self.operation);
+        let sum = checksum(&bytes[CHECKSUMMED_OFFSET..]);
+        le::put_u128(&mut bytes, CHECKSUM_OFFSET, sum);
+        bytes
+    }
+
+    /// The checksum [`Header::encode`] would store: the value the next entry's `parent` names.
+    #[must_use]
+    pub fn checksum(&self) -> Checksum {
+        stored_checksum(&self.encode())
+    }
+
+    /// Decodes and verifies a header from the first 256 bytes of `bytes`.
+    ///
+    /// The checksum is verified before any field is trusted; version, command, size and reserved
+    /// bytes are checked after it, so a valid checksum over a future version still reports
+    /// `UnknownVersion` rather than misreading fields.
+    pub fn decode(bytes: &[u8]) -> Result<Self, HeaderError> {
+        let bytes: &[u8; HEADER_SIZE] = bytes
+            .get(..HEADER_SIZE)
+            .and_then(|b| b.try_into().ok())
+            .ok_or(HeaderError::Truncated { len: bytes.len() })?;
+        let stored = stored_checksum(bytes);
+        let computed = checksum(&bytes[CHECKSUMMED_OFFSET..]);
+        if stored != computed {
+            return Err(HeaderError::ChecksumMismatch { stored, computed });
+        }
+        Self::decode_fields(bytes)
+    }
+
+    /// Decodes the fields without verifying the checksum, for offline tools that show what a
+    /// damaged header claims. Never use the result to decide what is durable.
+    pub fn decode_unverified(bytes: &[u8; HEADER_SIZE]) -> Result<Self, HeaderError> {
+        Self::decode_fields(bytes)
+    }
+
+    fn decode_fields(bytes: &[u8; HEADER_SIZE]) -> Result<Self, HeaderError> {
+        let field = |offset| le::u128_at(bytes, offset).unwrap_or_default();
+        let field_u64 = |offset| le::u64_at(bytes, offset).unwrap_or_default();
+        let field_u32 = |offset| le::u32_at(bytes, offset).unwrap_or_default();
+        let version = le::u16_at(bytes, VERSION_OFFSET).unwrap_or_default();
+        if version != HEADER_VERSION {
+            return Err(HeaderError::UnknownVersion { version });
+        }
+        if bytes[COMMAND_OFFSET] == 0 {
+            return Err(HeaderError::ZeroCommand);
+        }
+        let size = field_u32(SIZE_OFFSET);
+        if (size as usize) < HEADER_SIZE {
+            return Err(HeaderError::SizeTooSmall { size });
+        }
+        if let Some(position) = bytes[RESERVED_OFFSET..].iter().position(|&b| b != 0) {
+            let offset = RESERVED_OFFSET + position;
+            return Err(HeaderError::ReservedNotZero {
+                offset,
+                value: bytes[offset],
+            });
+        }
+        Ok(Self {
+            checksum_body: field(CHECKSUM_BODY_OFFSET),
+            parent: field(PARENT_OFFSET),
+            cluster: field(CLUSTER_OFFSET),
+            op: field_u64(OP_OFFSET),
+            commit: field_u64(COMMIT_OFFSET),
+            timestamp_ns: field_u64(TIMESTAMP_OFFSET),
+            view: field_u32(VIEW_OFFSET),
+            size,
+            command: Command::from_u8(bytes[COMMAND_OFFSET]),
+            replica: bytes[REPLICA_OFFSET],
+            operation: field_u32(OPERATION_OFFSET),
+        })
+    }
+
+    /// Whether `body` is the body this header vouches for (length and checksum).
+    #[must_use]
+    pub fn body_matches(&self, body: &[u8]) -> bool {
+        body.len() as u64 == u64::from(self.body_size()) && checksum(body) == self.checksum_body
+    }
+}
+
+/// The checksum stored in the first 16 bytes of an encoded header.
+#[must_use]
+pub fn stored_checksum(bytes: &[u8; HEADER_SIZE]) -> Checksum {
+    le::u128_at(bytes, CHECKSUM_OFFSET).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Header {
+        let body = b"body bytes";
+        Header {
+            checksum_body: checksum(body),
+            parent: 0xAB,
+            cluster: 7,
+            op: 42,
+            commit: 40,
+            timestamp_ns: 1_700_000_000_000_000_000,
+            view: 3,
+            size: (HEADER_SIZE + body.len()) as u32,
+            command: Command::Prepare,
+            replica: 1,
+            operation: 9,
+        }
+    }
+
+    #[test]
+    fn decode_rejects_each_defect_with_its_own_error() {
+        let good = sample().encode();
+        assert_eq!(Header::decode(&good), Ok(sample()));
+        assert!(sample().body_matches(b"body bytes"));
+        assert!(!sample().body_matches(b"body byteS"));
+
+        assert_eq!(
+            Header::decode(&good[..255]),
+            Err(HeaderError::Truncated { len: 255 })
+        );
+        assert!(matches!(
+            Header::decode(&[0u8; HEADER_SIZE]),
+            Err(HeaderError::ChecksumMismatch { .. })
+        ));
+
+        // Re-seal a modified header so that only the semantic check can catch it.
+        let reseal = |mut bytes: [u8; HEADER_SIZE]| {
+            let sum = checksum(&bytes[CHECKSUMMED_OFFSET..]);
+            le::put_u128(&mut bytes, CHECKSUM_OFFSET, sum);
+            bytes
+        };
+        let mut bytes = good;
+        le::put_u16(&mut bytes, VERSION_OFFSET, 2);
+        assert_eq!(
+            Header::decode(&reseal(bytes)),
+            Err(HeaderError::UnknownVersion { version: 2 })
+        );
+        let mut bytes = good;
+        bytes[COMMAND_OFFSET] = 0;
+        assert_eq!(
+            Header::decode(&reseal(bytes)),
+            Err(HeaderError::ZeroCommand)
+        );
+        let mut bytes = good;
+        le::put_u32(&mut bytes, SIZE_OFFSET, 255);
+        assert_eq!(
+            Header::decode(&reseal(bytes)),
+            Err(HeaderError::SizeTooSmall { size: 255 })
+        );
+        let mut bytes = good;
+        bytes[200] = 1;
+        assert_eq!(
+            Header::decode(&reseal(bytes)),
+            Err(HeaderError::ReservedNotZero {
+                offset: 200,
+                value: 1
+            })
+        );
+    }
+
+    #[test]
+    fn parent_is_the_previous_header_checksum() {
+        let first = sample();
+        let second = Header {
+            parent: first.checksum(),
+            op: first.op + 1,
+            ..first
+        };
+        assert_eq!(stored_checksum(&first.encode()), second.parent);
+        assert_ne!(first.checksum(), second.checksum());
+    }
+}

@@ -1,0 +1,1 @@
+//! `iggy-fsck`: boot recovery in check mode (see the recovery issue): not built yet.

@@ -1,0 +1,1 @@
+//! `iggy-inspect`: the read-only decoder of every file kind (see the recovery issue): not built yet.

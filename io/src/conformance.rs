@@ -1,0 +1,231 @@
+//! The conformance suite every [`Storage`] backend must pass. Each check takes a fresh, empty
+//! storage; [`crate::conformance_suite!`] turns the list into one `#[test]` per check.
+
+use std::ffi::OsString;
+
+use crate::error::ErrorKind;
+use crate::storage::{DirEntry, EntryKind, OpenMode, ReadFile, Storage, WriteFile};
+
+fn read_all<F: ReadFile>(file: &F) -> Vec<u8> {
+    let mut bytes = vec![0; usize::try_from(file.len().expect("len")).expect("fits")];
+    file.read_exact_at(0, &mut bytes).expect("read_exact_at");
+    bytes
+}
+
+fn kind<T: std::fmt::Debug>(result: crate::Result<T>) -> ErrorKind {
+    result.expect_err("expected an error").kind
+}
+
+pub fn write_read_roundtrip<S: Storage>(storage: &S) {
+    let file = storage.open("f", OpenMode::CreateNew).expect("create");
+    assert_eq!(file.len().expect("len"), 0);
+    let data: Vec<u8> = (0..10_000u32).map(|i| (i % 251) as u8).collect();
+    file.write_all_at(0, &data).expect("write");
+    file.write_all_at(20_000, b"tail")
+        .expect("write past the end");
+    file.sync_data().expect("sync_data");
+    file.sync_all().expect("sync_all");
+    assert_eq!(file.len().expect("len"), 20_004);
+    let back = read_all(&file);
+    assert_eq!(&back[..10_000], &data[..]);
+    assert!(
+        back[10_000..20_000].iter().all(|&b| b == 0),
+        "a gap reads as zeros"
+    );
+    assert_eq!(&back[20_000..], b"tail");
+    let reader = storage.open_read("f").expect("open_read");
+    assert_eq!(
+        read_all(&reader),
+        back,
+        "a reader sees what the writer wrote"
+    );
+}
+
+pub fn reads_at_and_past_the_end<S: Storage>(storage: &S) {
+    let file = storage.open("f", OpenMode::Create).expect("create");
+    file.write_all_at(0, b"abc").expect("write");
+    let mut buf = [0u8; 8];
+    assert_eq!(file.read_at(3, &mut buf).expect("read at end"), 0);
+    assert_eq!(file.read_at(100, &mut buf).expect("read past end"), 0);
+    let error = file
+        .read_exact_at(1, &mut buf)
+        .expect_err("read_exact past the end");
+    assert_eq!(error.kind, ErrorKind::UnexpectedEof);
+    assert!(
+        error.offset.is_some(),
+        "the error names the offset: {error}"
+    );
+}
+
+pub fn open_modes<S: Storage>(storage: &S) {
+    assert_eq!(
+        kind(storage.open("f", OpenMode::Existing)),
+        ErrorKind::NotFound
+    );
+    assert_eq!(kind(storage.open_read("f")), ErrorKind::NotFound);
+    storage
+        .open("f", OpenMode::CreateNew)
+        .expect("create new")
+        .write_all_at(0, b"x")
+        .unwrap();
+    assert_eq!(
+        kind(storage.open("f", OpenMode::CreateNew)),
+        ErrorKind::AlreadyExists
+    );
+    let again = storage
+        .open("f", OpenMode::Create)
+        .expect("create opens an existing file");
+    assert_eq!(read_all(&again), b"x", "Create does not truncate");
+    storage.open("f", OpenMode::Existing).expect("existing");
+    assert_eq!(
+        kind(storage.open("missing/f", OpenMode::Create)),
+        ErrorKind::NotFound
+    );
+    storage.create_dir("d").expect("create_dir");
+    assert_eq!(
+        kind(storage.open("d", OpenMode::Existing)),
+        ErrorKind::IsADirectory
+    );
+}
+
+pub fn set_len_and_allocate<S: Storage>(storage: &S) {
+    let file = storage.open("f", OpenMode::Create).expect("create");
+    file.write_all_at(0, &[7u8; 100]).expect("write");
+    file.set_len(10).expect("shrink");
+    assert_eq!(read_all(&file), vec![7u8; 10]);
+    file.set_len(50).expect("grow");
+    let back = read_all(&file);
+    assert_eq!(&back[..10], &[7u8; 10]);
+    assert!(back[10..].iter().all(|&b| b == 0), "growth reads as zeros");
+    file.allocate(0, 8192).expect("allocate");
+    assert_eq!(file.len().expect("len"), 8192, "allocate grows the file");
+    file.allocate(0, 100).expect("allocate inside");
+    assert_eq!(file.len().expect("len"), 8192, "allocate never shrinks");
+    assert!(read_all(&file)[10..].iter().all(|&b| b == 0));
+}
+
+pub fn directories<S: Storage>(storage: &S) {
+    storage.create_dir("a").expect("create_dir a");
+    storage.create_dir("a/b").expect("create_dir a/b");
+    assert_eq!(kind(storage.create_dir("a")), ErrorKind::AlreadyExists);
+    assert_eq!(kind(storage.create_dir("x/y")), ErrorKind::NotFound);
+    storage.open("a/z", OpenMode::Create).expect("file in a");
+    storage
+        .open("a/b/c", OpenMode::Create)
+        .expect("file in a/b");
+    let entries = storage.list_dir("a").expect("list a");
+    let expected = vec![
+        DirEntry {
+            name: OsString::from("b"),
+            kind: EntryKind::Dir,
+        },
+        DirEntry {
+            name: OsString::from("z"),
+            kind: EntryKind::File,
+        },
+    ];
+    assert_eq!(entries, expected);
+    assert_eq!(storage.list_dir("").expect("list root").len(), 1);
+    assert_eq!(kind(storage.list_dir("a/z")), ErrorKind::NotADirectory);
+    assert!(storage.exists("a/b/c").expect("exists"));
+    assert!(storage.exists("").expect("root exists"));
+    assert!(!storage.exists("a/nope").expect("exists"));
+    assert!(
+        !storage
+            .exists("nope/deeper")
+            .expect("missing parent is false")
+    );
+    storage.sync_dir("a/b").expect("sync_dir");
+    storage.sync_dir("").expect("sync root");
+    storage.remove_dir_all("a").expect("remove_dir_all");
+    assert!(!storage.exists("a").expect("exists"));
+    assert!(storage.list_dir("").expect("list root").is_empty());
+    assert_eq!(kind(storage.remove_dir_all("a")), ErrorKind::NotFound);
+}
+
+pub fn rename_link_unlink<S: Storage>(storage: &S) {
+    let file = storage.open("x.tmp", OpenMode::Create).expect("create");
+    file.write_all_at(0, b"new").expect("write");
+    storage
+        .open("x", OpenMode::Create)
+        .expect("old")
+        .write_all_at(0, b"old!")
+        .unwrap();
+    storage.rename("x.tmp", "x").expect("rename replaces");
+    assert!(!storage.exists("x.tmp").expect("exists"));
+    assert_eq!(read_all(&storage.open_read("x").expect("open")), b"new");
+    file.write_all_at(3, b"+")
+        .expect("handle follows the file across a rename");
+    assert_eq!(read_all(&storage.open_read("x").expect("open")), b"new+");
+    assert_eq!(kind(storage.rename("x.tmp", "y")), ErrorKind::NotFound);
+
+    storage.hard_link("x", "y").expect("hard_link");
+    assert_eq!(kind(storage.hard_link("x", "y")), ErrorKind::AlreadyExists);
+    storage
+        .open("y", OpenMode::Existing)
+        .expect("y")
+        .write_all_at(0, b"N")
+        .unwrap();
+    assert_eq!(
+        read_all(&storage.open_read("x").expect("x")),
+        b"New+",
+        "one file, two names"
+    );
+    storage.unlink("x").expect("unlink");
+    assert!(!storage.exists("x").expect("exists"));
+    assert_eq!(read_all(&storage.open_read("y").expect("y")), b"New+");
+    assert_eq!(kind(storage.unlink("x")), ErrorKind::NotFound);
+
+    storage.create_dir("d").expect("dir");
+    storage
+        .rename("y", "d/y")
+        .expect("rename across directories");
+    storage.rename("d", "e").expect("rename a directory");
+    assert!(storage.exists("e/y").expect("exists"));
+    assert_eq!(kind(storage.unlink("e")), ErrorKind::IsADirectory);
+}
+
+pub fn paths_outside_the_root_are_refused<S: Storage>(storage: &S) {
+    for bad in ["../x", "/etc/x", "a/../../x", "/", ".."] {
+        let is_invalid = |k: ErrorKind| matches!(k, ErrorKind::InvalidPath(_));
+        assert!(
+            is_invalid(kind(storage.open(bad, OpenMode::Create))),
+            "open {bad}"
+        );
+        assert!(is_invalid(kind(storage.open_read(bad))), "open_read {bad}");
+        assert!(
+            is_invalid(kind(storage.create_dir(bad))),
+            "create_dir {bad}"
+        );
+        assert!(is_invalid(kind(storage.unlink(bad))), "unlink {bad}");
+        assert!(is_invalid(kind(storage.rename("f", bad))), "rename {bad}");
+        assert!(is_invalid(kind(storage.list_dir(bad))), "list_dir {bad}");
+        assert!(is_invalid(kind(storage.exists(bad))), "exists {bad}");
+    }
+}
+
+/// Generates one `#[test]` per conformance check. `$make` is an expression that returns
+/// `(storage, guard)`: the guard (a temp dir, say) lives as long as the test.
+#[macro_export]
+macro_rules! conformance_suite {
+    ($make:expr) => {
+        $crate::conformance_suite!(@each $make;
+            write_read_roundtrip,
+            reads_at_and_past_the_end,
+            open_modes,
+            set_len_and_allocate,
+            directories,
+            rename_link_unlink,
+            paths_outside_the_root_are_refused
+        );
+    };
+    (@each $make:expr; $($check:ident),*) => {
+        $(
+            #[test]
+            fn $check() {
+                let (storage, _guard) = ($make)();
+                $crate::conformance::$check(&storage);
+            }
+        )*
+    };
+}

@@ -1,0 +1,378 @@
+//! [`OsStorage`]: the real file system, through `rustix` system calls.
+//!
+//! Every path is resolved from the root directory's descriptor one name at a time with
+//! `O_NOFOLLOW`, so neither `..` (refused lexically) nor a symbolic link anywhere in the path can
+//! lead outside the root. Operations on a name (`unlinkat`, `renameat`, `linkat`, `mkdirat`) act
+//! on the final name relative to its parent's descriptor and never follow a link either.
+
+use std::ffi::{OsStr, OsString};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+use rustix::fs::{AtFlags, FallocateFlags, FileType, Mode, OFlags};
+use rustix::io::Errno;
+
+use crate::error::{Error, ErrorKind, Op, Result};
+use crate::path::{components, split_parent};
+use crate::storage::{DirEntry, EntryKind, OpenMode, ReadFile, ReadStorage, Storage, WriteFile};
+
+/// Storage on a directory of the real file system.
+#[derive(Debug)]
+pub struct OsStorage {
+    root: OwnedFd,
+    root_path: PathBuf,
+}
+
+fn kind_of(errno: Errno) -> ErrorKind {
+    match errno {
+        Errno::NOENT => ErrorKind::NotFound,
+        Errno::EXIST => ErrorKind::AlreadyExists,
+        Errno::NOTDIR => ErrorKind::NotADirectory,
+        Errno::ISDIR => ErrorKind::IsADirectory,
+        Errno::NOTEMPTY => ErrorKind::DirectoryNotEmpty,
+        Errno::LOOP => ErrorKind::Symlink,
+        other => ErrorKind::Os(other.raw_os_error()),
+    }
+}
+
+fn os_error(op: Op, path: &Path, errno: Errno) -> Error {
+    Error::new(op, path, kind_of(errno))
+}
+
+/// Retries a system call interrupted by a signal.
+fn retry<T>(mut call: impl FnMut() -> rustix::io::Result<T>) -> rustix::io::Result<T> {
+    loop {
+        match call() {
+            Err(Errno::INTR) => {}
+            other => return other,
+        }
+    }
+}
+
+const DIR_FLAGS: OFlags = OFlags::RDONLY
+    .union(OFlags::DIRECTORY)
+    .union(OFlags::NOFOLLOW)
+    .union(OFlags::CLOEXEC);
+
+impl OsStorage {
+    /// Opens an existing directory as the storage root.
+    pub fn open(root: impl AsRef<Path>) -> Result<Self> {
+        let root_path = root.as_ref().to_path_buf();
+        let fd = retry(|| rustix::fs::open(&root_path, DIR_FLAGS, Mode::empty()))
+            .map_err(|errno| os_error(Op::Open, &root_path, errno))?;
+        Ok(Self {
+            root: fd,
+            root_path,
+        })
+    }
+
+    /// Creates the root directory (and its parents) if missing, then opens it.
+    pub fn create(root: impl AsRef<Path>) -> Result<Self> {
+        let root_path = root.as_ref();
+        std::fs::create_dir_all(root_path).map_err(|error| {
+            let kind = error.raw_os_error().map_or(ErrorKind::Os(0), |errno| {
+                kind_of(Errno::from_raw_os_error(errno))
+            });
+            Error::new(Op::CreateDir, root_path, kind)
+        })?;
+        Self::open(root_path)
+    }
+
+    /// The directory this storage is rooted at, for messages.
+    #[must_use]
+    pub fn root_path(&self) -> &Path {
+        &self.root_path
+    }
+
+    /// Opens the directory named by `names` (empty: the root), refusing symbolic links.
+    fn walk(&self, op: Op, path: &Path, names: &[&OsStr]) -> Result<Option<OwnedFd>> {
+        let mut current: Option<OwnedFd> = None;
+        for name in names {
+            let parent = current.as_ref().map_or(self.root.as_fd(), AsFd::as_fd);
+            let fd = retry(|| rustix::fs::openat(parent, *name, DIR_FLAGS, Mode::empty()))
+                .map_err(|errno| os_error(op, path, errno))?;
+            current = Some(fd);
+        }
+        Ok(current)
+    }
+
+    fn with_dir<T>(
+        &self,
+        op: Op,
+        path: &Path,
+        names: &[&OsStr],
+        action: impl FnOnce(BorrowedFd<'_>) -> rustix::io::Result<T>,
+    ) -> Result<T> {
+        let fd = self.walk(op, path, names)?;
+        let dir = fd.as_ref().map_or(self.root.as_fd(), AsFd::as_fd);
+        action(dir).map_err(|errno| os_error(op, path, errno))
+    }
+
+    fn open_file(&self, path: &Path, flags: OFlags) -> Result<OsFile> {
+        let (parent, name) = split_parent(Op::Open, path)?;
+        let flags = flags | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        let fd = self.with_dir(Op::Open, path, &parent, |dir| {
+            retry(|| rustix::fs::openat(dir, name, flags, Mode::from_raw_mode(0o644)))
+        })?;
+        let stat = rustix::fs::fstat(&fd).map_err(|errno| os_error(Op::Open, path, errno))?;
+        match FileType::from_raw_mode(stat.st_mode) {
+            FileType::RegularFile => Ok(OsFile {
+                fd,
+                path: path.to_path_buf(),
+            }),
+            FileType::Directory => Err(Error::new(Op::Open, path, ErrorKind::IsADirectory)),
+            _ => Err(Error::new(
+                Op::Open,
+                path,
+                ErrorKind::InvalidPath("not a regular file"),
+            )),
+        }
+    }
+
+    fn remove_tree(&self, path: &Path, dir: BorrowedFd<'_>) -> Result<()> {
+        for entry in read_entries(Op::RemoveDirAll, path, dir)? {
+            if entry.kind == EntryKind::Dir {
+                let child =
+                    retry(|| rustix::fs::openat(dir, &entry.name, DIR_FLAGS, Mode::empty()))
+                        .map_err(|errno| os_error(Op::RemoveDirAll, path, errno))?;
+                self.remove_tree(&path.join(&entry.name), child.as_fd())?;
+                rustix::fs::unlinkat(dir, &entry.name, AtFlags::REMOVEDIR)
+            } else {
+                rustix::fs::unlinkat(dir, &entry.name, AtFlags::empty())
+            }
+            .map_err(|errno| os_error(Op::RemoveDirAll, &path.join(&entry.name), errno))?;
+        }
+        Ok(())
+    }
+}
+
+fn read_entries(op: Op, path: &Path, dir: BorrowedFd<'_>) -> Result<Vec<DirEntry>> {
+    let mut entries = Vec::new();
+    let reader = rustix::fs::Dir::read_from(dir).map_err(|errno| os_error(op, path, errno))?;
+    for entry in reader {
+        let entry = entry.map_err(|errno| os_error(op, path, errno))?;
+        let name = OsStr::from_bytes(entry.file_name().to_bytes());
+        if name == "." || name == ".." {
+            continue;
+        }
+        let file_type = match entry.file_type() {
+            FileType::Unknown => rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW)
+                .map(|stat| FileType::from_raw_mode(stat.st_mode))
+                .map_err(|errno| os_error(op, path, errno))?,
+            known => known,
+        };
+        let kind = match file_type {
+            FileType::RegularFile => EntryKind::File,
+            FileType::Directory => EntryKind::Dir,
+            _ => EntryKind::Other,
+        };
+        entries.push(DirEntry {
+            name: OsString::from(name),
+            kind,
+        });
+    }
+    entries.sort_by(|a, b| a.name.cmp(&b.name));
+    Ok(entries)
+}
+
+impl ReadStorage for OsStorage {
+    type Reader = OsReader;
+
+    fn open_read(&self, path: impl AsRef<Path>) -> Result<OsReader> {
+        self.open_file(path.as_ref(), OFlags::RDONLY).map(OsReader)
+    }
+
+    fn list_dir(&self, path: impl AsRef<Path>) -> Result<Vec<DirEntry>> {
+        let path = path.as_ref();
+        let names = components(Op::ListDir, path)?;
+        let fd = self.walk(Op::ListDir, path, &names)?;
+        read_entries(
+            Op::ListDir,
+            path,
+            fd.as_ref().map_or(self.root.as_fd(), AsFd::as_fd),
+        )
+    }
+
+    fn exists(&self, path: impl AsRef<Path>) -> Result<bool> {
+        let path = path.as_ref();
+        let names = components(Op::Exists, path)?;
+        let Some((name, parent)) = names.split_last() else {
+            return Ok(true);
+        };
+        let dir = match self.walk(Op::Exists, path, parent) {
+            Ok(dir) => dir,
+            Err(error) if error.kind == ErrorKind::NotFound => return Ok(false),
+            Err(error) => return Err(error),
+        };
+        let dir = dir.as_ref().map_or(self.root.as_fd(), AsFd::as_fd);
+        match rustix::fs::statat(dir, *name, AtFlags::SYMLINK_NOFOLLOW) {
+            Ok(_) => Ok(true),
+            Err(Errno::NOENT) => Ok(false),
+            Err(errno) => Err(os_error(Op::Exists, path, errno)),
+        }
+    }
+}
+
+impl Storage for OsStorage {
+    type File = OsFile;
+
+    fn open(&self, path: impl AsRef<Path>, mode: OpenMode) -> Result<OsFile> {
+        let flags = match mode {
+            OpenMode::Existing => OFlags::RDWR,
+            OpenMode::Create => OFlags::RDWR | OFlags::CREATE,
+            OpenMode::CreateNew => OFlags::RDWR | OFlags::CREATE | OFlags::EXCL,
+        };
+        self.open_file(path.as_ref(), flags)
+    }
+
+    fn create_dir(&self, path: impl AsRef<Path>) -> Result<()> {
+        let path = path.as_ref();
+        let (parent, name) = split_parent(Op::CreateDir, path)?;
+        self.with_dir(Op::CreateDir, path, &parent, |dir| {
+            rustix::fs::mkdirat(dir, name, Mode::from_raw_mode(0o755))
+        })
+    }
+
+    fn sync_dir(&self, path: impl AsRef<Path>) -> Result<()> {
+        let path = path.as_ref();
+        let names = components(Op::SyncDir, path)?;
+        self.with_dir(Op::SyncDir, path, &names, |dir| {
+            retry(|| rustix::fs::fsync(dir))
+        })
+    }
+
+    fn rename(&self, from: impl AsRef<Path>, to: impl AsRef<Path>) -> Result<()> {
+        let (from, to) = (from.as_ref(), to.as_ref());
+        let (from_parent, from_name) = split_parent(Op::Rename, from)?;
+        let (to_parent, to_name) = split_parent(Op::Rename, to)?;
+        let from_dir = self.walk(Op::Rename, from, &from_parent)?;
+        let to_dir = self.walk(Op::Rename, to, &to_parent)?;
+        rustix::fs::renameat(
+            from_dir.as_ref().map_or(self.root.as_fd(), AsFd::as_fd),
+            from_name,
+            to_dir.as_ref().map_or(self.root.as_fd(), AsFd::as_fd),
+            to_name,
+        )
+        .map_err(|errno| os_error(Op::Rename, from, errno))
+    }
+
+    fn hard_link(&self, from: impl AsRef<Path>, to: impl AsRef<Path>) -> Result<()> {
+        let (from, to) = (from.as_ref(), to.as_ref());
+        let (from_parent, from_name) = split_parent(Op::HardLink, from)?;
+        let (to_parent, to_name) = split_parent(Op::HardLink, to)?;
+        let from_dir = self.walk(Op::HardLink, from, &from_parent)?;
+        let to_dir = self.walk(Op::HardLink, to, &to_parent)?;
+        rustix::fs::linkat(
+            from_dir.as_ref().map_or(self.root.as_fd(), AsFd::as_fd),
+            from_name,
+            to_dir.as_ref().map_or(self.root.as_fd(), AsFd::as_fd),
+            to_name,
+            AtFlags::empty(),
+        )
+        .map_err(|errno| os_error(Op::HardLink, to, errno))
+    }
+
+    fn unlink(&self, path: impl AsRef<Path>) -> Result<()> {
+        let path = path.as_ref();
+        let (parent, name) = split_parent(Op::Unlink, path)?;
+        self.with_dir(Op::Unlink, path, &parent, |dir| {
+            rustix::fs::unlinkat(dir, name, AtFlags::empty())
+        })
+    }
+
+    fn remove_dir_all(&self, path: impl AsRef<Path>) -> Result<()> {
+        let path = path.as_ref();
+        let (parent, name) = split_parent(Op::RemoveDirAll, path)?;
+        let parent_fd = self.walk(Op::RemoveDirAll, path, &parent)?;
+        let parent_fd = parent_fd.as_ref().map_or(self.root.as_fd(), AsFd::as_fd);
+        let dir = retry(|| rustix::fs::openat(parent_fd, name, DIR_FLAGS, Mode::empty()))
+            .map_err(|errno| os_error(Op::RemoveDirAll, path, errno))?;
+        self.remove_tree(path, dir.as_fd())?;
+        rustix::fs::unlinkat(parent_fd, name, AtFlags::REMOVEDIR)
+            .map_err(|errno| os_error(Op::RemoveDirAll, path, errno))
+    }
+}
+
+/// A file of [`OsStorage`] open for reading and writing.
+#[derive(Debug)]
+pub struct OsFile {
+    fd: OwnedFd,
+    path: PathBuf,
+}
+
+/// A file of [`OsStorage`] open for reading only (`O_RDONLY`).
+#[derive(Debug)]
+pub struct OsReader(OsFile);
+
+impl OsFile {
+    fn error(&self, op: Op, errno: Errno) -> Error {
+        os_error(op, &self.path, errno)
+    }
+}
+
+impl ReadFile for OsFile {
+    fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<usize> {
+        retry(|| rustix::io::pread(&self.fd, &mut *buf, offset))
+            .map_err(|errno| self.error(Op::Read, errno).at(offset))
+    }
+
+    fn len(&self) -> Result<u64> {
+        let stat = rustix::fs::fstat(&self.fd).map_err(|errno| self.error(Op::Len, errno))?;
+        Ok(u64::try_from(stat.st_size).unwrap_or(0))
+    }
+}
+
+impl ReadFile for OsReader {
+    fn path(&self) -> &Path {
+        self.0.path()
+    }
+
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<usize> {
+        self.0.read_at(offset, buf)
+    }
+
+    fn len(&self) -> Result<u64> {
+        self.0.len()
+    }
+}
+
+impl WriteFile for OsFile {
+    fn write_at(&self, offset: u64, buf: &[u8]) -> Result<usize> {
+        retry(|| rustix::io::pwrite(&self.fd, buf, offset))
+            .map_err(|errno| self.error(Op::Write, errno).at(offset))
+    }
+
+    fn set_len(&self, len: u64) -> Result<()> {
+        retry(|| rustix::fs::ftruncate(&self.fd, len))
+            .map_err(|errno| self.error(Op::SetLen, errno))
+    }
+
+    fn allocate(&self, offset: u64, len: u64) -> Result<()> {
+        match retry(|| rustix::fs::fallocate(&self.fd, FallocateFlags::empty(), offset, len)) {
+            Ok(()) => Ok(()),
+            // File systems without preallocation (tmpfs on old kernels, some FUSE): grow instead.
+            Err(Errno::OPNOTSUPP) => {
+                let end = offset.saturating_add(len);
+                if end > self.len()? {
+                    self.set_len(end)
+                } else {
+                    Ok(())
+                }
+            }
+            Err(errno) => Err(self.error(Op::Allocate, errno).at(offset)),
+        }
+    }
+
+    fn sync_data(&self) -> Result<()> {
+        retry(|| rustix::fs::fdatasync(&self.fd)).map_err(|errno| self.error(Op::SyncData, errno))
+    }
+
+    fn sync_all(&self) -> Result<()> {
+        retry(|| rustix::fs::fsync(&self.fd)).map_err(|errno| self.error(Op::SyncAll, errno))
+    }
+}

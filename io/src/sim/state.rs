@@ -1,0 +1,809 @@
+//! The state behind [`super::SimStorage`]: images, pending lists, faults, trace. Every mutation
+//! goes through here and is recorded; replaying a trace calls the same functions.
+
+use std::collections::BTreeMap;
+use std::ffi::{OsStr, OsString};
+use std::path::Path;
+use std::sync::Arc;
+
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+use super::{CrashPlan, Fault, FaultConfig, PendingWrite, TraceOp, WriteFate};
+use crate::error::{Error, ErrorKind, Op, Result};
+use crate::path::{components, split_parent};
+use crate::storage::{DirEntry, EntryKind, OpenMode};
+
+const ROOT: u64 = 0;
+/// Sector sizes a torn write may be torn at.
+pub(crate) const SECTOR_SIZES: [u64; 2] = [512, 4096];
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Node {
+    File(u64),
+    Dir(u64),
+}
+
+#[derive(Clone, Debug, Default)]
+pub(crate) struct FileImage {
+    pub(crate) data: Vec<u8>,
+    durable: Vec<u8>,
+}
+
+#[derive(Clone, Debug, Default)]
+struct DirImage {
+    entries: BTreeMap<OsString, Node>,
+    durable: BTreeMap<OsString, Node>,
+}
+
+#[derive(Clone, Debug)]
+enum FileChange {
+    Write { offset: u64, data: Arc<[u8]> },
+    SetLen(u64),
+}
+
+#[derive(Clone, Debug)]
+struct Pending {
+    inode: u64,
+    change: FileChange,
+}
+
+#[derive(Clone, Debug)]
+pub(crate) struct DirOp {
+    dir: u64,
+    name: OsString,
+    node: Option<Node>,
+}
+
+#[derive(Clone, Debug)]
+pub(crate) struct SimState {
+    pub(crate) faults: FaultConfig,
+    rng: ChaCha8Rng,
+    pub(crate) generation: u64,
+    next_id: u64,
+    files: BTreeMap<u64, FileImage>,
+    dirs: BTreeMap<u64, DirImage>,
+    pending: Vec<Pending>,
+    pub(crate) pending_dir_ops: Vec<DirOp>,
+    pub(crate) trace: Vec<TraceOp>,
+    armed: Vec<(u64, Fault)>,
+}
+
+fn apply_change(data: &mut Vec<u8>, change: &FileChange) {
+    match change {
+        FileChange::Write {
+            offset,
+            data: bytes,
+        } => write_into(data, *offset, bytes),
+        FileChange::SetLen(len) => data.resize(to_usize(*len), 0),
+    }
+}
+
+fn to_usize(value: u64) -> usize {
+    usize::try_from(value).unwrap_or(usize::MAX)
+}
+
+fn write_into(data: &mut Vec<u8>, offset: u64, bytes: &[u8]) {
+    let start = to_usize(offset);
+    let end = start + bytes.len();
+    if data.len() < end {
+        data.resize(end, 0);
+    }
+    data[start..end].copy_from_slice(bytes);
+}
+
+/// The sector-aligned pieces `[start, end)` of a write, at the given sector size.
+pub(crate) fn sector_pieces(offset: u64, len: u64, sector_bytes: u64) -> Vec<(u64, u64)> {
+    let end = offset + len;
+    let mut pieces = Vec::new();
+    let mut start = offset;
+    while start < end {
+        let sector_end = (start / sector_bytes + 1) * sector_bytes;
+        pieces.push((start, sector_end.min(end)));
+        start = sector_end.min(end);
+    }
+    pieces
+}
+
+impl SimState {
+    pub(crate) fn new(seed: u64, faults: FaultConfig) -> Self {
+        let mut dirs = BTreeMap::new();
+        dirs.insert(ROOT, DirImage::default());
+        Self {
+            faults,
+            rng: ChaCha8Rng::seed_from_u64(seed),
+            generation: 0,
+            next_id: 1,
+            files: BTreeMap::new(),
+            dirs,
+            pending: Vec::new(),
+            pending_dir_ops: Vec::new(),
+            trace: Vec::new(),
+            armed: Vec::new(),
+        }
+    }
+
+    pub(crate) fn file(&self, inode: u64) -> &FileImage {
+        self.files
+            .get(&inode)
+            .unwrap_or_else(|| panic!("inode {inode} missing: handle outlived it"))
+    }
+
+    fn file_mut(&mut self, inode: u64) -> &mut FileImage {
+        self.files
+            .get_mut(&inode)
+            .unwrap_or_else(|| panic!("inode {inode} missing"))
+    }
+
+    fn dir_mut(&mut self, dir: u64) -> &mut DirImage {
+        self.dirs
+            .get_mut(&dir)
+            .unwrap_or_else(|| panic!("directory {dir} missing"))
+    }
+
+    fn new_id(&mut self) -> u64 {
+        let id = self.next_id;
+        self.next_id += 1;
+        id
+    }
+
+    fn chance(&mut self, probability: f64) -> bool {
+        probability > 0.0 && self.rng.random_bool(probability.min(1.0))
+    }
+
+    // ---- name resolution (buffered view) ----
+
+    fn lookup_in(&self, dir: u64, name: &OsStr) -> Option<Node> {
+        self.dirs
+            .get(&dir)
+            .and_then(|d| d.entries.get(name).copied())
+    }
+
+    pub(crate) fn lookup(&self, names: &[&OsStr]) -> Option<()> {
+        let mut dir = ROOT;
+        for (index, name) in names.iter().enumerate() {
+            match self.lookup_in(dir, name)? {
+                Node::Dir(child) => dir = child,
+                Node::File(_) if index + 1 == names.len() => return Some(()),
+                Node::File(_) => return None,
+            }
+        }
+        Some(())
+    }
+
+    fn resolve_dir(&self, op: Op, path: &Path, names: &[&OsStr]) -> Result<u64> {
+        let mut dir = ROOT;
+        for name in names {
+            dir = match self.lookup_in(dir, name) {
+                Some(Node::Dir(child)) => child,
+                Some(Node::File(_)) => return Err(Error::new(op, path, ErrorKind::NotADirectory)),
+                None => return Err(Error::new(op, path, ErrorKind::NotFound)),
+            };
+        }
+        Ok(dir)
+    }
+
+    fn resolve_parent<'p>(&self, op: Op, path: &'p Path) -> Result<(u64, &'p OsStr)> {
+        let (parent, name) = split_parent(op, path)?;
+        Ok((self.resolve_dir(op, path, &parent)?, name))
+    }
+
+    fn resolve_file(&self, op: Op, path: &Path) -> Result<u64> {
+        let (dir, name) = self.resolve_parent(op, path)?;
+        match self.lookup_in(dir, name) {
+            Some(Node::File(inode)) => Ok(inode),
+            Some(Node::Dir(_)) => Err(Error::new(op, path, ErrorKind::IsADirectory)),
+            None => Err(Error::new(op, path, ErrorKind::NotFound)),
+        }
+    }
+
+    /// Changes a buffered directory entry and records the change as pending.
+    fn set_entry(&mut self, dir: u64, name: &OsStr, node: Option<Node>) {
+        let entries = &mut self.dir_mut(dir).entries;
+        match node {
+            Some(node) => entries.insert(name.to_os_string(), node),
+            None => entries.remove(name),
+        };
+        self.pending_dir_ops.push(DirOp {
+            dir,
+            name: name.to_os_string(),
+            node,
+        });
+    }
+
+    // ---- directory operations ----
+
+    pub(crate) fn open(&mut self, path: &Path, mode: OpenMode) -> Result<u64> {
+        let (dir, name) = self.resolve_parent(Op::Open, path)?;
+        match (self.lookup_in(dir, name), mode) {
+            (Some(Node::Dir(_)), _) => Err(Error::new(Op::Open, path, ErrorKind::IsADirectory)),
+            (Some(Node::File(_)), OpenMode::CreateNew) => {
+                Err(Error::new(Op::Open, path, ErrorKind::AlreadyExists))
+            }
+            (Some(Node::File(inode)), _) => Ok(inode),
+            (None, OpenMode::Existing) => Err(Error::new(Op::Open, path, ErrorKind::NotFound)),
+            (None, OpenMode::Create | OpenMode::CreateNew) => {
+                let inode = self.new_id();
+                self.files.insert(inode, FileImage::default());
+                self.set_entry(dir, name, Some(Node::File(inode)));
+                self.trace.push(TraceOp::Create {
+                    path: path.to_path_buf(),
+                    inode,
+                });
+                Ok(inode)
+            }
+        }
+    }
+
+    pub(crate) fn create_dir(&mut self, path: &Path) -> Result<()> {
+        let (parent, name) = self.resolve_parent(Op::CreateDir, path)?;
+        if self.lookup_in(parent, name).is_some() {
+            return Err(Error::new(Op::CreateDir, path, ErrorKind::AlreadyExists));
+        }
+        let dir = self.new_id();
+        self.dirs.insert(dir, DirImage::default());
+        self.set_entry(parent, name, Some(Node::Dir(dir)));
+        self.trace.push(TraceOp::CreateDir {
+            path: path.to_path_buf(),
+        });
+        Ok(())
+    }
+
+    pub(crate) fn sync_dir(&mut self, path: &Path) -> Result<()> {
+        let names = components(Op::SyncDir, path)?;
+        let dir = self.resolve_dir(Op::SyncDir, path, &names)?;
+        let (mine, others): (Vec<DirOp>, Vec<DirOp>) = std::mem::take(&mut self.pending_dir_ops)
+            .into_iter()
+            .partition(|op| op.dir == dir);
+        self.pending_dir_ops = others;
+        let durable = &mut self.dir_mut(dir).durable;
+        for op in mine {
+            match op.node {
+                Some(node) => durable.insert(op.name, node),
+                None => durable.remove(&op.name),
+            };
+        }
+        self.trace.push(TraceOp::SyncDir {
+            path: path.to_path_buf(),
+        });
+        Ok(())
+    }
+
+    pub(crate) fn rename(&mut self, from: &Path, to: &Path) -> Result<()> {
+        let (from_dir, from_name) = self.resolve_parent(Op::Rename, from)?;
+        let (to_dir, to_name) = self.resolve_parent(Op::Rename, to)?;
+        let node = self
+            .lookup_in(from_dir, from_name)
+            .ok_or_else(|| Error::new(Op::Rename, from, ErrorKind::NotFound))?;
+        if from_dir == to_dir && from_name == to_name {
+            return Ok(());
+        }
+        match (node, self.lookup_in(to_dir, to_name)) {
+            (Node::File(_), Some(Node::Dir(_))) => {
+                return Err(Error::new(Op::Rename, to, ErrorKind::IsADirectory));
+            }
+            (Node::Dir(_), Some(Node::File(_))) => {
+                return Err(Error::new(Op::Rename, to, ErrorKind::NotADirectory));
+            }
+            (Node::Dir(_), Some(Node::Dir(target)))
+                if self
+                    .dirs
+                    .get(&target)
+                    .is_some_and(|d| !d.entries.is_empty()) =>
+            {
+                return Err(Error::new(Op::Rename, to, ErrorKind::DirectoryNotEmpty));
+            }
+            _ => {}
+        }
+        if let Node::Dir(moved) = node {
+            // A directory cannot move under itself.
+            let to_names = components(Op::Rename, to)?;
+            let mut dir = ROOT;
+            for name in &to_names[..to_names.len().saturating_sub(1)] {
+                match self.lookup_in(dir, name) {
+                    Some(Node::Dir(child)) => dir = child,
+                    _ => break,
+                }
+                if dir == moved {
+                    return Err(Error::new(
+                        Op::Rename,
+                        to,
+                        ErrorKind::InvalidPath("into itself"),
+                    ));
+                }
+            }
+        }
+        self.set_entry(from_dir, from_name, None);
+        self.set_entry(to_dir, to_name, Some(node));
+        self.trace.push(TraceOp::Rename {
+            from: from.to_path_buf(),
+            to: to.to_path_buf(),
+        });
+        Ok(())
+    }
+
+    pub(crate) fn hard_link(&mut self, from: &Path, to: &Path) -> Result<()> {
+        let inode = self.resolve_file(Op::HardLink, from)?;
+        let (to_dir, to_name) = self.resolve_parent(Op::HardLink, to)?;
+        if self.lookup_in(to_dir, to_name).is_some() {
+            return Err(Error::new(Op::HardLink, to, ErrorKind::AlreadyExists));
+        }
+        self.set_entry(to_dir, to_name, Some(Node::File(inode)));
+        self.trace.push(TraceOp::HardLink {
+            from: from.to_path_buf(),
+            to: to.to_path_buf(),
+        });
+        Ok(())
+    }
+
+    pub(crate) fn unlink(&mut self, path: &Path) -> Result<()> {
+        self.resolve_file(Op::Unlink, path)?;
+        let (dir, name) = self.resolve_parent(Op::Unlink, path)?;
+        self.set_entry(dir, name, None);
+        self.trace.push(TraceOp::Unlink {
+            path: path.to_path_buf(),
+        });
+        Ok(())
+    }
+
+    pub(crate) fn remove_dir_all(&mut self, path: &Path) -> Result<()> {
+        let (parent, name) = self.resolve_parent(Op::RemoveDirAll, path)?;
+        match self.lookup_in(parent, name) {
+            Some(Node::Dir(_)) => {}
+            Some(Node::File(_)) => {
+                return Err(Error::new(Op::RemoveDirAll, path, ErrorKind::NotADirectory));
+            }
+            None => return Err(Error::new(Op::RemoveDirAll, path, ErrorKind::NotFound)),
+        }
+        self.set_entry(parent, name, None);
+        self.trace.push(TraceOp::RemoveDirAll {
+            path: path.to_path_buf(),
+        });
+        Ok(())
+    }
+
+    pub(crate) fn list_dir(&self, path: &Path) -> Result<Vec<DirEntry>> {
+        let names = components(Op::ListDir, path)?;
+        let dir = self.resolve_dir(Op::ListDir, path, &names)?;
+        let entries = &self.dirs[&dir].entries;
+        Ok(entries
+            .iter()
+            .map(|(name, node)| DirEntry {
+                name: name.clone(),
+                kind: match node {
+                    Node::File(_) => EntryKind::File,
+                    Node::Dir(_) => EntryKind::Dir,
+                },
+            })
+            .collect())
+    }
+
+    // ---- file operations ----
+
+    fn take_armed(&mut self, inode: u64, matches: impl Fn(&Fault) -> bool) -> Option<Fault> {
+        let index = self
+            .armed
+            .iter()
+            .position(|(i, f)| *i == inode && matches(f))?;
+        Some(self.armed.remove(index).1)
+    }
+
+    pub(crate) fn arm(&mut self, path: &Path, fault: Fault) -> Result<()> {
+        let inode = self.resolve_file(Op::Open, path)?;
+        if let Fault::MisdirectToFile(target) = &fault {
+            self.resolve_file(Op::Open, target)?;
+        }
+        self.armed.push((inode, fault));
+        Ok(())
+    }
+
+    pub(crate) fn read(
+        &mut self,
+        inode: u64,
+        path: &Path,
+        offset: u64,
+        buf: &mut [u8],
+    ) -> Result<usize> {
+        let armed = self.take_armed(inode, |f| {
+            matches!(f, Fault::ReadError | Fault::ShortRead(_))
+        });
+        let eio = self.faults.read_error_probability;
+        if armed == Some(Fault::ReadError) || self.chance(eio) {
+            return Err(Error::new(Op::Read, path, ErrorKind::Injected("EIO on read")).at(offset));
+        }
+        let data = &self.file(inode).data;
+        let start = to_usize(offset).min(data.len());
+        let mut count = buf.len().min(data.len() - start);
+        if let Some(Fault::ShortRead(max)) = armed {
+            count = count.min(max.max(1));
+        } else if count > 1 && self.chance(self.faults.short_read_probability) {
+            count = self.rng.random_range(1..count);
+        }
+        let data = &self.file(inode).data;
+        buf[..count].copy_from_slice(&data[start..start + count]);
+        Ok(count)
+    }
+
+    pub(crate) fn write(
+        &mut self,
+        inode: u64,
+        path: &Path,
+        offset: u64,
+        buf: &[u8],
+    ) -> Result<usize> {
+        if buf.is_empty() {
+            return Ok(0);
+        }
+        let armed = self.take_armed(inode, |f| {
+            matches!(
+                f,
+                Fault::WriteError
+                    | Fault::ShortWrite(_)
+                    | Fault::MisdirectToOffset(_)
+                    | Fault::MisdirectToFile(_)
+            )
+        });
+        let eio = self.faults.write_error_probability;
+        if armed == Some(Fault::WriteError) || self.chance(eio) {
+            return Err(
+                Error::new(Op::Write, path, ErrorKind::Injected("EIO on write")).at(offset),
+            );
+        }
+        let mut count = buf.len();
+        if let Some(Fault::ShortWrite(max)) = armed {
+            count = count.min(max.max(1));
+        } else if count > 1 && self.chance(self.faults.short_write_probability) {
+            count = self.rng.random_range(1..count);
+        }
+        let bytes: Arc<[u8]> = Arc::from(&buf[..count]);
+        let (target_inode, target_path, target_offset) = match armed {
+            Some(Fault::MisdirectToOffset(other)) => (inode, path.to_path_buf(), other),
+            Some(Fault::MisdirectToFile(other)) => {
+                (self.resolve_file(Op::Write, &other)?, other, offset)
+            }
+            _ if self.chance(self.faults.misdirect_probability) => {
+                let sectors = (self.file(inode).data.len() as u64 / 512).max(1);
+                let other = self.rng.random_range(0..sectors) * 512;
+                (inode, path.to_path_buf(), other)
+            }
+            _ => (inode, path.to_path_buf(), offset),
+        };
+        self.apply(TraceOp::Write {
+            path: target_path,
+            inode: target_inode,
+            offset: target_offset,
+            data: bytes,
+        });
+        Ok(count)
+    }
+
+    pub(crate) fn set_len(&mut self, inode: u64, path: &Path, len: u64) {
+        self.apply(TraceOp::SetLen {
+            path: path.to_path_buf(),
+            inode,
+            len,
+        });
+    }
+
+    pub(crate) fn sync_file(&mut self, inode: u64, path: &Path, op: Op) -> Result<()> {
+        let armed = self.take_armed(inode, |f| *f == Fault::SyncError);
+        let eio = self.faults.sync_error_probability;
+        if armed.is_some() || self.chance(eio) {
+            self.apply(TraceOp::SyncFailed {
+                path: path.to_path_buf(),
+                inode,
+            });
+            return Err(Error::new(op, path, ErrorKind::Injected("EIO on sync")));
+        }
+        let path = path.to_path_buf();
+        self.apply(match op {
+            Op::SyncAll => TraceOp::SyncAll { path, inode },
+            _ => TraceOp::SyncData { path, inode },
+        });
+        Ok(())
+    }
+
+    pub(crate) fn rot(&mut self, path: &Path, offset: u64, mask: u8) -> Result<()> {
+        let inode = self.resolve_file(Op::Write, path)?;
+        let len = self.file(inode).data.len() as u64;
+        if offset >= len {
+            return Err(Error::new(Op::Write, path, ErrorKind::UnexpectedEof).at(offset));
+        }
+        self.apply(TraceOp::Rot {
+            path: path.to_path_buf(),
+            inode,
+            offset,
+            mask,
+        });
+        Ok(())
+    }
+
+    pub(crate) fn rot_random(&mut self, path: &Path) -> Result<(u64, u8)> {
+        let inode = self.resolve_file(Op::Write, path)?;
+        let len = self.file(inode).data.len() as u64;
+        if len == 0 {
+            return Err(Error::new(Op::Write, path, ErrorKind::UnexpectedEof).at(0));
+        }
+        let offset = self.rng.random_range(0..len);
+        let mask = 1u8 << self.rng.random_range(0..8u32);
+        self.rot(path, offset, mask)?;
+        Ok((offset, mask))
+    }
+
+    // ---- replay: the one place a recorded mutation changes state ----
+
+    /// Applies one recorded mutation and appends it to the trace. Directory operations are
+    /// re-resolved by path (they resolve to the same nodes, since ids are allocated in order);
+    /// file operations name their inode.
+    pub(crate) fn apply(&mut self, op: TraceOp) {
+        match &op {
+            TraceOp::Write {
+                inode,
+                offset,
+                data,
+                ..
+            } => {
+                let change = FileChange::Write {
+                    offset: *offset,
+                    data: Arc::clone(data),
+                };
+                apply_change(&mut self.file_mut(*inode).data, &change);
+                self.pending.push(Pending {
+                    inode: *inode,
+                    change,
+                });
+            }
+            TraceOp::SetLen { inode, len, .. } => {
+                let change = FileChange::SetLen(*len);
+                apply_change(&mut self.file_mut(*inode).data, &change);
+                self.pending.push(Pending {
+                    inode: *inode,
+                    change,
+                });
+            }
+            TraceOp::SyncData { inode, .. } | TraceOp::SyncAll { inode, .. } => {
+                let (mine, others): (Vec<Pending>, Vec<Pending>) =
+                    std::mem::take(&mut self.pending)
+                        .into_iter()
+                        .partition(|p| p.inode == *inode);
+                self.pending = others;
+                let file = self.file_mut(*inode);
+                for pending in mine {
+                    apply_change(&mut file.durable, &pending.change);
+                }
+            }
+            TraceOp::SyncFailed { inode, .. } => {
+                // The kernel may mark the pages clean after a write-back error: the writes stay
+                // visible until evicted but will never reach the disk.
+                self.pending.retain(|p| p.inode != *inode);
+            }
+            TraceOp::Rot {
+                inode,
+                offset,
+                mask,
+                ..
+            } => {
+                let file = self.file_mut(*inode);
+                let at = to_usize(*offset);
+                if let Some(byte) = file.data.get_mut(at) {
+                    *byte ^= mask;
+                }
+                if let Some(byte) = file.durable.get_mut(at) {
+                    *byte ^= mask;
+                }
+            }
+            TraceOp::ProcessCrash => self.generation += 1,
+            TraceOp::PowerLoss(plan) => self.power_loss_state(plan),
+            TraceOp::Mark(_) => {}
+            TraceOp::Create { .. }
+            | TraceOp::CreateDir { .. }
+            | TraceOp::SyncDir { .. }
+            | TraceOp::Rename { .. }
+            | TraceOp::HardLink { .. }
+            | TraceOp::Unlink { .. }
+            | TraceOp::RemoveDirAll { .. } => {
+                unreachable!("directory operations are applied by replay(), not apply()")
+            }
+        }
+        self.trace.push(op);
+    }
+
+    /// Replays a recorded operation on this state (used by the enumerator).
+    pub(crate) fn replay(&mut self, op: &TraceOp) {
+        let result = match op {
+            TraceOp::Create { path, inode } => {
+                self.open(path, OpenMode::CreateNew).map(|created| {
+                    assert_eq!(created, *inode, "replay of {} diverged", path.display());
+                })
+            }
+            TraceOp::CreateDir { path } => self.create_dir(path),
+            TraceOp::SyncDir { path } => self.sync_dir(path),
+            TraceOp::Rename { from, to } => self.rename(from, to),
+            TraceOp::HardLink { from, to } => self.hard_link(from, to),
+            TraceOp::Unlink { path } => self.unlink(path),
+            TraceOp::RemoveDirAll { path } => self.remove_dir_all(path),
+            other => {
+                self.apply(other.clone());
+                Ok(())
+            }
+        };
+        if let Err(error) = result {
+            panic!("replay of {op:?} failed: {error}: the trace does not come from this model");
+        }
+    }
+
+    // ---- crashes ----
+
+    pub(crate) fn pending_write_summary(&self) -> Vec<PendingWrite> {
+        self.pending
+            .iter()
+            .map(|p| match &p.change {
+                FileChange::Write { offset, data } => PendingWrite {
+                    inode: p.inode,
+                    offset: *offset,
+                    len: data.len() as u64,
+                    is_set_len: false,
+                },
+                FileChange::SetLen(len) => PendingWrite {
+                    inode: p.inode,
+                    offset: *len,
+                    len: 0,
+                    is_set_len: true,
+                },
+            })
+            .collect()
+    }
+
+    pub(crate) fn durable_only_plan(&self) -> CrashPlan {
+        CrashPlan {
+            writes: vec![WriteFate::Lost; self.pending.len()],
+            dir_ops_kept: 0,
+        }
+    }
+
+    /// A seeded plan: each write kept, lost or torn with equal chance; a random prefix of the
+    /// directory operations.
+    pub(crate) fn random_plan(&mut self) -> CrashPlan {
+        let sector_bytes = SECTOR_SIZES[self.rng.random_range(0..SECTOR_SIZES.len())];
+        let summary = self.pending_write_summary();
+        let writes = summary
+            .iter()
+            .map(|write| match self.rng.random_range(0..3u32) {
+                0 => WriteFate::Lost,
+                1 => WriteFate::Kept,
+                _ if write.is_set_len => WriteFate::Lost,
+                _ => {
+                    let sectors = sector_pieces(write.offset, write.len, sector_bytes).len();
+                    let kept = (0..sectors).map(|_| self.rng.random_bool(0.5)).collect();
+                    WriteFate::Torn { sector_bytes, kept }
+                }
+            })
+            .collect();
+        let dir_ops_kept = self.rng.random_range(0..=self.pending_dir_ops.len());
+        CrashPlan {
+            writes,
+            dir_ops_kept,
+        }
+    }
+
+    /// Reverts to the durable images plus what `plan` says survived.
+    fn power_loss_state(&mut self, plan: &CrashPlan) {
+        assert_eq!(
+            plan.writes.len(),
+            self.pending.len(),
+            "a crash plan needs one fate per write"
+        );
+        assert!(
+            plan.dir_ops_kept <= self.pending_dir_ops.len(),
+            "more directory ops than pending"
+        );
+        for dir in self.dirs.values_mut() {
+            dir.entries.clone_from(&dir.durable);
+        }
+        for op in std::mem::take(&mut self.pending_dir_ops)
+            .into_iter()
+            .take(plan.dir_ops_kept)
+        {
+            let entries = &mut self.dir_mut(op.dir).entries;
+            match op.node {
+                Some(node) => entries.insert(op.name, node),
+                None => entries.remove(&op.name),
+            };
+        }
+        for dir in self.dirs.values_mut() {
+            dir.durable.clone_from(&dir.entries);
+        }
+        for file in self.files.values_mut() {
+            file.data.clone_from(&file.durable);
+        }
+        for (pending, fate) in std::mem::take(&mut self.pending)
+            .into_iter()
+            .zip(&plan.writes)
+        {
+            let data = &mut self.file_mut(pending.inode).data;
+            match (fate, &pending.change) {
+                (WriteFate::Lost, _) => {}
+                (WriteFate::Kept, change) => apply_change(data, change),
+                (WriteFate::Torn { .. }, FileChange::SetLen(_)) => {}
+                (
+                    WriteFate::Torn { sector_bytes, kept },
+                    FileChange::Write {
+                        offset,
+                        data: bytes,
+                    },
+                ) => {
+                    let pieces = sector_pieces(*offset, bytes.len() as u64, *sector_bytes);
+                    assert_eq!(pieces.len(), kept.len(), "torn fate must name every sector");
+                    for ((start, end), _) in pieces.into_iter().zip(kept).filter(|(_, k)| **k) {
+                        let from = to_usize(start - offset);
+                        let to = to_usize(end - offset);
+                        write_into(data, start, &bytes[from..to]);
+                    }
+                }
+            }
+        }
+        for file in self.files.values_mut() {
+            file.durable.clone_from(&file.data);
+        }
+        self.armed.clear();
+        self.generation += 1;
+    }
+
+    pub(crate) fn apply_power_loss(&mut self, plan: &CrashPlan) {
+        self.apply(TraceOp::PowerLoss(plan.clone()));
+    }
+
+    /// A copy of this state after a power loss with `plan`, with an empty trace.
+    pub(crate) fn crash_image(&self, plan: &CrashPlan) -> Self {
+        let mut image = Self {
+            trace: Vec::new(),
+            pending: self.pending.clone(),
+            pending_dir_ops: self.pending_dir_ops.clone(),
+            ..self.clone_without_trace()
+        };
+        image.power_loss_state(plan);
+        image
+    }
+
+    fn clone_without_trace(&self) -> Self {
+        Self {
+            faults: self.faults.clone(),
+            rng: self.rng.clone(),
+            generation: self.generation,
+            next_id: self.next_id,
+            files: self.files.clone(),
+            dirs: self.dirs.clone(),
+            pending: Vec::new(),
+            pending_dir_ops: Vec::new(),
+            trace: Vec::new(),
+            armed: Vec::new(),
+        }
+    }
+
+    pub(crate) fn rng(&mut self) -> &mut ChaCha8Rng {
+        &mut self.rng
+    }
+
+    pub(crate) fn pending_dir_op_count(&self) -> usize {
+        self.pending_dir_ops.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::sector_pieces;
+
+    #[test]
+    fn sector_pieces_split_at_absolute_boundaries() {
+        assert_eq!(
+            sector_pieces(100, 1000, 512),
+            vec![(100, 512), (512, 1024), (1024, 1100)]
+        );
+        assert_eq!(sector_pieces(0, 4096, 4096), vec![(0, 4096)]);
+        assert_eq!(
+            sector_pieces(4095, 2, 4096),
+            vec![(4095, 4096), (4096, 4097)]
+        );
+        assert!(sector_pieces(10, 0, 512).is_empty());
+    }
+}

@@ -1,0 +1,173 @@
+//! The `Storage` traits: the only way the toolkit touches files.
+//!
+//! Reading and writing are split. [`ReadStorage`] and [`ReadFile`] can only look; [`Storage`] and
+//! [`WriteFile`] can change things. Code that must not write (fsck's check mode, inspect) takes a
+//! `ReadStorage`, and [`crate::ReadOnly`] wraps any storage so that it offers nothing else: a
+//! write there is a compile error, not a runtime refusal.
+//!
+//! # Durability contract (every backend)
+//!
+//! Modelled on Linux and ext4/xfs, and exactly what `SimStorage` simulates on power loss:
+//! - `write_at` and `set_len` change the buffered image at once (visible to every later read
+//!   through any handle) and become durable only after `sync_data` or `sync_all` on the file
+//!   returns. Until then a power loss may keep each unsynced write whole, drop it, or keep some of
+//!   its sectors (torn at a 512-byte or 4 KiB boundary).
+//! - `sync_data` makes the file's data and its size durable; `sync_all` also its other metadata.
+//!   Neither makes the file's *name* durable.
+//! - Creating a file, `create_dir`, `rename`, `hard_link`, `unlink` and `remove_dir_all` are
+//!   visible at once and atomic for visibility, but durable only after `sync_dir` on each parent
+//!   directory they changed (both parents for a rename across directories). Unsynced directory
+//!   changes are lost after a power loss in order: a later one never survives without every
+//!   earlier one.
+//! - A failed `sync_*` or write may have lost data even though a later sync succeeds (the kernel
+//!   may drop dirty pages after a write-back error). Callers must treat the failure as sticky:
+//!   poison the component and recover from disk after reopening; never retry.
+
+use std::ffi::OsString;
+use std::path::Path;
+
+use crate::error::{Error, ErrorKind, Op, Result};
+
+/// What a directory entry is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum EntryKind {
+    File,
+    Dir,
+    /// A symbolic link or special file: listed so tools can report it, never opened.
+    Other,
+}
+
+/// One entry of [`ReadStorage::list_dir`].
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct DirEntry {
+    pub name: OsString,
+    pub kind: EntryKind,
+}
+
+/// How [`Storage::open`] treats a missing or present file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OpenMode {
+    /// The file must exist.
+    Existing,
+    /// Open the file, creating it empty if it does not exist.
+    Create,
+    /// Create the file; fail with `AlreadyExists` if it exists.
+    CreateNew,
+}
+
+/// A file open for reading.
+pub trait ReadFile: Send + Sync + std::fmt::Debug {
+    /// The path this handle was opened under (relative to the storage root). After a rename the
+    /// handle still reads the same file; the path is for messages only.
+    fn path(&self) -> &Path;
+
+    /// Reads up to `buf.len()` bytes at `offset`. May return fewer bytes than asked even before
+    /// the end of file; returns 0 only at or past the end of file.
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<usize>;
+
+    /// The current length of the file in bytes (buffered image).
+    fn len(&self) -> Result<u64>;
+
+    /// Whether the file is empty.
+    fn is_empty(&self) -> Result<bool> {
+        Ok(self.len()? == 0)
+    }
+
+    /// Reads exactly `buf.len()` bytes at `offset`, looping over short reads.
+    fn read_exact_at(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
+        let mut done = 0usize;
+        while done < buf.len() {
+            let position = offset + done as u64;
+            let count = self.read_at(position, &mut buf[done..])?;
+            if count == 0 {
+                return Err(
+                    Error::new(Op::Read, self.path(), ErrorKind::UnexpectedEof).at(position)
+                );
+            }
+            done += count;
+        }
+        Ok(())
+    }
+}
+
+/// A file open for reading and writing.
+pub trait WriteFile: ReadFile {
+    /// Writes up to `buf.len()` bytes at `offset`, extending the file (and zero-filling any gap)
+    /// as needed. May write fewer bytes than asked. Durable only after `sync_data`/`sync_all`.
+    fn write_at(&self, offset: u64, buf: &[u8]) -> Result<usize>;
+
+    /// Sets the length: bytes past a shrink are gone, bytes of a growth read as zero. Durable only
+    /// after `sync_data`/`sync_all`.
+    fn set_len(&self, len: u64) -> Result<()>;
+
+    /// Reserves space for `[offset, offset + len)` so later writes there cannot fail for lack of
+    /// space, growing the file (with zeros) if the range ends past it; never shrinks. Durable
+    /// like `set_len`. Backends without preallocation grow the file instead.
+    fn allocate(&self, offset: u64, len: u64) -> Result<()>;
+
+    /// Makes the file's data and size durable (`fdatasync`).
+    fn sync_data(&self) -> Result<()>;
+
+    /// Makes the file's data and all its metadata durable (`fsync`).
+    fn sync_all(&self) -> Result<()>;
+
+    /// Writes all of `buf` at `offset`, looping over short writes.
+    fn write_all_at(&self, offset: u64, buf: &[u8]) -> Result<()> {
+        let mut done = 0usize;
+        while done < buf.len() {
+            let position = offset + done as u64;
+            let count = self.write_at(position, &buf[done..])?;
+            if count == 0 {
+                return Err(Error::new(Op::Write, self.path(), ErrorKind::WriteZero).at(position));
+            }
+            done += count;
+        }
+        Ok(())
+    }
+}
+
+/// Read access to a tree of files under a root. Paths are relative to the root; the empty path
+/// names the root. Absolute paths, `..` and symbolic links are refused.
+pub trait ReadStorage: Send + Sync {
+    type Reader: ReadFile;
+
+    /// Opens an existing file for reading.
+    fn open_read(&self, path: impl AsRef<Path>) -> Result<Self::Reader>;
+
+    /// The entries of a directory, sorted by name (`.` and `..` excluded).
+    fn list_dir(&self, path: impl AsRef<Path>) -> Result<Vec<DirEntry>>;
+
+    /// Whether a file or directory exists at `path` (a missing parent is `false`).
+    fn exists(&self, path: impl AsRef<Path>) -> Result<bool>;
+}
+
+/// Read and write access to a tree of files under a root. See the module docs for the
+/// durability contract every method keeps.
+pub trait Storage: ReadStorage {
+    type File: WriteFile;
+
+    /// Opens a file for reading and writing. A file this creates is durable by name only after
+    /// `sync_dir` of its parent.
+    fn open(&self, path: impl AsRef<Path>, mode: OpenMode) -> Result<Self::File>;
+
+    /// Creates a directory (its parent must exist). Durable after `sync_dir` of the parent.
+    fn create_dir(&self, path: impl AsRef<Path>) -> Result<()>;
+
+    /// Makes the directory's entries durable: files created in it, renamed into or out of it,
+    /// linked or unlinked in it. The empty path is the root.
+    fn sync_dir(&self, path: impl AsRef<Path>) -> Result<()>;
+
+    /// Renames a file or directory, atomically replacing a file at `to`. Atomic for visibility;
+    /// durable after `sync_dir` of both parents.
+    fn rename(&self, from: impl AsRef<Path>, to: impl AsRef<Path>) -> Result<()>;
+
+    /// Gives the file at `from` a second name `to` (which must not exist). Durable after
+    /// `sync_dir` of `to`'s parent.
+    fn hard_link(&self, from: impl AsRef<Path>, to: impl AsRef<Path>) -> Result<()>;
+
+    /// Removes a file's name. Durable after `sync_dir` of the parent.
+    fn unlink(&self, path: impl AsRef<Path>) -> Result<()>;
+
+    /// Removes a directory and everything under it. Durable after `sync_dir` of the parent.
+    fn remove_dir_all(&self, path: impl AsRef<Path>) -> Result<()>;
+}

@@ -1,0 +1,1 @@
+//! Node boot recovery, shared by the server, iggy-fsck and the simulator: not built yet.

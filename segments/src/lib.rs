@@ -1,0 +1,1 @@
+//! Partition segment files and the staged install: not built yet.

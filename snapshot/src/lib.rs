@@ -1,0 +1,1 @@
+//! The metadata snapshot (`snapshot.bin`): not built yet.

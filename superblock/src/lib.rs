@@ -1,0 +1,1 @@
+//! The dual-copy superblock of a consensus group: not built yet.
