@@ -1,1 +1,5 @@
-//! Benchmark harness shared by `iggy-bench` and the criterion benches.
+//! The benchmark harness behind `iggy-bench`: raw disk figures first (the limits every engine is
+//! measured against), then the toolkit and its peers as their issues land.
+
+pub mod disk;
+pub mod stats;

@@ -12,5 +12,5 @@ pub const HEADER_SIZE: usize = 256;
 pub const CHECKSUM_SIZE: usize = 16;
 
 const _: () = assert!(SECTOR_SIZE.is_power_of_two());
-const _: () = assert!(SECTOR_SIZE % 512 == 0);
-const _: () = assert!(SECTOR_SIZE % HEADER_SIZE as u64 == 0);
+const _: () = assert!(SECTOR_SIZE.is_multiple_of(512));
+const _: () = assert!(SECTOR_SIZE.is_multiple_of(HEADER_SIZE as u64));

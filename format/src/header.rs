@@ -49,6 +49,10 @@ const _: () = assert!(RESERVED_OFFSET == 104);
 const _: () = assert!(RESERVED_OFFSET < HEADER_SIZE);
 const _: () = assert!(HEADER_SIZE == 256);
 
+/// [`HEADER_SIZE`] as the `u32` the `size` field holds.
+const HEADER_SIZE_U32: u32 = 256;
+const _: () = assert!(HEADER_SIZE_U32 as usize == HEADER_SIZE);
+
 /// The only header version this build reads and writes.
 pub const HEADER_VERSION: u16 = 1;
 
@@ -120,7 +124,7 @@ impl Header {
     /// Length of the body that follows this header.
     #[must_use]
     pub fn body_size(&self) -> u32 {
-        self.size.saturating_sub(HEADER_SIZE as u32)
+        self.size.saturating_sub(HEADER_SIZE_U32)
     }
 
     /// Encodes the header and computes its checksum.
@@ -195,7 +199,7 @@ impl Header {
             return Err(HeaderError::ZeroCommand);
         }
         let size = field_u32(SIZE_OFFSET);
-        if (size as usize) < HEADER_SIZE {
+        if size < HEADER_SIZE_U32 {
             return Err(HeaderError::SizeTooSmall { size });
         }
         if let Some(position) = bytes[RESERVED_OFFSET..].iter().position(|&b| b != 0) {
@@ -247,7 +251,7 @@ mod tests {
             commit: 40,
             timestamp_ns: 1_700_000_000_000_000_000,
             view: 3,
-            size: (HEADER_SIZE + body.len()) as u32,
+            size: HEADER_SIZE_U32 + u32::try_from(body.len()).unwrap(),
             command: Command::Prepare,
             replica: 1,
             operation: 9,

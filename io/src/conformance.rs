@@ -67,7 +67,7 @@ pub fn open_modes<S: Storage>(storage: &S) {
         .open("f", OpenMode::CreateNew)
         .expect("create new")
         .write_all_at(0, b"x")
-        .unwrap();
+        .expect("write");
     assert_eq!(
         kind(storage.open("f", OpenMode::CreateNew)),
         ErrorKind::AlreadyExists
@@ -150,7 +150,7 @@ pub fn rename_link_unlink<S: Storage>(storage: &S) {
         .open("x", OpenMode::Create)
         .expect("old")
         .write_all_at(0, b"old!")
-        .unwrap();
+        .expect("write");
     storage.rename("x.tmp", "x").expect("rename replaces");
     assert!(!storage.exists("x.tmp").expect("exists"));
     assert_eq!(read_all(&storage.open_read("x").expect("open")), b"new");
@@ -165,7 +165,7 @@ pub fn rename_link_unlink<S: Storage>(storage: &S) {
         .open("y", OpenMode::Existing)
         .expect("y")
         .write_all_at(0, b"N")
-        .unwrap();
+        .expect("write");
     assert_eq!(
         read_all(&storage.open_read("x").expect("x")),
         b"New+",

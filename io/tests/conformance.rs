@@ -1,6 +1,12 @@
 //! The conformance suite on every backend: the real file system, the simulator, and both under
 //! the short-I/O wrapper.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::cast_possible_truncation,
+    reason = "test code: a failed unwrap is a failed test; casts are of small test values"
+)]
+
 mod os {
     iggy_io::conformance_suite!(|| {
         let dir = tempfile::tempdir().expect("tempdir");

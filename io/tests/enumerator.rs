@@ -1,6 +1,12 @@
 //! The crash-state enumerator must catch the classic mistakes of an atomic file update
 //! (write `x.tmp`, fsync it, rename it to `x`, fsync the directory), and pass the correct one.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::cast_possible_truncation,
+    reason = "test code: a failed unwrap is a failed test; casts are of small test values"
+)]
+
 use iggy_io::{
     CrashState, EnumerationConfig, OpenMode, ReadStorage, SimStorage, Storage, WriteFile, enumerate,
 };

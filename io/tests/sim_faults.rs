@@ -1,5 +1,11 @@
 //! Injected faults: EIO, short I/O, misdirected writes, bit rot, and the fsync-failure hazard.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::cast_possible_truncation,
+    reason = "test code: a failed unwrap is a failed test; casts are of small test values"
+)]
+
 use iggy_io::{
     ErrorKind, Fault, FaultConfig, OpenMode, ReadFile, SimStorage, Storage, TraceOp, WriteFile,
 };

@@ -1,6 +1,12 @@
 //! SimStorage's power-loss model: what survives, what does not, and that it is a pure function
 //! of the seed.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::cast_possible_truncation,
+    reason = "test code: a failed unwrap is a failed test; casts are of small test values"
+)]
+
 use iggy_io::{
     CrashPlan, OpenMode, ReadFile, ReadStorage, SimStorage, Storage, TraceOp, WriteFate, WriteFile,
 };

@@ -1,0 +1,271 @@
+//! `iggy-bench disk`: what the file system under a directory can do, through the same
+//! `OsStorage` (pwrite, fdatasync) the toolkit uses. These are the raw baselines of the WAL
+//! benchmarks: a log cannot publish faster than the disk appends and syncs.
+
+use std::time::{Duration, Instant};
+
+use iggy_io::{OpenMode, OsStorage, ReadFile, Storage, WriteFile};
+use serde::Serialize;
+
+use crate::stats::{Percentiles, percentiles};
+
+/// What to measure and how much.
+#[derive(Clone, Debug)]
+pub struct DiskConfig {
+    pub record_bytes: usize,
+    pub batch_records: usize,
+    /// Bytes written by each append scenario.
+    pub total_bytes: u64,
+    /// Iterations of the 4 KiB write + fdatasync latency probe.
+    pub sync_iterations: usize,
+}
+
+impl Default for DiskConfig {
+    fn default() -> Self {
+        Self {
+            record_bytes: 1000,
+            batch_records: 250,
+            total_bytes: 64 << 20,
+            sync_iterations: 2000,
+        }
+    }
+}
+
+/// One append scenario: batches of records written then synced.
+#[derive(Clone, Debug, Serialize)]
+pub struct AppendResult {
+    pub scenario: &'static str,
+    pub records: u64,
+    pub bytes: u64,
+    pub seconds: f64,
+    pub records_per_second: f64,
+    pub megabytes_per_second: f64,
+    /// Latency of one batch: its write plus its fdatasync.
+    pub batch_latency: Percentiles,
+}
+
+/// Everything `iggy-bench disk` reports.
+#[derive(Clone, Debug, Serialize)]
+pub struct DiskReport {
+    pub record_bytes: usize,
+    pub batch_records: usize,
+    /// Appending at the end of a growing file, fdatasync per batch.
+    pub append_grow: AppendResult,
+    /// Overwriting a preallocated, zero-filled file, fdatasync per batch.
+    pub append_prefilled: AppendResult,
+    /// 4 KiB pwrite + fdatasync at sequential offsets of a prefilled file.
+    pub sync_4k: Percentiles,
+    /// Buffered sequential writes in 1 MiB calls, no sync (page-cache speed).
+    pub buffered_write_megabytes_per_second: f64,
+    /// Sequential reads in 1 MiB calls of the file just written (warm page cache).
+    pub warm_read_megabytes_per_second: f64,
+}
+
+fn megabytes_per_second(bytes: u64, elapsed: Duration) -> f64 {
+    bytes as f64 / 1e6 / elapsed.as_secs_f64().max(f64::MIN_POSITIVE)
+}
+
+fn batch_bytes(config: &DiskConfig) -> Vec<u8> {
+    let len = config.record_bytes * config.batch_records;
+    (0..=250u8).cycle().take(len).collect()
+}
+
+fn append<F: WriteFile>(
+    scenario: &'static str,
+    file: &F,
+    config: &DiskConfig,
+) -> iggy_io::Result<AppendResult> {
+    let batch = batch_bytes(config);
+    let batches = (config.total_bytes / batch.len() as u64).max(1);
+    let mut latencies = Vec::with_capacity(usize::try_from(batches).unwrap_or(0));
+    let start = Instant::now();
+    for index in 0..batches {
+        let began = Instant::now();
+        file.write_all_at(index * batch.len() as u64, &batch)?;
+        // The sync is the point of the measurement: a published batch is a durable batch.
+        file.sync_data()?;
+        latencies.push(began.elapsed());
+    }
+    let elapsed = start.elapsed();
+    let records = batches * config.batch_records as u64;
+    let bytes = batches * batch.len() as u64;
+    Ok(AppendResult {
+        scenario,
+        records,
+        bytes,
+        seconds: elapsed.as_secs_f64(),
+        records_per_second: records as f64 / elapsed.as_secs_f64().max(f64::MIN_POSITIVE),
+        megabytes_per_second: megabytes_per_second(bytes, elapsed),
+        batch_latency: percentiles(&mut latencies),
+    })
+}
+
+/// Writes `len` zero bytes and syncs them, so later overwrites do not change the file size.
+fn prefill<F: WriteFile>(file: &F, len: u64) -> iggy_io::Result<()> {
+    let zeros = vec![0u8; 1 << 20];
+    let mut offset = 0;
+    while offset < len {
+        let chunk = zeros
+            .len()
+            .min(usize::try_from(len - offset).unwrap_or(usize::MAX));
+        file.write_all_at(offset, &zeros[..chunk])?;
+        offset += chunk as u64;
+    }
+    // Durable zeros: the measured overwrites then need no metadata in their fdatasync.
+    file.sync_all()
+}
+
+/// Runs every disk scenario in `storage` (files are removed afterwards).
+pub fn run(
+    storage: &OsStorage,
+    config: &DiskConfig,
+    mut progress: impl FnMut(&str),
+) -> iggy_io::Result<DiskReport> {
+    progress("append, growing file, fdatasync per batch");
+    let grow = storage.open("bench-append-grow", OpenMode::CreateNew)?;
+    let append_grow = append("append (growing file)", &grow, config)?;
+    drop(grow);
+
+    progress("append, prefilled file, fdatasync per batch");
+    let prefilled = storage.open("bench-append-prefilled", OpenMode::CreateNew)?;
+    prefill(
+        &prefilled,
+        config.total_bytes + batch_bytes(config).len() as u64,
+    )?;
+    let append_prefilled = append("append (prefilled file)", &prefilled, config)?;
+
+    progress("4 KiB write + fdatasync latency");
+    let block = vec![0xA5u8; 4096];
+    let mut latencies = Vec::with_capacity(config.sync_iterations);
+    for index in 0..config.sync_iterations as u64 {
+        let began = Instant::now();
+        prefilled.write_all_at(index * 4096 % config.total_bytes.max(4096), &block)?;
+        // Each probe is one durable 4 KiB write: the floor of any publish.
+        prefilled.sync_data()?;
+        latencies.push(began.elapsed());
+    }
+    let sync_4k = percentiles(&mut latencies);
+    drop(prefilled);
+
+    progress("buffered sequential write and warm read");
+    let buffered = storage.open("bench-buffered", OpenMode::CreateNew)?;
+    let chunk = vec![0x3Cu8; 1 << 20];
+    let start = Instant::now();
+    let mut offset = 0u64;
+    while offset < config.total_bytes {
+        buffered.write_all_at(offset, &chunk)?;
+        offset += chunk.len() as u64;
+    }
+    let buffered_write_megabytes_per_second = megabytes_per_second(offset, start.elapsed());
+    let mut read_buf = vec![0u8; 1 << 20];
+    let start = Instant::now();
+    let len = buffered.len()?;
+    let mut offset = 0u64;
+    while offset < len {
+        let count = buffered.read_at(offset, &mut read_buf)?;
+        if count == 0 {
+            break;
+        }
+        offset += count as u64;
+    }
+    let warm_read_megabytes_per_second = megabytes_per_second(offset, start.elapsed());
+    drop(buffered);
+
+    for name in [
+        "bench-append-grow",
+        "bench-append-prefilled",
+        "bench-buffered",
+    ] {
+        storage.unlink(name)?;
+    }
+    Ok(DiskReport {
+        record_bytes: config.record_bytes,
+        batch_records: config.batch_records,
+        append_grow,
+        append_prefilled,
+        sync_4k,
+        buffered_write_megabytes_per_second,
+        warm_read_megabytes_per_second,
+    })
+}
+
+/// The report as a plain-text table.
+#[must_use]
+pub fn render(report: &DiskReport) -> String {
+    use std::fmt::Write;
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "records of {} bytes, batches of {} records, fdatasync per batch",
+        report.record_bytes, report.batch_records
+    );
+    let _ = writeln!(
+        out,
+        "{:<26} {:>12} {:>10} {:>12} {:>12}",
+        "scenario", "records/s", "MB/s", "batch p50", "batch p99"
+    );
+    for result in [&report.append_grow, &report.append_prefilled] {
+        let _ = writeln!(
+            out,
+            "{:<26} {:>12.0} {:>10.1} {:>10.0}us {:>10.0}us",
+            result.scenario,
+            result.records_per_second,
+            result.megabytes_per_second,
+            result.batch_latency.p50_us,
+            result.batch_latency.p99_us
+        );
+    }
+    let sync = &report.sync_4k;
+    let _ = writeln!(
+        out,
+        "4 KiB write+fdatasync:     p50 {:.0}us  p99 {:.0}us  p999 {:.0}us  max {:.0}us  ({} samples, {:.0}/s at p50)",
+        sync.p50_us,
+        sync.p99_us,
+        sync.p999_us,
+        sync.max_us,
+        sync.count,
+        1e6 / sync.p50_us.max(f64::MIN_POSITIVE)
+    );
+    let _ = writeln!(
+        out,
+        "buffered write:            {:.0} MB/s (1 MiB calls, no sync)",
+        report.buffered_write_megabytes_per_second
+    );
+    let _ = writeln!(
+        out,
+        "warm sequential read:      {:.0} MB/s (1 MiB calls, page cache)",
+        report.warm_read_megabytes_per_second
+    );
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A tiny run on a temp dir: every scenario produces figures and leaves no file behind.
+    #[test]
+    fn a_small_run_measures_every_scenario_and_cleans_up() {
+        let dir = tempfile::tempdir().unwrap();
+        let storage = OsStorage::open(dir.path()).unwrap();
+        let config = DiskConfig {
+            record_bytes: 100,
+            batch_records: 10,
+            total_bytes: 64 << 10,
+            sync_iterations: 8,
+        };
+        let mut steps = 0;
+        let report = run(&storage, &config, |_| steps += 1).unwrap();
+        assert_eq!(steps, 4);
+        assert_eq!(report.append_grow.bytes, 65_000, "65 batches of 1000 bytes");
+        assert_eq!(report.append_grow.records, 650);
+        assert_eq!(report.sync_4k.count, 8);
+        assert!(report.append_prefilled.records_per_second > 0.0);
+        assert!(
+            iggy_io::ReadStorage::list_dir(&storage, "")
+                .unwrap()
+                .is_empty()
+        );
+        assert!(render(&report).contains("append (prefilled file)"));
+    }
+}

@@ -1,0 +1,83 @@
+//! Crash-state enumeration over the creation of a superblock and 50 random updates: at every
+//! crash point and every allowed lost, kept or torn state, boot must see the last state whose
+//! write returned or the one being written: never anything else, never a refusal.
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::cast_possible_truncation,
+    reason = "test code: a failed unwrap is a failed test; casts are of small test values"
+)]
+
+mod common;
+
+use common::{DIR, ID, dir, states};
+use iggy_io::{EnumerationConfig, ReadOnly, SimStorage, enumerate};
+use iggy_superblock::{Opened, RepairPolicy, Superblock, read};
+
+const UPDATES: usize = 50;
+
+#[test]
+fn every_crash_state_boots_to_the_acknowledged_or_the_in_flight_state() {
+    let states = states(0x5EED, UPDATES + 1);
+    let storage = SimStorage::new(1);
+    storage.mark("writing 0");
+    let mut superblock = Superblock::create(storage.clone(), dir(), ID, states[0]).unwrap();
+    storage.mark("written 0");
+    for (index, state) in states.iter().enumerate().skip(1) {
+        storage.mark(format!("writing {index}"));
+        superblock.write(*state).unwrap();
+        storage.mark(format!("written {index}"));
+    }
+    let trace = storage.trace();
+
+    let counts = enumerate(&trace, &EnumerationConfig::default(), |crash| {
+        let number = |prefix: &str| {
+            crash
+                .marks
+                .iter()
+                .rev()
+                .find_map(|m| m.strip_prefix(prefix)?.parse::<usize>().ok())
+        };
+        let acknowledged = number("written ");
+        let in_flight = number("writing ").filter(|&w| Some(w) != acknowledged);
+        // Check mode first: a read-only view of the crash state.
+        let opened = read(&ReadOnly::new(crash.storage.clone()), dir(), &ID)
+            .map_err(|e| format!("refused: {e}"))?;
+        let record = match opened {
+            Opened::Fresh if acknowledged.is_none() => return Ok(()),
+            Opened::Fresh => return Err(format!("fresh after state {acknowledged:?} was written")),
+            Opened::Present { record, .. } => record,
+        };
+        let index = usize::try_from(record.sequence - 1).unwrap();
+        if Some(index) != acknowledged && Some(index) != in_flight {
+            return Err(format!(
+                "booted to sequence {} but acknowledged {acknowledged:?}, in flight {in_flight:?}",
+                record.sequence
+            ));
+        }
+        if record.state != states[index] {
+            return Err(format!(
+                "sequence {} carries the wrong state",
+                record.sequence
+            ));
+        }
+        // Open mode repairs, after which the superblock is clean and says the same.
+        let (repaired, _) =
+            Superblock::open(crash.storage.clone(), dir(), &ID, RepairPolicy::Repair)
+                .map_err(|e| format!("open refused: {e}"))?
+                .ok_or("open saw a fresh group")?;
+        match read(&crash.storage, dir(), &ID).map_err(|e| e.to_string())? {
+            Opened::Present {
+                record: again,
+                repairs,
+                ..
+            } if again == record && repairs.is_empty() && *repaired.record() == record => Ok(()),
+            other => Err(format!("after repair: {other:?}")),
+        }
+    })
+    .unwrap_or_else(|failure| panic!("{failure}"));
+    assert!(counts.points > 4 * UPDATES, "{counts:?}");
+    assert!(counts.torn_states > 0, "{counts:?}");
+    assert!(SimStorage::new(0).trace().is_empty());
+    assert_eq!(DIR, "g");
+}
