@@ -135,6 +135,11 @@ pub fn directories<S: Storage>(storage: &S) {
             .exists("nope/deeper")
             .expect("missing parent is false")
     );
+    assert!(
+        !storage
+            .exists("a/z/deeper")
+            .expect("a file as parent is false")
+    );
     storage.sync_dir("a/b").expect("sync_dir");
     storage.sync_dir("").expect("sync root");
     storage.remove_dir_all("a").expect("remove_dir_all");

@@ -200,15 +200,18 @@ impl ReadStorage for OsStorage {
         let Some((name, parent)) = names.split_last() else {
             return Ok(true);
         };
+        // A missing parent, or a parent that is a file, means the path does not exist.
         let dir = match self.walk(Op::Exists, path, parent) {
             Ok(dir) => dir,
-            Err(error) if error.kind == ErrorKind::NotFound => return Ok(false),
+            Err(error) if matches!(error.kind, ErrorKind::NotFound | ErrorKind::NotADirectory) => {
+                return Ok(false);
+            }
             Err(error) => return Err(error),
         };
         let dir = dir.as_ref().map_or(self.root.as_fd(), AsFd::as_fd);
         match rustix::fs::statat(dir, *name, AtFlags::SYMLINK_NOFOLLOW) {
             Ok(_) => Ok(true),
-            Err(Errno::NOENT) => Ok(false),
+            Err(Errno::NOENT | Errno::NOTDIR) => Ok(false),
             Err(errno) => Err(os_error(Op::Exists, path, errno)),
         }
     }
