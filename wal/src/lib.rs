@@ -1,1 +1,807 @@
-//! The write-ahead log (see the WAL issue): not built yet. Generic over `iggy_io::Storage`.
+//! The write-ahead log: hash-chained entries `[256-byte header][body]` in files named by their
+//! first op, group commit, and a published durable frontier that boot trusts and nothing else.
+//!
+//! Invariants:
+//! - the log is one hash chain: op `n + 1` follows op `n`, and its `parent` is op `n`'s header
+//!   checksum, across file boundaries;
+//! - [`Wal::published`] names only bytes that were `fdatasync`ed before the frontier naming them
+//!   was written, and the frontier itself was `fdatasync`ed before the publication returned;
+//! - a publication in flight never blocks appends: they go to a buffer the next publication takes;
+//! - unpublished bytes are bounded by `Config::unpublished_bytes_max` (an append past it is
+//!   refused with `Backpressure`, never dropped);
+//! - after a failed write or sync the log is poisoned and refuses everything until reopened;
+//! - boot ([`Wal::open`], [`check`]) trusts the published prefix only; see [`boot`].
+
+pub mod boot;
+mod error;
+pub mod frontier;
+pub mod scan;
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+
+use iggy_format::checksum::Checksum;
+use iggy_format::constants::HEADER_SIZE;
+use iggy_format::{Header, header::stored_checksum};
+use iggy_io::{OpenMode, ReadFile, Storage, WriteFile};
+
+pub use boot::{Action, Finding, FindingKind, Mode, Report, check};
+pub use error::WalError;
+pub use frontier::Frontier;
+pub use scan::StopReason;
+
+use boot::{FRONTIER_FILE, FRONTIER_TEMP_FILE, file_name};
+
+/// How a log is laid out and bounded.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// The consensus group this log belongs to (checked at boot against the frontier).
+    pub group: u128,
+    /// This process's boot incarnation, stamped on every publication.
+    pub incarnation: u64,
+    /// Each file is preallocated to this size; an entry that does not fit starts a new file.
+    pub file_size_bytes: u64,
+    /// Write zeros over a new file's preallocated space, so later `fdatasync`s need no metadata.
+    pub zero_fill: bool,
+    /// Buffered bytes written out (without a sync) once this many accumulate.
+    pub flush_bytes: usize,
+    /// Most bytes appended but not published; an append past it fails with `Backpressure`.
+    pub unpublished_bytes_max: u64,
+}
+
+impl Config {
+    /// Defaults for a group: 64 MiB files, zero-filled, 1 MiB flushes, 64 MiB unpublished.
+    #[must_use]
+    pub fn new(group: u128) -> Self {
+        Self {
+            group,
+            incarnation: 0,
+            file_size_bytes: 64 << 20,
+            zero_fill: true,
+            flush_bytes: 1 << 20,
+            unpublished_bytes_max: 64 << 20,
+        }
+    }
+}
+
+/// A verified entry read back from the log.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Entry {
+    pub header: Header,
+    pub body: Vec<u8>,
+}
+
+/// What an append did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Appended {
+    /// Queued as the new head; durable once a publication covers it.
+    Queued { op: u64 },
+    /// The entry is the current head already (same checksum): nothing to do.
+    Duplicate { op: u64 },
+}
+
+struct LogFile<F> {
+    first_op: u64,
+    path: PathBuf,
+    file: Arc<F>,
+    /// Offset of op `first_op + i` at `offsets[i]`.
+    offsets: Vec<u64>,
+    /// End of the bytes assigned to entries (written or buffered).
+    end: u64,
+}
+
+struct Chunk<F> {
+    first_op: u64,
+    file: Arc<F>,
+    offset: u64,
+    bytes: Vec<u8>,
+}
+
+struct State<F> {
+    files: Vec<LogFile<F>>,
+    head_op: u64,
+    head_checksum: Checksum,
+    pending: Vec<Chunk<F>>,
+    pending_bytes: usize,
+    /// Files written since the last publication (keyed by first op).
+    dirty: Vec<(u64, Arc<F>)>,
+    published: Frontier,
+    publishing: bool,
+    poisoned: Option<String>,
+    appended_bytes: u64,
+    published_bytes: u64,
+}
+
+/// The write-ahead log of one consensus group.
+pub struct Wal<S: Storage> {
+    storage: S,
+    dir: PathBuf,
+    config: Config,
+    frontier_file: S::File,
+    state: Mutex<State<S::File>>,
+    published_changed: Condvar,
+}
+
+impl<S: Storage> std::fmt::Debug for Wal<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Wal")
+            .field("dir", &self.dir)
+            .finish_non_exhaustive()
+    }
+}
+
+fn poisoned_error(dir: &Path, cause: &str) -> WalError {
+    WalError::Poisoned {
+        dir: dir.to_path_buf(),
+        cause: cause.to_string(),
+    }
+}
+
+impl<S: Storage> Wal<S> {
+    /// Creates an empty log in `dir` whose first entry will be `first_op`, chained to `parent`
+    /// (the checksum of the entry before it, or 0 for a new history).
+    pub fn create(
+        storage: S,
+        dir: &Path,
+        config: Config,
+        first_op: u64,
+        parent: Checksum,
+    ) -> Result<Self, WalError> {
+        assert!(first_op >= 1, "ops start at 1");
+        if boot::analyze(&storage, dir, config.group)?.is_some() {
+            return Err(WalError::AlreadyExists {
+                dir: dir.to_path_buf(),
+            });
+        }
+        if !storage.exists(dir)? {
+            storage.create_dir(dir)?;
+            // The log directory must be durable in its parent before anything relies on it.
+            storage.sync_dir(dir.parent().unwrap_or(Path::new("")))?;
+        }
+        let temp = dir.join(FRONTIER_TEMP_FILE);
+        if storage.exists(&temp)? {
+            storage.unlink(&temp)?;
+        }
+        let empty = Frontier {
+            sequence: 0,
+            generation: 0,
+            group: config.group,
+            incarnation: config.incarnation,
+            head_op: first_op - 1,
+            head_checksum: parent,
+            head_file: first_op,
+            published_length: 0,
+        };
+        let file = storage.open(&temp, OpenMode::CreateNew)?;
+        for sequence in [0, 1] {
+            let slot = Frontier { sequence, ..empty };
+            file.write_all_at(slot.offset(), &frontier::encode(&slot))?;
+        }
+        // Both slots durable before the name makes the log exist.
+        file.sync_data()?;
+        drop(file);
+        storage.rename(&temp, dir.join(FRONTIER_FILE))?;
+        // The frontier's name must be durable before the first WAL file can exist beside it
+        // (WAL files without a frontier refuse to boot).
+        storage.sync_dir(dir)?;
+        let frontier_file = storage.open(dir.join(FRONTIER_FILE), OpenMode::Existing)?;
+        let published = Frontier {
+            sequence: 1,
+            ..empty
+        };
+        let wal = Self::from_parts(
+            storage,
+            dir,
+            config,
+            frontier_file,
+            published,
+            Vec::new(),
+            parent,
+        );
+        wal.create_file(&mut wal.lock(), first_op)?;
+        Ok(wal)
+    }
+
+    /// Boots the log in `dir`: verifies the published prefix, discards what lies past it, and
+    /// opens it for appends. `Ok(None)` when there is no log (fresh). `mode` is `Open` or
+    /// `Repair` (use [`check`] for `Check`: it needs only a read-only storage).
+    pub fn open(
+        storage: S,
+        dir: &Path,
+        config: Config,
+        mode: Mode,
+    ) -> Result<Option<(Self, Report)>, WalError> {
+        assert!(
+            mode != Mode::Check,
+            "Check mode is `check()`: it must not hold a writable storage"
+        );
+        let Some(analysis) = boot::analyze(&storage, dir, config.group)? else {
+            return Ok(None);
+        };
+        boot::apply(&storage, &analysis)?;
+        let published = analysis.new_frontier.unwrap_or(analysis.frontier);
+        let mut files = Vec::new();
+        let mut missing_head = None;
+        for boot_file in &analysis.files {
+            if !storage.exists(&boot_file.path)? {
+                missing_head = Some(boot_file.first_op);
+                continue;
+            }
+            files.push(LogFile {
+                first_op: boot_file.first_op,
+                path: boot_file.path.clone(),
+                file: Arc::new(storage.open(&boot_file.path, OpenMode::Existing)?),
+                offsets: boot_file.offsets.clone(),
+                end: boot_file.end,
+            });
+        }
+        let frontier_file = storage.open(dir.join(FRONTIER_FILE), OpenMode::Existing)?;
+        let wal = Self::from_parts(
+            storage,
+            dir,
+            config,
+            frontier_file,
+            published,
+            files,
+            analysis.head_checksum,
+        );
+        if let Some(first_op) = missing_head {
+            wal.create_file(&mut wal.lock(), first_op)?;
+        }
+        Ok(Some((wal, analysis.report)))
+    }
+
+    fn from_parts(
+        storage: S,
+        dir: &Path,
+        config: Config,
+        frontier_file: S::File,
+        published: Frontier,
+        files: Vec<LogFile<S::File>>,
+        head_checksum: Checksum,
+    ) -> Self {
+        let state = State {
+            files,
+            head_op: published.head_op,
+            head_checksum,
+            pending: Vec::new(),
+            pending_bytes: 0,
+            dirty: Vec::new(),
+            published,
+            publishing: false,
+            poisoned: None,
+            appended_bytes: 0,
+            published_bytes: 0,
+        };
+        Self {
+            storage,
+            dir: dir.to_path_buf(),
+            config,
+            frontier_file,
+            state: Mutex::new(state),
+            published_changed: Condvar::new(),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State<S::File>> {
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn wait<'a>(&self, guard: MutexGuard<'a, State<S::File>>) -> MutexGuard<'a, State<S::File>> {
+        self.published_changed
+            .wait(guard)
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Locks, waits for no publication in flight, and checks the log is not poisoned.
+    fn lock_idle(&self) -> Result<MutexGuard<'_, State<S::File>>, WalError> {
+        let mut state = self.lock();
+        while state.publishing {
+            state = self.wait(state);
+        }
+        match &state.poisoned {
+            Some(cause) => Err(poisoned_error(&self.dir, cause)),
+            None => Ok(state),
+        }
+    }
+
+    fn poison(&self, state: &mut State<S::File>, error: &WalError) {
+        if state.poisoned.is_none() {
+            tracing::error!(dir = %self.dir.display(), %error, "WAL poisoned");
+            state.poisoned = Some(error.to_string());
+        }
+    }
+
+    /// Creates the file whose first op is `first_op`, preallocated, and makes its name durable.
+    fn create_file(&self, state: &mut State<S::File>, first_op: u64) -> Result<(), WalError> {
+        let result = (|| {
+            let path = self.dir.join(file_name(first_op));
+            let file = self.storage.open(&path, OpenMode::CreateNew)?;
+            file.allocate(0, self.config.file_size_bytes)?;
+            if self.config.zero_fill {
+                let zeros = vec![0u8; 1 << 20];
+                let mut offset = 0;
+                while offset < self.config.file_size_bytes {
+                    let count = (self.config.file_size_bytes - offset).min(zeros.len() as u64);
+                    file.write_all_at(offset, &zeros[..usize::try_from(count).unwrap_or(0)])?;
+                    offset += count;
+                }
+            }
+            // The preallocated extent (and its zeros) durable now, so that publishing into it
+            // later is a data-only fdatasync.
+            file.sync_all()?;
+            // The file's name must be durable before a frontier may name it.
+            self.storage.sync_dir(&self.dir)?;
+            Ok::<_, iggy_io::Error>(LogFile {
+                first_op,
+                path,
+                file: Arc::new(file),
+                offsets: Vec::new(),
+                end: 0,
+            })
+        })();
+        match result {
+            Ok(file) => {
+                state.files.push(file);
+                Ok(())
+            }
+            Err(error) => {
+                let error = WalError::from(error);
+                self.poison(state, &error);
+                Err(error)
+            }
+        }
+    }
+
+    /// Queues an entry as the new head. It is durable once a publication covers it
+    /// ([`Wal::publish`], [`Wal::wait_published`]).
+    pub fn append(&self, header: &Header, body: &[u8]) -> Result<Appended, WalError> {
+        let encoded = header.encode();
+        let checksum = stored_checksum(&encoded);
+        let mut state = self.lock();
+        if let Some(cause) = &state.poisoned {
+            return Err(poisoned_error(&self.dir, cause));
+        }
+        if header.op == state.head_op && checksum == state.head_checksum {
+            return Ok(Appended::Duplicate { op: header.op });
+        }
+        if header.op <= state.head_op {
+            return Err(WalError::Conflict { op: header.op });
+        }
+        if header.op != state.head_op + 1 {
+            return Err(WalError::OpGap {
+                head: state.head_op,
+                found: header.op,
+            });
+        }
+        if header.parent != state.head_checksum {
+            return Err(WalError::ParentMismatch {
+                op: header.op,
+                parent: header.parent,
+                head_checksum: state.head_checksum,
+            });
+        }
+        if !header.body_matches(body) {
+            return Err(WalError::BadEntry {
+                op: header.op,
+                reason: "body does not match the header's size and body checksum",
+            });
+        }
+        let size = u64::from(header.size);
+        let unpublished = state.appended_bytes - state.published_bytes;
+        if unpublished + size > self.config.unpublished_bytes_max {
+            return Err(WalError::Backpressure {
+                dir: self.dir.clone(),
+                unpublished_bytes: unpublished,
+                budget_bytes: self.config.unpublished_bytes_max,
+            });
+        }
+        let needs_new_file = state
+            .files
+            .last()
+            .is_none_or(|head| head.end > 0 && head.end + size > self.config.file_size_bytes);
+        if needs_new_file {
+            self.create_file(&mut state, header.op)?;
+        }
+        let state = &mut *state;
+        let head = state
+            .files
+            .last_mut()
+            .unwrap_or_else(|| unreachable!("a head file exists"));
+        let offset = head.end;
+        head.offsets.push(offset);
+        head.end += size;
+        let first_op = head.first_op;
+        match state.pending.last_mut() {
+            Some(chunk)
+                if chunk.first_op == first_op
+                    && chunk.offset + chunk.bytes.len() as u64 == offset =>
+            {
+                chunk.bytes.extend_from_slice(&encoded);
+                chunk.bytes.extend_from_slice(body);
+            }
+            _ => {
+                let mut bytes = Vec::with_capacity(HEADER_SIZE + body.len());
+                bytes.extend_from_slice(&encoded);
+                bytes.extend_from_slice(body);
+                state.pending.push(Chunk {
+                    first_op,
+                    file: Arc::clone(&head.file),
+                    offset,
+                    bytes,
+                });
+            }
+        }
+        state.pending_bytes += HEADER_SIZE + body.len();
+        state.head_op = header.op;
+        state.head_checksum = checksum;
+        state.appended_bytes += size;
+        if state.pending_bytes >= self.config.flush_bytes {
+            self.flush(state)?;
+        }
+        Ok(Appended::Queued { op: header.op })
+    }
+
+    /// Appends `body` as the next op, with the op and parent assigned under the log's lock, so
+    /// that concurrent appenders need no coordination of their own. Returns the op.
+    pub fn append_body(&self, body: &[u8], view: u32, timestamp_ns: u64) -> Result<u64, WalError> {
+        loop {
+            let (head_op, head_checksum) = self.head();
+            let header = next_header(head_op + 1, head_checksum, view, timestamp_ns, body);
+            match self.append(&header, body) {
+                Ok(Appended::Queued { op }) => return Ok(op),
+                // Another appender took that op first: build the header again on the new head.
+                Err(WalError::Conflict { .. } | WalError::ParentMismatch { .. }) => {}
+                Ok(Appended::Duplicate { .. }) => {}
+                Err(error) => return Err(error),
+            }
+        }
+    }
+
+    /// Writes the buffered chunks (no sync), under the lock.
+    fn flush(&self, state: &mut State<S::File>) -> Result<(), WalError> {
+        let chunks = std::mem::take(&mut state.pending);
+        state.pending_bytes = 0;
+        for chunk in chunks {
+            if let Err(error) = chunk.file.write_all_at(chunk.offset, &chunk.bytes) {
+                let error = WalError::from(error);
+                self.poison(state, &error);
+                return Err(error);
+            }
+            mark_dirty(&mut state.dirty, chunk.first_op, &chunk.file);
+        }
+        Ok(())
+    }
+
+    /// Publishes everything appended before this call: makes it durable, then records the new
+    /// frontier durably. Concurrent callers share one publication (group commit).
+    pub fn publish(&self) -> Result<Frontier, WalError> {
+        let head = self.lock().head_op;
+        self.wait_published(head)
+    }
+
+    /// Returns once a publication covers `op`, publishing if no other caller is (group commit:
+    /// waiters arriving during a publication are covered by the next one, which one of them runs).
+    pub fn wait_published(&self, op: u64) -> Result<Frontier, WalError> {
+        let mut state = self.lock();
+        loop {
+            if let Some(cause) = &state.poisoned {
+                return Err(poisoned_error(&self.dir, cause));
+            }
+            if state.published.head_op >= op || state.head_op < op {
+                return Ok(state.published);
+            }
+            if state.publishing {
+                state = self.wait(state);
+                continue;
+            }
+            state = self.run_publication(state)?;
+        }
+    }
+
+    /// One publication, with the lock released during its I/O so appends continue.
+    fn run_publication<'a>(
+        &'a self,
+        mut state: MutexGuard<'a, State<S::File>>,
+    ) -> Result<MutexGuard<'a, State<S::File>>, WalError> {
+        state.publishing = true;
+        let chunks = std::mem::take(&mut state.pending);
+        state.pending_bytes = 0;
+        let mut dirty = std::mem::take(&mut state.dirty);
+        for chunk in &chunks {
+            mark_dirty(&mut dirty, chunk.first_op, &chunk.file);
+        }
+        let head = state
+            .files
+            .last()
+            .unwrap_or_else(|| unreachable!("a head file exists"));
+        let next = Frontier {
+            sequence: state.published.sequence + 1,
+            incarnation: self.config.incarnation,
+            head_op: state.head_op,
+            head_checksum: state.head_checksum,
+            head_file: head.first_op,
+            published_length: head.end,
+            ..state.published
+        };
+        let appended_bytes = state.appended_bytes;
+        drop(state);
+
+        let result = (|| {
+            for chunk in &chunks {
+                chunk.file.write_all_at(chunk.offset, &chunk.bytes)?;
+            }
+            for (_, file) in &dirty {
+                // The entries must be durable before the frontier that names them is written.
+                file.sync_data()?;
+            }
+            self.frontier_file
+                .write_all_at(next.offset(), &frontier::encode(&next))?;
+            // The publication exists once this returns: nothing is acknowledged before it.
+            self.frontier_file.sync_data()
+        })();
+
+        let mut state = self.lock();
+        state.publishing = false;
+        let outcome = match result {
+            Ok(()) => {
+                state.published = next;
+                state.published_bytes = appended_bytes;
+                Ok(())
+            }
+            Err(error) => {
+                let error = WalError::from(error);
+                self.poison(&mut state, &error);
+                Err(error)
+            }
+        };
+        self.published_changed.notify_all();
+        outcome.map(|()| state)
+    }
+
+    /// The latest durable publication.
+    pub fn published(&self) -> Frontier {
+        self.lock().published
+    }
+
+    /// The appended head: op and header checksum.
+    pub fn head(&self) -> (u64, Checksum) {
+        let state = self.lock();
+        (state.head_op, state.head_checksum)
+    }
+
+    /// The first retained op.
+    pub fn first_op(&self) -> u64 {
+        let state = self.lock();
+        state
+            .files
+            .first()
+            .map_or(state.head_op + 1, |f| f.first_op)
+    }
+
+    /// Reads and verifies the entries `from..=to`.
+    pub fn read(&self, from: u64, to: u64) -> Result<Vec<Entry>, WalError> {
+        let mut state = self.lock_idle()?;
+        let first_op = state
+            .files
+            .first()
+            .map_or(state.head_op + 1, |f| f.first_op);
+        for op in [from, to] {
+            if op < first_op || op > state.head_op {
+                return Err(WalError::OutOfRange {
+                    what: "read",
+                    op,
+                    first_op,
+                    head_op: state.head_op,
+                });
+            }
+        }
+        self.flush(&mut state)?;
+        let mut locations = Vec::new();
+        for op in from..=to {
+            let index = state.files.partition_point(|f| f.first_op <= op) - 1;
+            let file = &state.files[index];
+            let position = usize::try_from(op - file.first_op).unwrap_or(usize::MAX);
+            let offset = file.offsets[position];
+            let end = file.offsets.get(position + 1).copied().unwrap_or(file.end);
+            locations.push((op, Arc::clone(&file.file), offset, end - offset));
+        }
+        drop(state);
+        let mut entries = Vec::with_capacity(locations.len());
+        for (op, file, offset, size) in locations {
+            let mut bytes = vec![0u8; usize::try_from(size).unwrap_or(0)];
+            file.read_exact_at(offset, &mut bytes)?;
+            let header = Header::decode(&bytes).map_err(|error| WalError::Corrupt {
+                file: file.path().to_path_buf(),
+                offset,
+                reason: StopReason::Header(error),
+            })?;
+            let body = bytes.split_off(HEADER_SIZE);
+            // Paired with the checks at append: what comes back is what went in.
+            if header.op != op || !header.body_matches(&body) {
+                return Err(WalError::Corrupt {
+                    file: file.path().to_path_buf(),
+                    offset,
+                    reason: StopReason::Body { op },
+                });
+            }
+            entries.push(Entry { header, body });
+        }
+        Ok(entries)
+    }
+
+    /// Drops every entry after `op` (a view change cutting an uncommitted suffix). Durable
+    /// before it returns: the cut is published first, then the bytes past it are zeroed and
+    /// later files removed.
+    pub fn truncate_after(&self, op: u64) -> Result<(), WalError> {
+        let mut guard = self.lock_idle()?;
+        let state = &mut *guard;
+        let first_op = state
+            .files
+            .first()
+            .map_or(state.head_op + 1, |f| f.first_op);
+        if op == state.head_op {
+            return Ok(());
+        }
+        if op > state.head_op || op + 1 < first_op {
+            return Err(WalError::OutOfRange {
+                what: "truncate_after",
+                op,
+                first_op,
+                head_op: state.head_op,
+            });
+        }
+        let result = self.truncate_locked(state, op);
+        if let Err(error) = &result {
+            self.poison(state, error);
+        }
+        result
+    }
+
+    fn truncate_locked(&self, state: &mut State<S::File>, op: u64) -> Result<(), WalError> {
+        // Everything kept must be durable before a frontier names it.
+        self.flush(state)?;
+        for (_, file) in std::mem::take(&mut state.dirty) {
+            file.sync_data()?;
+        }
+        let index = state
+            .files
+            .iter()
+            .rposition(|f| f.first_op <= op)
+            .unwrap_or(0);
+        let keep = usize::try_from(op + 1 - state.files[index].first_op).unwrap_or(0);
+        let file = &state.files[index];
+        let (new_end, head_checksum) = if keep == 0 {
+            // Nothing kept in this file: the new head is the entry before it, named by the
+            // first entry's parent (or the current frontier's when that is the same place).
+            let mut header = [0u8; HEADER_SIZE];
+            file.file.read_exact_at(0, &mut header)?;
+            (
+                0,
+                Header::decode(&header)
+                    .map(|h| h.parent)
+                    .map_err(|error| WalError::Corrupt {
+                        file: file.path.clone(),
+                        offset: 0,
+                        reason: StopReason::Header(error),
+                    })?,
+            )
+        } else {
+            let offset = file.offsets[keep - 1];
+            let mut header = [0u8; HEADER_SIZE];
+            file.file.read_exact_at(offset, &mut header)?;
+            let end = file.offsets.get(keep).copied().unwrap_or(file.end);
+            (end, stored_checksum(&header))
+        };
+        let next = Frontier {
+            sequence: state.published.sequence + 1,
+            generation: state.published.generation + 1,
+            incarnation: self.config.incarnation,
+            head_op: op,
+            head_checksum,
+            head_file: file.first_op,
+            published_length: new_end,
+            ..state.published
+        };
+        self.frontier_file
+            .write_all_at(next.offset(), &frontier::encode(&next))?;
+        // The cut is durable before anything past it is touched.
+        self.frontier_file.sync_data()?;
+        state.published = next;
+        let old_end = file.end;
+        let zeros = vec![0u8; usize::try_from(old_end - new_end).unwrap_or(0)];
+        file.file.write_all_at(new_end, &zeros)?;
+        // Zeroed so the dropped entries cannot reappear behind entries appended over them.
+        file.file.sync_data()?;
+        let removed: Vec<LogFile<S::File>> = state.files.drain(index + 1..).collect();
+        for file in &removed {
+            self.storage.unlink(&file.path)?;
+        }
+        if !removed.is_empty() {
+            // The removals are durable before a file of the same name can be created again.
+            self.storage.sync_dir(&self.dir)?;
+        }
+        let head = &mut state.files[index];
+        head.offsets.truncate(keep);
+        head.end = new_end;
+        state.head_op = op;
+        state.head_checksum = head_checksum;
+        state.published_bytes = state.appended_bytes;
+        Ok(())
+    }
+
+    /// Removes whole files whose entries are all at or before `op` (after a checkpoint or
+    /// retention). The head file is never removed. `op` must be published.
+    pub fn drop_prefix(&self, op: u64) -> Result<usize, WalError> {
+        let mut state = self.lock();
+        if let Some(cause) = &state.poisoned {
+            return Err(poisoned_error(&self.dir, cause));
+        }
+        if op > state.published.head_op {
+            let first_op = state.files.first().map_or(0, |f| f.first_op);
+            return Err(WalError::OutOfRange {
+                what: "drop_prefix",
+                op,
+                first_op,
+                head_op: state.published.head_op,
+            });
+        }
+        let count = state
+            .files
+            .windows(2)
+            .take_while(|pair| pair[1].first_op <= op + 1)
+            .count();
+        let removed: Vec<PathBuf> = state.files.drain(..count).map(|f| f.path).collect();
+        drop(state);
+        // Oldest first: a crash leaves a shorter prefix, never a hole.
+        let result = removed
+            .iter()
+            .try_for_each(|path| self.storage.unlink(path))
+            .and_then(|()| {
+                if removed.is_empty() {
+                    Ok(())
+                } else {
+                    self.storage.sync_dir(&self.dir)
+                }
+            });
+        if let Err(error) = result {
+            let error = WalError::from(error);
+            self.poison(&mut self.lock(), &error);
+            return Err(error);
+        }
+        Ok(removed.len())
+    }
+
+    /// The storage the log writes through.
+    pub fn storage(&self) -> &S {
+        &self.storage
+    }
+}
+
+fn mark_dirty<F>(dirty: &mut Vec<(u64, Arc<F>)>, first_op: u64, file: &Arc<F>) {
+    if !dirty.iter().any(|(op, _)| *op == first_op) {
+        dirty.push((first_op, Arc::clone(file)));
+    }
+}
+
+/// Builds the header of the entry after `parent_op`/`parent` for `body`: a convenience for
+/// callers and tests that append opaque bodies.
+#[must_use]
+pub fn next_header(op: u64, parent: Checksum, view: u32, timestamp_ns: u64, body: &[u8]) -> Header {
+    Header {
+        checksum_body: iggy_format::checksum(body),
+        parent,
+        cluster: 0,
+        op,
+        commit: 0,
+        timestamp_ns,
+        view,
+        size: u32::try_from(HEADER_SIZE + body.len())
+            .unwrap_or_else(|_| panic!("entry of {} bytes", body.len())),
+        command: iggy_format::Command::Prepare,
+        replica: 0,
+        operation: 0,
+    }
+}

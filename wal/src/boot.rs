@@ -1,0 +1,586 @@
+//! Boot: what on disk the log may trust. [`analyze`] reads (it needs only a [`ReadStorage`]) and
+//! returns a [`Report`] plus the plan that `Open` and `Repair` then [`apply`]: the same plan, so
+//! a `Check` report names exactly what `Open` does.
+//!
+//! Rules (see `docs/format.md`, "WAL boot"):
+//! 1. No directory, or nothing in it but a leftover `frontier.tmp`: fresh.
+//! 2. WAL files without a frontier: refuse (`HistoryWithoutFrontier`).
+//! 3. The frontier is the valid slot with the higher sequence. Both unusable: refuse.
+//! 4. Every retained file up to the frontier's head file must verify as one hash chain, op after
+//!    op, file after file, and end exactly at the frontier's head op, offset and checksum. Any
+//!    damage there refuses, naming file and offset: it is never truncated away.
+//! 5. Everything past the frontier is discarded (zeroed in the head file, later files removed)
+//!    and reported, even entries that verify.
+//! 6. If one slot is unreadable, boot cannot tell whether it held the newest publication, so it
+//!    adopts the entries past the valid slot's head that verify as a chain (stopping at the first
+//!    that does not) and publishes them anew; the rest is discarded as in rule 5.
+
+use std::ffi::OsStr;
+use std::path::{Path, PathBuf};
+
+use iggy_format::checksum::Checksum;
+use iggy_io::{EntryKind, ReadFile, ReadStorage, Storage, WriteFile};
+
+use crate::error::WalError;
+use crate::frontier::{self, Frontier, SlotError};
+use crate::scan::{Scan, StopReason, last_nonzero_end, scan};
+
+pub const FRONTIER_FILE: &str = "frontier";
+pub const FRONTIER_TEMP_FILE: &str = "frontier.tmp";
+pub const EXTENSION: &str = "wal";
+
+/// The file name of the WAL file whose first entry is `first_op`.
+#[must_use]
+pub fn file_name(first_op: u64) -> String {
+    format!("{first_op:020}.{EXTENSION}")
+}
+
+/// The first op named by a WAL file name, if it is one.
+#[must_use]
+pub fn parse_file_name(name: &OsStr) -> Option<u64> {
+    let name = name.to_str()?;
+    let digits = name.strip_suffix(".wal")?;
+    (digits.len() == 20 && digits.bytes().all(|b| b.is_ascii_digit()))
+        .then(|| digits.parse().ok())
+        .flatten()
+}
+
+/// How boot treats what it finds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// What a server runs: apply the plan, then serve.
+    Open,
+    /// Report only; change nothing (works on a read-only storage).
+    Check,
+    /// Apply the plan, then stop.
+    Repair,
+}
+
+/// What boot does about a finding.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Action {
+    None,
+    /// Zero the unpublished bytes past the frontier.
+    DiscardUnpublished,
+    /// Remove a file that lies wholly past the frontier (or a leftover temp file).
+    RemoveFile,
+    /// Rewrite the frontier (repairing an unreadable slot).
+    RepairFrontier,
+}
+
+/// What boot found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum FindingKind {
+    /// Bytes past the frontier in the head file; `entries` of them verified as a chain.
+    UnpublishedTail { entries: u64 },
+    /// A whole file past the frontier.
+    FileBeyondFrontier { entries: u64 },
+    /// One frontier slot is unreadable.
+    FrontierSlotDamaged { slot: usize, error: SlotError },
+    /// Entries past the valid slot's head adopted because the other slot was unreadable.
+    Adopted { entries: u64, head_op: u64 },
+    /// A `frontier.tmp` left by an interrupted creation.
+    LeftoverTemp,
+    /// A file this log does not know; left alone.
+    UnknownFile,
+}
+
+impl FindingKind {
+    #[must_use]
+    pub fn action(&self) -> Action {
+        match self {
+            Self::UnpublishedTail { .. } => Action::DiscardUnpublished,
+            Self::FileBeyondFrontier { .. } | Self::LeftoverTemp => Action::RemoveFile,
+            Self::FrontierSlotDamaged { .. } | Self::Adopted { .. } => Action::RepairFrontier,
+            Self::UnknownFile => Action::None,
+        }
+    }
+}
+
+/// One finding: which file, where, how many bytes, what, and (by its kind) what boot does.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Finding {
+    pub file: PathBuf,
+    pub offset: u64,
+    pub bytes: u64,
+    pub kind: FindingKind,
+}
+
+/// What boot found and will do. `Check` returns it; `Open`/`Repair` return it after doing it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Report {
+    pub dir: PathBuf,
+    pub group: u128,
+    pub incarnation: u64,
+    /// The first retained op (after dropped prefixes).
+    pub first_op: u64,
+    /// The head op boot trusts (the frontier's, or past it after adoption).
+    pub head_op: u64,
+    /// Bytes of the trusted prefix still on disk.
+    pub durable_bytes: u64,
+    /// Bytes past the frontier that boot discards.
+    pub discarded_bytes: u64,
+    pub findings: Vec<Finding>,
+}
+
+impl Report {
+    /// Whether boot changes anything on disk.
+    #[must_use]
+    pub fn is_clean(&self) -> bool {
+        self.findings
+            .iter()
+            .all(|f| f.kind.action() == Action::None)
+    }
+}
+
+/// A retained WAL file as boot verified it.
+#[derive(Clone, Debug)]
+pub(crate) struct BootFile {
+    pub first_op: u64,
+    pub path: PathBuf,
+    /// Offsets of the trusted entries, op `first_op + i` at `offsets[i]`.
+    pub offsets: Vec<u64>,
+    /// End of the trusted entries.
+    pub end: u64,
+}
+
+/// The full result of the analysis: the report and the plan behind it.
+#[derive(Clone, Debug)]
+pub(crate) struct Analysis {
+    pub report: Report,
+    pub frontier: Frontier,
+    /// A frontier to write (slot repair or adoption), with the next sequence.
+    pub new_frontier: Option<Frontier>,
+    pub files: Vec<BootFile>,
+    pub head_checksum: Checksum,
+    /// Zero `[from, to)` of the file.
+    pub zero: Vec<(PathBuf, u64, u64)>,
+    pub remove: Vec<PathBuf>,
+    /// Files holding adopted entries: synced before the new frontier names them.
+    pub adopted_files: Vec<PathBuf>,
+}
+
+fn read_frontier<R: ReadStorage>(
+    storage: &R,
+    path: &Path,
+) -> Result<[Result<Frontier, SlotError>; 2], WalError> {
+    let file = storage.open_read(path)?;
+    let len = file.len()?.min(frontier::FILE_SIZE);
+    let mut bytes = vec![0u8; usize::try_from(len).unwrap_or(0)];
+    file.read_exact_at(0, &mut bytes)?;
+    Ok([0usize, 1].map(|slot| {
+        let start = slot * frontier::SLOT_SIZE;
+        frontier::decode(bytes.get(start..).unwrap_or(&[]), slot)
+    }))
+}
+
+fn choose_frontier(
+    path: &Path,
+    slots: [Result<Frontier, SlotError>; 2],
+    findings: &mut Vec<Finding>,
+) -> Result<(Frontier, bool), WalError> {
+    for (slot, result) in slots.iter().enumerate() {
+        if let Err(error) = result
+            && error.is_refusal()
+        {
+            let offset = (slot * frontier::SLOT_SIZE) as u64;
+            return Err(WalError::FrontierRefused {
+                path: path.into(),
+                slot,
+                offset,
+                error: *error,
+            });
+        }
+    }
+    let damaged = |slot: usize, error: SlotError| Finding {
+        file: path.to_path_buf(),
+        offset: (slot * frontier::SLOT_SIZE) as u64,
+        bytes: frontier::SLOT_SIZE as u64,
+        kind: FindingKind::FrontierSlotDamaged { slot, error },
+    };
+    match slots {
+        // Slot = sequence % 2 (checked by decode), so two valid slots never share a sequence.
+        [Ok(a), Ok(b)] => Ok((if a.sequence > b.sequence { a } else { b }, false)),
+        [Ok(a), Err(error)] => {
+            findings.push(damaged(1, error));
+            Ok((a, true))
+        }
+        [Err(error), Ok(b)] => {
+            findings.push(damaged(0, error));
+            Ok((b, true))
+        }
+        [Err(slot_0), Err(slot_1)] => Err(WalError::FrontierUnreadable {
+            path: path.into(),
+            slot_0,
+            slot_1,
+        }),
+    }
+}
+
+/// Reads the log in `dir` and decides what boot trusts and does. `Ok(None)`: fresh.
+pub(crate) fn analyze<R: ReadStorage>(
+    storage: &R,
+    dir: &Path,
+    group: u128,
+) -> Result<Option<Analysis>, WalError> {
+    if !storage.exists(dir)? {
+        return Ok(None);
+    }
+    let mut findings = Vec::new();
+    let mut wal_files = Vec::new();
+    let mut has_frontier = false;
+    for entry in storage.list_dir(dir)? {
+        let path = dir.join(&entry.name);
+        if entry.name == FRONTIER_FILE && entry.kind == EntryKind::File {
+            has_frontier = true;
+        } else if entry.name == FRONTIER_TEMP_FILE {
+            findings.push(Finding {
+                file: path,
+                offset: 0,
+                bytes: 0,
+                kind: FindingKind::LeftoverTemp,
+            });
+        } else if let Some(first_op) =
+            parse_file_name(&entry.name).filter(|_| entry.kind == EntryKind::File)
+        {
+            wal_files.push((first_op, path));
+        } else {
+            findings.push(Finding {
+                file: path,
+                offset: 0,
+                bytes: 0,
+                kind: FindingKind::UnknownFile,
+            });
+        }
+    }
+    wal_files.sort();
+    if !has_frontier {
+        if wal_files.is_empty() {
+            return Ok(None);
+        }
+        let files = wal_files
+            .iter()
+            .map(|(_, p)| p.display().to_string())
+            .collect();
+        return Err(WalError::HistoryWithoutFrontier {
+            dir: dir.into(),
+            files,
+        });
+    }
+    let frontier_path = dir.join(FRONTIER_FILE);
+    let slots = read_frontier(storage, &frontier_path)?;
+    let (frontier, fallback) = choose_frontier(&frontier_path, slots, &mut findings)?;
+    if frontier.group != group {
+        return Err(WalError::GroupMismatch {
+            path: frontier_path,
+            expected: group,
+            found: frontier.group,
+        });
+    }
+
+    // Rule 4: the published prefix, file by file.
+    let mut files = Vec::new();
+    let mut parent: Option<Checksum> = None;
+    let mut next_op: Option<u64> = None;
+    let head_index = wal_files
+        .iter()
+        .position(|(op, _)| *op == frontier.head_file);
+    let retained_count = head_index.map_or(
+        wal_files
+            .iter()
+            .take_while(|(op, _)| *op < frontier.head_file)
+            .count(),
+        |i| i + 1,
+    );
+    for (index, (first_op, path)) in wal_files.iter().take(retained_count).enumerate() {
+        if let Some(expected) = next_op
+            && expected != *first_op
+        {
+            return Err(WalError::Hole {
+                file: path.clone(),
+                expected,
+                found: *first_op,
+            });
+        }
+        let is_head = Some(index) == head_index;
+        let file = storage.open_read(path)?;
+        let until = if is_head {
+            frontier.head_op
+        } else {
+            wal_files
+                .get(index + 1)
+                .map_or(frontier.head_op, |(next, _)| next - 1)
+        };
+        if is_head && file.len()? < frontier.published_length {
+            let len = file.len()?;
+            return Err(WalError::LostPublishedBytes {
+                file: path.clone(),
+                len,
+                published_length: frontier.published_length,
+            });
+        }
+        let result = scan(&file, 0, *first_op, parent, Some(until))?;
+        if result.stop != StopReason::Reached {
+            return Err(WalError::Corrupt {
+                file: path.clone(),
+                offset: result.end,
+                reason: result.stop,
+            });
+        }
+        parent = result.entries.last().map(|e| e.checksum).or(parent);
+        next_op = Some(until + 1);
+        files.push(BootFile {
+            first_op: *first_op,
+            path: path.clone(),
+            offsets: result.entries.iter().map(|e| e.offset).collect(),
+            end: result.end,
+        });
+    }
+    match head_index {
+        Some(_) => {}
+        None if frontier.published_length == 0 && frontier.head_op + 1 == frontier.head_file => {
+            // Created, but the first file never made it: an empty log; open recreates the file.
+            files.push(BootFile {
+                first_op: frontier.head_file,
+                path: dir.join(file_name(frontier.head_file)),
+                offsets: Vec::new(),
+                end: 0,
+            });
+        }
+        None => {
+            return Err(WalError::LostPublishedFile {
+                file: dir.join(file_name(frontier.head_file)),
+                head_op: frontier.head_op,
+            });
+        }
+    }
+    let head_file = files
+        .last()
+        .cloned()
+        .unwrap_or_else(|| unreachable!("head file pushed"));
+    let head_checksum = parent.unwrap_or(frontier.head_checksum);
+    if head_file.end != frontier.published_length || head_checksum != frontier.head_checksum {
+        return Err(WalError::HeadMismatch {
+            file: head_file.path.clone(),
+            head_op: frontier.head_op,
+            end: head_file.end,
+            published_length: frontier.published_length,
+            checksum: head_checksum,
+            head_checksum: frontier.head_checksum,
+        });
+    }
+    let mut analysis = Analysis {
+        report: Report {
+            dir: dir.to_path_buf(),
+            group,
+            incarnation: frontier.incarnation,
+            first_op: files.first().map_or(frontier.head_file, |f| f.first_op),
+            head_op: frontier.head_op,
+            durable_bytes: 0,
+            discarded_bytes: 0,
+            findings,
+        },
+        frontier,
+        new_frontier: None,
+        files,
+        head_checksum,
+        zero: Vec::new(),
+        remove: Vec::new(),
+        adopted_files: Vec::new(),
+    };
+    past_the_frontier(
+        storage,
+        &mut analysis,
+        &wal_files[retained_count..],
+        fallback,
+    )?;
+    analysis.report.durable_bytes = analysis.files.iter().map(|f| f.end).sum();
+    for finding in &analysis.report.findings {
+        match finding.kind.action() {
+            Action::DiscardUnpublished => {
+                analysis.report.discarded_bytes += finding.bytes;
+                let to = finding.offset + finding.bytes;
+                analysis
+                    .zero
+                    .push((finding.file.clone(), finding.offset, to));
+            }
+            Action::RemoveFile => {
+                if matches!(finding.kind, FindingKind::FileBeyondFrontier { .. }) {
+                    analysis.report.discarded_bytes += finding.bytes;
+                }
+                analysis.remove.push(finding.file.clone());
+            }
+            Action::RepairFrontier | Action::None => {}
+        }
+    }
+    Ok(Some(analysis))
+}
+
+/// Rules 5 and 6: what lies past the frontier.
+fn past_the_frontier<R: ReadStorage>(
+    storage: &R,
+    analysis: &mut Analysis,
+    later_files: &[(u64, PathBuf)],
+    fallback: bool,
+) -> Result<(), WalError> {
+    let mut later = later_files.iter().peekable();
+    let mut adopted = 0u64;
+    loop {
+        let head = analysis
+            .files
+            .last_mut()
+            .unwrap_or_else(|| unreachable!("a head file"));
+        if !storage.exists(&head.path)? {
+            break; // the empty log whose first file is missing: nothing past it
+        }
+        let file = storage.open_read(&head.path)?;
+        let next_op = head.first_op + head.offsets.len() as u64;
+        let tail: Scan = scan(&file, head.end, next_op, Some(analysis.head_checksum), None)?;
+        if fallback && !tail.entries.is_empty() {
+            adopted += tail.entries.len() as u64;
+            head.offsets.extend(tail.entries.iter().map(|e| e.offset));
+            head.end = tail.end;
+            analysis.head_checksum = tail
+                .entries
+                .last()
+                .map_or(analysis.head_checksum, |e| e.checksum);
+            if !analysis.adopted_files.contains(&head.path) {
+                analysis.adopted_files.push(head.path.clone());
+            }
+        }
+        let head_end = head.end;
+        let head_path = head.path.clone();
+        let next_op = head.first_op + head.offsets.len() as u64;
+        // Adoption continues into the next file when it starts exactly where this one stopped.
+        if fallback
+            && matches!(tail.stop, StopReason::EndOfFile | StopReason::Zeros)
+            && later.peek().is_some_and(|(op, _)| *op == next_op)
+            && let Some((first_op, path)) = later.next()
+        {
+            analysis.files.push(BootFile {
+                first_op: *first_op,
+                path: path.clone(),
+                offsets: Vec::new(),
+                end: 0,
+            });
+            continue;
+        }
+        let seen_end = last_nonzero_end(&file, head_end)?;
+        if seen_end > head_end {
+            let entries = if fallback {
+                0
+            } else {
+                tail.entries.len() as u64
+            };
+            analysis.report.findings.push(Finding {
+                file: head_path,
+                offset: head_end,
+                bytes: seen_end - head_end,
+                kind: FindingKind::UnpublishedTail { entries },
+            });
+        }
+        break;
+    }
+    for (first_op, path) in later {
+        let file = storage.open_read(path)?;
+        let entries = scan(&file, 0, *first_op, None, None)?.entries.len() as u64;
+        let bytes = last_nonzero_end(&file, 0)?;
+        analysis.report.findings.push(Finding {
+            file: path.clone(),
+            offset: 0,
+            bytes,
+            kind: FindingKind::FileBeyondFrontier { entries },
+        });
+    }
+    let head = analysis
+        .files
+        .last()
+        .unwrap_or_else(|| unreachable!("a head file"));
+    let head_op = head.first_op + head.offsets.len() as u64 - 1;
+    if adopted > 0 {
+        analysis.report.findings.push(Finding {
+            file: head.path.clone(),
+            offset: analysis.frontier.published_length,
+            bytes: 0,
+            kind: FindingKind::Adopted {
+                entries: adopted,
+                head_op,
+            },
+        });
+    }
+    analysis.report.head_op = head_op;
+    if fallback {
+        let old = analysis.frontier;
+        analysis.new_frontier = Some(Frontier {
+            sequence: old.sequence + 1,
+            head_op,
+            head_checksum: analysis.head_checksum,
+            head_file: head.first_op,
+            published_length: head.end,
+            ..old
+        });
+    }
+    Ok(())
+}
+
+/// Carries out the plan of `analysis` (Open and Repair modes).
+pub(crate) fn apply<S: Storage>(storage: &S, analysis: &Analysis) -> Result<(), WalError> {
+    let report = &analysis.report;
+    for (path, from, to) in &analysis.zero {
+        tracing::warn!(
+            group = report.group,
+            incarnation = report.incarnation,
+            file = %path.display(),
+            durable_bytes = report.durable_bytes,
+            discarded_bytes = to - from,
+            "discarding unpublished bytes beyond the durable WAL frontier"
+        );
+        let file = storage.open(path, iggy_io::OpenMode::Existing)?;
+        let zeros = vec![0u8; 1 << 20];
+        let mut offset = *from;
+        while offset < *to {
+            let count = usize::try_from((to - offset).min(zeros.len() as u64)).unwrap_or(0);
+            file.write_all_at(offset, &zeros[..count])?;
+            offset += count as u64;
+        }
+        // The discarded bytes must stay discarded: a later crash must not bring them back
+        // behind entries appended over them.
+        file.sync_data()?;
+    }
+    for path in &analysis.remove {
+        tracing::warn!(group = report.group, file = %path.display(), "removing a file beyond the durable WAL frontier");
+        storage.unlink(path)?;
+    }
+    if !analysis.remove.is_empty() {
+        // The removals must be durable before a new file of the same name can be created.
+        storage.sync_dir(&report.dir)?;
+    }
+    for path in &analysis.adopted_files {
+        // Adopted entries were read, perhaps from the page cache of a crashed process: make them
+        // durable before a frontier names them.
+        storage
+            .open(path, iggy_io::OpenMode::Existing)?
+            .sync_data()?;
+    }
+    if let Some(new) = &analysis.new_frontier {
+        tracing::warn!(
+            group = report.group,
+            head_op = new.head_op,
+            "rewriting the WAL frontier"
+        );
+        let file = storage.open(report.dir.join(FRONTIER_FILE), iggy_io::OpenMode::Existing)?;
+        file.write_all_at(new.offset(), &frontier::encode(new))?;
+        // The repaired publication is what the next boot trusts.
+        file.sync_data()?;
+    }
+    Ok(())
+}
+
+/// Runs boot in `Check` mode: what `Open` would find and do, without writing.
+pub fn check<R: ReadStorage>(
+    storage: &R,
+    dir: &Path,
+    group: u128,
+) -> Result<Option<Report>, WalError> {
+    Ok(analyze(storage, dir, group)?.map(|analysis| analysis.report))
+}

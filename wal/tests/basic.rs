@@ -1,0 +1,214 @@
+//! The log's behaviour without faults: append, publish, read, rotate, truncate, drop, reopen.
+#![allow(
+    clippy::unwrap_used,
+    clippy::cast_possible_truncation,
+    reason = "test code: a failed unwrap is a failed test; casts are of small test values"
+)]
+
+use std::path::Path;
+
+use iggy_io::{ReadOnly, SimStorage};
+use iggy_wal::{Appended, Config, Mode, Wal, WalError, check, next_header};
+
+fn config() -> Config {
+    Config {
+        file_size_bytes: 8192,
+        flush_bytes: 2048,
+        unpublished_bytes_max: 1 << 20,
+        ..Config::new(7)
+    }
+}
+
+fn body(op: u64) -> Vec<u8> {
+    vec![op as u8; (op as usize * 37) % 1500]
+}
+
+fn dir() -> &'static Path {
+    Path::new("wal")
+}
+
+#[test]
+fn append_publish_read_reopen_across_rotations() {
+    let storage = SimStorage::new(1);
+    let wal = Wal::create(storage.clone(), dir(), config(), 1, 0).unwrap();
+    for op in 1..=40 {
+        assert_eq!(wal.append_body(&body(op), 1, op).unwrap(), op);
+        if op % 7 == 0 {
+            assert_eq!(wal.publish().unwrap().head_op, op);
+        }
+    }
+    wal.publish().unwrap();
+    let entries = wal.read(1, 40).unwrap();
+    assert_eq!(entries.len(), 40);
+    for (entry, op) in entries.iter().zip(1..) {
+        assert_eq!(entry.header.op, op);
+        assert_eq!(entry.body, body(op));
+    }
+    let files = iggy_io::ReadStorage::list_dir(&storage, "wal").unwrap();
+    assert!(files.len() > 3, "rotated into several files: {files:?}");
+    drop(wal);
+
+    storage.power_loss();
+    let report = check(&ReadOnly::new(storage.clone()), dir(), 7)
+        .unwrap()
+        .unwrap();
+    assert!(report.is_clean(), "{report:?}");
+    assert_eq!(report.head_op, 40);
+    let (wal, open_report) = Wal::open(storage.clone(), dir(), config(), Mode::Open)
+        .unwrap()
+        .unwrap();
+    assert_eq!(open_report, report);
+    assert_eq!(wal.read(1, 40).unwrap(), entries);
+    assert_eq!(wal.append_body(b"after reopen", 2, 0).unwrap(), 41);
+    wal.publish().unwrap();
+    assert_eq!(wal.read(41, 41).unwrap()[0].body, b"after reopen");
+}
+
+#[test]
+fn unpublished_entries_are_discarded_at_boot_and_reported() {
+    let storage = SimStorage::new(2);
+    let wal = Wal::create(storage.clone(), dir(), config(), 1, 0).unwrap();
+    for op in 1..=10 {
+        wal.append_body(&body(op), 1, op).unwrap();
+    }
+    wal.publish().unwrap();
+    for op in 11..=30 {
+        wal.append_body(&body(op), 1, op).unwrap();
+    }
+    wal.read(11, 11).unwrap(); // flushes the buffer: the bytes are in the files, unpublished
+    drop(wal);
+    storage.crash_process(); // the page cache keeps them: boot must still discard them
+    let report = check(&storage, dir(), 7).unwrap().unwrap();
+    assert_eq!(report.head_op, 10);
+    assert!(report.discarded_bytes > 0, "{report:?}");
+    let (wal, _) = Wal::open(storage.clone(), dir(), config(), Mode::Open)
+        .unwrap()
+        .unwrap();
+    assert_eq!(wal.head().0, 10);
+    let again = check(&storage, dir(), 7).unwrap().unwrap();
+    assert!(
+        again.is_clean(),
+        "after open nothing is left to do: {again:?}"
+    );
+    assert_eq!(wal.read(1, 10).unwrap().len(), 10);
+}
+
+#[test]
+fn append_validation() {
+    let storage = SimStorage::new(3);
+    let wal = Wal::create(storage, dir(), config(), 5, 0xFEED).unwrap();
+    let first = next_header(5, 0xFEED, 1, 0, b"a");
+    assert_eq!(
+        wal.append(&first, b"a").unwrap(),
+        Appended::Queued { op: 5 }
+    );
+    assert_eq!(
+        wal.append(&first, b"a").unwrap(),
+        Appended::Duplicate { op: 5 }
+    );
+    let conflicting = next_header(5, 0xFEED, 1, 0, b"b");
+    assert!(matches!(
+        wal.append(&conflicting, b"b"),
+        Err(WalError::Conflict { op: 5 })
+    ));
+    let gap = next_header(7, first.checksum(), 1, 0, b"c");
+    assert!(matches!(
+        wal.append(&gap, b"c"),
+        Err(WalError::OpGap { head: 5, found: 7 })
+    ));
+    let unlinked = next_header(6, 0xBAD, 1, 0, b"c");
+    assert!(matches!(
+        wal.append(&unlinked, b"c"),
+        Err(WalError::ParentMismatch { op: 6, .. })
+    ));
+    let good = next_header(6, first.checksum(), 1, 0, b"c");
+    assert!(matches!(
+        wal.append(&good, b"not c"),
+        Err(WalError::BadEntry { op: 6, .. })
+    ));
+    assert!(matches!(wal.read(4, 5), Err(WalError::OutOfRange { .. })));
+    assert_eq!(wal.append(&good, b"c").unwrap(), Appended::Queued { op: 6 });
+}
+
+#[test]
+fn back_pressure_refuses_rather_than_drops() {
+    let storage = SimStorage::new(4);
+    let config = Config {
+        unpublished_bytes_max: 4096,
+        ..config()
+    };
+    let wal = Wal::create(storage, dir(), config, 1, 0).unwrap();
+    let mut accepted = 0;
+    let error = loop {
+        match wal.append_body(&[1u8; 700], 1, 0) {
+            Ok(_) => accepted += 1,
+            Err(error) => break error,
+        }
+    };
+    assert!(
+        matches!(
+            error,
+            WalError::Backpressure {
+                budget_bytes: 4096,
+                ..
+            }
+        ),
+        "{error}"
+    );
+    assert_eq!(accepted, 4, "4 entries of 956 bytes fit in 4096");
+    wal.publish().unwrap();
+    wal.append_body(&[1u8; 700], 1, 0).unwrap();
+    assert_eq!(
+        wal.read(1, 5).unwrap().len(),
+        5,
+        "nothing accepted was dropped"
+    );
+}
+
+#[test]
+fn truncate_after_and_drop_prefix() {
+    let storage = SimStorage::new(5);
+    let wal = Wal::create(storage.clone(), dir(), config(), 1, 0).unwrap();
+    for op in 1..=30 {
+        wal.append_body(&body(op), 1, op).unwrap();
+    }
+    wal.publish().unwrap();
+    wal.truncate_after(12).unwrap();
+    assert_eq!(wal.head().0, 12);
+    assert_eq!(wal.published().head_op, 12, "the cut is published");
+    assert_eq!(wal.published().generation, 1);
+    for op in 13..=60 {
+        wal.append_body(b"new history", 2, op).unwrap();
+    }
+    wal.publish().unwrap();
+    let files_before = iggy_io::ReadStorage::list_dir(&storage, "wal")
+        .unwrap()
+        .len();
+    assert!(
+        matches!(wal.drop_prefix(61), Err(WalError::OutOfRange { .. })),
+        "unpublished"
+    );
+    let dropped = wal.drop_prefix(60).unwrap();
+    assert!(dropped > 0);
+    let files_after = iggy_io::ReadStorage::list_dir(&storage, "wal")
+        .unwrap()
+        .len();
+    assert_eq!(files_after, files_before - dropped);
+    assert_eq!(files_after, 2, "the frontier and the head file remain");
+    let first = wal.first_op();
+    assert!(first > 13, "first op {first}");
+    assert!(matches!(
+        wal.read(first - 1, first),
+        Err(WalError::OutOfRange { .. })
+    ));
+    let expected = wal.read(first, 60).unwrap();
+    assert_eq!(expected.last().unwrap().body, b"new history");
+    drop(wal);
+    storage.power_loss();
+    let (wal, report) = Wal::open(storage, dir(), config(), Mode::Open)
+        .unwrap()
+        .unwrap();
+    assert!(report.is_clean(), "{report:?}");
+    assert_eq!(wal.first_op(), first);
+    assert_eq!(wal.read(first, 60).unwrap(), expected);
+}
