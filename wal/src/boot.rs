@@ -292,6 +292,13 @@ pub(crate) fn analyze<R: ReadStorage>(
             .count(),
         |i| i + 1,
     );
+    let empty_log = frontier.published_length == 0 && frontier.head_op + 1 == frontier.head_file;
+    if head_index.is_none() && !empty_log {
+        return Err(WalError::LostPublishedFile {
+            file: dir.join(file_name(frontier.head_file)),
+            head_op: frontier.head_op,
+        });
+    }
     for (index, (first_op, path)) in wal_files.iter().take(retained_count).enumerate() {
         if let Some(expected) = next_op
             && expected != *first_op
@@ -320,6 +327,19 @@ pub(crate) fn analyze<R: ReadStorage>(
             });
         }
         let result = scan(&file, 0, *first_op, parent, Some(until))?;
+        let clean_end = matches!(result.stop, StopReason::Zeros | StopReason::EndOfFile);
+        if !is_head
+            && clean_end
+            && let Some((next_op, next_path)) = wal_files.get(index + 1)
+        {
+            // The file ends cleanly before the next file begins: a file in between is missing.
+            let expected = *first_op + result.entries.len() as u64;
+            return Err(WalError::Hole {
+                file: next_path.clone(),
+                expected,
+                found: *next_op,
+            });
+        }
         if result.stop != StopReason::Reached {
             return Err(WalError::Corrupt {
                 file: path.clone(),
@@ -338,7 +358,7 @@ pub(crate) fn analyze<R: ReadStorage>(
     }
     match head_index {
         Some(_) => {}
-        None if frontier.published_length == 0 && frontier.head_op + 1 == frontier.head_file => {
+        None if empty_log => {
             // Created, but the first file never made it: an empty log; open recreates the file.
             files.push(BootFile {
                 first_op: frontier.head_file,
@@ -347,12 +367,7 @@ pub(crate) fn analyze<R: ReadStorage>(
                 end: 0,
             });
         }
-        None => {
-            return Err(WalError::LostPublishedFile {
-                file: dir.join(file_name(frontier.head_file)),
-                head_op: frontier.head_op,
-            });
-        }
+        None => unreachable!("a missing head file of a non-empty log was refused above"),
     }
     let head_file = files
         .last()

@@ -1,0 +1,230 @@
+//! Crash-state enumeration over a WAL workload of appends, publications, a `truncate_after` and
+//! a `drop_prefix` (over 200 storage operations). At every crash point and every allowed lost,
+//! kept or torn state, boot must yield a log that
+//! (a) holds every entry published before the crash, in order and unchanged,
+//! (b) holds nothing past the last frontier that was being written,
+//! (c) is one valid hash chain, and
+//! (d) whose `Check` report names exactly what `Open` then does (after which all is clean).
+//!
+//! `WAL_CRASH_FULL=1` checks every state the model allows up to larger bounds (slow).
+#![allow(
+    clippy::unwrap_used,
+    clippy::cast_possible_truncation,
+    reason = "test code: a failed unwrap is a failed test; casts are of small test values"
+)]
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+use iggy_io::{CrashState, EnumerationConfig, ReadOnly, SimStorage, TraceOp, enumerate};
+use iggy_wal::{Config, Mode, Wal, check};
+
+type Model = BTreeMap<u64, Vec<u8>>;
+
+const GROUP: u128 = 0x51;
+
+fn config() -> Config {
+    Config {
+        file_size_bytes: 6144,
+        flush_bytes: 1500,
+        unpublished_bytes_max: 1 << 20,
+        ..Config::new(GROUP)
+    }
+}
+
+fn dir() -> &'static Path {
+    Path::new("wal")
+}
+
+/// Records the workload; marks are `"<event> <phase> <arg> #<snapshot index>"`.
+fn record(seed: u64) -> (Vec<TraceOp>, Vec<Model>) {
+    let mut x = seed | 1;
+    let mut next = move |bound: u64| {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x % bound
+    };
+    let storage = SimStorage::new(seed);
+    let mut snapshots: Vec<Model> = Vec::new();
+    let mut model = Model::new();
+    let mut mark = |storage: &SimStorage, label: String, model: &Model| {
+        storage.mark(format!("{label} #{}", snapshots.len()));
+        snapshots.push(model.clone());
+    };
+    let wal = Wal::create(storage.clone(), dir(), config(), 1, 0).unwrap();
+    mark(&storage, "pub done 0".into(), &model);
+    let mut since_publish = 0;
+    for step in 0..90u64 {
+        let len = next(1200) as usize;
+        let body: Vec<u8> = (0..len).map(|i| (i as u64 * 31 + step) as u8).collect();
+        let op = wal.append_body(&body, 1, step).unwrap();
+        model.insert(op, body);
+        since_publish += 1;
+        if since_publish >= 2 + next(3) {
+            mark(&storage, format!("pub begin {op}"), &model);
+            wal.publish().unwrap();
+            mark(&storage, format!("pub done {op}"), &model);
+            since_publish = 0;
+        }
+        if step == 40 {
+            let cut = wal.head().0 - 4;
+            model.retain(|op, _| *op <= cut);
+            mark(&storage, format!("trunc begin {cut}"), &model);
+            wal.truncate_after(cut).unwrap();
+            mark(&storage, format!("trunc done {cut}"), &model);
+            since_publish = 0;
+        }
+        if step == 70 {
+            let upto = wal.published().head_op - 8;
+            mark(&storage, format!("drop begin {upto}"), &model);
+            wal.drop_prefix(upto).unwrap();
+            let first = wal.first_op();
+            model.retain(|op, _| *op >= first);
+            mark(&storage, format!("drop done {upto}"), &model);
+        }
+    }
+    let head = wal.head().0;
+    mark(&storage, format!("pub begin {head}"), &model);
+    wal.publish().unwrap();
+    mark(&storage, format!("pub done {head}"), &model);
+    (storage.trace(), snapshots)
+}
+
+struct Event<'a> {
+    kind: &'a str,
+    phase: &'a str,
+    arg: u64,
+    snapshot: usize,
+}
+
+fn parse(mark: &str) -> Event<'_> {
+    let parts: Vec<&str> = mark.split(' ').collect();
+    Event {
+        kind: parts[0],
+        phase: parts[1],
+        arg: parts[2].parse().unwrap(),
+        snapshot: parts[3].trim_start_matches('#').parse().unwrap(),
+    }
+}
+
+fn check_state(crash: &CrashState<'_>, snapshots: &[Model]) -> Result<(), String> {
+    let events: Vec<Event<'_>> = crash.marks.iter().map(|m| parse(m)).collect();
+    let Some(created) = events.first() else {
+        // Creation had not returned: fresh or a created empty log are both fine.
+        return match check(&crash.storage, dir(), GROUP) {
+            Ok(None) => Ok(()),
+            Ok(Some(report)) if report.head_op == 0 => Ok(()),
+            other => Err(format!("during creation: {other:?}")),
+        };
+    };
+    assert_eq!(created.kind, "pub");
+    // The last completed publication or truncation, and the one in flight (if any).
+    let durable = events
+        .iter()
+        .rev()
+        .find(|e| e.phase == "done" && e.kind != "drop")
+        .ok_or("no durable event")?;
+    let last = events
+        .iter()
+        .rev()
+        .find(|e| e.kind != "drop")
+        .ok_or("no event")?;
+    let in_flight = (last.phase == "begin").then_some(last);
+    let drop_bound = events
+        .iter()
+        .filter(|e| e.kind == "drop")
+        .map(|e| e.arg + 1)
+        .max();
+
+    // (d) Check names exactly what Open does, and Open leaves nothing to do.
+    let checked = check(&ReadOnly::new(crash.storage.clone()), dir(), GROUP)
+        .map_err(|e| format!("check refused: {e}"))?
+        .ok_or("check saw a fresh log")?;
+    let (wal, opened) = Wal::open(crash.storage.clone(), dir(), config(), Mode::Open)
+        .map_err(|e| format!("open refused: {e}"))?
+        .ok_or("open saw a fresh log")?;
+    if checked != opened {
+        return Err(format!("check {checked:?} != open {opened:?}"));
+    }
+    let after = check(&crash.storage, dir(), GROUP)
+        .map_err(|e| e.to_string())?
+        .ok_or("fresh")?;
+    if !after.is_clean() {
+        return Err(format!("open left work behind: {after:?}"));
+    }
+
+    let (head, _) = wal.head();
+    let first = wal.first_op();
+    let entries = if head >= first {
+        wal.read(first, head).map_err(|e| e.to_string())?
+    } else {
+        Vec::new()
+    };
+    // (c) One chain.
+    for pair in entries.windows(2) {
+        if pair[1].header.parent != pair[0].header.checksum() {
+            return Err(format!("chain broken at op {}", pair[1].header.op));
+        }
+    }
+    // (a) Every published entry, unchanged (a truncation in flight may already have cut).
+    let durable_model = &snapshots[durable.snapshot];
+    let mut required = durable.arg;
+    if let Some(e) = in_flight.filter(|e| e.kind == "trunc") {
+        required = required.min(e.arg);
+    }
+    if head < required {
+        return Err(format!("head {head} is below the published {required}"));
+    }
+    if first > drop_bound.unwrap_or(1) {
+        return Err(format!(
+            "first op {first} is past every drop_prefix ({drop_bound:?})"
+        ));
+    }
+    // (b) Nothing past the frontier being written.
+    let mut upper = durable.arg;
+    if let Some(e) = in_flight.filter(|e| e.kind == "pub") {
+        upper = upper.max(e.arg);
+    }
+    if head > upper {
+        return Err(format!(
+            "head {head} is past every frontier written ({upper})"
+        ));
+    }
+    let in_flight_model = in_flight.map(|e| &snapshots[e.snapshot]);
+    for entry in &entries {
+        let op = entry.header.op;
+        let matches = |model: &Model| model.get(&op) == Some(&entry.body);
+        if op <= required && !matches(durable_model) {
+            return Err(format!("published op {op} changed"));
+        }
+        if op > required && !matches(durable_model) && !in_flight_model.is_some_and(matches) {
+            return Err(format!(
+                "op {op} past the published prefix is not one that was written"
+            ));
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn every_crash_state_boots_to_the_published_prefix() {
+    let (trace, snapshots) = record(0xC0FFEE);
+    let storage_ops = trace.iter().filter(|op| op.is_storage_op()).count();
+    assert!(storage_ops >= 200, "only {storage_ops} storage operations");
+    let full = std::env::var_os("WAL_CRASH_FULL").is_some();
+    let config = EnumerationConfig {
+        max_states_per_point: if full { 256 } else { 24 },
+        torn_states_per_point: if full { 16 } else { 4 },
+        ..EnumerationConfig::default()
+    };
+    let snapshots = Arc::new(Mutex::new(snapshots));
+    let counts = enumerate(&trace, &config, |crash| {
+        check_state(crash, &snapshots.lock().unwrap())
+    })
+    .unwrap_or_else(|failure| panic!("{failure}"));
+    assert_eq!(counts.points, storage_ops + 1);
+    assert!(counts.torn_states > 0, "{counts:?}");
+    eprintln!("checked {counts:?} over {storage_ops} storage operations");
+}
