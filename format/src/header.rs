@@ -202,7 +202,10 @@ impl Header {
         if size < HEADER_SIZE_U32 {
             return Err(HeaderError::SizeTooSmall { size });
         }
-        if let Some(position) = bytes[RESERVED_OFFSET..].iter().position(|&b| b != 0) {
+        // An OR-reduction first (vectorized); the position only when something is set.
+        let reserved = &bytes[RESERVED_OFFSET..];
+        if reserved.iter().fold(0u8, |acc, &b| acc | b) != 0 {
+            let position = reserved.iter().position(|&b| b != 0).unwrap_or(0);
             let offset = RESERVED_OFFSET + position;
             return Err(HeaderError::ReservedNotZero {
                 offset,

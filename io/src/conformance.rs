@@ -41,6 +41,20 @@ pub fn write_read_roundtrip<S: Storage>(storage: &S) {
     );
 }
 
+pub fn write_and_sync_in_one_step<S: Storage>(storage: &S) {
+    let file = storage.open("f", OpenMode::CreateNew).expect("create");
+    let data: Vec<u8> = (0..=255u8).cycle().take(100_000).collect();
+    file.write_all_and_sync_data(4096, &data)
+        .expect("write and sync");
+    file.write_all_and_sync_data(0, b"head")
+        .expect("write and sync");
+    let back = read_all(&file);
+    assert_eq!(back.len(), 4096 + data.len());
+    assert_eq!(&back[..4], b"head");
+    assert!(back[4..4096].iter().all(|&b| b == 0));
+    assert_eq!(&back[4096..], &data[..]);
+}
+
 pub fn reads_at_and_past_the_end<S: Storage>(storage: &S) {
     let file = storage.open("f", OpenMode::Create).expect("create");
     file.write_all_at(0, b"abc").expect("write");
@@ -216,6 +230,7 @@ macro_rules! conformance_suite {
     ($make:expr) => {
         $crate::conformance_suite!(@each $make;
             write_read_roundtrip,
+            write_and_sync_in_one_step,
             reads_at_and_past_the_end,
             open_modes,
             set_len_and_allocate,

@@ -18,10 +18,11 @@ mod read_only;
 pub mod short;
 pub mod sim;
 pub mod storage;
+mod uring;
 
 pub use enumerate::{CrashFailure, CrashState, Enumeration, EnumerationConfig, enumerate};
 pub use error::{Error, ErrorKind, Op, Result};
-pub use os::OsStorage;
+pub use os::{IoPath, OsStorage};
 pub use read_only::ReadOnly;
 pub use short::ShortIo;
 pub use sim::{CrashPlan, Fault, FaultConfig, SimStorage, TraceOp, WriteFate};

@@ -9,6 +9,7 @@ use std::ffi::{OsStr, OsString};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use rustix::fs::{AtFlags, FallocateFlags, FileType, Mode, OFlags};
 use rustix::io::Errno;
@@ -16,12 +17,23 @@ use rustix::io::Errno;
 use crate::error::{Error, ErrorKind, Op, Result};
 use crate::path::{components, split_parent};
 use crate::storage::{DirEntry, EntryKind, OpenMode, ReadFile, ReadStorage, Storage, WriteFile};
+use crate::uring::Ring;
 
 /// Storage on a directory of the real file system.
 #[derive(Debug)]
 pub struct OsStorage {
     root: OwnedFd,
     root_path: PathBuf,
+    ring: Option<Arc<Ring>>,
+}
+
+/// Which system interface `OsStorage` uses for durable appends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IoPath {
+    /// io_uring where the kernel allows it, plain system calls otherwise.
+    Auto,
+    /// Plain system calls only (`pwrite`, `fdatasync`).
+    Syscalls,
 }
 
 fn kind_of(errno: Errno) -> ErrorKind {
@@ -58,13 +70,29 @@ const DIR_FLAGS: OFlags = OFlags::RDONLY
 impl OsStorage {
     /// Opens an existing directory as the storage root.
     pub fn open(root: impl AsRef<Path>) -> Result<Self> {
+        Self::open_with(root, IoPath::Auto)
+    }
+
+    /// Opens an existing directory as the storage root, choosing the I/O path.
+    pub fn open_with(root: impl AsRef<Path>, io_path: IoPath) -> Result<Self> {
         let root_path = root.as_ref().to_path_buf();
         let fd = retry(|| rustix::fs::open(&root_path, DIR_FLAGS, Mode::empty()))
             .map_err(|errno| os_error(Op::Open, &root_path, errno))?;
+        let ring = match io_path {
+            IoPath::Auto => Ring::new().map(Arc::new),
+            IoPath::Syscalls => None,
+        };
         Ok(Self {
             root: fd,
             root_path,
+            ring,
         })
+    }
+
+    /// Whether durable appends go through io_uring.
+    #[must_use]
+    pub fn uses_io_uring(&self) -> bool {
+        self.ring.is_some()
     }
 
     /// Creates the root directory (and its parents) if missing, then opens it.
@@ -120,6 +148,7 @@ impl OsStorage {
             FileType::RegularFile => Ok(OsFile {
                 fd,
                 path: path.to_path_buf(),
+                ring: self.ring.clone(),
             }),
             FileType::Directory => Err(Error::new(Op::Open, path, ErrorKind::IsADirectory)),
             _ => Err(Error::new(
@@ -302,6 +331,7 @@ impl Storage for OsStorage {
 pub struct OsFile {
     fd: OwnedFd,
     path: PathBuf,
+    ring: Option<Arc<Ring>>,
 }
 
 /// A file of [`OsStorage`] open for reading only (`O_RDONLY`).
@@ -377,5 +407,27 @@ impl WriteFile for OsFile {
 
     fn sync_all(&self) -> Result<()> {
         retry(|| rustix::fs::fsync(&self.fd)).map_err(|errno| self.error(Op::SyncAll, errno))
+    }
+
+    fn write_all_and_sync_data(&self, offset: u64, buf: &[u8]) -> Result<()> {
+        let Some(ring) = &self.ring else {
+            self.write_all_at(offset, buf)?;
+            return self.sync_data();
+        };
+        let outcome = ring.write_and_sync(self.fd.as_fd(), offset, buf);
+        if outcome.write < 0 {
+            let errno = Errno::from_raw_os_error(-outcome.write);
+            return Err(self.error(Op::Write, errno).at(offset));
+        }
+        let written = usize::try_from(outcome.write).unwrap_or(0);
+        if written < buf.len() {
+            // A short write broke the link (the sync was cancelled): finish with system calls.
+            self.write_all_at(offset + written as u64, &buf[written..])?;
+            return self.sync_data();
+        }
+        if outcome.sync < 0 {
+            return Err(self.error(Op::SyncData, Errno::from_raw_os_error(-outcome.sync)));
+        }
+        Ok(())
     }
 }

@@ -111,6 +111,14 @@ pub trait WriteFile: ReadFile {
     /// Makes the file's data and all its metadata durable (`fsync`).
     fn sync_all(&self) -> Result<()>;
 
+    /// Writes all of `buf` at `offset`, then makes the file's data durable: the two steps of
+    /// every durable append. `OsStorage` submits them as one linked io_uring chain where the
+    /// kernel allows it; the default is `write_all_at` then `sync_data`.
+    fn write_all_and_sync_data(&self, offset: u64, buf: &[u8]) -> Result<()> {
+        self.write_all_at(offset, buf)?;
+        self.sync_data()
+    }
+
     /// Writes all of `buf` at `offset`, looping over short writes.
     fn write_all_at(&self, offset: u64, buf: &[u8]) -> Result<()> {
         let mut done = 0usize;

@@ -8,6 +8,7 @@
 )]
 
 mod os {
+    // The default: io_uring for durable appends where the kernel allows it.
     iggy_io::conformance_suite!(|| {
         let dir = tempfile::tempdir().expect("tempdir");
         (
@@ -15,6 +16,29 @@ mod os {
             dir,
         )
     });
+}
+
+mod os_syscalls {
+    // The fallback: plain system calls only.
+    iggy_io::conformance_suite!(|| {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let storage = iggy_io::OsStorage::open_with(dir.path(), iggy_io::IoPath::Syscalls);
+        (storage.expect("open root"), dir)
+    });
+}
+
+/// The io_uring path is really taken where the kernel allows it (CI sets
+/// `IGGY_REQUIRE_IO_URING=1`, so a machine that silently fell back would fail there), and the
+/// fallback really is the fallback.
+#[test]
+fn both_io_paths_are_what_they_claim() {
+    let dir = tempfile::tempdir().unwrap();
+    let auto = iggy_io::OsStorage::open(dir.path()).unwrap();
+    if std::env::var_os("IGGY_REQUIRE_IO_URING").is_some() {
+        assert!(auto.uses_io_uring(), "io_uring required but unavailable");
+    }
+    let syscalls = iggy_io::OsStorage::open_with(dir.path(), iggy_io::IoPath::Syscalls).unwrap();
+    assert!(!syscalls.uses_io_uring());
 }
 
 mod sim {

@@ -50,14 +50,15 @@ pub struct Config {
 }
 
 impl Config {
-    /// Defaults for a group: 64 MiB files, zero-filled, 1 MiB flushes, 64 MiB unpublished.
+    /// Defaults for a group: 64 MiB files preallocated with `fallocate` (not zero-filled: see
+    /// `docs/benchmarks.md`, "Zero-fill"), 1 MiB flushes, 64 MiB unpublished.
     #[must_use]
     pub fn new(group: u128) -> Self {
         Self {
             group,
             incarnation: 0,
             file_size_bytes: 64 << 20,
-            zero_fill: true,
+            zero_fill: false,
             flush_bytes: 1 << 20,
             unpublished_bytes_max: 64 << 20,
         }
@@ -530,17 +531,30 @@ impl<S: Storage> Wal<S> {
         drop(state);
 
         let result = (|| {
-            for chunk in &chunks {
-                chunk.file.write_all_at(chunk.offset, &chunk.bytes)?;
+            for (first_op, file) in &dirty {
+                let mut mine = chunks
+                    .iter()
+                    .filter(|chunk| chunk.first_op == *first_op)
+                    .peekable();
+                let mut synced = false;
+                while let Some(chunk) = mine.next() {
+                    if mine.peek().is_some() {
+                        file.write_all_at(chunk.offset, &chunk.bytes)?;
+                    } else {
+                        // The entries must be durable before the frontier that names them is
+                        // written: the last write and the sync go out together.
+                        file.write_all_and_sync_data(chunk.offset, &chunk.bytes)?;
+                        synced = true;
+                    }
+                }
+                if !synced {
+                    // Flushed earlier without a sync: the same rule.
+                    file.sync_data()?;
+                }
             }
-            for (_, file) in &dirty {
-                // The entries must be durable before the frontier that names them is written.
-                file.sync_data()?;
-            }
-            self.frontier_file
-                .write_all_at(next.offset(), &frontier::encode(&next))?;
             // The publication exists once this returns: nothing is acknowledged before it.
-            self.frontier_file.sync_data()
+            self.frontier_file
+                .write_all_and_sync_data(next.offset(), &frontier::encode(&next))
         })();
 
         let mut state = self.lock();

@@ -3,8 +3,11 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{Parser, Subcommand, ValueEnum};
+use iggy_benches::compare::{self, Scenario, Sizes};
 use iggy_benches::disk::{self, DiskConfig};
+use iggy_benches::engines::EngineKind;
+use iggy_benches::stats::percentiles;
 use iggy_io::OsStorage;
 
 /// Storage benchmarks for the iggy persistence toolkit.
@@ -25,6 +28,81 @@ enum Command {
     /// write+fdatasync latency percentiles, buffered write and warm read MB/s. These are the
     /// baselines the WAL benchmarks are compared against.
     Disk(DiskArgs),
+    /// The toolkit's WAL alone: records/s, MB/s and per-batch latency percentiles for batches
+    /// appended by one or more writers, published (durable per batch) or not (durable at end).
+    Wal(WalArgs),
+    /// The WAL scenario matrix for the raw baselines, the toolkit's WAL and peer logs
+    /// (okaywal, raft-engine) in one run, interleaved over rounds; medians and ratios to the
+    /// raw prefilled baseline. Scenarios: batches of 250 published; unpublished; single records
+    /// published; 64 concurrent appenders each waiting on its own record; boot replay warm and
+    /// cold (cold drops the page cache, which needs root).
+    Compare(CompareArgs),
+    /// Times boot of an existing iggy WAL directory (for example one written by `iggy-bench wal
+    /// --dir D`, whose log is in `D/iggy-bench-wal/wal`): verification of the whole published
+    /// prefix, as a server start does.
+    Replay(ReplayArgs),
+}
+
+#[derive(clap::Args, Debug)]
+struct ReplayArgs {
+    /// The directory that holds the log's `frontier` file.
+    #[arg(long)]
+    log_dir: PathBuf,
+    /// The log's group id (the benchmarks use 1).
+    #[arg(long, default_value_t = 1)]
+    group: u128,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum Durability {
+    /// Each batch is durable (published) before the next is appended.
+    Published,
+    /// Batches are queued; one publication at the end.
+    Unpublished,
+}
+
+#[derive(clap::Args, Debug)]
+struct WalArgs {
+    /// Directory to benchmark in. Default: a new temporary directory.
+    #[arg(long)]
+    dir: Option<PathBuf>,
+    /// Bytes per record.
+    #[arg(long, default_value_t = 1000)]
+    record_bytes: usize,
+    /// Records per batch.
+    #[arg(long, default_value_t = 250)]
+    batch: usize,
+    /// Concurrent writers, each appending its own batches.
+    #[arg(long, default_value_t = 1)]
+    writers: usize,
+    /// Whether each batch waits to be durable.
+    #[arg(long, value_enum, default_value_t = Durability::Published)]
+    durability: Durability,
+    /// MiB written in total.
+    #[arg(long, default_value_t = 256)]
+    total_mib: u64,
+    /// Zero-fill each new WAL file (true) or only preallocate it with fallocate (false).
+    #[arg(long, default_value_t = false, action = clap::ArgAction::Set)]
+    zero_fill: bool,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(clap::Args, Debug)]
+struct CompareArgs {
+    /// Directory to benchmark in. Default: a new temporary directory.
+    #[arg(long)]
+    dir: Option<PathBuf>,
+    /// Smaller volumes and one round (a few minutes on 2 cores).
+    #[arg(long)]
+    quick: bool,
+    /// Rounds per scenario (default 3, or 1 with --quick).
+    #[arg(long)]
+    rounds: Option<usize>,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(clap::Args, Debug, Default)]
@@ -52,17 +130,20 @@ struct DiskArgs {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let args = match cli.command {
-        Some(Command::Disk(args)) => args,
-        None => DiskArgs {
+    let result = match cli.command {
+        Some(Command::Wal(args)) => run_wal(&args),
+        Some(Command::Compare(args)) => run_compare(&args),
+        Some(Command::Disk(args)) => run_disk(&args),
+        Some(Command::Replay(args)) => run_replay(&args),
+        None => run_disk(&DiskArgs {
             record_bytes: 1000,
             batch: 250,
             total_mib: 64,
             sync_iterations: 2000,
             ..DiskArgs::default()
-        },
+        }),
     };
-    match run_disk(&args) {
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(message) => {
             eprintln!("iggy-bench: {message}");
@@ -71,18 +152,150 @@ fn main() -> ExitCode {
     }
 }
 
+/// The directory to run in: the one given, or a new temp dir kept alive by the guard.
+fn bench_dir(dir: Option<&PathBuf>) -> Result<(PathBuf, Option<tempfile::TempDir>), String> {
+    match dir {
+        Some(dir) => Ok((dir.clone(), None)),
+        None => {
+            let temp = tempfile::tempdir().map_err(|e| format!("creating a temp dir: {e}"))?;
+            Ok((temp.path().to_path_buf(), Some(temp)))
+        }
+    }
+}
+
+fn run_wal(args: &WalArgs) -> Result<(), String> {
+    if args.record_bytes == 0 || args.batch == 0 || args.total_mib == 0 || args.writers == 0 {
+        return Err("--record-bytes, --batch, --writers and --total-mib must be positive".into());
+    }
+    let (dir, _guard) = bench_dir(args.dir.as_ref())?;
+    let base = iggy_benches::engines::run_dir(&dir, "iggy-bench-wal")?;
+    let engine: std::sync::Arc<dyn iggy_benches::engines::Engine> = std::sync::Arc::new(
+        iggy_benches::engines::IggyWal::open_with(&base, args.zero_fill)?,
+    );
+    let data = compare::records(args.batch, args.record_bytes, 7);
+    let batch_bytes = (args.batch * args.record_bytes) as u64;
+    let batches_per_writer = ((args.total_mib << 20) / batch_bytes / args.writers as u64).max(1);
+    let durable = args.durability == Durability::Published;
+    let started = std::time::Instant::now();
+    let threads: Vec<_> = (0..args.writers)
+        .map(|writer| {
+            let engine = std::sync::Arc::clone(&engine);
+            let data = data.clone();
+            std::thread::spawn(move || -> Result<Vec<std::time::Duration>, String> {
+                let batch: Vec<&[u8]> = data.iter().map(Vec::as_slice).collect();
+                let mut latencies = Vec::new();
+                for _ in 0..batches_per_writer {
+                    let began = std::time::Instant::now();
+                    engine.append(writer, &batch, durable)?;
+                    latencies.push(began.elapsed());
+                }
+                Ok(latencies)
+            })
+        })
+        .collect();
+    let mut latencies = Vec::new();
+    for thread in threads {
+        latencies.extend(thread.join().map_err(|_| "writer panicked".to_string())??);
+    }
+    engine.sync()?;
+    let seconds = started.elapsed().as_secs_f64();
+    let records = batches_per_writer * args.writers as u64 * args.batch as u64;
+    let latency = percentiles(&mut latencies);
+    let report = serde_json::json!({
+        "records": records,
+        "seconds": seconds,
+        "records_per_second": records as f64 / seconds,
+        "megabytes_per_second": records as f64 * args.record_bytes as f64 / 1e6 / seconds,
+        "batch_latency": latency,
+        "writers": args.writers,
+        "durability": format!("{:?}", args.durability),
+    });
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?
+        );
+    } else {
+        println!(
+            "iggy-wal: {records} records of {} bytes, batches of {}, {} writer(s), {:?}",
+            args.record_bytes, args.batch, args.writers, args.durability
+        );
+        println!(
+            "  {:.0} records/s, {:.1} MB/s; batch latency p50 {:.0}us p99 {:.0}us p999 {:.0}us",
+            records as f64 / seconds,
+            records as f64 * args.record_bytes as f64 / 1e6 / seconds,
+            latency.p50_us,
+            latency.p99_us,
+            latency.p999_us
+        );
+    }
+    Ok(())
+}
+
+fn run_replay(args: &ReplayArgs) -> Result<(), String> {
+    let parent = args.log_dir.parent().ok_or("--log-dir has no parent")?;
+    let name = args.log_dir.file_name().ok_or("--log-dir has no name")?;
+    let storage = OsStorage::open(parent).map_err(|e| e.to_string())?;
+    let started = std::time::Instant::now();
+    let report = iggy_wal::check(
+        &iggy_io::ReadOnly::new(storage),
+        std::path::Path::new(name),
+        args.group,
+    )
+    .map_err(|e| e.to_string())?
+    .ok_or("no log there")?;
+    let seconds = started.elapsed().as_secs_f64();
+    println!(
+        "verified ops {}..={} ({} bytes) in {:.3}s: {:.0} MB/s; {} finding(s)",
+        report.first_op,
+        report.head_op,
+        report.durable_bytes,
+        seconds,
+        report.durable_bytes as f64 / 1e6 / seconds,
+        report.findings.len()
+    );
+    Ok(())
+}
+
+fn run_compare(args: &CompareArgs) -> Result<(), String> {
+    let (dir, _guard) = bench_dir(args.dir.as_ref())?;
+    let mut sizes = if args.quick {
+        Sizes::quick()
+    } else {
+        Sizes::full()
+    };
+    if let Some(rounds) = args.rounds {
+        sizes.rounds = rounds.max(1);
+    }
+    let engines = EngineKind::ALL;
+    let quiet = args.json;
+    let cells = compare::run_matrix(&engines, &Scenario::ALL, &sizes, &dir, |step| {
+        if !quiet {
+            eprintln!("  {step}");
+        }
+    });
+    if args.json {
+        let report = serde_json::json!({ "sizes": sizes, "cells": cells });
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?
+        );
+    } else {
+        println!(
+            "iggy-bench compare in {} ({} round(s); median; ratio to raw-prefilled)",
+            dir.display(),
+            sizes.rounds
+        );
+        print!("{}", compare::render(&cells, &engines));
+    }
+    Ok(())
+}
+
 fn run_disk(args: &DiskArgs) -> Result<(), String> {
     if args.record_bytes == 0 || args.batch == 0 || args.total_mib == 0 {
         return Err("--record-bytes, --batch and --total-mib must be positive".into());
     }
-    let temp;
-    let dir = match &args.dir {
-        Some(dir) => dir.clone(),
-        None => {
-            temp = tempfile::tempdir().map_err(|e| format!("creating a temp dir: {e}"))?;
-            temp.path().to_path_buf()
-        }
-    };
+    let (dir, _guard) = bench_dir(args.dir.as_ref())?;
     let storage = OsStorage::create(&dir).map_err(|e| e.to_string())?;
     let config = DiskConfig {
         record_bytes: args.record_bytes,

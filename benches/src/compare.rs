@@ -1,0 +1,349 @@
+//! `iggy-bench compare`: the WAL scenario matrix for every engine in one run, interleaved
+//! (A B C, A B C, ...) over rounds so that drift of the disk hits every engine alike; medians
+//! and ratios to the raw prefilled baseline.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Instant;
+
+use serde::Serialize;
+
+use crate::engines::{Engine, EngineKind, run_dir};
+
+/// The scenarios of the WAL issue.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+pub enum Scenario {
+    /// Batches of `batch` records, each batch durable before the next.
+    PublishedBatches,
+    /// Batches of `batch` records, durable only at the end.
+    UnpublishedBatches,
+    /// One record at a time, each durable before the next.
+    SinglePublished,
+    /// 64 threads, each appending one record and waiting for it to be durable, repeatedly.
+    Concurrent64,
+    /// Reading back (and verifying) everything, page cache warm.
+    ReplayWarm,
+    /// Reading back (and verifying) everything after dropping the page cache.
+    ReplayCold,
+}
+
+impl Scenario {
+    pub const ALL: [Self; 6] = [
+        Self::PublishedBatches,
+        Self::UnpublishedBatches,
+        Self::SinglePublished,
+        Self::Concurrent64,
+        Self::ReplayWarm,
+        Self::ReplayCold,
+    ];
+
+    #[must_use]
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::PublishedBatches => "batches of 250, published",
+            Self::UnpublishedBatches => "batches of 250, unpublished",
+            Self::SinglePublished => "single records, published",
+            Self::Concurrent64 => "64 appenders, each published",
+            Self::ReplayWarm => "boot replay, warm (MB/s)",
+            Self::ReplayCold => "boot replay, cold (MB/s)",
+        }
+    }
+
+    #[must_use]
+    pub fn unit(self) -> &'static str {
+        match self {
+            Self::ReplayWarm | Self::ReplayCold => "MB/s",
+            _ => "records/s",
+        }
+    }
+}
+
+/// How much each scenario writes.
+#[derive(Clone, Debug, Serialize)]
+pub struct Sizes {
+    pub record_bytes: usize,
+    pub batch_records: usize,
+    pub batch_total_bytes: u64,
+    pub single_records: u64,
+    pub concurrent_records_per_thread: u64,
+    pub replay_bytes: u64,
+    pub rounds: usize,
+}
+
+impl Sizes {
+    /// The full matrix (about 15 minutes on the 2-core reference machine).
+    #[must_use]
+    pub fn full() -> Self {
+        Self {
+            record_bytes: 1000,
+            batch_records: 250,
+            batch_total_bytes: 256 << 20,
+            single_records: 5000,
+            concurrent_records_per_thread: 100,
+            replay_bytes: 1 << 30,
+            rounds: 3,
+        }
+    }
+
+    /// A quick pass (a few minutes): smaller volumes, one round.
+    #[must_use]
+    pub fn quick() -> Self {
+        Self {
+            batch_total_bytes: 32 << 20,
+            single_records: 1000,
+            concurrent_records_per_thread: 20,
+            replay_bytes: 128 << 20,
+            rounds: 1,
+            ..Self::full()
+        }
+    }
+}
+
+/// One measured cell.
+#[derive(Clone, Debug, Serialize)]
+pub struct Cell {
+    pub scenario: Scenario,
+    pub engine: EngineKind,
+    /// The median over rounds, in the scenario's unit; `None` when the engine has no such mode.
+    pub median: Option<f64>,
+    pub samples: Vec<f64>,
+    pub note: Option<String>,
+}
+
+/// Pseudo-random, incompressible record bytes (the same for every engine).
+#[must_use]
+pub fn records(count: usize, record_bytes: usize, seed: u64) -> Vec<Vec<u8>> {
+    let mut x = seed | 1;
+    (0..count)
+        .map(|_| {
+            (0..record_bytes)
+                .map(|_| {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    x.to_le_bytes()[0]
+                })
+                .collect()
+        })
+        .collect()
+}
+
+fn rate(count: u64, started: Instant) -> f64 {
+    count as f64 / started.elapsed().as_secs_f64().max(f64::MIN_POSITIVE)
+}
+
+/// Drops the page cache (needs root); false when the kernel refuses.
+fn drop_page_cache() -> bool {
+    std::process::Command::new("sh")
+        .args(["-c", "sync && echo 3 > /proc/sys/vm/drop_caches"])
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|status| status.success())
+}
+
+fn batches(
+    engine: &dyn Engine,
+    sizes: &Sizes,
+    data: &[Vec<u8>],
+    durable: bool,
+) -> Result<u64, String> {
+    let batch_bytes = (sizes.record_bytes * sizes.batch_records) as u64;
+    let count = (sizes.batch_total_bytes / batch_bytes).max(1);
+    let batch: Vec<&[u8]> = data
+        .iter()
+        .take(sizes.batch_records)
+        .map(Vec::as_slice)
+        .collect();
+    for _ in 0..count {
+        engine.append(0, &batch, durable)?;
+    }
+    if !durable {
+        engine.sync()?;
+    }
+    Ok(count * sizes.batch_records as u64)
+}
+
+/// Runs one scenario for one engine in a fresh directory under `base`.
+pub fn run_one(
+    kind: EngineKind,
+    scenario: Scenario,
+    sizes: &Sizes,
+    base: &Path,
+    data: &[Vec<u8>],
+) -> Result<Option<f64>, String> {
+    let dir = run_dir(base, kind.name())?;
+    let capacity = sizes.batch_total_bytes.max(sizes.replay_bytes) + (16 << 20);
+    let result = match scenario {
+        Scenario::PublishedBatches => {
+            let engine = kind.open(&dir, capacity)?;
+            let started = Instant::now();
+            let records = batches(engine.as_ref(), sizes, data, true)?;
+            Some(rate(records, started))
+        }
+        Scenario::UnpublishedBatches if kind.has_unpublished_mode() => {
+            let engine = kind.open(&dir, capacity)?;
+            let started = Instant::now();
+            let records = batches(engine.as_ref(), sizes, data, false)?;
+            Some(rate(records, started))
+        }
+        Scenario::SinglePublished => {
+            let engine = kind.open(&dir, capacity)?;
+            let started = Instant::now();
+            for index in 0..sizes.single_records {
+                let record = &data[usize::try_from(index).unwrap_or(0) % data.len()];
+                engine.append(0, &[record.as_slice()], true)?;
+            }
+            Some(rate(sizes.single_records, started))
+        }
+        Scenario::Concurrent64 if kind.has_group_commit() => {
+            let engine: Arc<dyn Engine> = Arc::from(kind.open(&dir, capacity)?);
+            let started = Instant::now();
+            let per_thread = sizes.concurrent_records_per_thread;
+            let threads: Vec<_> = (0..64usize)
+                .map(|thread| {
+                    let engine = Arc::clone(&engine);
+                    let record = data[thread % data.len()].clone();
+                    std::thread::spawn(move || {
+                        (0..per_thread).try_for_each(|_| engine.append(thread, &[&record], true))
+                    })
+                })
+                .collect();
+            for thread in threads {
+                thread
+                    .join()
+                    .map_err(|_| "appender panicked".to_string())??;
+            }
+            Some(rate(64 * per_thread, started))
+        }
+        Scenario::ReplayWarm | Scenario::ReplayCold => {
+            let engine = kind.open(&dir, capacity)?;
+            let replay_sizes = Sizes {
+                batch_total_bytes: sizes.replay_bytes,
+                ..sizes.clone()
+            };
+            let written = batches(
+                engine.as_ref(),
+                &replay_sizes,
+                data,
+                kind == EngineKind::OkayWal,
+            )?;
+            drop(engine);
+            if scenario == Scenario::ReplayCold && !drop_page_cache() {
+                return Err("cannot drop the page cache here (needs root)".into());
+            }
+            let started = Instant::now();
+            let replayed = kind.replay(&dir, sizes.record_bytes)?;
+            let seconds = started.elapsed().as_secs_f64().max(f64::MIN_POSITIVE);
+            if replayed != written {
+                return Err(format!("replayed {replayed} records of {written}"));
+            }
+            Some(written as f64 * sizes.record_bytes as f64 / 1e6 / seconds)
+        }
+        Scenario::UnpublishedBatches | Scenario::Concurrent64 => None,
+    };
+    let storage = iggy_io::OsStorage::open(base).map_err(|e| e.to_string())?;
+    iggy_io::Storage::remove_dir_all(&storage, kind.name()).map_err(|e| e.to_string())?;
+    Ok(result)
+}
+
+/// Runs the matrix, interleaving engines within each round; `progress` hears each step.
+pub fn run_matrix(
+    engines: &[EngineKind],
+    scenarios: &[Scenario],
+    sizes: &Sizes,
+    base: &Path,
+    mut progress: impl FnMut(&str),
+) -> Vec<Cell> {
+    let data = records(sizes.batch_records.max(64), sizes.record_bytes, 0x1DEA);
+    let mut cells: Vec<Cell> = Vec::new();
+    for &scenario in scenarios {
+        let mut samples: Vec<(EngineKind, Vec<f64>, Option<String>)> =
+            engines.iter().map(|&e| (e, Vec::new(), None)).collect();
+        for round in 0..sizes.rounds {
+            for (kind, values, note) in &mut samples {
+                progress(&format!(
+                    "{} / {} / round {}",
+                    scenario.name(),
+                    kind.name(),
+                    round + 1
+                ));
+                match run_one(*kind, scenario, sizes, base, &data) {
+                    Ok(Some(value)) => values.push(value),
+                    Ok(None) => *note = Some("n/a".into()),
+                    Err(error) => *note = Some(error),
+                }
+            }
+        }
+        for (engine, mut values, note) in samples {
+            values.sort_by(f64::total_cmp);
+            let median = (!values.is_empty()).then(|| values[values.len() / 2]);
+            cells.push(Cell {
+                scenario,
+                engine,
+                median,
+                samples: values,
+                note,
+            });
+        }
+    }
+    cells
+}
+
+/// The matrix as a table: one row per scenario, one column per engine, each cell with its
+/// ratio to the raw prefilled baseline.
+#[must_use]
+pub fn render(cells: &[Cell], engines: &[EngineKind]) -> String {
+    use std::fmt::Write;
+    let mut out = String::new();
+    let _ = write!(out, "{:<30}", "scenario");
+    for engine in engines {
+        let _ = write!(out, " {:>22}", engine.name());
+    }
+    out.push('\n');
+    let mut scenarios: Vec<Scenario> = Vec::new();
+    for cell in cells {
+        if !scenarios.contains(&cell.scenario) {
+            scenarios.push(cell.scenario);
+        }
+    }
+    for scenario in scenarios {
+        let _ = write!(out, "{:<30}", scenario.name());
+        let find = |engine| {
+            cells
+                .iter()
+                .find(|c| c.scenario == scenario && c.engine == engine)
+        };
+        let baseline = find(EngineKind::RawPrefilled).and_then(|c| c.median);
+        for &engine in engines {
+            let text = match find(engine) {
+                Some(Cell {
+                    median: Some(value),
+                    ..
+                }) => match baseline {
+                    Some(base) if engine != EngineKind::RawPrefilled => {
+                        format!("{value:.0} ({:.2}x)", value / base)
+                    }
+                    _ => format!("{value:.0}"),
+                },
+                Some(Cell {
+                    note: Some(note), ..
+                }) if note == "n/a" => "n/a".to_string(),
+                Some(Cell { note: Some(_), .. }) => "error".to_string(),
+                _ => "-".to_string(),
+            };
+            let _ = write!(out, " {text:>22}");
+        }
+        out.push('\n');
+    }
+    for cell in cells {
+        if let Some(note) = cell.note.as_ref().filter(|n| n.as_str() != "n/a") {
+            let _ = writeln!(
+                out,
+                "note: {} / {}: {note}",
+                cell.scenario.name(),
+                cell.engine.name()
+            );
+        }
+    }
+    out
+}

@@ -1,0 +1,371 @@
+//! The logs `iggy-bench compare` runs side by side, behind one small interface: the raw
+//! baselines (what the disk does with the same bytes and no log at all), the toolkit's WAL, and
+//! peer Rust logs. Every "durable" append really reaches `fdatasync`/`fsync` (a test counts them).
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use iggy_io::{OpenMode, OsStorage, ReadFile, ReadStorage, Storage, WriteFile};
+use iggy_wal::{Config, Mode, Wal};
+
+/// A log under test.
+pub trait Engine: Send + Sync {
+    /// Appends `records` as one batch on `stream` (a thread's own stream where the engine has
+    /// them); when `durable`, returns only once the batch is durable.
+    fn append(&self, stream: usize, records: &[&[u8]], durable: bool) -> Result<(), String>;
+    /// Makes everything appended so far durable.
+    fn sync(&self) -> Result<(), String>;
+}
+
+/// The engines, by name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
+pub enum EngineKind {
+    /// `pwrite` into a preallocated, zero-filled file, `fdatasync` per batch.
+    RawPrefilled,
+    /// `pwrite` at the end of a growing file, `fdatasync` per batch.
+    RawAppend,
+    /// The toolkit's WAL (`iggy-wal`).
+    IggyWal,
+    /// `okaywal` 0.3: every committed entry is durable.
+    OkayWal,
+    /// TiKV's `raft-engine` 0.4.
+    RaftEngine,
+}
+
+impl EngineKind {
+    pub const ALL: [Self; 5] = [
+        Self::RawPrefilled,
+        Self::RawAppend,
+        Self::IggyWal,
+        Self::OkayWal,
+        Self::RaftEngine,
+    ];
+
+    #[must_use]
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::RawPrefilled => "raw-prefilled",
+            Self::RawAppend => "raw-append",
+            Self::IggyWal => "iggy-wal",
+            Self::OkayWal => "okaywal",
+            Self::RaftEngine => "raft-engine",
+        }
+    }
+
+    /// Whether the engine can append without making each batch durable.
+    #[must_use]
+    pub fn has_unpublished_mode(self) -> bool {
+        self != Self::OkayWal
+    }
+
+    /// Whether concurrent appenders are meaningful (the raw baselines have no group commit).
+    #[must_use]
+    pub fn has_group_commit(self) -> bool {
+        matches!(self, Self::IggyWal | Self::OkayWal | Self::RaftEngine)
+    }
+
+    /// Opens a fresh engine in the empty directory `dir`; `capacity_bytes` sizes preallocation.
+    pub fn open(self, dir: &Path, capacity_bytes: u64) -> Result<Box<dyn Engine>, String> {
+        Ok(match self {
+            Self::RawPrefilled => Box::new(RawFile::open(dir, Some(capacity_bytes))?),
+            Self::RawAppend => Box::new(RawFile::open(dir, None)?),
+            Self::IggyWal => Box::new(IggyWal::open(dir)?),
+            Self::OkayWal => Box::new(OkayWal::open(dir)?),
+            Self::RaftEngine => Box::new(RaftEngine::open(dir)?),
+        })
+    }
+
+    /// Reads back everything `open` wrote in `dir`, verifying it as the engine's own boot does;
+    /// returns the number of records.
+    pub fn replay(self, dir: &Path, record_bytes: usize) -> Result<u64, String> {
+        match self {
+            Self::RawPrefilled | Self::RawAppend => RawFile::replay(dir, record_bytes),
+            Self::IggyWal => IggyWal::replay(dir),
+            Self::OkayWal => OkayWal::replay(dir),
+            Self::RaftEngine => RaftEngine::replay(dir),
+        }
+    }
+}
+
+fn err(error: impl std::fmt::Display) -> String {
+    error.to_string()
+}
+
+/// The raw baselines: one file, the batch's bytes written with one `pwrite`.
+struct RawFile {
+    file: iggy_io::os::OsFile,
+    end: Mutex<u64>,
+}
+
+impl RawFile {
+    fn open(dir: &Path, prefill_bytes: Option<u64>) -> Result<Self, String> {
+        let storage = OsStorage::open(dir).map_err(err)?;
+        let file = storage.open("raw.log", OpenMode::CreateNew).map_err(err)?;
+        if let Some(len) = prefill_bytes {
+            let zeros = vec![0u8; 1 << 20];
+            let mut offset = 0;
+            while offset < len {
+                file.write_all_at(offset, &zeros).map_err(err)?;
+                offset += zeros.len() as u64;
+            }
+            file.sync_all().map_err(err)?;
+        }
+        storage.sync_dir("").map_err(err)?;
+        Ok(Self {
+            file,
+            end: Mutex::new(0),
+        })
+    }
+
+    fn replay(dir: &Path, record_bytes: usize) -> Result<u64, String> {
+        // The raw scan: read everything in 1 MiB windows and checksum every record.
+        let storage = OsStorage::open(dir).map_err(err)?;
+        let file = storage.open_read("raw.log").map_err(err)?;
+        let len = file.len().map_err(err)?;
+        let window = (1 << 20) / record_bytes * record_bytes;
+        let mut buf = vec![0u8; window];
+        let (mut offset, mut records, mut fold) = (0u64, 0u64, 0u64);
+        while offset < len {
+            let count = usize::try_from((len - offset).min(window as u64)).map_err(err)?;
+            file.read_exact_at(offset, &mut buf[..count]).map_err(err)?;
+            for record in buf[..count].chunks_exact(record_bytes) {
+                if record[0] == 0 && record.iter().all(|&b| b == 0) {
+                    return Ok(records); // the prefilled tail
+                }
+                fold ^= xxhash_rust::xxh3::xxh3_64(record);
+                records += 1;
+            }
+            offset += count as u64;
+        }
+        std::hint::black_box(fold);
+        Ok(records)
+    }
+}
+
+impl Engine for RawFile {
+    fn append(&self, _stream: usize, records: &[&[u8]], durable: bool) -> Result<(), String> {
+        let bytes = records.concat();
+        let mut end = self.end.lock().map_err(err)?;
+        self.file.write_all_at(*end, &bytes).map_err(err)?;
+        *end += bytes.len() as u64;
+        if durable {
+            self.file.sync_data().map_err(err)?;
+        }
+        Ok(())
+    }
+
+    fn sync(&self) -> Result<(), String> {
+        self.file.sync_data().map_err(err)
+    }
+}
+
+/// The toolkit's WAL with its default configuration (64 MiB files preallocated).
+pub struct IggyWal {
+    wal: Wal<OsStorage>,
+}
+
+fn iggy_config() -> Config {
+    // Unpublished runs rely on the final publish, as a replicated partition does between
+    // checkpoints; the budget is the bench's whole volume.
+    Config {
+        unpublished_bytes_max: u64::MAX / 2,
+        ..Config::new(1)
+    }
+}
+
+impl IggyWal {
+    fn open(dir: &Path) -> Result<Self, String> {
+        Self::open_with(dir, iggy_config().zero_fill)
+    }
+
+    /// Creates the log in `dir`, zero-filling new files or only preallocating them.
+    pub fn open_with(dir: &Path, zero_fill: bool) -> Result<Self, String> {
+        let storage = OsStorage::open(dir).map_err(err)?;
+        let config = Config {
+            zero_fill,
+            ..iggy_config()
+        };
+        let wal = Wal::create(storage, Path::new("wal"), config, 1, 0).map_err(err)?;
+        Ok(Self { wal })
+    }
+
+    fn replay(dir: &Path) -> Result<u64, String> {
+        let storage = OsStorage::open(dir).map_err(err)?;
+        let (wal, _) = Wal::open(storage, Path::new("wal"), iggy_config(), Mode::Open)
+            .map_err(err)?
+            .ok_or("no log")?;
+        Ok(wal.head().0 + 1 - wal.first_op())
+    }
+}
+
+impl Engine for IggyWal {
+    fn append(&self, _stream: usize, records: &[&[u8]], durable: bool) -> Result<(), String> {
+        let mut last = 0;
+        for record in records {
+            last = self.wal.append_body(record, 1, 0).map_err(err)?;
+        }
+        if durable {
+            self.wal.wait_published(last).map_err(err)?;
+        }
+        Ok(())
+    }
+
+    fn sync(&self) -> Result<(), String> {
+        self.wal.publish().map(|_| ()).map_err(err)
+    }
+}
+
+#[derive(Debug)]
+struct CountingManager(Arc<AtomicU64>);
+
+impl okaywal::LogManager for CountingManager {
+    fn recover(&mut self, entry: &mut okaywal::Entry<'_>) -> std::io::Result<()> {
+        if let Some(chunks) = entry.read_all_chunks()? {
+            self.0.fetch_add(chunks.len() as u64, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+
+    fn checkpoint_to(
+        &mut self,
+        _last_checkpointed_id: okaywal::EntryId,
+        _checkpointed_entries: &mut okaywal::SegmentReader,
+        _wal: &okaywal::WriteAheadLog,
+    ) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+fn okaywal_config(dir: &Path) -> okaywal::Configuration {
+    let mut config = okaywal::Configuration::default_for(dir.join("okaywal"));
+    // Like ours: 64 MiB preallocated files; no checkpoint during a run, so replay sees it all.
+    config.preallocate_bytes = 64 << 20;
+    config.checkpoint_after_bytes = u64::MAX;
+    config
+}
+
+struct OkayWal {
+    log: okaywal::WriteAheadLog,
+}
+
+impl OkayWal {
+    fn open(dir: &Path) -> Result<Self, String> {
+        let counter = Arc::new(AtomicU64::new(0));
+        let log = okaywal_config(dir)
+            .open(CountingManager(counter))
+            .map_err(err)?;
+        Ok(Self { log })
+    }
+
+    fn replay(dir: &Path) -> Result<u64, String> {
+        let counter = Arc::new(AtomicU64::new(0));
+        let log = okaywal_config(dir)
+            .open(CountingManager(Arc::clone(&counter)))
+            .map_err(err)?;
+        log.shutdown().map_err(err)?;
+        Ok(counter.load(Ordering::Relaxed))
+    }
+}
+
+impl Engine for OkayWal {
+    fn append(&self, _stream: usize, records: &[&[u8]], durable: bool) -> Result<(), String> {
+        if !durable {
+            return Err("okaywal has no unpublished mode: every commit is durable".into());
+        }
+        let mut writer = self.log.begin_entry().map_err(err)?;
+        for record in records {
+            writer.write_chunk(record).map_err(err)?;
+        }
+        writer.commit().map(|_| ()).map_err(err)
+    }
+
+    fn sync(&self) -> Result<(), String> {
+        Ok(()) // every commit already was
+    }
+}
+
+#[derive(Clone)]
+struct RaftEntry;
+
+impl raft_engine::MessageExt for RaftEntry {
+    type Entry = raft::eraftpb::Entry;
+
+    fn index(entry: &Self::Entry) -> u64 {
+        entry.index
+    }
+}
+
+fn raft_config(dir: &Path) -> raft_engine::Config {
+    raft_engine::Config {
+        dir: dir.join("raft-engine").display().to_string(),
+        // Records are incompressible; no compression keeps the comparison about I/O.
+        batch_compression_threshold: raft_engine::ReadableSize(0),
+        ..raft_engine::Config::default()
+    }
+}
+
+struct RaftEngine {
+    engine: raft_engine::Engine,
+    next_index: Vec<AtomicU64>,
+}
+
+impl RaftEngine {
+    fn open(dir: &Path) -> Result<Self, String> {
+        let engine = raft_engine::Engine::open(raft_config(dir)).map_err(err)?;
+        Ok(Self {
+            engine,
+            next_index: (0..256).map(|_| AtomicU64::new(1)).collect(),
+        })
+    }
+
+    fn replay(dir: &Path) -> Result<u64, String> {
+        let engine = raft_engine::Engine::open(raft_config(dir)).map_err(err)?;
+        let region = 1;
+        Ok(
+            match (engine.first_index(region), engine.last_index(region)) {
+                (Some(first), Some(last)) => last + 1 - first,
+                _ => 0,
+            },
+        )
+    }
+}
+
+impl Engine for RaftEngine {
+    fn append(&self, stream: usize, records: &[&[u8]], durable: bool) -> Result<(), String> {
+        let counter = self.next_index.get(stream).ok_or("too many streams")?;
+        let first = counter.fetch_add(records.len() as u64, Ordering::Relaxed);
+        let entries: Vec<raft::eraftpb::Entry> = records
+            .iter()
+            .zip(first..)
+            .map(|(record, index)| {
+                let mut entry = raft::eraftpb::Entry::default();
+                entry.set_index(index);
+                entry.set_data(bytes::Bytes::copy_from_slice(record));
+                entry
+            })
+            .collect();
+        let mut batch = raft_engine::LogBatch::default();
+        batch
+            .add_entries::<RaftEntry>(stream as u64 + 1, &entries)
+            .map_err(err)?;
+        self.engine
+            .write(&mut batch, durable)
+            .map(|_| ())
+            .map_err(err)
+    }
+
+    fn sync(&self) -> Result<(), String> {
+        self.engine.sync().map_err(err)
+    }
+}
+
+/// A fresh, empty directory for one run under `base`.
+pub fn run_dir(base: &Path, label: &str) -> Result<PathBuf, String> {
+    let storage = OsStorage::create(base).map_err(err)?;
+    if storage.exists(label).map_err(err)? {
+        storage.remove_dir_all(label).map_err(err)?;
+    }
+    storage.create_dir(label).map_err(err)?;
+    Ok(base.join(label))
+}
