@@ -299,7 +299,31 @@ pub(crate) fn analyze<R: ReadStorage>(
             head_op: frontier.head_op,
         });
     }
-    for (index, (first_op, path)) in wal_files.iter().take(retained_count).enumerate() {
+    let retained = &wal_files[..retained_count];
+    let until = |index: usize| {
+        if Some(index) == head_index {
+            frontier.head_op
+        } else {
+            wal_files
+                .get(index + 1)
+                .map_or(frontier.head_op, |(next, _)| next - 1)
+        }
+    };
+    if let Some(index) = head_index {
+        let path = &wal_files[index].1;
+        let len = storage.open_read(path)?.len()?;
+        if len < frontier.published_length {
+            return Err(WalError::LostPublishedBytes {
+                file: path.clone(),
+                len,
+                published_length: frontier.published_length,
+            });
+        }
+    }
+    // Each file is verified as its own chain, in parallel; the links between files and every
+    // refusal are then checked in file order, so the error named is the first one on disk.
+    let scans = scan_in_parallel(storage, retained, &until);
+    for (index, ((first_op, path), result)) in retained.iter().zip(scans).enumerate() {
         if let Some(expected) = next_op
             && expected != *first_op
         {
@@ -309,24 +333,8 @@ pub(crate) fn analyze<R: ReadStorage>(
                 found: *first_op,
             });
         }
+        let result = result?;
         let is_head = Some(index) == head_index;
-        let file = storage.open_read(path)?;
-        let until = if is_head {
-            frontier.head_op
-        } else {
-            wal_files
-                .get(index + 1)
-                .map_or(frontier.head_op, |(next, _)| next - 1)
-        };
-        if is_head && file.len()? < frontier.published_length {
-            let len = file.len()?;
-            return Err(WalError::LostPublishedBytes {
-                file: path.clone(),
-                len,
-                published_length: frontier.published_length,
-            });
-        }
-        let result = scan(&file, 0, *first_op, parent, Some(until))?;
         let clean_end = matches!(result.stop, StopReason::Zeros | StopReason::EndOfFile);
         if !is_head
             && clean_end
@@ -340,6 +348,17 @@ pub(crate) fn analyze<R: ReadStorage>(
                 found: *next_op,
             });
         }
+        if let (Some(expected), Some(found)) = (parent, result.first_parent)
+            && expected != found
+        {
+            // The link into this file: its first entry must name the previous file's last.
+            let reason = StopReason::Parent { op: *first_op };
+            return Err(WalError::Corrupt {
+                file: path.clone(),
+                offset: 0,
+                reason,
+            });
+        }
         if result.stop != StopReason::Reached {
             return Err(WalError::Corrupt {
                 file: path.clone(),
@@ -348,7 +367,7 @@ pub(crate) fn analyze<R: ReadStorage>(
             });
         }
         parent = result.entries.last().map(|e| e.checksum).or(parent);
-        next_op = Some(until + 1);
+        next_op = Some(until(index) + 1);
         files.push(BootFile {
             first_op: *first_op,
             path: path.clone(),
@@ -429,6 +448,48 @@ pub(crate) fn analyze<R: ReadStorage>(
         }
     }
     Ok(Some(analysis))
+}
+
+/// Scans `files[i]` from its start up to `until(i)` (first link unchecked), on one thread per
+/// core; results in file order.
+fn scan_in_parallel<R: ReadStorage>(
+    storage: &R,
+    files: &[(u64, PathBuf)],
+    until: &(dyn Fn(usize) -> u64 + Sync),
+) -> Vec<iggy_io::Result<Scan>> {
+    let scan_one = |index: usize| -> iggy_io::Result<Scan> {
+        let (first_op, path) = &files[index];
+        let file = storage.open_read(path)?;
+        scan(&file, 0, *first_op, None, Some(until(index)))
+    };
+    let threads = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
+    let threads = threads.clamp(1, files.len().max(1));
+    let mut results: Vec<Option<iggy_io::Result<Scan>>> = files.iter().map(|_| None).collect();
+    std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..threads)
+            .map(|worker| {
+                let scan_one = &scan_one;
+                scope.spawn(move || {
+                    (worker..files.len())
+                        .step_by(threads)
+                        .map(|index| (index, scan_one(index)))
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        for worker in workers {
+            let done = worker
+                .join()
+                .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+            for (index, result) in done {
+                results[index] = Some(result);
+            }
+        }
+    });
+    results
+        .into_iter()
+        .map(|r| r.unwrap_or_else(|| unreachable!("every file scanned")))
+        .collect()
 }
 
 /// Rules 5 and 6: what lies past the frontier.

@@ -61,6 +61,8 @@ impl std::fmt::Display for StopReason {
 #[derive(Clone, Debug)]
 pub(crate) struct Scan {
     pub entries: Vec<Scanned>,
+    /// The `parent` of the first verified entry (to check the link when it was not given).
+    pub first_parent: Option<Checksum>,
     pub end: u64,
     pub stop: StopReason,
 }
@@ -109,6 +111,7 @@ pub(crate) fn scan<F: ReadFile>(
         bytes: Vec::new(),
     };
     let mut entries = Vec::new();
+    let mut first_parent = None;
     let mut offset = start;
     let mut expected_op = first_op;
     let mut expected_parent = parent;
@@ -147,6 +150,7 @@ pub(crate) fn scan<F: ReadFile>(
         if checksum(body) != header.checksum_body {
             break StopReason::Body { op: header.op };
         }
+        first_parent = first_parent.or(Some(header.parent));
         entries.push(Scanned {
             op: header.op,
             offset,
@@ -159,6 +163,7 @@ pub(crate) fn scan<F: ReadFile>(
     };
     Ok(Scan {
         entries,
+        first_parent,
         end: offset,
         stop,
     })

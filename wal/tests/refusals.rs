@@ -289,3 +289,43 @@ fn an_unreadable_newest_slot_adopts_the_verified_entries_past_the_older_one() {
         "the slot was repaired"
     );
 }
+
+/// A file from another history spliced in under the right name: every entry in it verifies on
+/// its own, but its first entry does not name the previous file's last. The cross-file link
+/// (checked after the files are verified in parallel) must refuse it at offset 0.
+#[test]
+fn a_file_from_another_history_breaks_the_link_between_files() {
+    let (storage, _) = published_log();
+    let other = SimStorage::new(99);
+    let wal = Wal::create(other.clone(), dir(), config(), 1, 0xDEAD).unwrap();
+    for i in 0..30u8 {
+        wal.append_body(&vec![i; 300 + usize::from(i) * 11], 1, 0)
+            .unwrap();
+    }
+    wal.publish().unwrap();
+    let ours = wal_files(&storage);
+    let theirs = wal_files(&other);
+    assert_eq!(ours[1], theirs[1], "same layout, so the same file names");
+    let bytes = other.read_all(&theirs[1]).unwrap();
+    let file = storage.open(&ours[1], OpenMode::Existing).unwrap();
+    file.write_all_at(0, &bytes).unwrap();
+    file.sync_data().unwrap();
+    let first_op: u64 = ours[1]
+        .file_stem()
+        .unwrap()
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    match refusal(&storage) {
+        WalError::Corrupt {
+            file,
+            offset: 0,
+            reason: StopReason::Parent { op },
+        } => {
+            assert_eq!(file, ours[1]);
+            assert_eq!(op, first_op);
+        }
+        other => panic!("{other}"),
+    }
+}
