@@ -555,14 +555,9 @@ impl<S: Storage> Superblock<S> {
             });
         }
         let bytes = copy::encode(record, slot);
-        let result = self
-            .file
-            .write_all_at(slot.offset(), &bytes)
-            .and_then(|()| {
-                // This copy must be durable before the other is touched (and before the caller
-                // acts on the new state): one copy is always intact.
-                self.file.sync_data()
-            });
+        // This copy must be durable before the other is touched (and before the caller acts on
+        // the new state): one copy is always intact. Write and sync go out as one step.
+        let result = self.file.write_all_and_sync_data(slot.offset(), &bytes);
         if let Err(error) = result {
             self.poisoned = true;
             return Err(error.into());
