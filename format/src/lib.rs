@@ -8,6 +8,7 @@
 //! - reserved bytes are written as zero and rejected when they are not zero, so that a later
 //!   version can give them a meaning without old readers misreading them.
 
+pub mod batch;
 pub mod checksum;
 pub mod constants;
 pub mod header;

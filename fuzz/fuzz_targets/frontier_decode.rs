@@ -21,4 +21,9 @@ fuzz_target!(|data: &[u8]| {
     let sum = iggy_format::checksum(&sealed[32..SLOT_SIZE]);
     sealed[..16].copy_from_slice(&sum.to_le_bytes());
     check(&sealed);
+    // And with the magic planted too, so the fuzzer reaches the checks behind it.
+    sealed[32..40].copy_from_slice(&frontier::MAGIC.to_le_bytes());
+    let sum = iggy_format::checksum(&sealed[32..SLOT_SIZE]);
+    sealed[..16].copy_from_slice(&sum.to_le_bytes());
+    check(&sealed);
 });
