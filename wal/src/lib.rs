@@ -485,13 +485,20 @@ impl<S: Storage> Wal<S> {
 
     /// Returns once a publication covers `op`, publishing if no other caller is (group commit:
     /// waiters arriving during a publication are covered by the next one, which one of them runs).
+    /// An `op` past the head (never appended, or cut by `truncate_after`) is `OutOfRange`.
     pub fn wait_published(&self, op: u64) -> Result<Frontier, WalError> {
         let mut state = self.lock();
         loop {
             if let Some(cause) = &state.poisoned {
                 return Err(poisoned_error(&self.dir, cause));
             }
-            if state.published.head_op >= op || state.head_op < op {
+            if state.head_op < op {
+                // Never appended (or cut by truncate_after): nothing to vouch for.
+                let first_op = state.files.first().map_or(state.head_op + 1, |f| f.first_op);
+                let head_op = state.head_op;
+                return Err(WalError::OutOfRange { what: "wait_published", op, first_op, head_op });
+            }
+            if state.published.head_op >= op {
                 return Ok(state.published);
             }
             if state.publishing {

@@ -127,6 +127,11 @@ fn append_validation() {
         Err(WalError::BadEntry { op: 6, .. })
     ));
     assert!(matches!(wal.read(4, 5), Err(WalError::OutOfRange { .. })));
+    assert!(
+        matches!(wal.wait_published(6), Err(WalError::OutOfRange { .. })),
+        "an op never appended is not acknowledged"
+    );
+    assert_eq!(wal.wait_published(5).unwrap().head_op, 5);
     assert_eq!(wal.append(&good, b"c").unwrap(), Appended::Queued { op: 6 });
 }
 
