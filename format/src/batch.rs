@@ -191,14 +191,6 @@ fn batch_checksum(header: &BatchHeader, frame_checksums: impl Iterator<Item = u6
     hasher.digest()
 }
 
-fn nonzero(bytes: &[u8]) -> Option<usize> {
-    if bytes.iter().fold(0u8, |acc, &b| acc | b) == 0 {
-        None
-    } else {
-        bytes.iter().position(|&b| b != 0)
-    }
-}
-
 /// Validates `bytes` as one whole batch.
 pub fn decode(bytes: &[u8]) -> Result<Batch<'_>, BatchError> {
     let header_bytes = bytes
@@ -211,7 +203,7 @@ pub fn decode(bytes: &[u8]) -> Result<Batch<'_>, BatchError> {
             actual: bytes.len(),
         });
     }
-    if let Some(position) = nonzero(&header_bytes[BATCH_RESERVED_OFFSET..]) {
+    if let Some(position) = le::first_nonzero(&header_bytes[BATCH_RESERVED_OFFSET..]) {
         return Err(BatchError::ReservedNotZero {
             offset: BATCH_RESERVED_OFFSET + position,
         });
@@ -225,7 +217,8 @@ pub fn decode(bytes: &[u8]) -> Result<Batch<'_>, BatchError> {
         let truncated = BatchError::FrameTruncated { index, offset };
         let (message, next) = frame_at(bytes, offset).ok_or(truncated)?;
         let frame = &bytes[offset..next];
-        if let Some(position) = nonzero(&frame[FRAME_RESERVED_OFFSET..FRAME_HEADER_SIZE]) {
+        if let Some(position) = le::first_nonzero(&frame[FRAME_RESERVED_OFFSET..FRAME_HEADER_SIZE])
+        {
             let offset = offset + FRAME_RESERVED_OFFSET + position;
             return Err(BatchError::ReservedNotZero { offset });
         }

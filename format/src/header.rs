@@ -202,10 +202,7 @@ impl Header {
         if size < HEADER_SIZE_U32 {
             return Err(HeaderError::SizeTooSmall { size });
         }
-        // An OR-reduction first (vectorized); the position only when something is set.
-        let reserved = &bytes[RESERVED_OFFSET..];
-        if reserved.iter().fold(0u8, |acc, &b| acc | b) != 0 {
-            let position = reserved.iter().position(|&b| b != 0).unwrap_or(0);
+        if let Some(position) = le::first_nonzero(&bytes[RESERVED_OFFSET..]) {
             let offset = RESERVED_OFFSET + position;
             return Err(HeaderError::ReservedNotZero {
                 offset,

@@ -73,6 +73,17 @@ pub fn put_u128(bytes: &mut [u8], offset: usize, value: u128) {
     put(bytes, offset, &value.to_le_bytes());
 }
 
+/// The offset (within `bytes`) of the first non-zero byte, if any: how every reserved range is
+/// checked. An OR-reduction first (the compiler vectorizes it), the position only when needed.
+#[must_use]
+pub fn first_nonzero(bytes: &[u8]) -> Option<usize> {
+    if bytes.iter().fold(0u8, |acc, &b| acc | b) == 0 {
+        None
+    } else {
+        bytes.iter().position(|&b| b != 0)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -98,5 +109,8 @@ mod tests {
         put_u32(&mut bytes, 16, 7);
         assert_eq!(u32_at(&bytes, 16), Some(7));
         assert_eq!(u8_at(&bytes, 20), None);
+        assert_eq!(first_nonzero(&[0, 0, 5, 0, 7]), Some(2));
+        assert_eq!(first_nonzero(&[0; 64]), None);
+        assert_eq!(first_nonzero(&[]), None);
     }
 }

@@ -239,7 +239,7 @@ pub fn decode(bytes: &[u8], slot: Slot) -> Result<(Record, Checksum), CopyError>
         return damaged(Damage::Misplaced { slot, found });
     }
     for (start, end) in ZERO_RANGES {
-        if let Some(position) = bytes[start..end].iter().position(|&b| b != 0) {
+        if let Some(position) = le::first_nonzero(&bytes[start..end]) {
             let offset = start + position;
             return damaged(Damage::NonZero {
                 offset,

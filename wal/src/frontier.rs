@@ -165,7 +165,7 @@ pub fn decode(bytes: &[u8], slot: usize) -> Result<Frontier, SlotError> {
         return Err(SlotError::Magic { magic });
     }
     for (start, end) in ZERO_RANGES {
-        if let Some(position) = bytes[start..end].iter().position(|&b| b != 0) {
+        if let Some(position) = le::first_nonzero(&bytes[start..end]) {
             let offset = start + position;
             return Err(SlotError::NonZero {
                 offset,

@@ -494,9 +494,17 @@ impl<S: Storage> Wal<S> {
             }
             if state.head_op < op {
                 // Never appended (or cut by truncate_after): nothing to vouch for.
-                let first_op = state.files.first().map_or(state.head_op + 1, |f| f.first_op);
+                let first_op = state
+                    .files
+                    .first()
+                    .map_or(state.head_op + 1, |f| f.first_op);
                 let head_op = state.head_op;
-                return Err(WalError::OutOfRange { what: "wait_published", op, first_op, head_op });
+                return Err(WalError::OutOfRange {
+                    what: "wait_published",
+                    op,
+                    first_op,
+                    head_op,
+                });
             }
             if state.published.head_op >= op {
                 return Ok(state.published);
