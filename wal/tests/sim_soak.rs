@@ -135,13 +135,10 @@ fn run(seed: u64) -> Result<(), String> {
                 }
                 Ok(())
             }
-            _ => wal
-                .read(wal.first_op(), wal.head().0)
-                .map(|_| ())
-                .or_else(|error| match error {
-                    WalError::OutOfRange { .. } => Ok(()),
-                    other => Err(other),
-                }),
+            _ => match wal.read(wal.first_op(), wal.head().0) {
+                Ok(_) | Err(WalError::OutOfRange { .. }) => Ok(()),
+                Err(other) => Err(other),
+            },
         };
         if let Err(error) = result {
             match error {
