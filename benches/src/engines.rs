@@ -176,16 +176,15 @@ fn iggy_config() -> Config {
 
 impl IggyWal {
     fn open(dir: &Path) -> Result<Self, String> {
-        Self::open_with(dir, iggy_config().zero_fill)
+        let config = iggy_config();
+        Self::open_with(dir, config.zero_fill, config.file_size_bytes)
     }
 
-    /// Creates the log in `dir`, zero-filling new files or only preallocating them.
-    pub fn open_with(dir: &Path, zero_fill: bool) -> Result<Self, String> {
+    /// Creates the log in `dir` with files of `file_size_bytes`, zero-filled or only
+    /// preallocated.
+    pub fn open_with(dir: &Path, zero_fill: bool, file_size_bytes: u64) -> Result<Self, String> {
         let storage = OsStorage::open(dir).map_err(err)?;
-        let config = Config {
-            zero_fill,
-            ..iggy_config()
-        };
+        let config = Config { zero_fill, file_size_bytes, ..iggy_config() };
         let wal = Wal::create(storage, Path::new("wal"), config, 1, 0).map_err(err)?;
         Ok(Self { wal })
     }

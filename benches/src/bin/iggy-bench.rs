@@ -81,6 +81,9 @@ struct WalArgs {
     /// MiB written in total.
     #[arg(long, default_value_t = 256)]
     total_mib: u64,
+    /// Size of each WAL file, MiB (files are preallocated to it).
+    #[arg(long, default_value_t = 64)]
+    file_mib: u64,
     /// Zero-fill each new WAL file (true) or only preallocate it with fallocate (false).
     #[arg(long, default_value_t = false, action = clap::ArgAction::Set)]
     zero_fill: bool,
@@ -170,7 +173,7 @@ fn run_wal(args: &WalArgs) -> Result<(), String> {
     let (dir, _guard) = bench_dir(args.dir.as_ref())?;
     let base = iggy_benches::engines::run_dir(&dir, "iggy-bench-wal")?;
     let engine: std::sync::Arc<dyn iggy_benches::engines::Engine> = std::sync::Arc::new(
-        iggy_benches::engines::IggyWal::open_with(&base, args.zero_fill)?,
+        iggy_benches::engines::IggyWal::open_with(&base, args.zero_fill, args.file_mib << 20)?,
     );
     let data = compare::records(args.batch, args.record_bytes, 7);
     let batch_bytes = (args.batch * args.record_bytes) as u64;
