@@ -315,15 +315,20 @@ pub fn render(cells: &[Cell], engines: &[EngineKind]) -> String {
         };
         let baseline = find(EngineKind::RawPrefilled).and_then(|c| c.median);
         for &engine in engines {
+            let mark = if engine.sync_reaches_disk() {
+                ""
+            } else {
+                "\u{2020}"
+            };
             let text = match find(engine) {
                 Some(Cell {
                     median: Some(value),
                     ..
                 }) => match baseline {
                     Some(base) if engine != EngineKind::RawPrefilled => {
-                        format!("{value:.0} ({:.2}x)", value / base)
+                        format!("{value:.0} ({:.2}x){mark}", value / base)
                     }
-                    _ => format!("{value:.0}"),
+                    _ => format!("{value:.0}{mark}"),
                 },
                 Some(Cell {
                     note: Some(note), ..
@@ -334,6 +339,13 @@ pub fn render(cells: &[Cell], engines: &[EngineKind]) -> String {
             let _ = write!(out, " {text:>22}");
         }
         out.push('\n');
+    }
+    for engine in engines.iter().filter(|e| !e.sync_reaches_disk()) {
+        let _ = writeln!(
+            out,
+            "\u{2020} {}: its \"sync\" does not reach the disk (no fsync): not a durable figure, not ranked",
+            engine.name()
+        );
     }
     for cell in cells {
         if let Some(note) = cell.note.as_ref().filter(|n| n.as_str() != "n/a") {

@@ -31,15 +31,21 @@ pub enum EngineKind {
     OkayWal,
     /// TiKV's `raft-engine` 0.4.
     RaftEngine,
+    /// `commitlog` 0.2. Its `flush` does not fsync the segment (see `sync_reaches_disk`).
+    CommitLog,
+    /// `fjall` 3: a write batch per batch, `persist(SyncData)` (its journal's fdatasync).
+    Fjall,
 }
 
 impl EngineKind {
-    pub const ALL: [Self; 5] = [
+    pub const ALL: [Self; 7] = [
         Self::RawPrefilled,
         Self::RawAppend,
         Self::IggyWal,
         Self::OkayWal,
         Self::RaftEngine,
+        Self::CommitLog,
+        Self::Fjall,
     ];
 
     #[must_use]
@@ -50,7 +56,17 @@ impl EngineKind {
             Self::IggyWal => "iggy-wal",
             Self::OkayWal => "okaywal",
             Self::RaftEngine => "raft-engine",
+            Self::CommitLog => "commitlog",
+            Self::Fjall => "fjall",
         }
+    }
+
+    /// Whether the engine's "durable" append really reaches `fsync`/`fdatasync`. commitlog
+    /// 0.2's `CommitLog::flush` calls `std::fs::File::flush` (a no-op for files) on its segment
+    /// and only msyncs its index, so its figures are not durable ones: shown, marked, not ranked.
+    #[must_use]
+    pub fn sync_reaches_disk(self) -> bool {
+        self != Self::CommitLog
     }
 
     /// Whether the engine can append without making each batch durable.
@@ -62,7 +78,10 @@ impl EngineKind {
     /// Whether concurrent appenders are meaningful (the raw baselines have no group commit).
     #[must_use]
     pub fn has_group_commit(self) -> bool {
-        matches!(self, Self::IggyWal | Self::OkayWal | Self::RaftEngine)
+        matches!(
+            self,
+            Self::IggyWal | Self::OkayWal | Self::RaftEngine | Self::Fjall
+        )
     }
 
     /// Opens a fresh engine in the empty directory `dir`; `capacity_bytes` sizes preallocation.
@@ -73,6 +92,8 @@ impl EngineKind {
             Self::IggyWal => Box::new(IggyWal::open(dir)?),
             Self::OkayWal => Box::new(OkayWal::open(dir)?),
             Self::RaftEngine => Box::new(RaftEngine::open(dir)?),
+            Self::CommitLog => Box::new(CommitLogEngine::open(dir)?),
+            Self::Fjall => Box::new(FjallEngine::open(dir)?),
         })
     }
 
@@ -84,6 +105,8 @@ impl EngineKind {
             Self::IggyWal => IggyWal::replay(dir),
             Self::OkayWal => OkayWal::replay(dir),
             Self::RaftEngine => RaftEngine::replay(dir),
+            Self::CommitLog => CommitLogEngine::replay(dir),
+            Self::Fjall => FjallEngine::replay(dir),
         }
     }
 }
@@ -184,7 +207,11 @@ impl IggyWal {
     /// preallocated.
     pub fn open_with(dir: &Path, zero_fill: bool, file_size_bytes: u64) -> Result<Self, String> {
         let storage = OsStorage::open(dir).map_err(err)?;
-        let config = Config { zero_fill, file_size_bytes, ..iggy_config() };
+        let config = Config {
+            zero_fill,
+            file_size_bytes,
+            ..iggy_config()
+        };
         let wal = Wal::create(storage, Path::new("wal"), config, 1, 0).map_err(err)?;
         Ok(Self { wal })
     }
@@ -356,6 +383,117 @@ impl Engine for RaftEngine {
 
     fn sync(&self) -> Result<(), String> {
         self.engine.sync().map_err(err)
+    }
+}
+
+struct CommitLogEngine {
+    log: Mutex<commitlog::CommitLog>,
+}
+
+fn commitlog_options(dir: &Path) -> commitlog::LogOptions {
+    let mut options = commitlog::LogOptions::new(dir.join("commitlog"));
+    options.segment_max_bytes(64 << 20);
+    options
+}
+
+impl CommitLogEngine {
+    fn open(dir: &Path) -> Result<Self, String> {
+        let log = commitlog::CommitLog::new(commitlog_options(dir)).map_err(err)?;
+        Ok(Self {
+            log: Mutex::new(log),
+        })
+    }
+
+    fn replay(dir: &Path) -> Result<u64, String> {
+        use commitlog::message::MessageSet;
+        let log = commitlog::CommitLog::new(commitlog_options(dir)).map_err(err)?;
+        let (mut offset, mut records) = (0u64, 0u64);
+        loop {
+            let buf = log
+                .read(offset, commitlog::ReadLimit::max_bytes(1 << 20))
+                .map_err(err)?;
+            if buf.len() == 0 {
+                return Ok(records);
+            }
+            for message in buf.iter() {
+                if !message.verify_hash() {
+                    return Err(format!(
+                        "commitlog: bad message at offset {}",
+                        message.offset()
+                    ));
+                }
+                offset = message.offset() + 1;
+                records += 1;
+            }
+        }
+    }
+}
+
+impl Engine for CommitLogEngine {
+    fn append(&self, _stream: usize, records: &[&[u8]], durable: bool) -> Result<(), String> {
+        let mut buf = commitlog::message::MessageBuf::default();
+        for record in records {
+            buf.push(record)
+                .map_err(|error| format!("commitlog: {error:?}"))?;
+        }
+        let mut log = self.log.lock().map_err(err)?;
+        log.append(&mut buf).map_err(err)?;
+        if durable {
+            log.flush().map_err(err)?; // not an fsync: see EngineKind::sync_reaches_disk
+        }
+        Ok(())
+    }
+
+    fn sync(&self) -> Result<(), String> {
+        self.log.lock().map_err(err)?.flush().map_err(err)
+    }
+}
+
+struct FjallEngine {
+    db: fjall::Database,
+    keyspace: fjall::Keyspace,
+    next_key: AtomicU64,
+}
+
+impl FjallEngine {
+    fn open(dir: &Path) -> Result<Self, String> {
+        let db = fjall::Database::builder(dir.join("fjall"))
+            .open()
+            .map_err(err)?;
+        let keyspace = db
+            .keyspace("log", fjall::KeyspaceCreateOptions::default)
+            .map_err(err)?;
+        Ok(Self {
+            db,
+            keyspace,
+            next_key: AtomicU64::new(0),
+        })
+    }
+
+    fn replay(dir: &Path) -> Result<u64, String> {
+        let engine = Self::open(dir)?;
+        Ok(engine.keyspace.len().map_err(err)? as u64)
+    }
+}
+
+impl Engine for FjallEngine {
+    fn append(&self, _stream: usize, records: &[&[u8]], durable: bool) -> Result<(), String> {
+        let first = self
+            .next_key
+            .fetch_add(records.len() as u64, Ordering::Relaxed);
+        let mut batch = self.db.batch();
+        for (record, key) in records.iter().zip(first..) {
+            batch.insert(&self.keyspace, key.to_le_bytes(), *record);
+        }
+        batch.commit().map_err(err)?;
+        if durable {
+            self.db.persist(fjall::PersistMode::SyncData).map_err(err)?;
+        }
+        Ok(())
+    }
+
+    fn sync(&self) -> Result<(), String> {
+        self.db.persist(fjall::PersistMode::SyncData).map_err(err)
     }
 }
 

@@ -55,6 +55,44 @@ pub fn write_and_sync_in_one_step<S: Storage>(storage: &S) {
     assert_eq!(&back[4096..], &data[..]);
 }
 
+/// `seek_data`/`seek_hole` may report holes only where the file reads as zeros, and must
+/// report every byte that is not zero as data.
+pub fn holes_read_as_zeros<S: Storage>(storage: &S) {
+    let file = storage.open("f", OpenMode::CreateNew).expect("create");
+    file.allocate(0, 1 << 20).expect("allocate");
+    file.write_all_at(300_000, b"data in the middle")
+        .expect("write");
+    file.write_all_at((1 << 20) - 4, b"tail").expect("write");
+    let bytes = read_all(&file);
+    let mut offset = 0;
+    let mut covered = Vec::new();
+    while let Some(start) = file.seek_data(offset).expect("seek_data") {
+        let end = file.seek_hole(start).expect("seek_hole");
+        assert!(end > start, "a data region is not empty");
+        assert!(
+            bytes[usize::try_from(offset).expect("fits")..usize::try_from(start).expect("fits")]
+                .iter()
+                .all(|&b| b == 0),
+            "the hole before {start} reads as zeros"
+        );
+        covered.push((start, end));
+        offset = end;
+    }
+    assert!(
+        bytes[usize::try_from(offset).expect("fits")..]
+            .iter()
+            .all(|&b| b == 0)
+    );
+    for needle in [300_000u64, (1 << 20) - 1] {
+        assert!(
+            covered
+                .iter()
+                .any(|(start, end)| *start <= needle && needle < *end),
+            "non-zero byte {needle} is inside a data region: {covered:?}"
+        );
+    }
+}
+
 pub fn reads_at_and_past_the_end<S: Storage>(storage: &S) {
     let file = storage.open("f", OpenMode::Create).expect("create");
     file.write_all_at(0, b"abc").expect("write");
@@ -231,6 +269,7 @@ macro_rules! conformance_suite {
         $crate::conformance_suite!(@each $make;
             write_read_roundtrip,
             write_and_sync_in_one_step,
+            holes_read_as_zeros,
             reads_at_and_past_the_end,
             open_modes,
             set_len_and_allocate,

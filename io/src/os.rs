@@ -358,8 +358,26 @@ impl ReadFile for OsFile {
         let stat = rustix::fs::fstat(&self.fd).map_err(|errno| self.error(Op::Len, errno))?;
         Ok(u64::try_from(stat.st_size).unwrap_or(0))
     }
-}
 
+    fn seek_data(&self, offset: u64) -> Result<Option<u64>> {
+        match rustix::fs::seek(&self.fd, rustix::fs::SeekFrom::Data(offset)) {
+            Ok(start) => Ok(Some(start)),
+            // No data at or after `offset`.
+            Err(Errno::NXIO) => Ok(None),
+            // A file system without SEEK_DATA: everything is data.
+            Err(Errno::INVAL | Errno::OPNOTSUPP) => Ok((offset < self.len()?).then_some(offset)),
+            Err(errno) => Err(self.error(Op::Read, errno).at(offset)),
+        }
+    }
+
+    fn seek_hole(&self, offset: u64) -> Result<u64> {
+        match rustix::fs::seek(&self.fd, rustix::fs::SeekFrom::Hole(offset)) {
+            Ok(start) => Ok(start),
+            Err(Errno::NXIO | Errno::INVAL | Errno::OPNOTSUPP) => self.len(),
+            Err(errno) => Err(self.error(Op::Read, errno).at(offset)),
+        }
+    }
+}
 impl ReadFile for OsReader {
     fn path(&self) -> &Path {
         self.0.path()
@@ -371,6 +389,14 @@ impl ReadFile for OsReader {
 
     fn len(&self) -> Result<u64> {
         self.0.len()
+    }
+
+    fn seek_data(&self, offset: u64) -> Result<Option<u64>> {
+        self.0.seek_data(offset)
+    }
+
+    fn seek_hole(&self, offset: u64) -> Result<u64> {
+        self.0.seek_hole(offset)
     }
 }
 

@@ -65,6 +65,14 @@ impl<F: ReadFile> ReadFile for ShortFile<F> {
     fn len(&self) -> Result<u64> {
         self.inner.len()
     }
+
+    fn seek_data(&self, offset: u64) -> Result<Option<u64>> {
+        self.inner.seek_data(offset)
+    }
+
+    fn seek_hole(&self, offset: u64) -> Result<u64> {
+        self.inner.seek_hole(offset)
+    }
 }
 
 impl<F: WriteFile> WriteFile for ShortFile<F> {

@@ -73,6 +73,19 @@ pub trait ReadFile: Send + Sync + std::fmt::Debug {
         Ok(self.len()? == 0)
     }
 
+    /// The start of the first region at or after `offset` that may hold data, or `None` if
+    /// everything from `offset` to the end is a hole (reads as zeros). Holes include space that
+    /// was preallocated and never written. The default treats the whole file as data.
+    fn seek_data(&self, offset: u64) -> Result<Option<u64>> {
+        Ok((offset < self.len()?).then_some(offset))
+    }
+
+    /// The start of the first hole at or after `offset` (the end of the file if none). The
+    /// default: the end of the file.
+    fn seek_hole(&self, _offset: u64) -> Result<u64> {
+        self.len()
+    }
+
     /// Reads exactly `buf.len()` bytes at `offset`, looping over short reads.
     fn read_exact_at(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
         let mut done = 0usize;
