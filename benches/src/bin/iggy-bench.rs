@@ -103,6 +103,10 @@ struct CompareArgs {
     /// Rounds per scenario (default 3, or 1 with --quick).
     #[arg(long)]
     rounds: Option<usize>,
+    /// MiB written and then replayed by the boot replay scenarios (default 1024, or 128 with
+    /// --quick).
+    #[arg(long)]
+    replay_mib: Option<u64>,
     /// Print JSON instead of a table.
     #[arg(long)]
     json: bool,
@@ -269,6 +273,9 @@ fn run_compare(args: &CompareArgs) -> Result<(), String> {
     };
     if let Some(rounds) = args.rounds {
         sizes.rounds = rounds.max(1);
+    }
+    if let Some(mib) = args.replay_mib {
+        sizes.replay_bytes = mib.max(1) << 20;
     }
     let engines = EngineKind::ALL;
     let quiet = args.json;
