@@ -26,4 +26,6 @@ pub use os::{IoPath, OsStorage};
 pub use read_only::ReadOnly;
 pub use short::ShortIo;
 pub use sim::{CrashPlan, Fault, FaultConfig, SimStorage, TraceOp, WriteFate};
-pub use storage::{DirEntry, EntryKind, OpenMode, ReadFile, ReadStorage, Storage, WriteFile};
+pub use storage::{
+    DirEntry, EntryKind, Mapping, OpenMode, ReadFile, ReadStorage, Storage, WriteFile,
+};

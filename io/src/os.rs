@@ -16,7 +16,9 @@ use rustix::io::Errno;
 
 use crate::error::{Error, ErrorKind, Op, Result};
 use crate::path::{components, split_parent};
-use crate::storage::{DirEntry, EntryKind, OpenMode, ReadFile, ReadStorage, Storage, WriteFile};
+use crate::storage::{
+    DirEntry, EntryKind, Mapping, OpenMode, ReadFile, ReadStorage, Storage, WriteFile,
+};
 use crate::uring::Ring;
 
 /// Storage on a directory of the real file system.
@@ -359,6 +361,28 @@ impl ReadFile for OsFile {
         Ok(u64::try_from(stat.st_size).unwrap_or(0))
     }
 
+    fn map(&self) -> Result<Option<Mapping>> {
+        if self.len()? == 0 {
+            return Ok(None); // an empty mapping is an error on Linux; nothing to read anyway
+        }
+        // SAFETY: the mapping is read-only and private to this process. It is only sound while
+        // no other process truncates the file: the toolkit owns its data directory, and the
+        // trait documents that callers must own the file they map.
+        #[expect(
+            unsafe_code,
+            reason = "memory-mapping a file is unsafe by nature (see SAFETY)"
+        )]
+        let map = unsafe { memmap2::Mmap::map(&self.fd) };
+        match map {
+            Ok(map) => {
+                // Boot reads front to back: let the kernel read ahead.
+                let _ = map.advise(memmap2::Advice::Sequential);
+                Ok(Some(Mapping { map }))
+            }
+            Err(_) => Ok(None), // e.g. a file system without mmap: read_at still works
+        }
+    }
+
     fn seek_data(&self, offset: u64) -> Result<Option<u64>> {
         match rustix::fs::seek(&self.fd, rustix::fs::SeekFrom::Data(offset)) {
             Ok(start) => Ok(Some(start)),
@@ -393,6 +417,10 @@ impl ReadFile for OsReader {
 
     fn seek_data(&self, offset: u64) -> Result<Option<u64>> {
         self.0.seek_data(offset)
+    }
+
+    fn map(&self) -> Result<Option<Mapping>> {
+        self.0.map()
     }
 
     fn seek_hole(&self, offset: u64) -> Result<u64> {

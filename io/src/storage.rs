@@ -28,6 +28,25 @@ use std::path::Path;
 
 use crate::error::{Error, ErrorKind, Op, Result};
 
+/// A read-only memory map of a whole file (see [`ReadFile::map`]).
+pub struct Mapping {
+    pub(crate) map: memmap2::Mmap,
+}
+
+impl std::ops::Deref for Mapping {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        &self.map
+    }
+}
+
+impl std::fmt::Debug for Mapping {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Mapping({} bytes)", self.map.len())
+    }
+}
+
 /// What a directory entry is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum EntryKind {
@@ -71,6 +90,13 @@ pub trait ReadFile: Send + Sync + std::fmt::Debug {
     /// Whether the file is empty.
     fn is_empty(&self) -> Result<bool> {
         Ok(self.len()? == 0)
+    }
+
+    /// The whole file mapped read-only into memory, where the backend can (`OsStorage`);
+    /// `None` otherwise, and callers read with `read_at`. A mapping is a view of the file as
+    /// it is: the caller must own the file (no other process may truncate it while mapped).
+    fn map(&self) -> Result<Option<Mapping>> {
+        Ok(None)
     }
 
     /// The start of the first region at or after `offset` that may hold data, or `None` if

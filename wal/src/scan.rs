@@ -73,11 +73,18 @@ struct Window<'f, F> {
     len: u64,
     start: u64,
     bytes: Vec<u8>,
+    /// The whole file, where the storage can map it (no copy out of the page cache).
+    map: Option<iggy_io::Mapping>,
 }
 
 impl<'f, F: ReadFile> Window<'f, F> {
     /// `len` bytes at `offset` (the caller checked they are inside the file).
     fn get(&mut self, offset: u64, len: usize) -> iggy_io::Result<&[u8]> {
+        if let Some(map) = &self.map {
+            // Inside `self.len`, which is no more than what was mapped.
+            let from = usize::try_from(offset).unwrap_or(usize::MAX);
+            return Ok(&map[from..from + len]);
+        }
         let end = offset + len as u64;
         let inside = offset >= self.start && end <= self.start + self.bytes.len() as u64;
         if !inside {
@@ -103,12 +110,15 @@ pub(crate) fn scan<F: ReadFile>(
     parent: Option<Checksum>,
     until_op: Option<u64>,
 ) -> iggy_io::Result<Scan> {
-    let len = file.len()?;
+    let map = file.map()?;
+    // The scan stays inside what was mapped, even if the file grew since.
+    let len = map.as_ref().map_or(file.len()?, |map| map.len() as u64);
     let mut window = Window {
         file,
         len,
         start: 0,
         bytes: Vec::new(),
+        map,
     };
     let mut entries = Vec::new();
     let mut first_parent = None;
