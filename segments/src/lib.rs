@@ -1,1 +1,4 @@
-//! Partition segment files and the staged install: not built yet.
+//! A partition's message log on the WAL (segments, sparse index, retention, staged install: to
+//! come) and its consumer offsets ([`offsets`]).
+
+pub mod offsets;

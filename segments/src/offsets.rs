@@ -1,0 +1,315 @@
+//! Consumer offsets: one small file per consumer and per consumer group under a partition's
+//! `offsets/` directory, each replaced atomically.
+//!
+//! Invariants:
+//! - a stored offset is durable when [`OffsetStore::store`] returns: the new file is written and
+//!   synced under a temporary name, renamed over the old one, and the directory synced;
+//! - after any crash, a consumer's file holds the last offset whose `store` returned or the one
+//!   being stored, never a mix, never nothing;
+//! - a file that does not verify (torn by a device, rotten, misdirected) is reported with its
+//!   path and reason, never read as offset 0;
+//! - leftover `*.tmp` files (a crash before the rename) are reported and ignored by loads.
+//!
+//! Layout of one file (64 bytes, little-endian; see `docs/format.md`, "Consumer offsets"):
+//!
+//! ```text
+//!  0 checksum u128 (XXH3-128 of bytes [16, 64)) | 16 magic "IGGYCOFF" u64 | 24 version u16
+//! 26 kind u8 (1 consumer, 2 group) | 27 zero u8 | 28 id u32 | 32 offset u64 | 40 sequence u64
+//! 48..64 zero
+//! ```
+
+use std::path::{Path, PathBuf};
+
+use iggy_format::{checksum, le};
+use iggy_io::{OpenMode, ReadFile, ReadStorage, Storage, WriteFile};
+
+pub const FILE_SIZE: usize = 64;
+pub const MAGIC: u64 = u64::from_le_bytes(*b"IGGYCOFF");
+pub const VERSION: u16 = 1;
+/// The directory of a partition that holds its offsets.
+pub const DIR_NAME: &str = "offsets";
+
+const CHECKSUMMED_OFFSET: usize = 16;
+const MAGIC_OFFSET: usize = 16;
+const VERSION_OFFSET: usize = 24;
+const KIND_OFFSET: usize = 26;
+const ID_OFFSET: usize = 28;
+const OFFSET_OFFSET: usize = 32;
+const SEQUENCE_OFFSET: usize = 40;
+const RESERVED_OFFSET: usize = 48;
+
+const _: () = assert!(RESERVED_OFFSET + 16 == FILE_SIZE);
+const _: () = assert!(OFFSET_OFFSET == ID_OFFSET + 4);
+
+/// Whose offset it is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum ConsumerKind {
+    Consumer,
+    Group,
+}
+
+impl ConsumerKind {
+    fn code(self) -> u8 {
+        match self {
+            Self::Consumer => 1,
+            Self::Group => 2,
+        }
+    }
+
+    fn prefix(self) -> &'static str {
+        match self {
+            Self::Consumer => "consumer",
+            Self::Group => "group",
+        }
+    }
+}
+
+/// One stored offset.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct ConsumerOffset {
+    pub kind: ConsumerKind,
+    pub id: u32,
+    pub offset: u64,
+    /// How many times this consumer's offset was stored (for forensics).
+    pub sequence: u64,
+}
+
+/// Why an offset file cannot be trusted, or a store failed.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum OffsetError {
+    #[error("{file}: consumer offset file is corrupt: {reason}")]
+    Corrupt { file: PathBuf, reason: String },
+    #[error(
+        "{file}: names {found:?} but is stored as {expected:?} (a misdirected or renamed file)"
+    )]
+    WrongOwner {
+        file: PathBuf,
+        expected: (ConsumerKind, u32),
+        found: (ConsumerKind, u32),
+    },
+    #[error("{file}: unknown consumer offset version {version}")]
+    UnknownVersion { file: PathBuf, version: u16 },
+    #[error(transparent)]
+    Io(#[from] iggy_io::Error),
+}
+
+fn file_name(kind: ConsumerKind, id: u32) -> String {
+    format!("{}.{id:010}", kind.prefix())
+}
+
+fn parse_file_name(name: &str) -> Option<(ConsumerKind, u32)> {
+    let (prefix, id) = name.split_once('.')?;
+    let kind = match prefix {
+        "consumer" => ConsumerKind::Consumer,
+        "group" => ConsumerKind::Group,
+        _ => return None,
+    };
+    (id.len() == 10 && id.bytes().all(|b| b.is_ascii_digit())).then_some(())?;
+    Some((kind, id.parse().ok()?))
+}
+
+/// Encodes one offset file.
+#[must_use]
+pub fn encode(offset: &ConsumerOffset) -> [u8; FILE_SIZE] {
+    let mut bytes = [0u8; FILE_SIZE];
+    le::put_u64(&mut bytes, MAGIC_OFFSET, MAGIC);
+    le::put_u16(&mut bytes, VERSION_OFFSET, VERSION);
+    bytes[KIND_OFFSET] = offset.kind.code();
+    le::put_u32(&mut bytes, ID_OFFSET, offset.id);
+    le::put_u64(&mut bytes, OFFSET_OFFSET, offset.offset);
+    le::put_u64(&mut bytes, SEQUENCE_OFFSET, offset.sequence);
+    let sum = checksum::checksum(&bytes[CHECKSUMMED_OFFSET..]);
+    le::put_u128(&mut bytes, 0, sum);
+    bytes
+}
+
+/// Decodes and verifies one offset file's bytes.
+pub fn decode(file: &Path, bytes: &[u8]) -> Result<ConsumerOffset, OffsetError> {
+    let corrupt = |reason: String| OffsetError::Corrupt {
+        file: file.to_path_buf(),
+        reason,
+    };
+    if bytes.len() != FILE_SIZE {
+        return Err(corrupt(format!(
+            "{} bytes, expected {FILE_SIZE}",
+            bytes.len()
+        )));
+    }
+    let stored = le::u128_at(bytes, 0).unwrap_or_default();
+    let computed = checksum::checksum(&bytes[CHECKSUMMED_OFFSET..]);
+    if stored != computed {
+        return Err(corrupt(format!(
+            "checksum {stored:#034x}, computed {computed:#034x}"
+        )));
+    }
+    if le::u64_at(bytes, MAGIC_OFFSET) != Some(MAGIC) {
+        return Err(corrupt("bad magic".into()));
+    }
+    let version = le::u16_at(bytes, VERSION_OFFSET).unwrap_or_default();
+    if version != VERSION {
+        return Err(OffsetError::UnknownVersion {
+            file: file.to_path_buf(),
+            version,
+        });
+    }
+    let kind = match bytes[KIND_OFFSET] {
+        1 => ConsumerKind::Consumer,
+        2 => ConsumerKind::Group,
+        other => return Err(corrupt(format!("unknown consumer kind {other}"))),
+    };
+    if bytes[KIND_OFFSET + 1] != 0 || le::first_nonzero(&bytes[RESERVED_OFFSET..]).is_some() {
+        return Err(corrupt("reserved bytes are not zero".into()));
+    }
+    Ok(ConsumerOffset {
+        kind,
+        id: le::u32_at(bytes, ID_OFFSET).unwrap_or_default(),
+        offset: le::u64_at(bytes, OFFSET_OFFSET).unwrap_or_default(),
+        sequence: le::u64_at(bytes, SEQUENCE_OFFSET).unwrap_or_default(),
+    })
+}
+
+/// Reads the offset of one consumer: `Ok(None)` if it never stored one.
+pub fn load<R: ReadStorage>(
+    storage: &R,
+    dir: &Path,
+    kind: ConsumerKind,
+    id: u32,
+) -> Result<Option<ConsumerOffset>, OffsetError> {
+    let path = dir.join(file_name(kind, id));
+    if !storage.exists(&path)? {
+        return Ok(None);
+    }
+    let file = storage.open_read(&path)?;
+    let len = usize::try_from(file.len()?).unwrap_or(usize::MAX);
+    if len != FILE_SIZE {
+        let reason = format!("{len} bytes, expected {FILE_SIZE}");
+        return Err(OffsetError::Corrupt { file: path, reason });
+    }
+    let mut bytes = [0u8; FILE_SIZE];
+    file.read_exact_at(0, &mut bytes)?;
+    let offset = decode(&path, &bytes)?;
+    if (offset.kind, offset.id) != (kind, id) {
+        return Err(OffsetError::WrongOwner {
+            file: path,
+            expected: (kind, id),
+            found: (offset.kind, offset.id),
+        });
+    }
+    Ok(Some(offset))
+}
+
+/// Everything in an offsets directory: the offsets that verify, the files that do not (each with
+/// its error), and leftover temporary files.
+#[derive(Debug, Default)]
+pub struct Scan {
+    pub offsets: Vec<ConsumerOffset>,
+    pub damaged: Vec<OffsetError>,
+    pub leftovers: Vec<PathBuf>,
+}
+
+/// Reads every offset file in `dir` (read-only; a missing directory is empty).
+pub fn scan<R: ReadStorage>(storage: &R, dir: &Path) -> Result<Scan, OffsetError> {
+    let mut result = Scan::default();
+    if !storage.exists(dir)? {
+        return Ok(result);
+    }
+    for entry in storage.list_dir(dir)? {
+        let name = entry.name.to_string_lossy();
+        if name.ends_with(".tmp") {
+            result.leftovers.push(dir.join(&*name));
+            continue;
+        }
+        let Some((kind, id)) = parse_file_name(&name) else {
+            continue;
+        };
+        match load(storage, dir, kind, id) {
+            Ok(Some(offset)) => result.offsets.push(offset),
+            Ok(None) => {}
+            Err(OffsetError::Io(error)) => return Err(OffsetError::Io(error)),
+            Err(damaged) => result.damaged.push(damaged),
+        }
+    }
+    Ok(result)
+}
+
+/// Stores consumer offsets of one partition in `dir` (created on first use).
+#[derive(Debug)]
+pub struct OffsetStore<S: Storage> {
+    storage: S,
+    dir: PathBuf,
+}
+
+impl<S: Storage> OffsetStore<S> {
+    pub fn new(storage: S, dir: &Path) -> Self {
+        Self {
+            storage,
+            dir: dir.to_path_buf(),
+        }
+    }
+
+    /// Durably stores `offset` for the consumer; returns the stored record.
+    pub fn store(
+        &self,
+        kind: ConsumerKind,
+        id: u32,
+        offset: u64,
+    ) -> Result<ConsumerOffset, OffsetError> {
+        if !self.storage.exists(&self.dir)? {
+            self.storage.create_dir(&self.dir)?;
+            // The directory must be durable in the partition before files in it can be.
+            self.storage
+                .sync_dir(self.dir.parent().unwrap_or(Path::new("")))?;
+        }
+        let sequence = match load(&self.storage, &self.dir, kind, id) {
+            Ok(previous) => previous.map_or(0, |p| p.sequence) + 1,
+            // A damaged file is replaced: the new record is the truth from now on.
+            Err(OffsetError::Io(error)) => return Err(error.into()),
+            Err(_) => 1,
+        };
+        let record = ConsumerOffset {
+            kind,
+            id,
+            offset,
+            sequence,
+        };
+        let name = file_name(kind, id);
+        let temp = self.dir.join(format!("{name}.tmp"));
+        let file = self.storage.open(&temp, OpenMode::Create)?;
+        file.set_len(0)?;
+        // The new bytes are durable before the rename can expose them.
+        file.write_all_and_sync_data(0, &encode(&record))?;
+        drop(file);
+        self.storage.rename(&temp, self.dir.join(&name))?;
+        // The rename is the commit: durable before the caller may rely on the offset.
+        self.storage.sync_dir(&self.dir)?;
+        Ok(record)
+    }
+
+    /// Removes leftover temporary files (what boot's repair does).
+    pub fn remove_leftovers(&self) -> Result<usize, OffsetError> {
+        let leftovers = scan(&self.storage, &self.dir)?.leftovers;
+        for path in &leftovers {
+            self.storage.unlink(path)?;
+        }
+        if !leftovers.is_empty() {
+            // Durable before a new temporary file of the same name is created.
+            self.storage.sync_dir(&self.dir)?;
+        }
+        Ok(leftovers.len())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip() {
+        assert_eq!(
+            parse_file_name(&file_name(ConsumerKind::Group, 42)),
+            Some((ConsumerKind::Group, 42))
+        );
+        assert_eq!(parse_file_name("consumer.12"), None);
+        assert_eq!(parse_file_name("other.0000000001"), None);
+    }
+}
