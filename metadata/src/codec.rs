@@ -1,0 +1,323 @@
+//! The metadata state's encoding inside `snapshot.bin` (payload version 1). Little-endian,
+//! fixed-width integers; strings as a u16 length and UTF-8 bytes; collections as a u32 count
+//! and their elements in id order (see `docs/format.md`, "Metadata payload").
+//!
+//! Decoding never trusts a count: before a collection is read, its count times the smallest
+//! possible element must fit in the bytes left, so no untrusted length allocates. It refuses
+//! unknown versions, trailing bytes, invalid names, duplicate or unordered ids, id counters
+//! not past every id, and leaders outside the cluster, each with the offset where it failed.
+
+use std::collections::BTreeMap;
+
+use crate::{
+    ClientSession, ConsumerGroup, Durability, NAME_BYTES_MAX, Partition, Retention, State, Stream,
+    Topic,
+};
+
+/// The payload version this build writes and reads.
+pub const PAYLOAD_VERSION: u16 = 1;
+
+/// Why bytes are not a valid metadata payload.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum DecodeError {
+    #[error("unknown metadata payload version {0} (this build reads {PAYLOAD_VERSION})")]
+    UnknownVersion(u16),
+    #[error("at byte {offset}: {reason}")]
+    Invalid { offset: usize, reason: String },
+}
+
+struct Writer(Vec<u8>);
+
+impl Writer {
+    fn u8(&mut self, value: u8) {
+        self.0.push(value);
+    }
+    fn u16(&mut self, value: u16) {
+        self.0.extend_from_slice(&value.to_le_bytes());
+    }
+    fn u32(&mut self, value: u32) {
+        self.0.extend_from_slice(&value.to_le_bytes());
+    }
+    fn u64(&mut self, value: u64) {
+        self.0.extend_from_slice(&value.to_le_bytes());
+    }
+    fn u128(&mut self, value: u128) {
+        self.0.extend_from_slice(&value.to_le_bytes());
+    }
+    fn count(&mut self, len: usize) {
+        self.u32(u32::try_from(len).unwrap_or_else(|_| panic!("{len} elements exceed u32")));
+    }
+    fn name(&mut self, name: &str) {
+        assert!(
+            name.len() <= NAME_BYTES_MAX,
+            "a state holds only valid names"
+        );
+        self.u16(u16::try_from(name.len()).unwrap_or(u16::MAX));
+        self.0.extend_from_slice(name.as_bytes());
+    }
+}
+
+/// Encodes `state` as payload version 1.
+#[must_use]
+pub fn encode(state: &State) -> Vec<u8> {
+    let mut w = Writer(Vec::new());
+    w.u8(state.replica_count);
+    w.u32(state.next_stream_id);
+    w.count(state.streams.len());
+    for stream in state.streams.values() {
+        w.u32(stream.id);
+        w.name(&stream.name);
+        w.u32(stream.next_topic_id);
+        w.count(stream.topics.len());
+        for topic in stream.topics.values() {
+            w.u32(topic.id);
+            w.name(&topic.name);
+            w.u8(match topic.durability {
+                Durability::Replicated => 1,
+                Durability::Persisted => 2,
+            });
+            w.u64(topic.segment_size_bytes);
+            w.u64(topic.retention.max_age_seconds);
+            w.u64(topic.retention.max_bytes);
+            w.u8(topic.replication_factor);
+            w.count(topic.partitions.len());
+            for partition in &topic.partitions {
+                w.u32(partition.id);
+                w.u8(partition.leader);
+            }
+            w.u32(topic.next_group_id);
+            w.count(topic.groups.len());
+            for group in topic.groups.values() {
+                w.u32(group.id);
+                w.name(&group.name);
+            }
+        }
+    }
+    w.count(state.clients.len());
+    for (client, session) in &state.clients {
+        w.u128(*client);
+        w.u64(session.session);
+        w.u64(session.last_request);
+        w.u128(session.reply_checksum);
+    }
+    w.0
+}
+
+struct Reader<'a> {
+    bytes: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Reader<'a> {
+    fn fail<T>(&self, reason: impl Into<String>) -> Result<T, DecodeError> {
+        Err(DecodeError::Invalid {
+            offset: self.at,
+            reason: reason.into(),
+        })
+    }
+
+    fn take(&mut self, len: usize) -> Result<&'a [u8], DecodeError> {
+        let Some(bytes) = self
+            .at
+            .checked_add(len)
+            .and_then(|end| self.bytes.get(self.at..end))
+        else {
+            return self.fail(format!(
+                "{len} bytes needed, {} left",
+                self.bytes.len() - self.at
+            ));
+        };
+        self.at += len;
+        Ok(bytes)
+    }
+
+    fn array<const N: usize>(&mut self) -> Result<[u8; N], DecodeError> {
+        let bytes = self.take(N)?;
+        Ok(bytes.try_into().unwrap_or([0; N]))
+    }
+
+    fn u8(&mut self) -> Result<u8, DecodeError> {
+        Ok(self.take(1)?[0])
+    }
+    fn u16(&mut self) -> Result<u16, DecodeError> {
+        self.array().map(u16::from_le_bytes)
+    }
+    fn u32(&mut self) -> Result<u32, DecodeError> {
+        self.array().map(u32::from_le_bytes)
+    }
+    fn u64(&mut self) -> Result<u64, DecodeError> {
+        self.array().map(u64::from_le_bytes)
+    }
+    fn u128(&mut self) -> Result<u128, DecodeError> {
+        self.array().map(u128::from_le_bytes)
+    }
+
+    /// A collection count, refused if `count` elements of at least `min_bytes` cannot fit.
+    fn count(&mut self, min_bytes: usize, max: usize) -> Result<usize, DecodeError> {
+        let count = self.u32()? as usize;
+        let left = self.bytes.len() - self.at;
+        if count > max || count.saturating_mul(min_bytes) > left {
+            return self.fail(format!(
+                "count {count} cannot fit in {left} bytes (limit {max})"
+            ));
+        }
+        Ok(count)
+    }
+
+    fn name(&mut self) -> Result<String, DecodeError> {
+        let len = usize::from(self.u16()?);
+        if len == 0 || len > NAME_BYTES_MAX {
+            return self.fail(format!("name of {len} bytes"));
+        }
+        let bytes = self.take(len)?;
+        match std::str::from_utf8(bytes) {
+            Ok(name) => Ok(name.to_string()),
+            Err(_) => self.fail("name is not UTF-8"),
+        }
+    }
+}
+
+/// Inserts `value` at `id`, refusing ids that repeat or go backwards.
+fn insert_ordered<T>(
+    reader: &Reader<'_>,
+    map: &mut BTreeMap<u32, T>,
+    id: u32,
+    value: T,
+) -> Result<(), DecodeError> {
+    if map.last_key_value().is_some_and(|(last, _)| *last >= id) {
+        return reader.fail(format!("id {id} out of order or repeated"));
+    }
+    map.insert(id, value);
+    Ok(())
+}
+
+/// Decodes a payload of `version`.
+pub fn decode(version: u16, bytes: &[u8]) -> Result<State, DecodeError> {
+    if version != PAYLOAD_VERSION {
+        return Err(DecodeError::UnknownVersion(version));
+    }
+    let mut r = Reader { bytes, at: 0 };
+    let replica_count = r.u8()?;
+    if replica_count == 0 {
+        return r.fail("replica_count 0");
+    }
+    let mut state = State::new(replica_count);
+    state.next_stream_id = r.u32()?;
+    let stream_count = r.count(15, crate::STREAMS_MAX)?;
+    for _ in 0..stream_count {
+        let id = r.u32()?;
+        let name = r.name()?;
+        let next_topic_id = r.u32()?;
+        let mut topics = BTreeMap::new();
+        for _ in 0..r.count(45, crate::TOPICS_PER_STREAM_MAX)? {
+            let topic = decode_topic(&mut r, replica_count)?;
+            insert_ordered(&r, &mut topics, topic.id, topic)?;
+        }
+        if topics
+            .last_key_value()
+            .is_some_and(|(last, _)| *last >= next_topic_id)
+        {
+            return r.fail("next_topic_id not past every topic id");
+        }
+        state.partition_count += topics.values().map(|t| t.partitions.len()).sum::<usize>();
+        insert_ordered(
+            &r,
+            &mut state.streams,
+            id,
+            Stream {
+                id,
+                name,
+                topics,
+                next_topic_id,
+            },
+        )?;
+    }
+    if state
+        .streams
+        .last_key_value()
+        .is_some_and(|(last, _)| *last >= state.next_stream_id)
+    {
+        return r.fail("next_stream_id not past every stream id");
+    }
+    if state.partition_count > crate::PARTITIONS_MAX {
+        return r.fail("more partitions than the limit");
+    }
+    let mut last_client = None;
+    for _ in 0..r.count(48, crate::CLIENTS_MAX)? {
+        let client = r.u128()?;
+        if last_client.is_some_and(|last| last >= client) {
+            return r.fail("client ids out of order or repeated");
+        }
+        last_client = Some(client);
+        let session = ClientSession {
+            session: r.u64()?,
+            last_request: r.u64()?,
+            reply_checksum: r.u128()?,
+        };
+        state.clients.insert(client, session);
+    }
+    if r.at != bytes.len() {
+        return r.fail(format!("{} trailing bytes", bytes.len() - r.at));
+    }
+    Ok(state)
+}
+
+fn decode_topic(r: &mut Reader<'_>, replica_count: u8) -> Result<Topic, DecodeError> {
+    let id = r.u32()?;
+    let name = r.name()?;
+    let durability = match r.u8()? {
+        1 => Durability::Replicated,
+        2 => Durability::Persisted,
+        other => return r.fail(format!("durability {other}")),
+    };
+    let segment_size_bytes = r.u64()?;
+    let retention = Retention {
+        max_age_seconds: r.u64()?,
+        max_bytes: r.u64()?,
+    };
+    let replication_factor = r.u8()?;
+    if segment_size_bytes == 0 || replication_factor == 0 || replication_factor > replica_count {
+        return r.fail("segment size 0 or replication factor outside the cluster");
+    }
+    let partition_count = r.count(5, crate::PARTITIONS_PER_TOPIC_MAX as usize)?;
+    let mut partitions = Vec::with_capacity(partition_count);
+    for index in 0..partition_count {
+        let partition = Partition {
+            id: r.u32()?,
+            leader: r.u8()?,
+        };
+        if partition.id as usize != index + 1 || partition.leader >= replica_count {
+            return r.fail(format!(
+                "partition {} (leader {})",
+                partition.id, partition.leader
+            ));
+        }
+        partitions.push(partition);
+    }
+    let next_group_id = r.u32()?;
+    let mut groups = BTreeMap::new();
+    for _ in 0..r.count(7, crate::GROUPS_PER_TOPIC_MAX)? {
+        let group = ConsumerGroup {
+            id: r.u32()?,
+            name: r.name()?,
+        };
+        insert_ordered(r, &mut groups, group.id, group)?;
+    }
+    if groups
+        .last_key_value()
+        .is_some_and(|(last, _)| *last >= next_group_id)
+    {
+        return r.fail("next_group_id not past every group id");
+    }
+    Ok(Topic {
+        id,
+        name,
+        durability,
+        segment_size_bytes,
+        retention,
+        replication_factor,
+        partitions,
+        groups,
+        next_group_id,
+    })
+}

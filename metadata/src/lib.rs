@@ -1,0 +1,481 @@
+//! The metadata state machine of a cluster: streams, topics (with their partitions and the
+//! replica that leads each), consumer groups, and the client table that makes requests
+//! at-most-once. Its state is what `snapshot.bin` holds ([`codec`]).
+//!
+//! Invariants:
+//! - [`State::apply`] is deterministic: the same ops in the same order give the same state on
+//!   every replica (ids are allocated in order; nothing reads a clock or a random source);
+//! - an op that fails validation changes nothing;
+//! - names are 1 to [`NAME_BYTES_MAX`] bytes and unique among their siblings; counts are bounded
+//!   by the `*_MAX` constants, so a state (and its snapshot) has a bounded size;
+//! - the client table keeps one session per client with its last request number and reply
+//!   checksum; a request at or below the last is a duplicate and is not applied again.
+
+pub mod codec;
+
+use std::collections::BTreeMap;
+
+pub const NAME_BYTES_MAX: usize = 255;
+pub const STREAMS_MAX: usize = 100_000;
+pub const TOPICS_PER_STREAM_MAX: usize = 10_000;
+pub const PARTITIONS_PER_TOPIC_MAX: u32 = 100_000;
+pub const PARTITIONS_MAX: usize = 1_000_000;
+pub const GROUPS_PER_TOPIC_MAX: usize = 10_000;
+pub const CLIENTS_MAX: usize = 100_000;
+
+/// How a topic's partitions make writes durable (see DESIGN §4, rule 1).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Durability {
+    /// Acknowledged once the WAL queued the write; published on view change, checkpoint,
+    /// durable write and clean shutdown.
+    Replicated,
+    /// Published before it is acknowledged.
+    Persisted,
+}
+
+/// How long and how much a topic keeps (0: no limit).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Retention {
+    pub max_age_seconds: u64,
+    pub max_bytes: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Partition {
+    pub id: u32,
+    /// The replica that leads this partition's consensus group.
+    pub leader: u8,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConsumerGroup {
+    pub id: u32,
+    pub name: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Topic {
+    pub id: u32,
+    pub name: String,
+    pub durability: Durability,
+    pub segment_size_bytes: u64,
+    pub retention: Retention,
+    pub replication_factor: u8,
+    pub partitions: Vec<Partition>,
+    pub groups: BTreeMap<u32, ConsumerGroup>,
+    pub next_group_id: u32,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Stream {
+    pub id: u32,
+    pub name: String,
+    pub topics: BTreeMap<u32, Topic>,
+    pub next_topic_id: u32,
+}
+
+/// One client's session in the client table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct ClientSession {
+    pub session: u64,
+    pub last_request: u64,
+    pub reply_checksum: u128,
+}
+
+/// The whole metadata state.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct State {
+    /// Replicas in the cluster: partition leaders are spread over them.
+    pub replica_count: u8,
+    pub streams: BTreeMap<u32, Stream>,
+    pub next_stream_id: u32,
+    pub clients: BTreeMap<u128, ClientSession>,
+    /// Partitions across all topics (kept to bound the total).
+    pub partition_count: usize,
+}
+
+/// A metadata operation.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Op {
+    CreateStream {
+        name: String,
+    },
+    DeleteStream {
+        stream: u32,
+    },
+    CreateTopic {
+        stream: u32,
+        name: String,
+        partitions: u32,
+        durability: Durability,
+        segment_size_bytes: u64,
+        retention: Retention,
+        replication_factor: u8,
+    },
+    DeleteTopic {
+        stream: u32,
+        topic: u32,
+    },
+    CreatePartitions {
+        stream: u32,
+        topic: u32,
+        count: u32,
+    },
+    CreateConsumerGroup {
+        stream: u32,
+        topic: u32,
+        name: String,
+    },
+    DeleteConsumerGroup {
+        stream: u32,
+        topic: u32,
+        group: u32,
+    },
+    /// Registers a client session (or replaces an older session of the same client).
+    RegisterClient {
+        client: u128,
+        session: u64,
+    },
+    /// Records that request `request` of `client`'s `session` was answered with `reply_checksum`.
+    RecordReply {
+        client: u128,
+        session: u64,
+        request: u64,
+        reply_checksum: u128,
+    },
+}
+
+/// What a successful op produced.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Applied {
+    Stream(u32),
+    Topic(u32),
+    Partitions {
+        first: u32,
+        count: u32,
+    },
+    Group(u32),
+    Deleted,
+    Client,
+    /// The request was answered before: the stored reply stands.
+    Duplicate {
+        reply_checksum: u128,
+    },
+}
+
+/// Why an op was refused (the state is unchanged).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ApplyError {
+    #[error("name must be 1 to {NAME_BYTES_MAX} bytes, got {len}")]
+    NameLength { len: usize },
+    #[error("{what} named {name:?} exists already")]
+    DuplicateName { what: &'static str, name: String },
+    #[error("no stream {0}")]
+    UnknownStream(u32),
+    #[error("no topic {1} in stream {0}")]
+    UnknownTopic(u32, u32),
+    #[error("no consumer group {2} in topic {1} of stream {0}")]
+    UnknownGroup(u32, u32, u32),
+    #[error("{what}: at most {max}")]
+    Limit { what: &'static str, max: usize },
+    #[error("replication factor {factor} must be 1 to {replicas} (the cluster size)")]
+    ReplicationFactor { factor: u8, replicas: u8 },
+    #[error("segment size must be positive")]
+    SegmentSize,
+    #[error("client {client:#x} has no session {session}")]
+    UnknownSession { client: u128, session: u64 },
+    #[error("session {session} of client {client:#x} is older than its current one")]
+    StaleSession { client: u128, session: u64 },
+}
+
+fn check_name(name: &str) -> Result<(), ApplyError> {
+    if name.is_empty() || name.len() > NAME_BYTES_MAX {
+        return Err(ApplyError::NameLength { len: name.len() });
+    }
+    Ok(())
+}
+
+impl State {
+    /// An empty state for a cluster of `replica_count` replicas.
+    #[must_use]
+    pub fn new(replica_count: u8) -> Self {
+        assert!(replica_count >= 1, "a cluster has at least one replica");
+        Self {
+            replica_count,
+            streams: BTreeMap::new(),
+            next_stream_id: 1,
+            clients: BTreeMap::new(),
+            partition_count: 0,
+        }
+    }
+
+    fn stream_mut(&mut self, stream: u32) -> Result<&mut Stream, ApplyError> {
+        self.streams
+            .get_mut(&stream)
+            .ok_or(ApplyError::UnknownStream(stream))
+    }
+
+    fn topic_mut(&mut self, stream: u32, topic: u32) -> Result<&mut Topic, ApplyError> {
+        self.stream_mut(stream)?
+            .topics
+            .get_mut(&topic)
+            .ok_or(ApplyError::UnknownTopic(stream, topic))
+    }
+
+    /// The leader of partition `partition` of a topic: spread round-robin over the replicas.
+    fn leader(&self, stream: u32, topic: u32, partition: u32) -> u8 {
+        let spread = u64::from(stream) + u64::from(topic) + u64::from(partition);
+        u8::try_from(spread % u64::from(self.replica_count)).unwrap_or(0)
+    }
+
+    /// Applies `op`. Validation happens before any change, so a refused op changes nothing.
+    pub fn apply(&mut self, op: &Op) -> Result<Applied, ApplyError> {
+        match op {
+            Op::CreateStream { name } => {
+                check_name(name)?;
+                if self.streams.len() >= STREAMS_MAX {
+                    return Err(ApplyError::Limit {
+                        what: "streams",
+                        max: STREAMS_MAX,
+                    });
+                }
+                if self.streams.values().any(|s| s.name == *name) {
+                    return Err(ApplyError::DuplicateName {
+                        what: "stream",
+                        name: name.clone(),
+                    });
+                }
+                let id = self.next_stream_id;
+                self.next_stream_id += 1;
+                let stream = Stream {
+                    id,
+                    name: name.clone(),
+                    topics: BTreeMap::new(),
+                    next_topic_id: 1,
+                };
+                self.streams.insert(id, stream);
+                Ok(Applied::Stream(id))
+            }
+            Op::DeleteStream { stream } => {
+                let removed = self
+                    .streams
+                    .remove(stream)
+                    .ok_or(ApplyError::UnknownStream(*stream))?;
+                self.partition_count -= removed
+                    .topics
+                    .values()
+                    .map(|t| t.partitions.len())
+                    .sum::<usize>();
+                Ok(Applied::Deleted)
+            }
+            Op::CreateTopic {
+                stream,
+                name,
+                partitions,
+                durability,
+                segment_size_bytes,
+                retention,
+                replication_factor,
+            } => {
+                check_name(name)?;
+                if *replication_factor == 0 || *replication_factor > self.replica_count {
+                    return Err(ApplyError::ReplicationFactor {
+                        factor: *replication_factor,
+                        replicas: self.replica_count,
+                    });
+                }
+                if *segment_size_bytes == 0 {
+                    return Err(ApplyError::SegmentSize);
+                }
+                self.check_partition_budget(*partitions, 0)?;
+                let parent = self
+                    .streams
+                    .get(stream)
+                    .ok_or(ApplyError::UnknownStream(*stream))?;
+                if parent.topics.len() >= TOPICS_PER_STREAM_MAX {
+                    return Err(ApplyError::Limit {
+                        what: "topics per stream",
+                        max: TOPICS_PER_STREAM_MAX,
+                    });
+                }
+                if parent.topics.values().any(|t| t.name == *name) {
+                    return Err(ApplyError::DuplicateName {
+                        what: "topic",
+                        name: name.clone(),
+                    });
+                }
+                let id = parent.next_topic_id;
+                let leaders: Vec<Partition> = (1..=*partitions)
+                    .map(|partition| Partition {
+                        id: partition,
+                        leader: self.leader(*stream, id, partition),
+                    })
+                    .collect();
+                self.partition_count += leaders.len();
+                let parent = self.stream_mut(*stream)?;
+                parent.next_topic_id += 1;
+                parent.topics.insert(
+                    id,
+                    Topic {
+                        id,
+                        name: name.clone(),
+                        durability: *durability,
+                        segment_size_bytes: *segment_size_bytes,
+                        retention: *retention,
+                        replication_factor: *replication_factor,
+                        partitions: leaders,
+                        groups: BTreeMap::new(),
+                        next_group_id: 1,
+                    },
+                );
+                Ok(Applied::Topic(id))
+            }
+            Op::DeleteTopic { stream, topic } => {
+                let parent = self.stream_mut(*stream)?;
+                let removed = parent
+                    .topics
+                    .remove(topic)
+                    .ok_or(ApplyError::UnknownTopic(*stream, *topic))?;
+                self.partition_count -= removed.partitions.len();
+                Ok(Applied::Deleted)
+            }
+            Op::CreatePartitions {
+                stream,
+                topic,
+                count,
+            } => {
+                let existing = self
+                    .streams
+                    .get(stream)
+                    .ok_or(ApplyError::UnknownStream(*stream))?
+                    .topics
+                    .get(topic)
+                    .ok_or(ApplyError::UnknownTopic(*stream, *topic))?
+                    .partitions
+                    .len();
+                let existing = u32::try_from(existing).unwrap_or(u32::MAX);
+                self.check_partition_budget(*count, existing)?;
+                let first = existing + 1;
+                let added: Vec<Partition> = (first..first + count)
+                    .map(|partition| Partition {
+                        id: partition,
+                        leader: self.leader(*stream, *topic, partition),
+                    })
+                    .collect();
+                self.partition_count += added.len();
+                self.topic_mut(*stream, *topic)?.partitions.extend(added);
+                Ok(Applied::Partitions {
+                    first,
+                    count: *count,
+                })
+            }
+            Op::CreateConsumerGroup {
+                stream,
+                topic,
+                name,
+            } => {
+                check_name(name)?;
+                let parent = self.topic_mut(*stream, *topic)?;
+                if parent.groups.len() >= GROUPS_PER_TOPIC_MAX {
+                    return Err(ApplyError::Limit {
+                        what: "consumer groups per topic",
+                        max: GROUPS_PER_TOPIC_MAX,
+                    });
+                }
+                if parent.groups.values().any(|g| g.name == *name) {
+                    return Err(ApplyError::DuplicateName {
+                        what: "consumer group",
+                        name: name.clone(),
+                    });
+                }
+                let id = parent.next_group_id;
+                parent.next_group_id += 1;
+                parent.groups.insert(
+                    id,
+                    ConsumerGroup {
+                        id,
+                        name: name.clone(),
+                    },
+                );
+                Ok(Applied::Group(id))
+            }
+            Op::DeleteConsumerGroup {
+                stream,
+                topic,
+                group,
+            } => {
+                let parent = self.topic_mut(*stream, *topic)?;
+                parent
+                    .groups
+                    .remove(group)
+                    .ok_or(ApplyError::UnknownGroup(*stream, *topic, *group))?;
+                Ok(Applied::Deleted)
+            }
+            Op::RegisterClient { client, session } => {
+                match self.clients.get(client) {
+                    Some(current) if current.session > *session => {
+                        return Err(ApplyError::StaleSession {
+                            client: *client,
+                            session: *session,
+                        });
+                    }
+                    Some(current) if current.session == *session => return Ok(Applied::Client),
+                    None if self.clients.len() >= CLIENTS_MAX => {
+                        return Err(ApplyError::Limit {
+                            what: "clients",
+                            max: CLIENTS_MAX,
+                        });
+                    }
+                    _ => {}
+                }
+                let entry = ClientSession {
+                    session: *session,
+                    last_request: 0,
+                    reply_checksum: 0,
+                };
+                self.clients.insert(*client, entry);
+                Ok(Applied::Client)
+            }
+            Op::RecordReply {
+                client,
+                session,
+                request,
+                reply_checksum,
+            } => {
+                let entry = self
+                    .clients
+                    .get_mut(client)
+                    .filter(|entry| entry.session == *session)
+                    .ok_or(ApplyError::UnknownSession {
+                        client: *client,
+                        session: *session,
+                    })?;
+                if *request <= entry.last_request {
+                    return Ok(Applied::Duplicate {
+                        reply_checksum: entry.reply_checksum,
+                    });
+                }
+                entry.last_request = *request;
+                entry.reply_checksum = *reply_checksum;
+                Ok(Applied::Client)
+            }
+        }
+    }
+
+    fn check_partition_budget(&self, adding: u32, existing: u32) -> Result<(), ApplyError> {
+        if u64::from(existing) + u64::from(adding) > u64::from(PARTITIONS_PER_TOPIC_MAX) {
+            let max = PARTITIONS_PER_TOPIC_MAX as usize;
+            return Err(ApplyError::Limit {
+                what: "partitions per topic",
+                max,
+            });
+        }
+        if self.partition_count + adding as usize > PARTITIONS_MAX {
+            return Err(ApplyError::Limit {
+                what: "partitions",
+                max: PARTITIONS_MAX,
+            });
+        }
+        Ok(())
+    }
+}
