@@ -321,3 +321,171 @@ fn decode_topic(r: &mut Reader<'_>, replica_count: u8) -> Result<Topic, DecodeEr
         next_group_id,
     })
 }
+
+/// Encodes an op as a metadata WAL entry body (tag u8, then its fields as in the state). An op
+/// whose name the log cannot hold (empty, or over 255 bytes) is refused before it is logged.
+pub fn encode_op(op: &crate::Op) -> Result<Vec<u8>, crate::ApplyError> {
+    use crate::Op;
+    let name = match op {
+        Op::CreateStream { name }
+        | Op::CreateTopic { name, .. }
+        | Op::CreateConsumerGroup { name, .. } => Some(name),
+        _ => None,
+    };
+    if let Some(name) = name
+        && (name.is_empty() || name.len() > NAME_BYTES_MAX)
+    {
+        return Err(crate::ApplyError::NameLength { len: name.len() });
+    }
+    let mut w = Writer(Vec::new());
+    match op {
+        Op::CreateStream { name } => {
+            w.u8(1);
+            w.name(name);
+        }
+        Op::DeleteStream { stream } => {
+            w.u8(2);
+            w.u32(*stream);
+        }
+        Op::CreateTopic {
+            stream,
+            name,
+            partitions,
+            durability,
+            segment_size_bytes,
+            retention,
+            replication_factor,
+        } => {
+            w.u8(3);
+            w.u32(*stream);
+            w.name(name);
+            w.u32(*partitions);
+            w.u8(match durability {
+                Durability::Replicated => 1,
+                Durability::Persisted => 2,
+            });
+            w.u64(*segment_size_bytes);
+            w.u64(retention.max_age_seconds);
+            w.u64(retention.max_bytes);
+            w.u8(*replication_factor);
+        }
+        Op::DeleteTopic { stream, topic } => {
+            w.u8(4);
+            w.u32(*stream);
+            w.u32(*topic);
+        }
+        Op::CreatePartitions {
+            stream,
+            topic,
+            count,
+        } => {
+            w.u8(5);
+            w.u32(*stream);
+            w.u32(*topic);
+            w.u32(*count);
+        }
+        Op::CreateConsumerGroup {
+            stream,
+            topic,
+            name,
+        } => {
+            w.u8(6);
+            w.u32(*stream);
+            w.u32(*topic);
+            w.name(name);
+        }
+        Op::DeleteConsumerGroup {
+            stream,
+            topic,
+            group,
+        } => {
+            w.u8(7);
+            w.u32(*stream);
+            w.u32(*topic);
+            w.u32(*group);
+        }
+        Op::RegisterClient { client, session } => {
+            w.u8(8);
+            w.u128(*client);
+            w.u64(*session);
+        }
+        Op::RecordReply {
+            client,
+            session,
+            request,
+            reply_checksum,
+        } => {
+            w.u8(9);
+            w.u128(*client);
+            w.u64(*session);
+            w.u64(*request);
+            w.u128(*reply_checksum);
+        }
+    }
+    Ok(w.0)
+}
+
+/// Decodes a metadata WAL entry body; refuses unknown tags and trailing bytes.
+pub fn decode_op(bytes: &[u8]) -> Result<crate::Op, DecodeError> {
+    use crate::Op;
+    let mut r = Reader { bytes, at: 0 };
+    let op = match r.u8()? {
+        1 => Op::CreateStream { name: r.name()? },
+        2 => Op::DeleteStream { stream: r.u32()? },
+        3 => Op::CreateTopic {
+            stream: r.u32()?,
+            name: r.name()?,
+            partitions: r.u32()?,
+            durability: match r.u8()? {
+                1 => Durability::Replicated,
+                2 => Durability::Persisted,
+                other => return r.fail(format!("durability {other}")),
+            },
+            segment_size_bytes: r.u64()?,
+            retention: Retention {
+                max_age_seconds: r.u64()?,
+                max_bytes: r.u64()?,
+            },
+            replication_factor: r.u8()?,
+        },
+        4 => Op::DeleteTopic {
+            stream: r.u32()?,
+            topic: r.u32()?,
+        },
+        5 => Op::CreatePartitions {
+            stream: r.u32()?,
+            topic: r.u32()?,
+            count: r.u32()?,
+        },
+        6 => Op::CreateConsumerGroup {
+            stream: r.u32()?,
+            topic: r.u32()?,
+            name: r.name()?,
+        },
+        7 => Op::DeleteConsumerGroup {
+            stream: r.u32()?,
+            topic: r.u32()?,
+            group: r.u32()?,
+        },
+        8 => Op::RegisterClient {
+            client: r.u128()?,
+            session: r.u64()?,
+        },
+        9 => Op::RecordReply {
+            client: r.u128()?,
+            session: r.u64()?,
+            request: r.u64()?,
+            reply_checksum: r.u128()?,
+        },
+        tag => {
+            return Err(DecodeError::Invalid {
+                offset: 0,
+                reason: format!("unknown op tag {tag}"),
+            });
+        }
+    };
+    if r.at != bytes.len() {
+        return r.fail(format!("{} trailing bytes", bytes.len() - r.at));
+    }
+    Ok(op)
+}

@@ -12,6 +12,7 @@
 //!   checksum; a request at or below the last is a duplicate and is not applied again.
 
 pub mod codec;
+pub mod group;
 
 use std::collections::BTreeMap;
 

@@ -284,6 +284,7 @@ proptest! {
         let payload = codec::encode(&state);
         prop_assert_eq!(&codec::decode(PAYLOAD_VERSION, &payload).unwrap(), &state);
 
+        prop_assert!(ops.iter().all(|op| codec::encode_op(op).map(|body| codec::decode_op(&body) == Ok(op.clone())).unwrap_or(true)));
         let storage = iggy_io::SimStorage::new(1);
         iggy_io::Storage::create_dir(&storage, "metadata").unwrap();
         iggy_snapshot::write(&storage, Path::new("metadata"), ops.len() as u64, 9, PAYLOAD_VERSION, &payload).unwrap();

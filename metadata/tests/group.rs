@@ -1,0 +1,244 @@
+//! The metadata group's checkpoints under every crash state, and the refusals when the snapshot
+//! and the superblock disagree.
+#![allow(
+    clippy::unwrap_used,
+    clippy::cast_possible_truncation,
+    reason = "test code: a failed unwrap is a failed test; casts are of small test values"
+)]
+
+use std::path::Path;
+
+use iggy_io::{EnumerationConfig, SimStorage, Storage, enumerate};
+use iggy_metadata::group::{GROUP_ID, GroupError, MetadataGroup};
+use iggy_metadata::{Durability, Op, Retention, State};
+use iggy_superblock::Identity;
+use iggy_wal::Config;
+
+const ID: Identity = Identity {
+    cluster: 0x1D,
+    replica: 0,
+    replica_count: 3,
+};
+
+fn dir() -> &'static Path {
+    Path::new("metadata")
+}
+
+fn wal_config() -> Config {
+    // Small files, so that each checkpoint's drop_prefix really removes some.
+    Config {
+        file_size_bytes: 2048,
+        ..Config::new(GROUP_ID)
+    }
+}
+
+fn ops() -> Vec<Op> {
+    let mut ops = Vec::new();
+    for i in 0..12u32 {
+        ops.push(Op::CreateStream {
+            name: format!("stream-{i}"),
+        });
+        ops.push(Op::CreateTopic {
+            stream: i + 1,
+            name: "events".into(),
+            partitions: 1 + i % 4,
+            durability: if i % 2 == 0 {
+                Durability::Replicated
+            } else {
+                Durability::Persisted
+            },
+            segment_size_bytes: 1 << 30,
+            retention: Retention {
+                max_age_seconds: 3600,
+                max_bytes: 0,
+            },
+            replication_factor: 3,
+        });
+        ops.push(if i % 3 == 0 {
+            Op::DeleteStream { stream: i }
+        } else {
+            Op::CreateConsumerGroup {
+                stream: i + 1,
+                topic: 1,
+                name: "readers".into(),
+            }
+        });
+        ops.push(Op::RegisterClient {
+            client: u128::from(i % 5),
+            session: u64::from(i) + 1,
+        });
+    }
+    ops
+}
+
+fn replay(ops: &[Op]) -> State {
+    let mut state = State::new(ID.replica_count);
+    for op in ops {
+        let _ = state.apply(op);
+    }
+    state
+}
+
+/// Three checkpoints with ops in between: at every crash point and every allowed torn or lost
+/// state, boot restores exactly the state of replaying every published op from scratch, with
+/// at least every acknowledged op.
+#[test]
+fn every_crash_state_restores_the_replayed_state() {
+    let storage = SimStorage::new(8);
+    let ops = ops();
+    let mut group = MetadataGroup::create(storage.clone(), dir(), ID, wal_config()).unwrap();
+    storage.mark("created 0".to_string());
+    for (index, op) in ops.iter().enumerate() {
+        storage.mark(format!("submitting {}", index + 1));
+        group.submit(op).unwrap().ok();
+        storage.mark(format!("acked {}", index + 1));
+        if (index + 1) % 16 == 0 {
+            group.checkpoint().unwrap();
+        }
+    }
+    assert!(
+        group.superblock().state().checkpoint_op >= 32,
+        "three checkpoints happened"
+    );
+    let trace = storage.trace();
+    let counts = enumerate(&trace, &EnumerationConfig::default(), |crash| {
+        let last = |prefix: &str| {
+            crash
+                .marks
+                .iter()
+                .rev()
+                .find_map(|m| m.strip_prefix(prefix)?.parse::<usize>().ok())
+        };
+        let acknowledged = last("acked ").unwrap_or(0);
+        let in_flight = last("submitting ").unwrap_or(0);
+        let opened = MetadataGroup::open(crash.storage.clone(), dir(), &ID, wal_config())
+            .map_err(|e| format!("refused: {e}"))?;
+        let Some(restored) = opened else {
+            return if last("created ").is_none() {
+                Ok(())
+            } else {
+                Err("a created group vanished".into())
+            };
+        };
+        let head = usize::try_from(restored.applied_op()).unwrap();
+        if head < acknowledged || head > in_flight.max(acknowledged) {
+            return Err(format!(
+                "restored to op {head}, acknowledged {acknowledged}, in flight {in_flight}"
+            ));
+        }
+        if *restored.state() != replay(&ops[..head]) {
+            return Err(format!(
+                "the state at op {head} differs from replaying ops 1..={head}"
+            ));
+        }
+        Ok(())
+    })
+    .unwrap_or_else(|failure| panic!("{failure}"));
+    assert!(counts.points > 200, "{counts:?}");
+}
+
+/// A group after two checkpoints, with the snapshot bytes of the first kept aside.
+fn two_checkpoints() -> (SimStorage, Vec<u8>) {
+    let storage = SimStorage::new(9);
+    let mut group = MetadataGroup::create(storage.clone(), dir(), ID, wal_config()).unwrap();
+    let ops = ops();
+    for op in &ops[..10] {
+        group.submit(op).unwrap().ok();
+    }
+    group.checkpoint().unwrap();
+    let first = storage.read_all(dir().join("snapshot.bin")).unwrap();
+    for op in &ops[10..20] {
+        group.submit(op).unwrap().ok();
+    }
+    group.checkpoint().unwrap();
+    (storage, first)
+}
+
+fn replace_snapshot(storage: &SimStorage, bytes: &[u8]) {
+    iggy_snapshot::install(storage, dir(), bytes).unwrap();
+}
+
+fn open_error(storage: &SimStorage) -> GroupError {
+    match MetadataGroup::open(storage.clone(), dir(), &ID, wal_config()) {
+        Err(error) => error,
+        Ok(_) => panic!("opened"),
+    }
+}
+
+#[test]
+fn a_missing_snapshot_refuses() {
+    let (storage, _) = two_checkpoints();
+    storage.unlink(dir().join("snapshot.bin")).unwrap();
+    assert!(matches!(
+        open_error(&storage),
+        GroupError::SnapshotMissing {
+            checkpoint_op: 20,
+            ..
+        }
+    ));
+}
+
+#[test]
+fn a_snapshot_older_than_the_checkpoint_refuses() {
+    let (storage, first) = two_checkpoints();
+    replace_snapshot(&storage, &first);
+    assert!(matches!(
+        open_error(&storage),
+        GroupError::SnapshotBehind {
+            snapshot_op: 10,
+            checkpoint_op: 20,
+            ..
+        }
+    ));
+}
+
+#[test]
+fn a_snapshot_whose_checksum_disagrees_refuses() {
+    let (storage, _) = two_checkpoints();
+    let (header, payload) = iggy_snapshot::read(&storage, dir()).unwrap().unwrap();
+    let forged = iggy_snapshot::encode(
+        20,
+        header.checkpoint_checksum ^ 1,
+        header.payload_version,
+        &payload,
+    );
+    replace_snapshot(&storage, &forged);
+    assert!(matches!(
+        open_error(&storage),
+        GroupError::ChecksumDisagree { op: 20, .. }
+    ));
+}
+
+#[test]
+fn a_newer_snapshot_is_used_only_when_the_wal_links_it() {
+    let (storage, _) = two_checkpoints();
+    let mut group = MetadataGroup::open(storage.clone(), dir(), &ID, wal_config())
+        .unwrap()
+        .unwrap();
+    let ops = ops();
+    for op in &ops[20..25] {
+        group.submit(op).unwrap().ok();
+    }
+    let state = group.state().clone();
+    drop(group);
+    // A snapshot at op 25 that names a checksum the WAL does not hold: refused.
+    let payload = iggy_metadata::codec::encode(&state);
+    replace_snapshot(&storage, &iggy_snapshot::encode(25, 0xBAD, 1, &payload));
+    assert!(matches!(
+        open_error(&storage),
+        GroupError::SnapshotUnlinked {
+            snapshot_op: 25,
+            ..
+        }
+    ));
+}
+
+#[test]
+fn a_group_survives_power_loss_between_checkpoint_steps() {
+    let (storage, _) = two_checkpoints();
+    storage.power_loss();
+    let group = MetadataGroup::open(storage, dir(), &ID, wal_config())
+        .unwrap()
+        .unwrap();
+    assert_eq!(*group.state(), replay(&ops()[..20]));
+}
