@@ -31,9 +31,9 @@ pub const GROUP_ID: u128 = 0;
 #[derive(Debug, thiserror::Error)]
 pub enum GroupError {
     #[error(transparent)]
-    Superblock(#[from] SuperblockError),
+    Superblock(Box<SuperblockError>),
     #[error(transparent)]
-    Wal(#[from] WalError),
+    Wal(Box<WalError>),
     #[error(transparent)]
     Snapshot(#[from] iggy_snapshot::SnapshotError),
     #[error("{dir}: the superblock names checkpoint {checkpoint_op} but there is no snapshot.bin")]
@@ -66,6 +66,18 @@ pub enum GroupError {
     Payload(DecodeError),
     #[error(transparent)]
     Refused(#[from] ApplyError),
+}
+
+impl From<SuperblockError> for GroupError {
+    fn from(error: SuperblockError) -> Self {
+        Self::Superblock(Box::new(error))
+    }
+}
+
+impl From<WalError> for GroupError {
+    fn from(error: WalError) -> Self {
+        Self::Wal(Box::new(error))
+    }
 }
 
 /// The metadata group: state, log and checkpoint, on one storage.
