@@ -4,4 +4,5 @@
 pub mod compare;
 pub mod disk;
 pub mod engines;
+pub mod snapshot;
 pub mod stats;

@@ -242,3 +242,39 @@ fn a_group_survives_power_loss_between_checkpoint_steps() {
         .unwrap();
     assert_eq!(*group.state(), replay(&ops()[..20]));
 }
+
+#[test]
+fn a_superblock_that_moved_on_without_its_log_refuses() {
+    let (storage, _) = two_checkpoints();
+    storage.remove_dir_all(dir().join("wal")).unwrap();
+    assert!(matches!(
+        open_error(&storage),
+        GroupError::LogMissing { .. }
+    ));
+}
+
+#[test]
+fn a_log_that_no_longer_reaches_the_snapshot_refuses() {
+    let (storage, _) = two_checkpoints();
+    let mut group = MetadataGroup::open(storage.clone(), dir(), &ID, wal_config())
+        .unwrap()
+        .unwrap();
+    for op in &ops()[20..40] {
+        group.submit(op).unwrap().ok();
+    }
+    drop(group);
+    let mut files: Vec<_> = iggy_io::ReadStorage::list_dir(&storage, dir().join("wal"))
+        .unwrap()
+        .into_iter()
+        .filter(|entry| entry.name.to_string_lossy().ends_with(".wal"))
+        .map(|entry| dir().join("wal").join(entry.name))
+        .collect();
+    files.sort();
+    assert!(files.len() >= 2, "{files:?}");
+    // The oldest retained file holds op 21, the first the restore needs after the snapshot.
+    storage.unlink(&files[0]).unwrap();
+    assert!(matches!(
+        open_error(&storage),
+        GroupError::LogGap { needed: 21, .. }
+    ));
+}

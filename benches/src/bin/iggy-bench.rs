@@ -41,6 +41,29 @@ enum Command {
     /// --dir D`, whose log is in `D/iggy-bench-wal/wal`): verification of the whole published
     /// prefix, as a server start does.
     Replay(ReplayArgs),
+    /// The metadata snapshot at scale: builds a state (default 10,000 streams, 100,000
+    /// partitions, 8,192 clients), then times writing snapshot.bin (encode, write, fdatasync,
+    /// rename, directory fsync) and loading it (read, verify, decode), and reports its size.
+    Snapshot(SnapshotArgs),
+}
+
+#[derive(clap::Args, Debug)]
+struct SnapshotArgs {
+    /// Directory to write snapshot.bin in. Default: a new temporary directory.
+    #[arg(long)]
+    dir: Option<PathBuf>,
+    /// Streams (each with one topic).
+    #[arg(long, default_value_t = 10_000)]
+    streams: u32,
+    /// Partitions per topic.
+    #[arg(long, default_value_t = 10)]
+    partitions_per_topic: u32,
+    /// Clients in the client table.
+    #[arg(long, default_value_t = 8192)]
+    clients: u32,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(clap::Args, Debug)]
@@ -142,6 +165,7 @@ fn main() -> ExitCode {
         Some(Command::Compare(args)) => run_compare(&args),
         Some(Command::Disk(args)) => run_disk(&args),
         Some(Command::Replay(args)) => run_replay(&args),
+        Some(Command::Snapshot(args)) => run_snapshot(&args),
         None => run_disk(&DiskArgs {
             record_bytes: 1000,
             batch: 250,
@@ -235,6 +259,25 @@ fn run_wal(args: &WalArgs) -> Result<(), String> {
             latency.p99_us,
             latency.p999_us
         );
+    }
+    Ok(())
+}
+
+fn run_snapshot(args: &SnapshotArgs) -> Result<(), String> {
+    let (dir, _guard) = bench_dir(args.dir.as_ref())?;
+    let sizes = iggy_benches::snapshot::Sizes {
+        streams: args.streams,
+        partitions_per_topic: args.partitions_per_topic,
+        clients: args.clients,
+    };
+    let report = iggy_benches::snapshot::run(&dir, &sizes)?;
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?
+        );
+    } else {
+        print!("{}", iggy_benches::snapshot::render(&report));
     }
     Ok(())
 }

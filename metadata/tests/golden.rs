@@ -1,0 +1,103 @@
+//! A golden `snapshot.bin` holding a real metadata state, format version 1 with payload
+//! version 1: it must decode to the state below and re-encode byte for byte, so changing the
+//! container or the state encoding without a version bump breaks this test.
+//! Regenerate (only with a version bump): `IGGY_REGENERATE_GOLDEN=1 cargo test -p iggy-metadata --test golden`.
+#![allow(
+    clippy::unwrap_used,
+    reason = "test code: a failed unwrap is a failed test"
+)]
+
+use iggy_metadata::codec::{self, PAYLOAD_VERSION};
+use iggy_metadata::{Durability, Op, Retention, State};
+
+fn golden_state() -> State {
+    let mut state = State::new(3);
+    let ops = [
+        Op::CreateStream {
+            name: "orders".into(),
+        },
+        Op::CreateStream {
+            name: "audit".into(),
+        },
+        Op::CreateTopic {
+            stream: 1,
+            name: "eu-west".into(),
+            partitions: 4,
+            durability: Durability::Replicated,
+            segment_size_bytes: 1 << 30,
+            retention: Retention {
+                max_age_seconds: 86_400,
+                max_bytes: 0,
+            },
+            replication_factor: 3,
+        },
+        Op::CreateTopic {
+            stream: 2,
+            name: "events".into(),
+            partitions: 1,
+            durability: Durability::Persisted,
+            segment_size_bytes: 64 << 20,
+            retention: Retention {
+                max_age_seconds: 0,
+                max_bytes: 10 << 30,
+            },
+            replication_factor: 1,
+        },
+        Op::CreateConsumerGroup {
+            stream: 1,
+            topic: 1,
+            name: "billing".into(),
+        },
+        Op::RegisterClient {
+            client: 0xC11E_47,
+            session: 7,
+        },
+        Op::RecordReply {
+            client: 0xC11E_47,
+            session: 7,
+            request: 3,
+            reply_checksum: 0xFEED,
+        },
+    ];
+    for op in &ops {
+        state.apply(op).unwrap();
+    }
+    state
+}
+
+const CHECKPOINT_OP: u64 = 7;
+const CHECKPOINT_CHECKSUM: u128 = 0x00C0_FFEE_0000_0000_0000_0000_0000_0007;
+
+#[test]
+fn the_golden_metadata_snapshot_decodes_and_re_encodes_byte_for_byte() {
+    let payload = codec::encode(&golden_state());
+    let bytes = iggy_snapshot::encode(
+        CHECKPOINT_OP,
+        CHECKPOINT_CHECKSUM,
+        PAYLOAD_VERSION,
+        &payload,
+    );
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+    if std::env::var_os("IGGY_REGENERATE_GOLDEN").is_some() {
+        let root = iggy_io::OsStorage::open(&path).unwrap();
+        let file =
+            iggy_io::Storage::open(&root, "snapshot-v1.bin", iggy_io::OpenMode::Create).unwrap();
+        iggy_io::WriteFile::set_len(&file, 0).unwrap();
+        iggy_io::WriteFile::write_all_at(&file, 0, &bytes).unwrap();
+        iggy_io::WriteFile::sync_data(&file).unwrap();
+    }
+    let golden = include_bytes!("fixtures/snapshot-v1.bin");
+    let (header, body) = iggy_snapshot::decode("snapshot-v1.bin", golden).unwrap();
+    assert_eq!(header.checkpoint_op, CHECKPOINT_OP);
+    assert_eq!(header.checkpoint_checksum, CHECKPOINT_CHECKSUM);
+    assert_eq!(header.payload_version, 1);
+    assert_eq!(
+        codec::decode(header.payload_version, body).unwrap(),
+        golden_state()
+    );
+    assert_eq!(
+        &bytes[..],
+        &golden[..],
+        "the encoding changed without a version bump"
+    );
+}
