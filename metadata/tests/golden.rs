@@ -49,11 +49,11 @@ fn golden_state() -> State {
             name: "billing".into(),
         },
         Op::RegisterClient {
-            client: 0xC11E_47,
+            client: 0x00C1_1E47,
             session: 7,
         },
         Op::RecordReply {
-            client: 0xC11E_47,
+            client: 0x00C1_1E47,
             session: 7,
             request: 3,
             reply_checksum: 0xFEED,
