@@ -26,6 +26,13 @@ use crate::{Applied, ApplyError, Op, State};
 pub const WAL_DIR: &str = "wal";
 /// The metadata group's id in its WAL frontier.
 pub const GROUP_ID: u128 = 0;
+/// Ops the metadata journal holds.
+pub const JOURNAL_OPS: u64 = 1024;
+/// Ops kept in reserve past a checkpoint (the pipeline of ops in flight).
+pub const JOURNAL_MARGIN_OPS: u64 = 64;
+/// A checkpoint is taken every this many ops, so the log never outgrows the journal.
+pub const CHECKPOINT_INTERVAL_OPS: u64 = JOURNAL_OPS - JOURNAL_MARGIN_OPS;
+const _: () = assert!(CHECKPOINT_INTERVAL_OPS == 960);
 
 /// Why the metadata group cannot be opened or changed.
 #[derive(Debug, thiserror::Error)]
@@ -229,7 +236,11 @@ impl<S: Storage + Clone> MetadataGroup<S> {
         let number = self.wal.append_body(&body, 0, 0)?;
         self.wal.wait_published(number)?;
         self.applied_op = number;
-        Ok(self.state.apply(op))
+        let result = self.state.apply(op);
+        if number - self.superblock.state().checkpoint_op >= CHECKPOINT_INTERVAL_OPS {
+            self.checkpoint()?;
+        }
+        Ok(result)
     }
 
     /// Checkpoints the state at the last applied op: snapshot, then superblock, then the WAL

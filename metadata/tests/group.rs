@@ -278,3 +278,32 @@ fn a_log_that_no_longer_reaches_the_snapshot_refuses() {
         GroupError::LogGap { needed: 21, .. }
     ));
 }
+
+/// Without any explicit checkpoint, the group checkpoints every 960 ops on its own, so the log
+/// stays within its 1024-op journal.
+#[test]
+fn checkpoints_happen_every_960_ops() {
+    let storage = SimStorage::new(10);
+    let mut group = MetadataGroup::create(storage.clone(), dir(), ID, wal_config()).unwrap();
+    for index in 0..2000u64 {
+        group
+            .submit(&Op::RegisterClient {
+                client: u128::from(index % 50),
+                session: index + 1,
+            })
+            .unwrap()
+            .ok();
+        let behind = group.applied_op() - group.superblock().state().checkpoint_op;
+        assert!(
+            behind < iggy_metadata::group::CHECKPOINT_INTERVAL_OPS,
+            "op {index}: {behind} ops since the checkpoint"
+        );
+    }
+    assert_eq!(group.superblock().state().checkpoint_op, 1920);
+    drop(group);
+    storage.power_loss();
+    let restored = MetadataGroup::open(storage, dir(), &ID, wal_config())
+        .unwrap()
+        .unwrap();
+    assert_eq!(restored.applied_op(), 2000);
+}
