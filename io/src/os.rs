@@ -21,6 +21,34 @@ use crate::storage::{
 };
 use crate::uring::Ring;
 
+/// Cumulative I/O counters of the block device that holds a path (`/sys/dev/block/M:m/stat`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DeviceCounters {
+    /// 512-byte sectors written.
+    pub sectors_written: u64,
+    /// Flush requests completed (each `fsync`/`fdatasync` that reaches a device with a volatile
+    /// write cache issues one).
+    pub flushes: u64,
+}
+
+/// The counters of the block device under `path`, or `None` where the kernel does not expose
+/// them (no sysfs, a kernel before 5.5 without flush counters, a file system without a device).
+#[must_use]
+pub fn device_counters(path: impl AsRef<Path>) -> Option<DeviceCounters> {
+    use std::os::unix::fs::MetadataExt;
+    let device = std::fs::metadata(path).ok()?.dev();
+    let (major, minor) = (rustix::fs::major(device), rustix::fs::minor(device));
+    let stat = std::fs::read_to_string(format!("/sys/dev/block/{major}:{minor}/stat")).ok()?;
+    let fields: Vec<u64> = stat
+        .split_whitespace()
+        .filter_map(|f| f.parse().ok())
+        .collect();
+    Some(DeviceCounters {
+        sectors_written: *fields.get(6)?,
+        flushes: *fields.get(15)?,
+    })
+}
+
 /// Storage on a directory of the real file system.
 #[derive(Debug)]
 pub struct OsStorage {
