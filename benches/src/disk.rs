@@ -59,6 +59,11 @@ pub struct DiskReport {
     pub buffered_write_megabytes_per_second: f64,
     /// Sequential reads in 1 MiB calls of the file just written (warm page cache).
     pub warm_read_megabytes_per_second: f64,
+    /// Sequential `O_DIRECT` writes in 1 MiB calls, then one fdatasync; `None` when the file
+    /// system does not allow direct I/O.
+    pub direct_write_megabytes_per_second: Option<f64>,
+    /// Whether `OsStorage` submits durable appends through io_uring here.
+    pub io_uring_usable: bool,
 }
 
 fn megabytes_per_second(bytes: u64, elapsed: Duration) -> f64 {
@@ -171,6 +176,9 @@ pub fn run(
     let warm_read_megabytes_per_second = megabytes_per_second(offset, start.elapsed());
     drop(buffered);
 
+    progress("O_DIRECT sequential write");
+    let direct_write_megabytes_per_second = direct_write(storage, config.total_bytes)?;
+
     for name in [
         "bench-append-grow",
         "bench-append-prefilled",
@@ -186,7 +194,34 @@ pub fn run(
         sync_4k,
         buffered_write_megabytes_per_second,
         warm_read_megabytes_per_second,
+        direct_write_megabytes_per_second,
+        io_uring_usable: storage.uses_io_uring(),
     })
+}
+
+/// `O_DIRECT` writes of 1 MiB from a 4 KiB-aligned buffer, then one fdatasync; `None` if the
+/// file system refuses direct I/O.
+fn direct_write(storage: &OsStorage, total_bytes: u64) -> iggy_io::Result<Option<f64>> {
+    const CHUNK: usize = 1 << 20;
+    let Some(file) = storage.open_direct("bench-direct")? else {
+        return Ok(None);
+    };
+    let mut buffer = vec![0x6Bu8; CHUNK + 4096];
+    let start = buffer.as_ptr().align_offset(4096);
+    let aligned = &mut buffer[start..start + CHUNK];
+    aligned.fill(0x6B);
+    let started = Instant::now();
+    let mut offset = 0u64;
+    while offset < total_bytes {
+        file.write_all_at(offset, aligned)?;
+        offset += CHUNK as u64;
+    }
+    // Direct writes bypass the page cache but not the device cache: one sync to be durable.
+    file.sync_data()?;
+    let rate = megabytes_per_second(offset, started.elapsed());
+    drop(file);
+    storage.unlink("bench-direct")?;
+    Ok(Some(rate))
 }
 
 /// The report as a plain-text table.
@@ -236,6 +271,25 @@ pub fn render(report: &DiskReport) -> String {
         "warm sequential read:      {:.0} MB/s (1 MiB calls, page cache)",
         report.warm_read_megabytes_per_second
     );
+    let _ = match report.direct_write_megabytes_per_second {
+        Some(rate) => writeln!(
+            out,
+            "O_DIRECT sequential write: {rate:.0} MB/s (1 MiB calls, one fdatasync)"
+        ),
+        None => writeln!(
+            out,
+            "O_DIRECT sequential write: not measured: the file system refuses O_DIRECT"
+        ),
+    };
+    let _ = writeln!(
+        out,
+        "io_uring:                  {}",
+        if report.io_uring_usable {
+            "usable (durable appends use a linked write+fdatasync)"
+        } else {
+            "not usable here (plain system calls)"
+        }
+    );
     out
 }
 
@@ -256,7 +310,10 @@ mod tests {
         };
         let mut steps = 0;
         let report = run(&storage, &config, |_| steps += 1).unwrap();
-        assert_eq!(steps, 4);
+        assert_eq!(steps, 5);
+        if let Some(rate) = report.direct_write_megabytes_per_second {
+            assert!(rate > 0.0);
+        }
         assert_eq!(report.append_grow.bytes, 65_000, "65 batches of 1000 bytes");
         assert_eq!(report.append_grow.records, 650);
         assert_eq!(report.sync_4k.count, 8);

@@ -119,6 +119,19 @@ impl OsStorage {
         })
     }
 
+    /// Opens `path` for writing with `O_DIRECT` (creating it), for benchmarks of the device
+    /// itself. `Ok(None)` when the file system refuses direct I/O (tmpfs, some FUSE). Writes
+    /// through the handle must use buffers, lengths and offsets aligned to the logical block
+    /// size (4096 covers every device here).
+    pub fn open_direct(&self, path: impl AsRef<Path>) -> Result<Option<OsFile>> {
+        let flags = OFlags::RDWR | OFlags::CREATE | OFlags::DIRECT;
+        match self.open_file(path.as_ref(), flags) {
+            Ok(file) => Ok(Some(file)),
+            Err(error) if error.kind == ErrorKind::Os(Errno::INVAL.raw_os_error()) => Ok(None),
+            Err(error) => Err(error),
+        }
+    }
+
     /// Whether durable appends go through io_uring.
     #[must_use]
     pub fn uses_io_uring(&self) -> bool {
