@@ -307,6 +307,17 @@ fn run_replay(args: &ReplayArgs) -> Result<(), String> {
     Ok(())
 }
 
+/// A progress bar on stderr when it is a terminal; invisible on a pipe or a file.
+fn progress_bar(steps: u64) -> indicatif::ProgressBar {
+    let bar = indicatif::ProgressBar::new(steps);
+    if let Ok(style) = indicatif::ProgressStyle::with_template(
+        "{elapsed_precise} [{bar:30}] {pos}/{len} {wide_msg}",
+    ) {
+        bar.set_style(style.progress_chars("=> "));
+    }
+    bar
+}
+
 fn run_compare(args: &CompareArgs) -> Result<(), String> {
     let (dir, _guard) = bench_dir(args.dir.as_ref())?;
     let mut sizes = if args.quick {
@@ -321,12 +332,13 @@ fn run_compare(args: &CompareArgs) -> Result<(), String> {
         sizes.replay_bytes = mib.max(1) << 20;
     }
     let engines = EngineKind::ALL;
-    let quiet = args.json;
+    let steps = (Scenario::ALL.len() * sizes.rounds * engines.len()) as u64;
+    let bar = progress_bar(steps);
     let cells = compare::run_matrix(&engines, &Scenario::ALL, &sizes, &dir, |step| {
-        if !quiet {
-            eprintln!("  {step}");
-        }
+        bar.set_message(step.to_string());
+        bar.inc(1);
     });
+    bar.finish_and_clear();
     if args.json {
         let report = serde_json::json!({ "sizes": sizes, "cells": cells });
         println!(
@@ -359,13 +371,13 @@ fn run_disk(args: &DiskArgs) -> Result<(), String> {
     if !args.json {
         println!("iggy-bench disk in {}", dir.display());
     }
-    let json = args.json;
+    let bar = progress_bar(5);
     let report = disk::run(&storage, &config, |step| {
-        if !json {
-            eprintln!("  measuring: {step}");
-        }
+        bar.set_message(step.to_string());
+        bar.inc(1);
     })
     .map_err(|e| e.to_string())?;
+    bar.finish_and_clear();
     if args.json {
         let text = serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?;
         println!("{text}");
