@@ -87,6 +87,24 @@ fn verify(wal: &Wal<SimStorage>, acknowledged: &[Vec<u8>], first_op: u64) -> Res
     Ok(())
 }
 
+/// The "process" dies (crash or power loss), boots, and checks every acknowledged entry.
+fn restart(
+    storage: &SimStorage,
+    rng: &mut Rng,
+    acknowledged: &[Vec<u8>],
+) -> Result<Wal<SimStorage>, String> {
+    crash(storage, rng);
+    let wal = boot(storage, rng)?;
+    verify(&wal, acknowledged, 1)?;
+    // Boot may keep entries past the acknowledged head only if a publication that was in
+    // flight landed; they were never acknowledged, so cut them.
+    let cut = acknowledged.len() as u64;
+    if wal.head().0 > cut {
+        wal.truncate_after(cut).ok();
+    }
+    Ok(wal)
+}
+
 fn run(seed: u64) -> Result<(), String> {
     let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
     let storage = SimStorage::new(seed);
@@ -123,16 +141,9 @@ fn run(seed: u64) -> Result<(), String> {
             }
             87..=93 => {
                 drop(wal);
-                crash(&storage, &mut rng);
                 pending.clear();
-                wal = boot(&storage, &mut rng).map_err(|e| format!("step {step}: {e}"))?;
-                verify(&wal, &acknowledged, 1).map_err(|e| format!("step {step}: {e}"))?;
-                // Boot may keep entries past the acknowledged head only if a publication
-                // that was in flight landed; they were never acknowledged, so cut them.
-                let cut = acknowledged.len() as u64;
-                if wal.head().0 > cut {
-                    wal.truncate_after(cut).ok();
-                }
+                wal = restart(&storage, &mut rng, &acknowledged)
+                    .map_err(|e| format!("step {step}: {e}"))?;
                 Ok(())
             }
             _ => match wal.read(wal.first_op(), wal.head().0) {
@@ -147,14 +158,9 @@ fn run(seed: u64) -> Result<(), String> {
                 WalError::Io(_) => failures += 1,
                 WalError::Poisoned { .. } => {
                     drop(wal);
-                    crash(&storage, &mut rng);
                     pending.clear();
-                    wal = boot(&storage, &mut rng).map_err(|e| format!("step {step}: {e}"))?;
-                    verify(&wal, &acknowledged, 1).map_err(|e| format!("step {step}: {e}"))?;
-                    let cut = acknowledged.len() as u64;
-                    if wal.head().0 > cut {
-                        wal.truncate_after(cut).ok();
-                    }
+                    wal = restart(&storage, &mut rng, &acknowledged)
+                        .map_err(|e| format!("step {step}: {e}"))?;
                 }
                 WalError::Backpressure { .. } => {}
                 other => return Err(format!("step {step}: unexpected error {other}")),
