@@ -792,6 +792,8 @@ impl<S: Storage> Wal<S> {
                 if removed.is_empty() {
                     Ok(())
                 } else {
+                    // The removals are durable before the caller relies on them (and before a
+                    // file of the same name could be created again).
                     self.storage.sync_dir(&self.dir)
                 }
             });
