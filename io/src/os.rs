@@ -49,10 +49,11 @@ pub fn device_counters(path: impl AsRef<Path>) -> Option<DeviceCounters> {
     })
 }
 
-/// Storage on a directory of the real file system.
-#[derive(Debug)]
+/// Storage on a directory of the real file system. Clones share the root directory's
+/// descriptor (and io_uring rings), as `SimStorage` clones share one disk.
+#[derive(Clone, Debug)]
 pub struct OsStorage {
-    root: OwnedFd,
+    root: Arc<OwnedFd>,
     root_path: PathBuf,
     ring: Option<Arc<Ring>>,
 }
@@ -113,7 +114,7 @@ impl OsStorage {
             IoPath::Syscalls => None,
         };
         Ok(Self {
-            root: fd,
+            root: Arc::new(fd),
             root_path,
             ring,
         })

@@ -1,0 +1,205 @@
+//! iggy-inspect on a real node directory: every command in text and JSON, damaged input shown
+//! with its bytes, a closed pipe is not an error, and the files are never changed.
+#![allow(
+    clippy::unwrap_used,
+    clippy::cast_possible_truncation,
+    reason = "test code: a failed unwrap is a failed test; casts are of small test values"
+)]
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use clap::Parser;
+use iggy_io::{OpenMode, OsStorage, Storage, WriteFile};
+use iggy_metadata::group::MetadataGroup;
+use iggy_metadata::{Durability, Op, Retention};
+use iggy_superblock::Identity;
+
+const ID: Identity = Identity {
+    cluster: 0xAB,
+    replica: 1,
+    replica_count: 3,
+};
+
+/// A node's metadata directory: superblock, WAL with an unpublished tail, snapshot.
+fn node() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let storage = OsStorage::open(dir.path()).unwrap();
+    let config = iggy_wal::Config::new(iggy_metadata::group::GROUP_ID);
+    let mut group =
+        MetadataGroup::create(storage, Path::new("metadata"), ID, config.clone()).unwrap();
+    group
+        .submit(&Op::CreateStream {
+            name: "orders".into(),
+        })
+        .unwrap()
+        .unwrap();
+    group
+        .submit(&Op::CreateTopic {
+            stream: 1,
+            name: "eu".into(),
+            partitions: 3,
+            durability: Durability::Persisted,
+            segment_size_bytes: 1 << 20,
+            retention: Retention::default(),
+            replication_factor: 3,
+        })
+        .unwrap()
+        .unwrap();
+    group.checkpoint().unwrap();
+    group
+        .submit(&Op::RegisterClient {
+            client: 9,
+            session: 1,
+        })
+        .unwrap()
+        .unwrap();
+    drop(group);
+    // An unpublished tail: bytes past the frontier in the head file.
+    let wal_dir = dir.path().join("metadata/wal");
+    let storage = OsStorage::open(&wal_dir).unwrap();
+    let head = iggy_io::ReadStorage::list_dir(&storage, "")
+        .unwrap()
+        .into_iter()
+        .rfind(|e| e.name.to_string_lossy().ends_with(".wal"))
+        .unwrap();
+    let file = storage.open(&head.name, OpenMode::Existing).unwrap();
+    file.write_all_at(3000, b"unpublished garbage").unwrap();
+    dir
+}
+
+fn run(args: &[&str]) -> String {
+    let cli = iggy_inspect::Cli::try_parse_from(
+        std::iter::once("iggy-inspect").chain(args.iter().copied()),
+    )
+    .unwrap();
+    let mut out = Vec::new();
+    iggy_inspect::run(&cli, &mut out).unwrap();
+    String::from_utf8(out).unwrap()
+}
+
+fn path(dir: &tempfile::TempDir, rel: &str) -> String {
+    dir.path().join(rel).display().to_string()
+}
+
+fn hashes(root: &Path) -> Vec<(PathBuf, u128)> {
+    let storage = OsStorage::open(root).unwrap();
+    let mut out = Vec::new();
+    let mut stack = vec![PathBuf::new()];
+    while let Some(dir) = stack.pop() {
+        for entry in iggy_io::ReadStorage::list_dir(&storage, &dir).unwrap() {
+            let rel = dir.join(&entry.name);
+            match entry.kind {
+                iggy_io::EntryKind::Dir => stack.push(rel),
+                _ => out.push((
+                    rel.clone(),
+                    iggy_format::checksum(&{
+                        let file = iggy_io::ReadStorage::open_read(&storage, &rel).unwrap();
+                        let mut bytes = vec![0u8; iggy_io::ReadFile::len(&file).unwrap() as usize];
+                        iggy_io::ReadFile::read_exact_at(&file, 0, &mut bytes).unwrap();
+                        bytes
+                    }),
+                )),
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+#[test]
+fn every_command_decodes_a_real_node_and_changes_nothing() {
+    let dir = node();
+    let before = hashes(dir.path());
+
+    let text = run(&["superblock", &path(&dir, "metadata/superblock")]);
+    assert!(text.contains("copy A (offset 0): valid"), "{text}");
+    assert!(
+        text.contains("boot: boot uses sequence 2; repairs: none"),
+        "{text}"
+    );
+    let json: serde_json::Value = serde_json::from_str(&run(&[
+        "--json",
+        "superblock",
+        &path(&dir, "metadata/superblock"),
+    ]))
+    .unwrap();
+    assert_eq!(json["copies"][1]["checkpoint_op"], 2);
+    assert_eq!(json["copies"][0]["replica"], 1);
+
+    let text = run(&["frontier", &path(&dir, "metadata/wal/frontier")]);
+    assert!(text.contains("boot trusts sequence"), "{text}");
+
+    let text = run(&["wal", &path(&dir, "metadata/wal")]);
+    assert!(text.contains("boot trusts ops 1..=3"), "{text}");
+    assert!(
+        text.contains("UnpublishedTail"),
+        "the garbage past the frontier is named: {text}"
+    );
+    let json: serde_json::Value =
+        serde_json::from_str(&run(&["--json", "wal", &path(&dir, "metadata/wal")])).unwrap();
+    assert_eq!(json["head_op"], 3);
+    assert!(json["discarded_bytes"].as_u64().unwrap() > 0);
+
+    let text = run(&["snapshot", &path(&dir, "metadata/snapshot.bin")]);
+    assert!(text.contains("checkpoint op 2"), "{text}");
+    assert!(
+        text.contains("1 streams, 1 topics, 3 partitions, 0 consumer groups, 0 clients"),
+        "{text}"
+    );
+
+    let json: serde_json::Value = serde_json::from_str(&run(&["--json", "constants"])).unwrap();
+    assert_eq!(json["entry_header_size"], 256);
+    assert_eq!(json["metadata_checkpoint_interval_ops"], 960);
+
+    assert_eq!(hashes(dir.path()), before, "inspect changed a file");
+}
+
+#[test]
+fn damaged_files_are_decoded_as_far_as_possible_with_their_bytes() {
+    let dir = node();
+    let storage = OsStorage::open(dir.path().join("metadata")).unwrap();
+    let file = storage.open("superblock", OpenMode::Existing).unwrap();
+    file.write_all_at(4096 + 100, &[0xFF; 4]).unwrap();
+    let text = run(&["superblock", &path(&dir, "metadata/superblock")]);
+    assert!(
+        text.contains("copy B (offset 4096): copy is damaged"),
+        "{text}"
+    );
+    assert!(
+        text.contains("  00001000  "),
+        "a hexdump at the copy's offset: {text}"
+    );
+    assert!(
+        text.contains("repairs: copy B damaged"),
+        "boot's verdict names the repair: {text}"
+    );
+
+    let snapshot = storage.open("snapshot.bin", OpenMode::Existing).unwrap();
+    snapshot.write_all_at(130, b"X").unwrap();
+    let text = run(&["snapshot", &path(&dir, "metadata/snapshot.bin")]);
+    assert!(
+        text.contains("invalid: ") && text.contains("checksum trailer"),
+        "{text}"
+    );
+    assert!(
+        text.contains("  00000000  49 47 47 59 53 4e 41 50"),
+        "{text}"
+    );
+}
+
+/// `iggy-inspect ... | head`: a closed pipe ends the output quietly.
+#[test]
+fn a_closed_pipe_is_not_an_error() {
+    struct Closed;
+    impl Write for Closed {
+        fn write(&mut self, _: &[u8]) -> std::io::Result<usize> {
+            Err(std::io::Error::from(std::io::ErrorKind::BrokenPipe))
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let cli = iggy_inspect::Cli::try_parse_from(["iggy-inspect", "constants"]).unwrap();
+    assert_eq!(iggy_inspect::run(&cli, &mut Closed), Ok(()));
+}
