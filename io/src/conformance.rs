@@ -41,6 +41,34 @@ pub fn write_read_roundtrip<S: Storage>(storage: &S) {
     );
 }
 
+pub fn write_zeros_over_a_range<S: Storage>(storage: &S) {
+    let file = storage.open("f", OpenMode::CreateNew).expect("create");
+    file.write_all_at(0, &[0xEEu8; 3 << 20]).expect("write");
+    // More than one internal chunk, starting and ending off any boundary.
+    file.write_zeros(1000, (2 << 20) + 77).expect("write_zeros");
+    let bytes = read_all(&file);
+    let end = 1000 + (2 << 20) + 77;
+    assert!(
+        bytes[..1000].iter().all(|&b| b == 0xEE),
+        "before the range is untouched"
+    );
+    assert!(
+        bytes[1000..end].iter().all(|&b| b == 0),
+        "the range reads as zeros"
+    );
+    assert!(
+        bytes[end..].iter().all(|&b| b == 0xEE),
+        "after the range is untouched"
+    );
+    file.write_zeros(bytes.len() as u64, 10)
+        .expect("past the end");
+    assert_eq!(
+        file.len().expect("len"),
+        bytes.len() as u64 + 10,
+        "zeros past the end extend"
+    );
+}
+
 pub fn write_and_sync_in_one_step<S: Storage>(storage: &S) {
     let file = storage.open("f", OpenMode::CreateNew).expect("create");
     let data: Vec<u8> = (0..=255u8).cycle().take(100_000).collect();
@@ -269,6 +297,7 @@ macro_rules! conformance_suite {
         $crate::conformance_suite!(@each $make;
             write_read_roundtrip,
             write_and_sync_in_one_step,
+            write_zeros_over_a_range,
             holes_read_as_zeros,
             reads_at_and_past_the_end,
             open_modes,

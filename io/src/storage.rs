@@ -158,6 +158,20 @@ pub trait WriteFile: ReadFile {
         self.sync_data()
     }
 
+    /// Writes zeros over `[offset, offset + len)`, through a bounded (1 MiB) buffer whatever the
+    /// length. Durable only after `sync_data`/`sync_all`, like any write.
+    fn write_zeros(&self, offset: u64, len: u64) -> Result<()> {
+        const CHUNK: u64 = 1 << 20;
+        let zeros = vec![0u8; usize::try_from(len.min(CHUNK)).unwrap_or(0)];
+        let mut done = 0u64;
+        while done < len {
+            let count = (len - done).min(CHUNK);
+            self.write_all_at(offset + done, &zeros[..usize::try_from(count).unwrap_or(0)])?;
+            done += count;
+        }
+        Ok(())
+    }
+
     /// Writes all of `buf` at `offset`, looping over short writes.
     fn write_all_at(&self, offset: u64, buf: &[u8]) -> Result<()> {
         let mut done = 0usize;

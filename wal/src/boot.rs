@@ -612,13 +612,7 @@ pub(crate) fn apply<S: Storage>(storage: &S, analysis: &Analysis) -> Result<(), 
             "discarding unpublished bytes beyond the durable WAL frontier"
         );
         let file = storage.open(path, iggy_io::OpenMode::Existing)?;
-        let zeros = vec![0u8; 1 << 20];
-        let mut offset = *from;
-        while offset < *to {
-            let count = usize::try_from((to - offset).min(zeros.len() as u64)).unwrap_or(0);
-            file.write_all_at(offset, &zeros[..count])?;
-            offset += count as u64;
-        }
+        file.write_zeros(*from, to - from)?;
         // The discarded bytes must stay discarded: a later crash must not bring them back
         // behind entries appended over them.
         file.sync_data()?;

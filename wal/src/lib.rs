@@ -322,13 +322,7 @@ impl<S: Storage> Wal<S> {
             let file = self.storage.open(&path, OpenMode::CreateNew)?;
             file.allocate(0, self.config.file_size_bytes)?;
             if self.config.zero_fill {
-                let zeros = vec![0u8; 1 << 20];
-                let mut offset = 0;
-                while offset < self.config.file_size_bytes {
-                    let count = (self.config.file_size_bytes - offset).min(zeros.len() as u64);
-                    file.write_all_at(offset, &zeros[..usize::try_from(count).unwrap_or(0)])?;
-                    offset += count;
-                }
+                file.write_zeros(0, self.config.file_size_bytes)?;
             }
             // The preallocated extent (and its zeros) durable now, so that publishing into it
             // later is a data-only fdatasync.
@@ -751,8 +745,7 @@ impl<S: Storage> Wal<S> {
         self.frontier_file.sync_data()?;
         state.published = next;
         let old_end = file.end;
-        let zeros = vec![0u8; usize::try_from(old_end - new_end).unwrap_or(0)];
-        file.file.write_all_at(new_end, &zeros)?;
+        file.file.write_zeros(new_end, old_end - new_end)?;
         // Zeroed so the dropped entries cannot reappear behind entries appended over them.
         file.file.sync_data()?;
         let removed: Vec<LogFile<S::File>> = state.files.drain(index + 1..).collect();
