@@ -84,6 +84,15 @@ pub fn first_nonzero(bytes: &[u8]) -> Option<usize> {
     }
 }
 
+/// The offset (within `bytes`) of the first non-zero byte inside any of the `[start, end)`
+/// ranges, in range order: how a record's several reserved regions are checked in one call.
+#[must_use]
+pub fn first_nonzero_in(bytes: &[u8], ranges: &[(usize, usize)]) -> Option<usize> {
+    ranges
+        .iter()
+        .find_map(|&(start, end)| Some(start + first_nonzero(bytes.get(start..end)?)?))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -112,5 +121,12 @@ mod tests {
         assert_eq!(first_nonzero(&[0, 0, 5, 0, 7]), Some(2));
         assert_eq!(first_nonzero(&[0; 64]), None);
         assert_eq!(first_nonzero(&[]), None);
+        let record = [0, 0, 9, 0, 0, 0, 7, 0];
+        assert_eq!(
+            first_nonzero_in(&record, &[(0, 2), (4, 8)]),
+            Some(6),
+            "absolute offset"
+        );
+        assert_eq!(first_nonzero_in(&record, &[(0, 2), (3, 6)]), None);
     }
 }

@@ -137,13 +137,8 @@ pub fn decode<'a>(
         return Err(SnapshotError::UnknownVersion { file, version });
     }
     let reserved = [(12usize, 16usize), (RESERVED_OFFSET, HEADER_SIZE)];
-    for (start, end) in reserved {
-        if let Some(position) = le::first_nonzero(&bytes[start..end]) {
-            return Err(SnapshotError::ReservedNotZero {
-                file,
-                offset: start + position,
-            });
-        }
+    if let Some(offset) = le::first_nonzero_in(bytes, &reserved) {
+        return Err(SnapshotError::ReservedNotZero { file, offset });
     }
     let declared = le::u64_at(bytes, PAYLOAD_LENGTH_OFFSET).unwrap_or_default();
     let actual = (len - HEADER_SIZE - TRAILER_SIZE) as u64;

@@ -238,14 +238,11 @@ pub fn decode(bytes: &[u8], slot: Slot) -> Result<(Record, Checksum), CopyError>
     if found != slot.index() {
         return damaged(Damage::Misplaced { slot, found });
     }
-    for (start, end) in ZERO_RANGES {
-        if let Some(position) = le::first_nonzero(&bytes[start..end]) {
-            let offset = start + position;
-            return damaged(Damage::NonZero {
-                offset,
-                value: bytes[offset],
-            });
-        }
+    if let Some(offset) = le::first_nonzero_in(bytes, &ZERO_RANGES) {
+        return damaged(Damage::NonZero {
+            offset,
+            value: bytes[offset],
+        });
     }
     let version = le::u16_at(bytes, VERSION_OFFSET).unwrap_or_default();
     if version != VERSION {

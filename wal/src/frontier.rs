@@ -164,14 +164,11 @@ pub fn decode(bytes: &[u8], slot: usize) -> Result<Frontier, SlotError> {
     if magic != MAGIC {
         return Err(SlotError::Magic { magic });
     }
-    for (start, end) in ZERO_RANGES {
-        if let Some(position) = le::first_nonzero(&bytes[start..end]) {
-            let offset = start + position;
-            return Err(SlotError::NonZero {
-                offset,
-                value: bytes[offset],
-            });
-        }
+    if let Some(offset) = le::first_nonzero_in(bytes, &ZERO_RANGES) {
+        return Err(SlotError::NonZero {
+            offset,
+            value: bytes[offset],
+        });
     }
     let version = le::u16_at(bytes, VERSION_OFFSET).unwrap_or_default();
     if version != VERSION {
