@@ -205,7 +205,16 @@ pub fn install<S: Storage>(storage: &S, dir: &Path, bytes: &[u8]) -> Result<(), 
     // The whole snapshot is durable before the rename can expose it.
     file.write_all_and_sync_data(0, bytes)?;
     drop(file);
-    storage.rename(&temp, dir.join(FILE_NAME))?;
+    publish(storage, dir, &temp)
+}
+
+/// Renames `from` (complete, verified and already synced) over `dir/snapshot.bin`.
+pub(crate) fn publish<S: Storage>(
+    storage: &S,
+    dir: &Path,
+    from: &Path,
+) -> Result<(), SnapshotError> {
+    storage.rename(from, dir.join(FILE_NAME))?;
     // The rename is the commit: durable before the superblock may name this checkpoint.
     storage.sync_dir(dir)?;
     Ok(())

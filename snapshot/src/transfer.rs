@@ -1,15 +1,18 @@
 //! Chunked transfer of `snapshot.bin` to a lagging replica: the sender serves chunks of at most
 //! 256 KiB of one snapshot version; the receiver assembles them, in any order, into a staging
-//! file, verifies the whole snapshot against the version it asked for, and installs it by the
-//! same atomic path as a local write. A chunk of another version, or one that does not fit,
-//! fails the transfer without touching the live snapshot.
+//! file, verifies the whole snapshot against the version it asked for, and installs it by
+//! syncing that file and renaming it over the live one. A chunk of another version, or one that
+//! does not fit, fails the transfer without touching the live snapshot.
 
 use std::path::{Path, PathBuf};
 
 use iggy_format::checksum::Checksum;
 use iggy_io::{OpenMode, ReadFile, ReadStorage, Storage, WriteFile};
 
-use crate::{FILE_NAME, SnapshotError, SnapshotHeader, decode, install, read_all, trailer};
+use crate::{
+    CHECKPOINT_OP_OFFSET, FILE_NAME, HEADER_SIZE, SnapshotError, SnapshotHeader, TRAILER_SIZE,
+    decode, publish, read_all, trailer,
+};
 
 /// Largest chunk, in bytes.
 pub const CHUNK_BYTES_MAX: u64 = 256 << 10;
@@ -69,6 +72,12 @@ pub fn current_id<R: ReadStorage>(
 }
 
 /// Serves `[offset, offset + len)` of the snapshot `id` from `dir` (the sender's side).
+///
+/// The identity is checked by length, checkpoint and trailer, read from the same open file as
+/// the chunk (so a rename in between cannot mix two versions); the whole file is not
+/// re-verified per chunk, which would make a transfer quadratic in the snapshot's size.
+/// [`current_id`] verified it when the transfer began, and the receiver verifies the assembled
+/// whole before installing it.
 pub fn chunk<R: ReadStorage>(
     storage: &R,
     dir: &Path,
@@ -76,9 +85,6 @@ pub fn chunk<R: ReadStorage>(
     offset: u64,
     len: u64,
 ) -> Result<Vec<u8>, TransferError> {
-    if current_id(storage, dir)?.as_ref() != Some(id) {
-        return Err(TransferError::Gone(*id));
-    }
     let end = offset.saturating_add(len);
     if len == 0 || len > CHUNK_BYTES_MAX || end > id.length {
         return Err(TransferError::BadChunk {
@@ -87,7 +93,24 @@ pub fn chunk<R: ReadStorage>(
             length: id.length,
         });
     }
-    let file = storage.open_read(dir.join(FILE_NAME))?;
+    let path = dir.join(FILE_NAME);
+    if !storage.exists(&path)? {
+        return Err(TransferError::Gone(*id));
+    }
+    let file = storage.open_read(&path)?;
+    let length = file.len()?;
+    if length != id.length || length < (HEADER_SIZE + TRAILER_SIZE) as u64 {
+        return Err(TransferError::Gone(*id));
+    }
+    let mut checkpoint_op = [0u8; 8];
+    file.read_exact_at(CHECKPOINT_OP_OFFSET as u64, &mut checkpoint_op)?;
+    let mut trailer_bytes = [0u8; TRAILER_SIZE];
+    file.read_exact_at(length - TRAILER_SIZE as u64, &mut trailer_bytes)?;
+    if u64::from_le_bytes(checkpoint_op) != id.checkpoint_op
+        || u128::from_le_bytes(trailer_bytes) != id.trailer
+    {
+        return Err(TransferError::Gone(*id));
+    }
     let mut bytes = vec![0u8; usize::try_from(len).unwrap_or(0)];
     file.read_exact_at(offset, &mut bytes)?;
     Ok(bytes)
@@ -182,9 +205,11 @@ impl<S: Storage> Receiver<S> {
             });
         }
         let (header, _) = decode(&path.display().to_string(), &bytes)?;
-        install(&self.storage, &self.dir, &bytes)?;
+        // The staging file already holds the verified bytes: durable, it becomes the snapshot
+        // by rename, with no second copy written.
+        self.file.sync_data()?;
         drop(self.file);
-        self.storage.unlink(&path)?;
+        publish(&self.storage, &self.dir, &path)?;
         Ok(header)
     }
 }

@@ -269,8 +269,27 @@ fn bad_chunks_incomplete_transfers_and_vanished_snapshots_are_refused() {
         transfer::chunk(&sender, dir(), &id, 0, 10),
         Err(TransferError::Gone(_))
     ));
-    // A rotten live snapshot is refused, never served or read as empty.
-    sender.rot(dir().join("snapshot.bin"), 140, 1).unwrap();
+    // A snapshot that rots during a transfer: its chunks still carry the advertised identity
+    // (the sender checks only length, checkpoint and trailer per chunk), so the receiver's
+    // verification of the whole is what refuses it, leaving its live snapshot untouched.
+    let newer = transfer::current_id(&sender, dir()).unwrap().unwrap();
+    sender.rot(dir().join("snapshot.bin"), 130, 1).unwrap(); // a payload byte
+    let receiver_storage = node();
+    write(&receiver_storage, dir(), 960, 1, 1, b"old").unwrap();
+    let live_before = read(&receiver_storage, dir()).unwrap();
+    let mut receiver = Receiver::start(receiver_storage.clone(), dir(), newer).unwrap();
+    let whole = transfer::chunk(&sender, dir(), &newer, 0, newer.length).unwrap();
+    receiver.accept(&newer, 0, &whole).unwrap();
+    assert!(matches!(
+        receiver.finish(),
+        Err(TransferError::Snapshot(SnapshotError::Checksum { .. }))
+    ));
+    assert_eq!(read(&receiver_storage, dir()).unwrap(), live_before);
+    // A rotten live snapshot is refused, never advertised for transfer or read as empty.
+    assert!(matches!(
+        transfer::current_id(&sender, dir()),
+        Err(TransferError::Snapshot(SnapshotError::Checksum { .. }))
+    ));
     assert!(matches!(
         read(&sender, dir()),
         Err(SnapshotError::Checksum { .. })
