@@ -28,6 +28,8 @@ pub const MAGIC: u64 = u64::from_le_bytes(*b"IGGYCOFF");
 pub const VERSION: u16 = 1;
 /// The directory of a partition that holds its offsets.
 pub const DIR_NAME: &str = "offsets";
+/// The suffix of the temporary file a store writes before its rename.
+const TEMP_SUFFIX: &str = ".tmp";
 
 const CHECKSUMMED_OFFSET: usize = 16;
 const MAGIC_OFFSET: usize = 16;
@@ -215,7 +217,7 @@ pub fn scan<R: ReadStorage>(storage: &R, dir: &Path) -> Result<Scan, OffsetError
     }
     for entry in storage.list_dir(dir)? {
         let name = entry.name.to_string_lossy();
-        if name.ends_with(".tmp") {
+        if name.ends_with(TEMP_SUFFIX) {
             result.leftovers.push(dir.join(&*name));
             continue;
         }
@@ -273,7 +275,7 @@ impl<S: Storage> OffsetStore<S> {
             sequence,
         };
         let name = file_name(kind, id);
-        let temp = self.dir.join(format!("{name}.tmp"));
+        let temp = self.dir.join(format!("{name}{TEMP_SUFFIX}"));
         let file = self.storage.open(&temp, OpenMode::Create)?;
         file.set_len(0)?;
         // The new bytes are durable before the rename can expose them.
@@ -287,7 +289,17 @@ impl<S: Storage> OffsetStore<S> {
 
     /// Removes leftover temporary files (what boot's repair does).
     pub fn remove_leftovers(&self) -> Result<usize, OffsetError> {
-        let leftovers = scan(&self.storage, &self.dir)?.leftovers;
+        if !self.storage.exists(&self.dir)? {
+            return Ok(0);
+        }
+        // Only the names matter here: the offset files themselves are not read.
+        let leftovers: Vec<PathBuf> = self
+            .storage
+            .list_dir(&self.dir)?
+            .into_iter()
+            .filter(|entry| entry.name.to_string_lossy().ends_with(TEMP_SUFFIX))
+            .map(|entry| self.dir.join(entry.name))
+            .collect();
         for path in &leftovers {
             self.storage.unlink(path)?;
         }

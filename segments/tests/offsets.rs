@@ -133,6 +133,7 @@ fn a_file_under_another_consumers_name_is_refused() {
 fn leftover_temporary_files_are_reported_and_removed() {
     let storage = partition();
     let store = OffsetStore::new(storage.clone(), dir());
+    assert_eq!(store.remove_leftovers().unwrap(), 0, "no directory yet");
     store.store(ConsumerKind::Group, 3, 9).unwrap();
     let leftover = storage
         .open(dir().join("group.0000000003.tmp"), OpenMode::CreateNew)
