@@ -212,12 +212,12 @@ fn frontier(path: &Path) -> Result<(Value, String), String> {
     use iggy_wal::frontier::{self, SLOT_SIZE};
     let bytes = read_file(path)?;
     let mut text = format!("frontier {} ({} bytes)\n", path.display(), bytes.len());
+    let decoded = frontier::decode_file(&bytes);
     let mut slots = Vec::new();
-    let mut best: Option<iggy_wal::Frontier> = None;
-    for slot in 0..2usize {
+    for (slot, result) in decoded.iter().enumerate() {
         let start = slot * SLOT_SIZE;
         let region = bytes.get(start..).unwrap_or(&[]);
-        match frontier::decode(region, slot) {
+        match result {
             Ok(f) => {
                 text.push_str(&format!(
                     "slot {slot} (offset {start}): sequence {} generation {} group {:#x} incarnation {}\n  \
@@ -231,9 +231,6 @@ fn frontier(path: &Path) -> Result<(Value, String), String> {
                     "head_op": f.head_op, "head_checksum": hex128(f.head_checksum),
                     "head_file": f.head_file, "published_length": f.published_length,
                 }));
-                if best.is_none_or(|b| f.sequence > b.sequence) {
-                    best = Some(f);
-                }
             }
             Err(error) => {
                 let shown = &region[..region.len().min(160)];
@@ -245,15 +242,20 @@ fn frontier(path: &Path) -> Result<(Value, String), String> {
             }
         }
     }
-    let verdict = best.map_or_else(
-        || "refuse: no slot is valid".to_string(),
-        |f| {
-            format!(
+    let mut repairs = Vec::new();
+    let verdict = match iggy_wal::boot::choose_frontier(path, decoded, &mut repairs) {
+        Ok((f, _)) => {
+            let mut verdict = format!(
                 "boot trusts sequence {} (head op {})",
                 f.sequence, f.head_op
-            )
-        },
-    );
+            );
+            for finding in &repairs {
+                verdict.push_str(&format!("; repairs {:?}", finding.kind));
+            }
+            verdict
+        }
+        Err(error) => format!("refuse: {error}"),
+    };
     text.push_str(&format!("boot: {verdict}\n"));
     Ok((
         json!({ "file": path.display().to_string(), "slots": slots, "boot": verdict }),
@@ -262,16 +264,11 @@ fn frontier(path: &Path) -> Result<(Value, String), String> {
 }
 
 fn wal(dir: &Path) -> Result<(Value, String), String> {
-    // The group is whatever the frontier names: inspect checks the log against itself.
+    // The group is the one named by the frontier slot boot would choose: inspect checks the log
+    // against itself.
     let frontier_path = dir.join(iggy_wal::boot::FRONTIER_FILE);
     let bytes = read_file(&frontier_path)?;
-    let group = (0..2)
-        .filter_map(|slot| {
-            iggy_wal::frontier::decode(bytes.get(slot * 4096..).unwrap_or(&[]), slot).ok()
-        })
-        .max_by_key(|f| f.sequence)
-        .map(|f| f.group)
-        .ok_or_else(|| format!("{}: no valid frontier slot", frontier_path.display()))?;
+    let slots = iggy_wal::frontier::decode_file(&bytes);
     let parent = dir
         .parent()
         .filter(|p| !p.as_os_str().is_empty())
@@ -279,9 +276,15 @@ fn wal(dir: &Path) -> Result<(Value, String), String> {
     let name = dir.file_name().map_or_else(PathBuf::new, PathBuf::from);
     let storage = ReadOnly::new(OsStorage::open(parent).map_err(|e| e.to_string())?);
     let mut text = format!("wal {}\n", dir.display());
-    let report = match iggy_wal::check(&storage, &name, group) {
-        Ok(None) => json!({ "dir": dir.display().to_string(), "verdict": "fresh" }),
-        Ok(Some(report)) => {
+    let checked = match iggy_wal::boot::choose_frontier(&frontier_path, slots, &mut Vec::new()) {
+        Ok((frontier, _)) => {
+            iggy_wal::check(&storage, &name, frontier.group).map(|report| (frontier.group, report))
+        }
+        Err(refusal) => Err(refusal),
+    };
+    let report = match checked {
+        Ok((_, None)) => json!({ "dir": dir.display().to_string(), "verdict": "fresh" }),
+        Ok((group, Some(report))) => {
             text.push_str(&format!(
                 "boot trusts ops {}..={} ({} bytes); discards {} bytes\n",
                 report.first_op, report.head_op, report.durable_bytes, report.discarded_bytes

@@ -10,7 +10,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use clap::Parser;
-use iggy_io::{OpenMode, OsStorage, Storage, WriteFile};
+use iggy_io::{OpenMode, OsStorage, ReadFile, Storage, WriteFile};
 use iggy_metadata::group::MetadataGroup;
 use iggy_metadata::{Durability, Op, Retention};
 use iggy_superblock::Identity;
@@ -184,6 +184,33 @@ fn damaged_files_are_decoded_as_far_as_possible_with_their_bytes() {
     );
     assert!(
         text.contains("  00000000  49 47 47 59 53 4e 41 50"),
+        "{text}"
+    );
+
+    // The frontier's verdict is boot's: a rotten slot is repaired, a slot of an unknown version
+    // refuses (even though the other slot is valid).
+    let frontier = storage.open("wal/frontier", OpenMode::Existing).unwrap();
+    frontier.write_all_at(4096 + 200, &[0xFF]).unwrap();
+    let text = run(&["frontier", &path(&dir, "metadata/wal/frontier")]);
+    assert!(
+        text.contains("boot: boot trusts sequence")
+            && text.contains("repairs FrontierSlotDamaged { slot: 1"),
+        "{text}"
+    );
+    let mut slot = [0u8; 4096];
+    frontier.read_exact_at(0, &mut slot).unwrap();
+    slot[40..42].copy_from_slice(&2u16.to_le_bytes());
+    let sum = iggy_format::checksum::checksum(&slot[32..]);
+    slot[..16].copy_from_slice(&sum.to_le_bytes());
+    frontier.write_all_at(0, &slot).unwrap();
+    let text = run(&["frontier", &path(&dir, "metadata/wal/frontier")]);
+    assert!(
+        text.contains("boot: refuse: ") && text.contains("unknown frontier version 2"),
+        "{text}"
+    );
+    let text = run(&["wal", &path(&dir, "metadata/wal")]);
+    assert!(
+        text.contains("boot refuses: ") && text.contains("unknown frontier version 2"),
         "{text}"
     );
 }

@@ -168,13 +168,13 @@ fn read_frontier<R: ReadStorage>(
     let len = file.len()?.min(frontier::FILE_SIZE);
     let mut bytes = vec![0u8; usize::try_from(len).unwrap_or(0)];
     file.read_exact_at(0, &mut bytes)?;
-    Ok([0usize, 1].map(|slot| {
-        let start = slot * frontier::SLOT_SIZE;
-        frontier::decode(bytes.get(start..).unwrap_or(&[]), slot)
-    }))
+    Ok(frontier::decode_file(&bytes))
 }
 
-fn choose_frontier(
+/// Boot's choice between the two frontier slots of `path`: the newest valid slot, and whether
+/// the other needs repair (recorded in `findings`); a slot that verified but may not be used
+/// refuses. The offline tools call this too, so they state boot's verdict, not their own.
+pub fn choose_frontier(
     path: &Path,
     slots: [Result<Frontier, SlotError>; 2],
     findings: &mut Vec<Finding>,

@@ -148,6 +148,11 @@ pub fn encode(frontier: &Frontier) -> [u8; SLOT_SIZE] {
     bytes
 }
 
+/// Decodes both slots of a frontier file's bytes (a short file leaves a slot `Missing`).
+pub fn decode_file(bytes: &[u8]) -> [Result<Frontier, SlotError>; 2] {
+    [0usize, 1].map(|slot| decode(bytes.get(slot * SLOT_SIZE..).unwrap_or(&[]), slot))
+}
+
 /// Decodes the slot at index `slot` (0 or 1) from `bytes`.
 pub fn decode(bytes: &[u8], slot: usize) -> Result<Frontier, SlotError> {
     let Some(bytes) = bytes.get(..SLOT_SIZE) else {
