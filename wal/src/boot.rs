@@ -18,7 +18,9 @@
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 
+use iggy_format::Header;
 use iggy_format::checksum::Checksum;
+use iggy_format::constants::HEADER_SIZE;
 use iggy_io::{EntryKind, ReadFile, ReadStorage, Storage, WriteFile};
 
 use crate::error::WalError;
@@ -28,21 +30,58 @@ use crate::scan::{Scan, StopReason, last_nonzero_end, scan};
 pub const FRONTIER_FILE: &str = "frontier";
 pub const FRONTIER_TEMP_FILE: &str = "frontier.tmp";
 pub const EXTENSION: &str = "wal";
+/// The extension of a keyed log's files (a partition's segments).
+pub const KEYED_EXTENSION: &str = "log";
+
+/// How a log names its files: `{key:020}.{extension}`, where the key is monotonic across files.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Naming {
+    /// `{first_op:020}.wal`: the key is the file's first op (a consensus group's log).
+    #[default]
+    ByOp,
+    /// `{key:020}.log`: the appender supplies each file's key (a partition names a segment by the
+    /// offset of its first message). Boot learns a file's first op from its first header, or
+    /// from the frontier for the head file. Files of other names in the directory belong to the
+    /// caller and are not reported.
+    ByKey,
+}
+
+impl Naming {
+    #[must_use]
+    pub fn extension(self) -> &'static str {
+        match self {
+            Self::ByOp => EXTENSION,
+            Self::ByKey => KEYED_EXTENSION,
+        }
+    }
+
+    /// The name of the file keyed `key`.
+    #[must_use]
+    pub fn file_name(self, key: u64) -> String {
+        format!("{key:020}.{}", self.extension())
+    }
+
+    /// The key in a file name of this naming, if it is one.
+    #[must_use]
+    pub fn parse(self, name: &OsStr) -> Option<u64> {
+        let name = name.to_str()?;
+        let digits = name.strip_suffix(self.extension())?.strip_suffix('.')?;
+        (digits.len() == 20 && digits.bytes().all(|b| b.is_ascii_digit()))
+            .then(|| digits.parse().ok())
+            .flatten()
+    }
+}
 
 /// The file name of the WAL file whose first entry is `first_op`.
 #[must_use]
 pub fn file_name(first_op: u64) -> String {
-    format!("{first_op:020}.{EXTENSION}")
+    Naming::ByOp.file_name(first_op)
 }
 
 /// The first op named by a WAL file name, if it is one.
 #[must_use]
 pub fn parse_file_name(name: &OsStr) -> Option<u64> {
-    let name = name.to_str()?;
-    let digits = name.strip_suffix(".wal")?;
-    (digits.len() == 20 && digits.bytes().all(|b| b.is_ascii_digit()))
-        .then(|| digits.parse().ok())
-        .flatten()
+    Naming::ByOp.parse(name)
 }
 
 /// How boot treats what it finds.
@@ -137,6 +176,8 @@ impl Report {
 #[derive(Clone, Debug)]
 pub(crate) struct BootFile {
     pub first_op: u64,
+    /// The key in the file's name (its first op for op-named logs).
+    pub key: u64,
     pub path: PathBuf,
     /// Offsets of the trusted entries, op `first_op + i` at `offsets[i]`.
     pub offsets: Vec<u64>,
@@ -222,6 +263,7 @@ pub(crate) fn analyze<R: ReadStorage>(
     storage: &R,
     dir: &Path,
     group: u128,
+    naming: Naming,
 ) -> Result<Option<Analysis>, WalError> {
     if !storage.exists(dir)? {
         return Ok(None);
@@ -240,11 +282,12 @@ pub(crate) fn analyze<R: ReadStorage>(
                 bytes: 0,
                 kind: FindingKind::LeftoverTemp,
             });
-        } else if let Some(first_op) =
-            parse_file_name(&entry.name).filter(|_| entry.kind == EntryKind::File)
+        } else if let Some(key) = naming
+            .parse(&entry.name)
+            .filter(|_| entry.kind == EntryKind::File)
         {
-            wal_files.push((first_op, path));
-        } else {
+            wal_files.push((key, path));
+        } else if naming == Naming::ByOp {
             findings.push(Finding {
                 file: path,
                 offset: 0,
@@ -284,21 +327,23 @@ pub(crate) fn analyze<R: ReadStorage>(
     let mut next_op: Option<u64> = None;
     let head_index = wal_files
         .iter()
-        .position(|(op, _)| *op == frontier.head_file);
+        .position(|(key, _)| *key == frontier.head_file_key);
     let retained_count = head_index.map_or(
         wal_files
             .iter()
-            .take_while(|(op, _)| *op < frontier.head_file)
+            .take_while(|(key, _)| *key < frontier.head_file_key)
             .count(),
         |i| i + 1,
     );
     let empty_log = frontier.published_length == 0 && frontier.head_op + 1 == frontier.head_file;
     if head_index.is_none() && !empty_log {
         return Err(WalError::LostPublishedFile {
-            file: dir.join(file_name(frontier.head_file)),
+            file: dir.join(naming.file_name(frontier.head_file_key)),
             head_op: frontier.head_op,
         });
     }
+    let keys: Vec<u64> = wal_files.iter().map(|(key, _)| *key).collect();
+    let wal_files = first_ops(storage, naming, &frontier, wal_files, retained_count)?;
     let retained = &wal_files[..retained_count];
     let until = |index: usize| {
         if Some(index) == head_index {
@@ -324,6 +369,7 @@ pub(crate) fn analyze<R: ReadStorage>(
     // refusal are then checked in file order, so the error named is the first one on disk.
     let scans = scan_in_parallel(storage, retained, &until);
     for (index, ((first_op, path), result)) in retained.iter().zip(scans).enumerate() {
+        let key = keys[index];
         if let Some(expected) = next_op
             && expected != *first_op
         {
@@ -370,6 +416,7 @@ pub(crate) fn analyze<R: ReadStorage>(
         next_op = Some(until(index) + 1);
         files.push(BootFile {
             first_op: *first_op,
+            key,
             path: path.clone(),
             offsets: result.entries.iter().map(|e| e.offset).collect(),
             end: result.end,
@@ -381,7 +428,8 @@ pub(crate) fn analyze<R: ReadStorage>(
             // Created, but the first file never made it: an empty log; open recreates the file.
             files.push(BootFile {
                 first_op: frontier.head_file,
-                path: dir.join(file_name(frontier.head_file)),
+                key: frontier.head_file_key,
+                path: dir.join(naming.file_name(frontier.head_file_key)),
                 offsets: Vec::new(),
                 end: 0,
             });
@@ -426,6 +474,7 @@ pub(crate) fn analyze<R: ReadStorage>(
         storage,
         &mut analysis,
         &wal_files[retained_count..],
+        &keys[retained_count..],
         fallback,
     )?;
     analysis.report.durable_bytes = analysis.files.iter().map(|f| f.end).sum();
@@ -448,6 +497,57 @@ pub(crate) fn analyze<R: ReadStorage>(
         }
     }
     Ok(Some(analysis))
+}
+
+/// Pairs each listed file (sorted by key) with its first op. Op-named files say it in their
+/// name. A keyed log's head file has it in the frontier; a file before the head (published
+/// history) must start with a verified header, or boot refuses naming offset 0; a file after
+/// the head whose first header does not verify gets `u64::MAX` (it holds nothing to adopt).
+fn first_ops<R: ReadStorage>(
+    storage: &R,
+    naming: Naming,
+    frontier: &Frontier,
+    listed: Vec<(u64, PathBuf)>,
+    retained_count: usize,
+) -> Result<Vec<(u64, PathBuf)>, WalError> {
+    if naming == Naming::ByOp {
+        return Ok(listed);
+    }
+    let mut resolved = Vec::with_capacity(listed.len());
+    for (index, (key, path)) in listed.into_iter().enumerate() {
+        if key == frontier.head_file_key {
+            resolved.push((frontier.head_file, path));
+            continue;
+        }
+        let file = storage.open_read(&path)?;
+        match first_header_op(&file)? {
+            Ok(op) => resolved.push((op, path)),
+            Err(reason) if index < retained_count => {
+                return Err(WalError::Corrupt {
+                    file: path,
+                    offset: 0,
+                    reason,
+                });
+            }
+            Err(_) => resolved.push((u64::MAX, path)),
+        }
+    }
+    Ok(resolved)
+}
+
+/// The op of a file's first entry, from its header alone (the scan verifies the rest).
+fn first_header_op<F: ReadFile>(file: &F) -> iggy_io::Result<Result<u64, StopReason>> {
+    if file.len()? < HEADER_SIZE as u64 {
+        return Ok(Err(StopReason::EndOfFile));
+    }
+    let mut bytes = [0u8; HEADER_SIZE];
+    file.read_exact_at(0, &mut bytes)?;
+    if bytes.iter().all(|b| *b == 0) {
+        return Ok(Err(StopReason::Zeros));
+    }
+    Ok(Header::decode(&bytes)
+        .map(|header| header.op)
+        .map_err(StopReason::Header))
 }
 
 /// Scans `files[i]` from its start up to `until(i)` (first link unchecked), on one thread per
@@ -497,9 +597,10 @@ fn past_the_frontier<R: ReadStorage>(
     storage: &R,
     analysis: &mut Analysis,
     later_files: &[(u64, PathBuf)],
+    later_keys: &[u64],
     fallback: bool,
 ) -> Result<(), WalError> {
-    let mut later = later_files.iter().peekable();
+    let mut later = later_files.iter().zip(later_keys).peekable();
     let mut adopted = 0u64;
     loop {
         let head = analysis
@@ -530,11 +631,12 @@ fn past_the_frontier<R: ReadStorage>(
         // Adoption continues into the next file when it starts exactly where this one stopped.
         if fallback
             && matches!(tail.stop, StopReason::EndOfFile | StopReason::Zeros)
-            && later.peek().is_some_and(|(op, _)| *op == next_op)
-            && let Some((first_op, path)) = later.next()
+            && later.peek().is_some_and(|((op, _), _)| *op == next_op)
+            && let Some(((first_op, path), key)) = later.next()
         {
             analysis.files.push(BootFile {
                 first_op: *first_op,
+                key: *key,
                 path: path.clone(),
                 offsets: Vec::new(),
                 end: 0,
@@ -557,7 +659,7 @@ fn past_the_frontier<R: ReadStorage>(
         }
         break;
     }
-    for (first_op, path) in later {
+    for ((first_op, path), _) in later {
         let file = storage.open_read(path)?;
         let entries = scan(&file, 0, *first_op, None, None)?.entries.len() as u64;
         let bytes = last_nonzero_end(&file, 0)?;
@@ -593,6 +695,7 @@ fn past_the_frontier<R: ReadStorage>(
             head_checksum: analysis.head_checksum,
             head_file: head.first_op,
             published_length: head.end,
+            head_file_key: head.key,
             ..old
         });
     }
@@ -652,5 +755,15 @@ pub fn check<R: ReadStorage>(
     dir: &Path,
     group: u128,
 ) -> Result<Option<Report>, WalError> {
-    Ok(analyze(storage, dir, group)?.map(|analysis| analysis.report))
+    check_named(storage, dir, group, Naming::ByOp)
+}
+
+/// [`check`] for a log of any [`Naming`].
+pub fn check_named<R: ReadStorage>(
+    storage: &R,
+    dir: &Path,
+    group: u128,
+    naming: Naming,
+) -> Result<Option<Report>, WalError> {
+    Ok(analyze(storage, dir, group, naming)?.map(|analysis| analysis.report))
 }

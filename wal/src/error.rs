@@ -64,6 +64,12 @@ pub enum WalError {
     },
     #[error("{dir}: a log already exists")]
     AlreadyExists { dir: PathBuf },
+    #[error("{dir}: a new file's key {key} does not exceed the last file's key {last_key}")]
+    KeyNotIncreasing {
+        dir: PathBuf,
+        key: u64,
+        last_key: u64,
+    },
     #[error(
         "{dir}: poisoned by an earlier failed write or sync ({cause}); reopen to recover from disk"
     )]

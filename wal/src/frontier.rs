@@ -3,7 +3,7 @@
 //! One file, `frontier`, two 4 KiB slots. Publication `sequence` is written into slot
 //! `sequence % 2` and made durable with one `fdatasync`: the slot it overwrites holds publication
 //! `sequence - 2`, already superseded by `sequence - 1` in the other slot, so at every instant one
-//! slot holds the latest durable publication. Every field lives in the first 128 bytes and the
+//! slot holds the latest durable publication. Every field lives in the first 136 bytes and the
 //! rest of a slot is zero in every publication, so a write torn at sector granularity leaves the
 //! slot wholly old or wholly new; only damage inside a sector (rot, a device without atomic
 //! sectors) makes a slot unreadable. See `docs/format.md`, "WAL frontier".
@@ -21,9 +21,10 @@
 //!   80  incarnation        u64   boot incarnation of the writer
 //!   88  head_op            u64   the last published op (first_op - 1 when empty)
 //!   96  head_checksum      u128  header checksum of the entry at head_op (the chain's parent)
-//!  112  head_file          u64   first op of the file holding head_op (its name)
+//!  112  head_file          u64   first op of the file holding head_op
 //!  120  published_length   u64   bytes of head_file covered by the published prefix
-//!  128  zero               3968 B
+//!  128  head_file_key      u64   the key in that file's name (= head_file for op-named logs)
+//!  136  zero               3960 B
 //! ```
 
 use iggy_format::checksum::{Checksum, checksum};
@@ -46,7 +47,8 @@ const HEAD_OP_OFFSET: usize = 88;
 const HEAD_CHECKSUM_OFFSET: usize = 96;
 const HEAD_FILE_OFFSET: usize = 112;
 const PUBLISHED_LENGTH_OFFSET: usize = 120;
-const RESERVED_OFFSET: usize = 128;
+const HEAD_FILE_KEY_OFFSET: usize = 128;
+const RESERVED_OFFSET: usize = 136;
 const ZERO_RANGES: [(usize, usize); 3] = [
     (SLOT_OFFSET + 2, CHECKSUMMED_OFFSET),
     (VERSION_OFFSET + 2, SEQUENCE_OFFSET),
@@ -54,7 +56,8 @@ const ZERO_RANGES: [(usize, usize); 3] = [
 ];
 
 const _: () = assert!(SLOT_SIZE as u64 == iggy_format::constants::SECTOR_SIZE);
-const _: () = assert!(PUBLISHED_LENGTH_OFFSET + 8 == RESERVED_OFFSET);
+const _: () = assert!(PUBLISHED_LENGTH_OFFSET + 8 == HEAD_FILE_KEY_OFFSET);
+const _: () = assert!(HEAD_FILE_KEY_OFFSET + 8 == RESERVED_OFFSET);
 const _: () = assert!(
     RESERVED_OFFSET <= 512,
     "every field in the first 512-byte sector"
@@ -71,6 +74,8 @@ pub struct Frontier {
     pub head_checksum: Checksum,
     pub head_file: u64,
     pub published_length: u64,
+    /// The key naming the head file (see [`crate::boot::Naming`]).
+    pub head_file_key: u64,
 }
 
 impl Frontier {
@@ -143,6 +148,7 @@ pub fn encode(frontier: &Frontier) -> [u8; SLOT_SIZE] {
         PUBLISHED_LENGTH_OFFSET,
         frontier.published_length,
     );
+    le::put_u64(&mut bytes, HEAD_FILE_KEY_OFFSET, frontier.head_file_key);
     let sum = checksum(&bytes[CHECKSUMMED_OFFSET..]);
     le::put_u128(&mut bytes, 0, sum);
     bytes
@@ -188,6 +194,7 @@ pub fn decode(bytes: &[u8], slot: usize) -> Result<Frontier, SlotError> {
         head_checksum: u128_at(HEAD_CHECKSUM_OFFSET),
         head_file: u64_at(HEAD_FILE_OFFSET),
         published_length: u64_at(PUBLISHED_LENGTH_OFFSET),
+        head_file_key: u64_at(HEAD_FILE_KEY_OFFSET),
     };
     let found = le::u16_at(bytes, SLOT_OFFSET).unwrap_or_default();
     if usize::from(found) != slot || frontier.slot() != slot {
@@ -214,6 +221,7 @@ mod tests {
             head_checksum: 0xABCD,
             head_file: 50,
             published_length: 123_456,
+            head_file_key: 4_000,
         }
     }
 

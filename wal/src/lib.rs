@@ -25,12 +25,12 @@ use iggy_format::constants::HEADER_SIZE;
 use iggy_format::{Header, header::stored_checksum};
 use iggy_io::{OpenMode, ReadFile, Storage, WriteFile};
 
-pub use boot::{Action, Finding, FindingKind, Mode, Report, check};
+pub use boot::{Action, Finding, FindingKind, Mode, Naming, Report, check, check_named};
 pub use error::WalError;
 pub use frontier::Frontier;
 pub use scan::StopReason;
 
-use boot::{FRONTIER_FILE, FRONTIER_TEMP_FILE, file_name};
+use boot::{FRONTIER_FILE, FRONTIER_TEMP_FILE};
 
 /// How a log is laid out and bounded.
 #[derive(Clone, Debug)]
@@ -47,6 +47,8 @@ pub struct Config {
     pub flush_bytes: usize,
     /// Most bytes appended but not published; an append past it fails with `Backpressure`.
     pub unpublished_bytes_max: u64,
+    /// How files are named: by first op (`.wal`), or by a key the appender gives (`.log`).
+    pub naming: Naming,
 }
 
 impl Config {
@@ -61,6 +63,7 @@ impl Config {
             zero_fill: false,
             flush_bytes: 1 << 20,
             unpublished_bytes_max: 64 << 20,
+            naming: Naming::ByOp,
         }
     }
 }
@@ -83,6 +86,8 @@ pub enum Appended {
 
 struct LogFile<F> {
     first_op: u64,
+    /// The key in the file's name (`first_op` for op-named logs).
+    key: u64,
     path: PathBuf,
     file: Arc<F>,
     /// Offset of op `first_op + i` at `offsets[i]`.
@@ -140,7 +145,8 @@ fn poisoned_error(dir: &Path, cause: &str) -> WalError {
 
 impl<S: Storage> Wal<S> {
     /// Creates an empty log in `dir` whose first entry will be `first_op`, chained to `parent`
-    /// (the checksum of the entry before it, or 0 for a new history).
+    /// (the checksum of the entry before it, or 0 for a new history). The first file is keyed
+    /// `first_op`; see [`Wal::create_keyed`].
     pub fn create(
         storage: S,
         dir: &Path,
@@ -148,8 +154,25 @@ impl<S: Storage> Wal<S> {
         first_op: u64,
         parent: Checksum,
     ) -> Result<Self, WalError> {
+        Self::create_keyed(storage, dir, config, first_op, parent, first_op)
+    }
+
+    /// [`Wal::create`] with the first file named by `first_key` (with [`Naming::ByKey`], e.g.
+    /// the offset of a partition's first message).
+    pub fn create_keyed(
+        storage: S,
+        dir: &Path,
+        config: Config,
+        first_op: u64,
+        parent: Checksum,
+        first_key: u64,
+    ) -> Result<Self, WalError> {
         assert!(first_op >= 1, "ops start at 1");
-        if boot::analyze(&storage, dir, config.group)?.is_some() {
+        assert!(
+            config.naming == Naming::ByKey || first_key == first_op,
+            "an op-named log's files are keyed by their first op"
+        );
+        if boot::analyze(&storage, dir, config.group, config.naming)?.is_some() {
             return Err(WalError::AlreadyExists {
                 dir: dir.to_path_buf(),
             });
@@ -172,6 +195,7 @@ impl<S: Storage> Wal<S> {
             head_checksum: parent,
             head_file: first_op,
             published_length: 0,
+            head_file_key: first_key,
         };
         let file = storage.open(&temp, OpenMode::CreateNew)?;
         for sequence in [0, 1] {
@@ -199,7 +223,7 @@ impl<S: Storage> Wal<S> {
             Vec::new(),
             parent,
         );
-        wal.create_file(&mut wal.lock(), first_op)?;
+        wal.create_file(&mut wal.lock(), first_op, first_key)?;
         Ok(wal)
     }
 
@@ -216,7 +240,7 @@ impl<S: Storage> Wal<S> {
             mode != Mode::Check,
             "Check mode is `check()`: it must not hold a writable storage"
         );
-        let Some(analysis) = boot::analyze(&storage, dir, config.group)? else {
+        let Some(analysis) = boot::analyze(&storage, dir, config.group, config.naming)? else {
             return Ok(None);
         };
         boot::apply(&storage, &analysis)?;
@@ -225,11 +249,12 @@ impl<S: Storage> Wal<S> {
         let mut missing_head = None;
         for boot_file in &analysis.files {
             if !storage.exists(&boot_file.path)? {
-                missing_head = Some(boot_file.first_op);
+                missing_head = Some((boot_file.first_op, boot_file.key));
                 continue;
             }
             files.push(LogFile {
                 first_op: boot_file.first_op,
+                key: boot_file.key,
                 path: boot_file.path.clone(),
                 file: Arc::new(storage.open(&boot_file.path, OpenMode::Existing)?),
                 offsets: boot_file.offsets.clone(),
@@ -246,8 +271,8 @@ impl<S: Storage> Wal<S> {
             files,
             analysis.head_checksum,
         );
-        if let Some(first_op) = missing_head {
-            wal.create_file(&mut wal.lock(), first_op)?;
+        if let Some((first_op, key)) = missing_head {
+            wal.create_file(&mut wal.lock(), first_op, key)?;
         }
         Ok(Some((wal, analysis.report)))
     }
@@ -315,10 +340,25 @@ impl<S: Storage> Wal<S> {
         }
     }
 
-    /// Creates the file whose first op is `first_op`, preallocated, and makes its name durable.
-    fn create_file(&self, state: &mut State<S::File>, first_op: u64) -> Result<(), WalError> {
+    /// Creates the file whose first op is `first_op`, named by `key`, preallocated, and makes
+    /// its name durable.
+    fn create_file(
+        &self,
+        state: &mut State<S::File>,
+        first_op: u64,
+        key: u64,
+    ) -> Result<(), WalError> {
+        if let Some(last) = state.files.last()
+            && key <= last.key
+        {
+            return Err(WalError::KeyNotIncreasing {
+                dir: self.dir.clone(),
+                key,
+                last_key: last.key,
+            });
+        }
         let result = (|| {
-            let path = self.dir.join(file_name(first_op));
+            let path = self.dir.join(self.config.naming.file_name(key));
             let file = self.storage.open(&path, OpenMode::CreateNew)?;
             file.allocate(0, self.config.file_size_bytes)?;
             if self.config.zero_fill {
@@ -331,6 +371,7 @@ impl<S: Storage> Wal<S> {
             self.storage.sync_dir(&self.dir)?;
             Ok::<_, iggy_io::Error>(LogFile {
                 first_op,
+                key,
                 path,
                 file: Arc::new(file),
                 offsets: Vec::new(),
@@ -353,7 +394,18 @@ impl<S: Storage> Wal<S> {
     /// Queues an entry as the new head. It is durable once a publication covers it
     /// ([`Wal::publish`], [`Wal::wait_published`]).
     pub fn append(&self, header: &Header, body: &[u8]) -> Result<Appended, WalError> {
-        self.append_entry(header, body, true)
+        self.append_entry(header, body, true, header.op)
+    }
+
+    /// [`Wal::append`] for a keyed log: if the entry starts a new file, the file is named `key`
+    /// (which must exceed every earlier file's key).
+    pub fn append_keyed(
+        &self,
+        header: &Header,
+        body: &[u8],
+        key: u64,
+    ) -> Result<Appended, WalError> {
+        self.append_entry(header, body, true, key)
     }
 
     /// `append`, with the body's size and checksum checked against the header only when
@@ -363,6 +415,7 @@ impl<S: Storage> Wal<S> {
         header: &Header,
         body: &[u8],
         check_body: bool,
+        key: u64,
     ) -> Result<Appended, WalError> {
         let encoded = header.encode();
         let checksum = stored_checksum(&encoded);
@@ -409,7 +462,7 @@ impl<S: Storage> Wal<S> {
             .last()
             .is_none_or(|head| head.end > 0 && head.end + size > self.config.file_size_bytes);
         if needs_new_file {
-            self.create_file(&mut state, header.op)?;
+            self.create_file(&mut state, header.op, key)?;
         }
         let state = &mut *state;
         let head = state
@@ -458,7 +511,7 @@ impl<S: Storage> Wal<S> {
             let (head_op, head_checksum) = self.head();
             let header = next_header(head_op + 1, head_checksum, view, timestamp_ns, body);
             // The header's size and body checksum come from `body` itself: no second hash.
-            match self.append_entry(&header, body, false) {
+            match self.append_entry(&header, body, false, header.op) {
                 Ok(Appended::Queued { op }) => return Ok(op),
                 // Another appender took that op first: build the header again on the new head.
                 Err(WalError::Conflict { .. } | WalError::ParentMismatch { .. }) => {}
@@ -556,6 +609,7 @@ impl<S: Storage> Wal<S> {
             head_checksum: state.head_checksum,
             head_file: head.first_op,
             published_length: head.end,
+            head_file_key: head.key,
             ..state.published
         };
         let appended_bytes = state.appended_bytes;
@@ -739,6 +793,7 @@ impl<S: Storage> Wal<S> {
             head_checksum,
             head_file: file.first_op,
             published_length: new_end,
+            head_file_key: file.key,
             ..state.published
         };
         self.frontier_file

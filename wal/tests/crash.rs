@@ -6,6 +6,10 @@
 //! (c) is one valid hash chain, and
 //! (d) whose `Check` report names exactly what `Open` then does (after which all is clean).
 //!
+//! The workload runs twice: on an op-named log (`.wal`) and on a keyed one (`.log`, named by a
+//! key the appender gives, as a partition's segments are), whose boot learns first ops from
+//! headers and the frontier instead of from names.
+//!
 //! `WAL_CRASH_FULL=1` checks every state the model allows up to larger bounds (slow).
 #![allow(
     clippy::unwrap_used,
@@ -17,20 +21,28 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
-use iggy_io::{CrashState, EnumerationConfig, ReadOnly, SimStorage, TraceOp, enumerate};
-use iggy_wal::{Config, Mode, Wal, check};
+use iggy_io::{
+    CrashState, EnumerationConfig, ReadOnly, ReadStorage, SimStorage, TraceOp, enumerate,
+};
+use iggy_wal::{Config, Mode, Naming, Wal, check_named, next_header};
 
 type Model = BTreeMap<u64, Vec<u8>>;
 
 const GROUP: u128 = 0x51;
 
-fn config() -> Config {
+fn config(naming: Naming) -> Config {
     Config {
         file_size_bytes: 6144,
         flush_bytes: 1500,
         unpublished_bytes_max: 1 << 20,
+        naming,
         ..Config::new(GROUP)
     }
+}
+
+/// The key a keyed log's file gets when `op` starts it: increasing, and unlike the op.
+fn key_of(op: u64) -> u64 {
+    op * 1000 + 7
 }
 
 fn dir() -> &'static Path {
@@ -38,7 +50,7 @@ fn dir() -> &'static Path {
 }
 
 /// Records the workload; marks are `"<event> <phase> <arg> #<snapshot index>"`.
-fn record(seed: u64) -> (Vec<TraceOp>, Vec<Model>) {
+fn record(seed: u64, naming: Naming) -> (Vec<TraceOp>, Vec<Model>) {
     let mut x = seed | 1;
     let mut next = move |bound: u64| {
         x ^= x << 13;
@@ -53,13 +65,26 @@ fn record(seed: u64) -> (Vec<TraceOp>, Vec<Model>) {
         storage.mark(format!("{label} #{}", snapshots.len()));
         snapshots.push(model.clone());
     };
-    let wal = Wal::create(storage.clone(), dir(), config(), 1, 0).unwrap();
+    let wal = match naming {
+        Naming::ByOp => Wal::create(storage.clone(), dir(), config(naming), 1, 0).unwrap(),
+        Naming::ByKey => {
+            Wal::create_keyed(storage.clone(), dir(), config(naming), 1, 0, key_of(1)).unwrap()
+        }
+    };
     mark(&storage, "pub done 0".into(), &model);
     let mut since_publish = 0;
     for step in 0..90u64 {
         let len = next(1200) as usize;
         let body: Vec<u8> = (0..len).map(|i| (i as u64 * 31 + step) as u8).collect();
-        let op = wal.append_body(&body, 1, step).unwrap();
+        let op = match naming {
+            Naming::ByOp => wal.append_body(&body, 1, step).unwrap(),
+            Naming::ByKey => {
+                let (head, parent) = wal.head();
+                let header = next_header(head + 1, parent, 1, step, &body);
+                wal.append_keyed(&header, &body, key_of(head + 1)).unwrap();
+                head + 1
+            }
+        };
         model.insert(op, body);
         since_publish += 1;
         if since_publish >= 2 + next(3) {
@@ -89,6 +114,23 @@ fn record(seed: u64) -> (Vec<TraceOp>, Vec<Model>) {
     mark(&storage, format!("pub begin {head}"), &model);
     wal.publish().unwrap();
     mark(&storage, format!("pub done {head}"), &model);
+    // The workload rotated through several files, each named the way `naming` says.
+    let names: Vec<String> = storage
+        .list_dir(dir())
+        .unwrap()
+        .into_iter()
+        .map(|e| e.name.to_string_lossy().into_owned())
+        .filter(|name| name != "frontier")
+        .collect();
+    assert!(names.len() >= 3, "{names:?}");
+    for name in &names {
+        let key = naming
+            .parse(name.as_ref())
+            .unwrap_or_else(|| panic!("{name}"));
+        if naming == Naming::ByKey {
+            assert_eq!(key % 1000, 7, "{name} is not keyed by key_of");
+        }
+    }
     (storage.trace(), snapshots)
 }
 
@@ -109,11 +151,14 @@ fn parse(mark: &str) -> Event<'_> {
     }
 }
 
-fn check_state(crash: &CrashState<'_>, snapshots: &[Model]) -> Result<(), String> {
+fn check_state(crash: &CrashState<'_>, snapshots: &[Model], naming: Naming) -> Result<(), String> {
+    let check = |storage: &dyn Fn() -> SimStorage| {
+        check_named(&ReadOnly::new(storage()), dir(), GROUP, naming).map_err(|e| e.to_string())
+    };
     let events: Vec<Event<'_>> = crash.marks.iter().map(|m| parse(m)).collect();
     let Some(created) = events.first() else {
         // Creation had not returned: fresh or a created empty log are both fine.
-        return match check(&crash.storage, dir(), GROUP) {
+        return match check(&|| crash.storage.clone()) {
             Ok(None) => Ok(()),
             Ok(Some(report)) if report.head_op == 0 => Ok(()),
             other => Err(format!("during creation: {other:?}")),
@@ -139,16 +184,16 @@ fn check_state(crash: &CrashState<'_>, snapshots: &[Model]) -> Result<(), String
         .max();
 
     // (d) Check names exactly what Open does, and Open leaves nothing to do.
-    let checked = check(&ReadOnly::new(crash.storage.clone()), dir(), GROUP)
+    let checked = check(&|| crash.storage.clone())
         .map_err(|e| format!("check refused: {e}"))?
         .ok_or("check saw a fresh log")?;
-    let (wal, opened) = Wal::open(crash.storage.clone(), dir(), config(), Mode::Open)
+    let (wal, opened) = Wal::open(crash.storage.clone(), dir(), config(naming), Mode::Open)
         .map_err(|e| format!("open refused: {e}"))?
         .ok_or("open saw a fresh log")?;
     if checked != opened {
         return Err(format!("check {checked:?} != open {opened:?}"));
     }
-    let after = check(&crash.storage, dir(), GROUP)
+    let after = check(&|| crash.storage.clone())
         .map_err(|e| e.to_string())?
         .ok_or("fresh")?;
     if !after.is_clean() {
@@ -210,7 +255,16 @@ fn check_state(crash: &CrashState<'_>, snapshots: &[Model]) -> Result<(), String
 
 #[test]
 fn every_crash_state_boots_to_the_published_prefix() {
-    let (trace, snapshots) = record(0xC0FFEE);
+    enumerate_workload(Naming::ByOp);
+}
+
+#[test]
+fn every_crash_state_of_a_keyed_log_boots_to_the_published_prefix() {
+    enumerate_workload(Naming::ByKey);
+}
+
+fn enumerate_workload(naming: Naming) {
+    let (trace, snapshots) = record(0xC0FFEE, naming);
     let storage_ops = trace.iter().filter(|op| op.is_storage_op()).count();
     assert!(storage_ops >= 200, "only {storage_ops} storage operations");
     let full = std::env::var_os("WAL_CRASH_FULL").is_some();
@@ -221,7 +275,7 @@ fn every_crash_state_boots_to_the_published_prefix() {
     };
     let snapshots = Arc::new(Mutex::new(snapshots));
     let counts = enumerate(&trace, &config, |crash| {
-        check_state(crash, &snapshots.lock().unwrap())
+        check_state(crash, &snapshots.lock().unwrap(), naming)
     })
     .unwrap_or_else(|failure| panic!("{failure}"));
     assert_eq!(counts.points, storage_ops + 1);

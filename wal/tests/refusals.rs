@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 
 use iggy_io::{OpenMode, ReadStorage, SimStorage, Storage, WriteFile};
 use iggy_wal::frontier::{self, Frontier};
-use iggy_wal::{Config, FindingKind, Mode, StopReason, Wal, WalError, check};
+use iggy_wal::{Config, FindingKind, Mode, StopReason, Wal, WalError, check, check_named};
 
 const GROUP: u128 = 9;
 
@@ -327,5 +327,51 @@ fn a_file_from_another_history_breaks_the_link_between_files() {
             assert_eq!(op, first_op);
         }
         other => panic!("{other}"),
+    }
+}
+
+#[test]
+fn a_keyed_log_refuses_a_retained_file_whose_first_header_is_rotten() {
+    let storage = SimStorage::new(12);
+    let config = Config {
+        naming: iggy_wal::Naming::ByKey,
+        ..config()
+    };
+    let wal = Wal::create_keyed(storage.clone(), dir(), config.clone(), 1, 0, 100).unwrap();
+    for i in 0..30u64 {
+        let body = vec![i as u8; 300 + i as usize * 11];
+        let (head, parent) = wal.head();
+        let header = iggy_wal::next_header(head + 1, parent, 1, 0, &body);
+        wal.append_keyed(&header, &body, 100 + (head + 1) * 10)
+            .unwrap();
+    }
+    wal.publish().unwrap();
+    drop(wal);
+    let logs: Vec<PathBuf> = storage
+        .list_dir(dir())
+        .unwrap()
+        .into_iter()
+        .map(|e| dir().join(e.name))
+        .filter(|p| p.extension().is_some_and(|x| x == "log"))
+        .collect();
+    assert!(logs.len() >= 3, "{logs:?}");
+    // Intact, it boots clean with every entry.
+    let report = check_named(&storage, dir(), GROUP, iggy_wal::Naming::ByKey)
+        .unwrap()
+        .unwrap();
+    assert!(report.is_clean(), "{report:?}");
+    assert_eq!(report.head_op, 30);
+    let victim = &logs[1];
+    storage.rot(victim, 70, 0x01).unwrap();
+    let checked = check_named(&storage, dir(), GROUP, iggy_wal::Naming::ByKey).unwrap_err();
+    let opened = Wal::open(storage.clone(), dir(), config, Mode::Open).unwrap_err();
+    assert_eq!(checked, opened);
+    match checked {
+        WalError::Corrupt {
+            file,
+            offset: 0,
+            reason: StopReason::Header(_),
+        } => assert_eq!(&file, victim),
+        other => panic!("{other:?}"),
     }
 }
