@@ -191,16 +191,19 @@ fn batch_checksum(header: &BatchHeader, frame_checksums: impl Iterator<Item = u6
     hasher.digest()
 }
 
-/// Validates `bytes` as one whole batch.
-pub fn decode(bytes: &[u8]) -> Result<Batch<'_>, BatchError> {
-    let header_bytes = bytes
+/// Checks only the batch header of a batch of `batch_len` bytes whose first bytes are
+/// `header_bytes`: its length, reserved bytes and message count, not the frames or checksums.
+/// For stored batches whose bytes are already vouched for (a WAL entry's body checksum), when
+/// only the header is needed (boot's continuity checks, index rebuilds).
+pub fn peek_header(header_bytes: &[u8], batch_len: usize) -> Result<BatchHeader, BatchError> {
+    let header_bytes = header_bytes
         .get(..BATCH_HEADER_SIZE)
-        .ok_or(BatchError::Truncated { len: bytes.len() })?;
+        .ok_or(BatchError::Truncated { len: batch_len })?;
     let header = BatchHeader::read(header_bytes);
-    if header.batch_length != bytes.len() as u64 {
+    if header.batch_length != batch_len as u64 {
         return Err(BatchError::LengthMismatch {
             declared: header.batch_length,
-            actual: bytes.len(),
+            actual: batch_len,
         });
     }
     if let Some(position) = le::first_nonzero(&header_bytes[BATCH_RESERVED_OFFSET..]) {
@@ -211,6 +214,12 @@ pub fn decode(bytes: &[u8]) -> Result<Batch<'_>, BatchError> {
     if header.message_count == 0 {
         return Err(BatchError::Empty);
     }
+    Ok(header)
+}
+
+/// Validates `bytes` as one whole batch.
+pub fn decode(bytes: &[u8]) -> Result<Batch<'_>, BatchError> {
+    let header = peek_header(bytes, bytes.len())?;
     let mut offset = BATCH_HEADER_SIZE;
     let mut index = 0u32;
     while offset < bytes.len() {

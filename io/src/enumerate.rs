@@ -33,6 +33,8 @@ pub struct EnumerationConfig {
     pub torn_states_per_point: usize,
     /// Check only this many crash points, chosen by seed (all when `None`).
     pub max_points: Option<usize>,
+    /// Skip every crash point before the first mark with this label (a workload's set-up).
+    pub start_at_mark: Option<String>,
 }
 
 impl Default for EnumerationConfig {
@@ -42,6 +44,7 @@ impl Default for EnumerationConfig {
             max_states_per_point: 64,
             torn_states_per_point: 8,
             max_points: None,
+            start_at_mark: None,
         }
     }
 }
@@ -108,6 +111,11 @@ pub fn enumerate(
     let mut visit =
         |state: &mut SimState, point: usize, last_op: Option<&TraceOp>, marks: &[String]| {
             if !chosen.as_ref().is_none_or(|c| c.contains(&point)) {
+                return Ok(());
+            }
+            if let Some(start) = &config.start_at_mark
+                && !marks.iter().any(|m| m == start)
+            {
                 return Ok(());
             }
             counts.points += 1;

@@ -160,6 +160,8 @@ pub struct Report {
     /// Bytes past the frontier that boot discards.
     pub discarded_bytes: u64,
     pub findings: Vec<Finding>,
+    /// The files boot keeps and the trusted entries in each, oldest first.
+    pub files: Vec<crate::FileInfo>,
 }
 
 impl Report {
@@ -461,6 +463,7 @@ pub(crate) fn analyze<R: ReadStorage>(
             durable_bytes: 0,
             discarded_bytes: 0,
             findings,
+            files: Vec::new(),
         },
         frontier,
         new_frontier: None,
@@ -478,6 +481,17 @@ pub(crate) fn analyze<R: ReadStorage>(
         fallback,
     )?;
     analysis.report.durable_bytes = analysis.files.iter().map(|f| f.end).sum();
+    analysis.report.files = analysis
+        .files
+        .iter()
+        .map(|f| crate::FileInfo {
+            key: f.key,
+            first_op: f.first_op,
+            entries: f.offsets.len() as u64,
+            end: f.end,
+            path: f.path.clone(),
+        })
+        .collect();
     for finding in &analysis.report.findings {
         match finding.kind.action() {
             Action::DiscardUnpublished => {

@@ -75,6 +75,27 @@ pub struct Entry {
     pub body: Vec<u8>,
 }
 
+/// A retained file of the log (see [`Wal::files`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FileInfo {
+    /// The key in its name (its first op in an op-named log).
+    pub key: u64,
+    pub first_op: u64,
+    /// Entries appended to it (published or not).
+    pub entries: u64,
+    /// End of those entries.
+    pub end: u64,
+    pub path: PathBuf,
+}
+
+/// Where an entry lies (see [`Wal::locate`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Location {
+    pub key: u64,
+    pub offset: u64,
+    pub size: u64,
+}
+
 /// What an append did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Appended {
@@ -864,6 +885,48 @@ impl<S: Storage> Wal<S> {
             return Err(error);
         }
         Ok(removed.len())
+    }
+
+    /// The retained files, oldest first (what a partition lists as its segments).
+    pub fn files(&self) -> Vec<FileInfo> {
+        let state = self.lock();
+        state
+            .files
+            .iter()
+            .map(|f| FileInfo {
+                key: f.key,
+                first_op: f.first_op,
+                entries: f.offsets.len() as u64,
+                end: f.end,
+                path: f.path.clone(),
+            })
+            .collect()
+    }
+
+    /// Where the entry `op` lies: its file's key, its byte offset there, and its size.
+    pub fn locate(&self, op: u64) -> Option<Location> {
+        let state = self.lock();
+        if op < state.first_op() || op > state.head_op {
+            return None;
+        }
+        let index = state
+            .files
+            .partition_point(|f| f.first_op <= op)
+            .checked_sub(1)?;
+        let file = &state.files[index];
+        let position = usize::try_from(op - file.first_op).ok()?;
+        let offset = *file.offsets.get(position)?;
+        let end = file.offsets.get(position + 1).copied().unwrap_or(file.end);
+        Some(Location {
+            key: file.key,
+            offset,
+            size: end - offset,
+        })
+    }
+
+    /// The log's directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
     }
 
     /// The storage the log writes through.

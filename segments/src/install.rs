@@ -1,0 +1,450 @@
+//! The staged install: state transfer replaces a partition's files wholesale, and a crash at any
+//! step boots to the whole old partition or the whole new one. See `docs/recovery.md`.
+//!
+//! Invariants:
+//! - received artifacts land in `*.staging` names (files) and `offsets.staging/`, each batch
+//!   validated as it lands, and nothing live changes until [`Install::commit`];
+//! - before anything live changes, `.install-backup/` holds every live file: hard links, except
+//!   the superblock, which the install rewrites in place and so is copied;
+//! - the one commit point is the rename of `.install-backup` to `.install-retired`, made durable
+//!   by the directory fsync after it;
+//! - [`recover`] runs before any file of the partition is opened: it removes `.install-building`
+//!   and `.install-retired`, and if `.install-backup` exists it restores the old files from it.
+//!   Restoring links the backup's files back (never moves them out), so a crash during recovery
+//!   leaves the backup whole and recovery runs again to the same result.
+
+use std::path::{Path, PathBuf};
+
+use iggy_format::Header;
+use iggy_format::batch;
+use iggy_format::checksum::Checksum;
+use iggy_format::constants::HEADER_SIZE;
+use iggy_io::{EntryKind, OpenMode, ReadFile, ReadStorage, Storage, WriteFile};
+use iggy_superblock::{RepairPolicy, Superblock, VsrState};
+use iggy_wal::Naming;
+use iggy_wal::frontier::{self, Frontier};
+
+use crate::index;
+use crate::offsets::{self, ConsumerKind};
+use crate::partition::{Config, Finding, FindingKind, PartitionError, STAGING_SUFFIX};
+
+pub const BUILDING_DIR: &str = ".install-building";
+pub const BACKUP_DIR: &str = ".install-backup";
+pub const RETIRED_DIR: &str = ".install-retired";
+/// The directory the received consumer offsets land in.
+pub const OFFSETS_STAGING_DIR: &str = "offsets.staging";
+const FRONTIER_STAGING: &str = "frontier.staging";
+
+/// Where a staged install stood when boot found it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum InstallFinding {
+    /// `.install-building`: the backup was being built; nothing live changed. Removed.
+    Abandoned,
+    /// `.install-backup`: the install had begun to change live files but did not commit. The old
+    /// files are restored from the backup.
+    Uncommitted,
+    /// `.install-retired`: the install committed; the old files are removed.
+    Committed,
+}
+
+/// The install directories present in `dir` and what recovery does about each (read-only).
+pub fn plan<R: ReadStorage>(storage: &R, dir: &Path) -> Result<Vec<Finding>, iggy_io::Error> {
+    let mut findings = Vec::new();
+    for (name, kind) in [
+        (BUILDING_DIR, InstallFinding::Abandoned),
+        (BACKUP_DIR, InstallFinding::Uncommitted),
+        (RETIRED_DIR, InstallFinding::Committed),
+    ] {
+        if storage.exists(dir.join(name))? {
+            findings.push(Finding {
+                file: dir.join(name),
+                kind: FindingKind::Install(kind),
+            });
+        }
+    }
+    Ok(findings)
+}
+
+/// Brings `dir` to the old or the new partition after a crash during an install (see the
+/// module docs), and returns what it found. Runs before any file of the partition is opened.
+pub fn recover<S: Storage>(storage: &S, dir: &Path) -> Result<Vec<Finding>, PartitionError> {
+    let findings = plan(storage, dir)?;
+    for finding in &findings {
+        let FindingKind::Install(kind) = finding.kind else {
+            continue;
+        };
+        tracing::warn!(dir = %dir.display(), ?kind, "recovering a staged install");
+        match kind {
+            InstallFinding::Abandoned => {
+                storage.remove_dir_all(&finding.file)?;
+                // Gone durably before a new install builds a directory of that name.
+                storage.sync_dir(dir)?;
+            }
+            InstallFinding::Uncommitted => roll_back(storage, dir)?,
+            InstallFinding::Committed => finish(storage, dir)?,
+        }
+    }
+    Ok(findings)
+}
+
+/// Removes a committed install's retired tree (off the critical path; [`recover`] does it too).
+pub fn finish<S: Storage>(storage: &S, dir: &Path) -> Result<(), PartitionError> {
+    let retired = dir.join(RETIRED_DIR);
+    if storage.exists(&retired)? {
+        storage.remove_dir_all(&retired)?;
+        // Durably gone before another install may create the name again.
+        storage.sync_dir(dir)?;
+    }
+    Ok(())
+}
+
+/// Whether a live top-level name is part of the partition's state (not install machinery).
+fn is_partition_file(name: &str) -> bool {
+    !name.starts_with('.') && !name.ends_with(STAGING_SUFFIX) && name != OFFSETS_STAGING_DIR
+}
+
+/// Restores the old partition from `.install-backup` (idempotent), then retires the backup.
+fn roll_back<S: Storage>(storage: &S, dir: &Path) -> Result<(), PartitionError> {
+    let backup = dir.join(BACKUP_DIR);
+    let mut kept = Vec::new();
+    for entry in storage.list_dir(&backup)? {
+        let name = entry.name.to_string_lossy().into_owned();
+        let live = dir.join(&name);
+        if entry.kind == EntryKind::Dir {
+            if storage.exists(&live)? {
+                storage.remove_dir_all(&live)?;
+            }
+            storage.create_dir(&live)?;
+            for inner in storage.list_dir(backup.join(&name))? {
+                storage.hard_link(backup.join(&name).join(&inner.name), live.join(&inner.name))?;
+            }
+            // The restored directory's entries durable before the backup may go.
+            storage.sync_dir(&live)?;
+        } else {
+            if storage.exists(&live)? {
+                storage.unlink(&live)?;
+            }
+            storage.hard_link(backup.join(&name), &live)?;
+        }
+        kept.push(name);
+    }
+    for entry in storage.list_dir(dir)? {
+        let name = entry.name.to_string_lossy().into_owned();
+        if name.starts_with('.') || kept.contains(&name) {
+            continue;
+        }
+        if entry.kind == EntryKind::Dir {
+            storage.remove_dir_all(dir.join(&name))?;
+        } else {
+            storage.unlink(dir.join(&name))?;
+        }
+    }
+    // The old files are back durably before the backup stops being the way back.
+    storage.sync_dir(dir)?;
+    storage.rename(&backup, dir.join(RETIRED_DIR))?;
+    // The rollback is complete once this is durable.
+    storage.sync_dir(dir)?;
+    finish(storage, dir)
+}
+
+/// What the sender sends besides the segments: the partition's consumer offsets, next offset
+/// and deduplication entries.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct StateArtifact {
+    pub next_offset: u64,
+    pub offsets: Vec<(ConsumerKind, u32, u64)>,
+    /// Message ids and the offsets they were stored at (carried for the server's dedup).
+    pub dedup: Vec<(u128, u64)>,
+}
+
+/// A segment received and verified into its staging file.
+#[derive(Clone, Debug)]
+struct Staged {
+    start_offset: u64,
+    next_offset: u64,
+    first_op: u64,
+    last_op: u64,
+    last_checksum: Checksum,
+    len: u64,
+}
+
+/// An install in progress into the (closed) partition in `dir`.
+#[derive(Debug)]
+pub struct Install<S: Storage> {
+    storage: S,
+    dir: PathBuf,
+    config: Config,
+    segments: Vec<Staged>,
+    state: Option<StateArtifact>,
+}
+
+impl<S: Storage + Clone> Install<S> {
+    /// Starts an install; any earlier one's leftovers must have been recovered.
+    pub fn new(storage: S, dir: &Path, config: Config) -> Self {
+        Self {
+            storage,
+            dir: dir.to_path_buf(),
+            config,
+            segments: Vec::new(),
+            state: None,
+        }
+    }
+
+    /// Receives one whole segment (the sender's `.log` up to its trusted end), oldest first.
+    /// Every entry and batch is verified as it lands: WAL header and body checksums, ops and
+    /// parent links continuing the previous segment, every message checksum, the partition id,
+    /// and offsets continuing the previous segment from the one the file is named by. The file
+    /// is synced: it must be durable before the commit renames it into place.
+    pub fn receive_segment(
+        &mut self,
+        start_offset: u64,
+        bytes: &[u8],
+    ) -> Result<(), PartitionError> {
+        let path = self.dir.join(format!(
+            "{}{STAGING_SUFFIX}",
+            Naming::ByKey.file_name(start_offset)
+        ));
+        let bad = |offset: u64, reason: String| PartitionError::Corrupt {
+            file: path.clone(),
+            offset,
+            reason,
+        };
+        let previous = self.segments.last();
+        let mut op = previous.map(|s| s.last_op + 1);
+        let mut parent = previous.map(|s| s.last_checksum);
+        let mut next_offset = previous.map_or(start_offset, |s| s.next_offset);
+        if next_offset != start_offset {
+            return Err(PartitionError::OffsetGap {
+                file: path,
+                offset: 0,
+                expected: next_offset,
+                found: start_offset,
+            });
+        }
+        let mut position = 0usize;
+        let mut first_op = None;
+        let mut last_checksum = 0;
+        while position < bytes.len() {
+            let at = position as u64;
+            let header_bytes = bytes
+                .get(position..position + HEADER_SIZE)
+                .ok_or_else(|| bad(at, "truncated header".into()))?;
+            let header = Header::decode(header_bytes).map_err(|e| bad(at, e.to_string()))?;
+            let size = usize::try_from(header.size).unwrap_or(usize::MAX);
+            let body = bytes
+                .get(position + HEADER_SIZE..position + size)
+                .ok_or_else(|| bad(at, "entry runs past the end".into()))?;
+            if !header.body_matches(body) {
+                return Err(bad(at, "body checksum mismatch".into()));
+            }
+            if op.is_some_and(|expected| expected != header.op) {
+                return Err(bad(
+                    at,
+                    format!("op {} where {op:?} was expected", header.op),
+                ));
+            }
+            if parent.is_some_and(|expected| expected != header.parent) {
+                return Err(bad(
+                    at,
+                    format!("op {} does not link to its predecessor", header.op),
+                ));
+            }
+            let batch = batch::decode(body).map_err(|error| PartitionError::BadBatch {
+                file: path.clone(),
+                offset: at,
+                error,
+            })?;
+            if batch.header.partition_id != self.config.partition_id {
+                return Err(PartitionError::PartitionMismatch {
+                    file: path.clone(),
+                    offset: at,
+                    expected: self.config.partition_id,
+                    found: batch.header.partition_id,
+                });
+            }
+            if batch.header.base_offset != next_offset {
+                return Err(PartitionError::OffsetGap {
+                    file: path.clone(),
+                    offset: at,
+                    expected: next_offset,
+                    found: batch.header.base_offset,
+                });
+            }
+            next_offset += u64::from(batch.header.message_count);
+            first_op.get_or_insert(header.op);
+            last_checksum = header.checksum();
+            op = Some(header.op + 1);
+            parent = Some(last_checksum);
+            position += size;
+        }
+        let (Some(first_op), Some(next_op)) = (first_op, op) else {
+            return Err(PartitionError::EmptySegment { file: path });
+        };
+        let file = self.storage.open(&path, OpenMode::Create)?;
+        file.set_len(0)?;
+        // Durable before the commit renames it into place.
+        file.write_all_and_sync_data(0, bytes)?;
+        self.segments.push(Staged {
+            start_offset,
+            next_offset,
+            first_op,
+            last_op: next_op - 1,
+            last_checksum,
+            len: bytes.len() as u64,
+        });
+        Ok(())
+    }
+
+    /// Receives the state artifact: the consumer offsets land in `offsets.staging/`.
+    pub fn receive_state(&mut self, state: StateArtifact) -> Result<(), PartitionError> {
+        let staging = self.dir.join(OFFSETS_STAGING_DIR);
+        if self.storage.exists(&staging)? {
+            self.storage.remove_dir_all(&staging)?;
+        }
+        let store = offsets::OffsetStore::new(self.storage.clone(), &staging);
+        for (kind, id, offset) in &state.offsets {
+            // Each store syncs its file and the directory.
+            store.store(*kind, *id, *offset)?;
+        }
+        self.state = Some(state);
+        Ok(())
+    }
+
+    /// Replaces the live partition with the received one (see the module docs for the steps and
+    /// why a crash at any of them boots to the old or the new partition). `vsr` is the
+    /// superblock state the transfer brings; its `offset_frontier` is raised to the received
+    /// next offset.
+    pub fn commit(self, vsr: VsrState) -> Result<(), PartitionError> {
+        let storage = &self.storage;
+        let dir = &self.dir;
+        let state = self.state.clone().unwrap_or_default();
+        let Some(last) = self.segments.last() else {
+            return Err(PartitionError::EmptySegment {
+                file: dir.join("(no segments received)"),
+            });
+        };
+        let next_offset = state.next_offset.max(last.next_offset);
+        self.stage_frontier(last)?;
+        if !storage.exists(dir.join(OFFSETS_STAGING_DIR))? {
+            storage.create_dir(dir.join(OFFSETS_STAGING_DIR))?;
+        }
+        // Every staged name durable before the backup exists.
+        storage.sync_dir(dir)?;
+
+        // 1. The backup: links to every live file, a copy of the superblock.
+        let building = dir.join(BUILDING_DIR);
+        storage.create_dir(&building)?;
+        for entry in storage.list_dir(dir)? {
+            let name = entry.name.to_string_lossy().into_owned();
+            if !is_partition_file(&name) {
+                continue;
+            }
+            if entry.kind == EntryKind::Dir {
+                storage.create_dir(building.join(&name))?;
+                for inner in storage.list_dir(dir.join(&name))? {
+                    storage.hard_link(
+                        dir.join(&name).join(&inner.name),
+                        building.join(&name).join(&inner.name),
+                    )?;
+                }
+                // The linked entries durable before the backup is relied on.
+                storage.sync_dir(building.join(&name))?;
+            } else if name == iggy_superblock::FILE_NAME {
+                let bytes = read_all(storage, &dir.join(&name))?;
+                let copy = storage.open(building.join(&name), OpenMode::CreateNew)?;
+                // The copy's bytes durable before it may be restored.
+                copy.write_all_and_sync_data(0, &bytes)?;
+            } else {
+                storage.hard_link(dir.join(&name), building.join(&name))?;
+            }
+        }
+        // The backup's entries durable before its rename makes it the way back.
+        storage.sync_dir(&building)?;
+        storage.rename(&building, dir.join(BACKUP_DIR))?;
+        // From here a crash rolls back.
+        storage.sync_dir(dir)?;
+
+        // 2. Move the new files in.
+        let new_names: Vec<String> = self
+            .segments
+            .iter()
+            .map(|s| Naming::ByKey.file_name(s.start_offset))
+            .collect();
+        for entry in storage.list_dir(dir)? {
+            let name = entry.name.to_string_lossy().into_owned();
+            let old_segment =
+                Naming::ByKey.parse(entry.name.as_ref()).is_some() && !new_names.contains(&name);
+            if old_segment || index::parse_file_name(&name).is_some() {
+                storage.unlink(dir.join(&name))?;
+            }
+        }
+        for name in &new_names {
+            storage.rename(dir.join(format!("{name}{STAGING_SUFFIX}")), dir.join(name))?;
+        }
+        storage.rename(
+            dir.join(FRONTIER_STAGING),
+            dir.join(iggy_wal::boot::FRONTIER_FILE),
+        )?;
+        if storage.exists(dir.join(offsets::DIR_NAME))? {
+            storage.remove_dir_all(dir.join(offsets::DIR_NAME))?;
+        }
+        storage.rename(dir.join(OFFSETS_STAGING_DIR), dir.join(offsets::DIR_NAME))?;
+        let (mut superblock, _) = Superblock::open(
+            storage.clone(),
+            dir,
+            &self.config.identity,
+            RepairPolicy::Repair,
+        )?
+        .ok_or_else(|| PartitionError::EmptySegment {
+            file: dir.join(iggy_superblock::FILE_NAME),
+        })?;
+        let offset_frontier = next_offset.max(superblock.state().offset_frontier);
+        superblock.write_state_transfer(VsrState {
+            offset_frontier,
+            ..vsr
+        })?;
+        // Every new name durable before the commit point.
+        storage.sync_dir(dir)?;
+
+        // 3. The commit point.
+        storage.rename(dir.join(BACKUP_DIR), dir.join(RETIRED_DIR))?;
+        // The install is committed once this returns.
+        storage.sync_dir(dir)?;
+        Ok(())
+    }
+
+    /// Writes `frontier.staging`: a new frontier that publishes exactly the received segments.
+    fn stage_frontier(&self, last: &Staged) -> Result<(), PartitionError> {
+        let published = Frontier {
+            sequence: 0,
+            generation: 0,
+            group: self.config.group,
+            incarnation: self.config.incarnation,
+            head_op: last.last_op,
+            head_checksum: last.last_checksum,
+            head_file: last.first_op,
+            published_length: last.len,
+            head_file_key: last.start_offset,
+        };
+        let file = self
+            .storage
+            .open(self.dir.join(FRONTIER_STAGING), OpenMode::Create)?;
+        for sequence in [0, 1] {
+            let slot = Frontier {
+                sequence,
+                ..published
+            };
+            file.write_all_at(slot.offset(), &frontier::encode(&slot))?;
+        }
+        // Durable before the commit renames it into place.
+        file.sync_data()?;
+        Ok(())
+    }
+}
+
+fn read_all<S: Storage>(storage: &S, path: &Path) -> Result<Vec<u8>, PartitionError> {
+    let file = storage.open_read(path)?;
+    let mut bytes = vec![0u8; usize::try_from(file.len()?).unwrap_or(0)];
+    file.read_exact_at(0, &mut bytes)?;
+    Ok(bytes)
+}

@@ -1,0 +1,1140 @@
+//! A partition's message log: batches stored as the bodies of a keyed WAL whose files are the
+//! partition's segments `{start_offset:020}.log`, each with a sparse `{start_offset:020}.index`.
+//!
+//! Invariants:
+//! - data is written once: a batch is a WAL entry's body, so the WAL's published frontier is the
+//!   partition's durability boundary and boot trusts nothing past it;
+//! - offsets are continuous: each batch starts where the previous one ended, across segments,
+//!   and a segment is named by its first batch's first offset;
+//! - the next offset never goes back across crashes: it is the end of the last trusted batch,
+//!   and never below the superblock's `offset_frontier`, which retention raises before it
+//!   deletes segments;
+//! - retention deletes whole sealed, fully published segments, oldest first (a crash leaves a
+//!   shorter prefix, never a hole); the segment being appended to is never deleted;
+//! - an `.index` is derived: boot rebuilds every segment's index from its `.log` and rewrites an
+//!   index file that is missing or disagrees; an index without its `.log` is removed;
+//! - reads return verified batches (WAL header and body checksums) of the published prefix only.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use iggy_format::batch::{self, BATCH_HEADER_SIZE, BatchError, BatchHeader};
+use iggy_format::constants::HEADER_SIZE;
+use iggy_format::{Header, checksum::Checksum};
+use iggy_io::{EntryKind, Mapping, OpenMode, ReadFile, ReadStorage, Storage, WriteFile};
+use iggy_superblock::{
+    self as superblock, CopyRepair, Identity, Opened, RepairPolicy, Superblock, SuperblockError,
+    VsrState,
+};
+use iggy_wal::{self as wal, FileInfo, Mode, Naming, Wal, WalError};
+
+use crate::index::{self, IndexEntry};
+use crate::install::{self, InstallFinding};
+use crate::offsets::{self, ConsumerOffset, OffsetError};
+
+/// The suffix of files received for a staged install (swept by boot).
+pub const STAGING_SUFFIX: &str = ".staging";
+
+/// How a partition is laid out and bounded.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// The partition's consensus group (checked against its WAL frontier).
+    pub group: u128,
+    /// Stamped on every batch and checked at boot.
+    pub partition_id: u64,
+    /// Checked against the superblock.
+    pub identity: Identity,
+    pub incarnation: u64,
+    /// A segment is rotated once the next batch would not fit (the topic's segment size).
+    pub segment_size_bytes: u64,
+    /// An index entry at least every this many bytes of log.
+    pub index_interval_bytes: u64,
+    /// Bytes appended but not published before appends fail with `Backpressure`.
+    pub unpublished_bytes_max: u64,
+    /// How reads of sealed segments get their bytes.
+    pub read_path: ReadPath,
+}
+
+impl Config {
+    /// Defaults: 1 GiB segments, an index entry every 4 KiB, 64 MiB unpublished, reads through
+    /// memory maps of sealed segments.
+    #[must_use]
+    pub fn new(group: u128, partition_id: u64, identity: Identity) -> Self {
+        Self {
+            group,
+            partition_id,
+            identity,
+            incarnation: 0,
+            segment_size_bytes: 1 << 30,
+            index_interval_bytes: 4096,
+            unpublished_bytes_max: 64 << 20,
+            read_path: ReadPath::Mapped,
+        }
+    }
+
+    fn wal(&self) -> wal::Config {
+        wal::Config {
+            incarnation: self.incarnation,
+            file_size_bytes: self.segment_size_bytes,
+            unpublished_bytes_max: self.unpublished_bytes_max,
+            naming: Naming::ByKey,
+            ..wal::Config::new(self.group)
+        }
+    }
+}
+
+/// How sealed segments are read (the head segment is always read with `read_at`: it grows).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReadPath {
+    /// `read_at` into a buffer per batch.
+    ReadAt,
+    /// A read-only memory map per sealed segment, where the storage offers one.
+    Mapped,
+}
+
+/// Why a partition refused or failed.
+#[derive(Debug, thiserror::Error)]
+pub enum PartitionError {
+    #[error(transparent)]
+    Io(#[from] iggy_io::Error),
+    /// Boxed: `WalError` is large, and every `Result` here would carry its size.
+    #[error(transparent)]
+    Wal(Box<WalError>),
+    /// Boxed, like `Wal`.
+    #[error(transparent)]
+    Superblock(Box<SuperblockError>),
+    #[error(transparent)]
+    Offsets(#[from] OffsetError),
+    #[error("{dir}: a partition already exists")]
+    AlreadyExists { dir: PathBuf },
+    #[error("invalid batch: {0}")]
+    Batch(#[from] BatchError),
+    #[error("{file}: the batch at byte {offset} is malformed: {error}")]
+    BadBatch {
+        file: PathBuf,
+        offset: u64,
+        error: BatchError,
+    },
+    #[error("{file}: the batch at byte {offset} belongs to partition {found}, not {expected}")]
+    PartitionMismatch {
+        file: PathBuf,
+        offset: u64,
+        expected: u64,
+        found: u64,
+    },
+    #[error("{file}: named for offset {key}, but its first batch starts at offset {found}")]
+    NameMismatch { file: PathBuf, key: u64, found: u64 },
+    #[error(
+        "{file}: the batch at byte {offset} starts at offset {found}, not {expected}: offsets \
+         must be continuous"
+    )]
+    OffsetGap {
+        file: PathBuf,
+        offset: u64,
+        expected: u64,
+        found: u64,
+    },
+    #[error("{file}: an empty segment before the last one")]
+    EmptySegment { file: PathBuf },
+    #[error("{file}: the entry at byte {offset} does not verify on read: {reason}")]
+    Corrupt {
+        file: PathBuf,
+        offset: u64,
+        reason: String,
+    },
+}
+
+impl From<WalError> for PartitionError {
+    fn from(error: WalError) -> Self {
+        Self::Wal(Box::new(error))
+    }
+}
+
+impl From<SuperblockError> for PartitionError {
+    fn from(error: SuperblockError) -> Self {
+        Self::Superblock(Box::new(error))
+    }
+}
+
+/// What boot does about a partition finding (beyond the WAL's own, in [`Report::wal`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Action {
+    /// Rewrite the segment's index file from its `.log`.
+    RebuildIndex,
+    /// Remove a file that is no part of the partition (orphan index, staging leftover).
+    RemoveFile,
+    /// Restore the live files from `.install-backup` (an install that did not commit).
+    RollbackInstall,
+    /// Remove a finished or abandoned install's directory.
+    RemoveInstallDir,
+}
+
+/// What boot found in a partition directory, beyond the WAL's findings.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum FindingKind {
+    /// The index file is missing, does not verify, or disagrees with the log.
+    IndexRebuild { reason: String },
+    /// An index file whose segment is gone (a crash during retention).
+    OrphanIndex,
+    /// A file left by an install that never ran or did not finish.
+    StagingLeftover,
+    /// A `*.tmp` file in `offsets/` left by an interrupted store.
+    OffsetsLeftover,
+    /// The staged install's state on disk and what recovery does.
+    Install(InstallFinding),
+}
+
+impl FindingKind {
+    #[must_use]
+    pub fn action(&self) -> Action {
+        match self {
+            Self::IndexRebuild { .. } => Action::RebuildIndex,
+            Self::OrphanIndex | Self::StagingLeftover | Self::OffsetsLeftover => Action::RemoveFile,
+            Self::Install(InstallFinding::Uncommitted) => Action::RollbackInstall,
+            Self::Install(_) => Action::RemoveInstallDir,
+        }
+    }
+}
+
+/// One finding: the file, and what.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Finding {
+    pub file: PathBuf,
+    pub kind: FindingKind,
+}
+
+/// One segment as boot verified it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SegmentInfo {
+    pub path: PathBuf,
+    /// The offset of its first message (its name).
+    pub start_offset: u64,
+    /// One past its last message.
+    pub next_offset: u64,
+    pub first_op: u64,
+    pub batches: u64,
+    /// Bytes of trusted entries.
+    pub bytes: u64,
+    pub min_timestamp: u64,
+    pub max_timestamp: u64,
+    pub index: Vec<IndexEntry>,
+}
+
+/// What boot found and did in a partition.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Report {
+    pub dir: PathBuf,
+    pub superblock_repairs: Vec<CopyRepair>,
+    /// The WAL's report: what it discards past its frontier, adopts or repairs.
+    pub wal: wal::Report,
+    pub findings: Vec<Finding>,
+    pub segments: Vec<SegmentInfo>,
+    pub next_offset: u64,
+    pub offsets: Vec<ConsumerOffset>,
+}
+
+impl Report {
+    /// Whether boot changes nothing on disk.
+    #[must_use]
+    pub fn is_clean(&self) -> bool {
+        self.superblock_repairs.is_empty() && self.wal.is_clean() && self.findings.is_empty()
+    }
+}
+
+/// Reads the partition in `dir` and says what boot would find and do, without writing (the
+/// storage may be read-only). `Ok(None)`: nothing of the partition exists. When an install did
+/// not commit, the partition analysed is the one recovery restores (`.install-backup`).
+pub fn check<R: ReadStorage>(
+    storage: &R,
+    dir: &Path,
+    config: &Config,
+) -> Result<Option<Report>, PartitionError> {
+    let install_findings = install::plan(storage, dir)?;
+    let live = match install_findings
+        .iter()
+        .find(|f| f.kind == FindingKind::Install(InstallFinding::Uncommitted))
+    {
+        Some(_) => dir.join(install::BACKUP_DIR),
+        None => dir.to_path_buf(),
+    };
+    let (record, superblock_repairs) = match superblock::read(storage, &live, &config.identity)? {
+        Opened::Fresh => return Ok(None),
+        Opened::Present {
+            record, repairs, ..
+        } => (record, repairs),
+    };
+    let wal_report = wal::check_named(storage, &live, config.group, Naming::ByKey)?
+        .unwrap_or_else(|| fresh_wal_report(&live, config));
+    let mut report = analyze(
+        storage,
+        &live,
+        config,
+        wal_report,
+        record.state.offset_frontier,
+    )?;
+    report.superblock_repairs = superblock_repairs;
+    report.findings.splice(0..0, install_findings);
+    report.dir = dir.to_path_buf();
+    Ok(Some(report))
+}
+
+/// The WAL report of a partition whose creation stopped before its WAL existed.
+fn fresh_wal_report(dir: &Path, config: &Config) -> wal::Report {
+    wal::Report {
+        dir: dir.to_path_buf(),
+        group: config.group,
+        incarnation: config.incarnation,
+        first_op: 1,
+        head_op: 0,
+        durable_bytes: 0,
+        discarded_bytes: 0,
+        findings: Vec::new(),
+        files: Vec::new(),
+    }
+}
+
+/// Verifies the segments the WAL trusts and derives the rest of the report.
+fn analyze<R: ReadStorage>(
+    storage: &R,
+    dir: &Path,
+    config: &Config,
+    wal_report: wal::Report,
+    offset_frontier: u64,
+) -> Result<Report, PartitionError> {
+    let mut findings = Vec::new();
+    let mut segments: Vec<SegmentInfo> = Vec::new();
+    let count = wal_report.files.len();
+    for (i, file) in wal_report.files.iter().enumerate() {
+        let expected = segments.last().map(|s| s.next_offset);
+        let segment = if storage.exists(&file.path)? {
+            let reader = storage.open_read(&file.path)?;
+            scan_segment(&reader, file, config, expected)?
+        } else {
+            // The first file of a partition whose creation stopped before it was made.
+            empty_segment(file)
+        };
+        if segment.batches == 0 && i + 1 < count {
+            return Err(PartitionError::EmptySegment {
+                file: file.path.clone(),
+            });
+        }
+        let index_path = dir.join(index::file_name(segment.start_offset));
+        if let Some(reason) = index_disagreement(storage, &index_path, &segment, config)? {
+            findings.push(Finding {
+                file: index_path,
+                kind: FindingKind::IndexRebuild { reason },
+            });
+        }
+        segments.push(segment);
+    }
+    if storage.exists(dir)? {
+        for entry in storage.list_dir(dir)? {
+            let name = entry.name.to_string_lossy();
+            let path = dir.join(&*name);
+            if entry.kind == EntryKind::File && name.ends_with(STAGING_SUFFIX) {
+                findings.push(Finding {
+                    file: path,
+                    kind: FindingKind::StagingLeftover,
+                });
+            } else if let Some(start) = index::parse_file_name(&name)
+                && !segments.iter().any(|s| s.start_offset == start)
+            {
+                findings.push(Finding {
+                    file: path,
+                    kind: FindingKind::OrphanIndex,
+                });
+            }
+        }
+    }
+    let offsets_scan = offsets::scan(storage, &dir.join(offsets::DIR_NAME))?;
+    if let Some(damaged) = offsets_scan.damaged.into_iter().next() {
+        return Err(damaged.into());
+    }
+    for leftover in offsets_scan.leftovers {
+        findings.push(Finding {
+            file: leftover,
+            kind: FindingKind::OffsetsLeftover,
+        });
+    }
+    let derived = segments.last().map_or(0, |s| s.next_offset);
+    Ok(Report {
+        dir: dir.to_path_buf(),
+        superblock_repairs: Vec::new(),
+        wal: wal_report,
+        findings,
+        segments,
+        next_offset: derived.max(offset_frontier),
+        offsets: offsets_scan.offsets,
+    })
+}
+
+fn empty_segment(file: &FileInfo) -> SegmentInfo {
+    SegmentInfo {
+        path: file.path.clone(),
+        start_offset: file.key,
+        next_offset: file.key,
+        first_op: file.first_op,
+        batches: 0,
+        bytes: 0,
+        min_timestamp: 0,
+        max_timestamp: 0,
+        index: Vec::new(),
+    }
+}
+
+/// Reads the WAL and batch headers of every trusted entry of one segment (their checksums were
+/// verified by the WAL's boot) and checks partition, naming and offset continuity; builds the
+/// sparse index on the way.
+fn scan_segment<F: ReadFile>(
+    reader: &F,
+    file: &FileInfo,
+    config: &Config,
+    expected: Option<u64>,
+) -> Result<SegmentInfo, PartitionError> {
+    let map = reader.map()?;
+    let mut segment = empty_segment(file);
+    let mut position = 0u64;
+    let mut next = expected;
+    let mut buffer = [0u8; HEADER_SIZE + BATCH_HEADER_SIZE];
+    for _ in 0..file.entries {
+        let bytes: &[u8] = match &map {
+            Some(map) => {
+                let from = usize::try_from(position).unwrap_or(usize::MAX);
+                map.get(from..from + buffer.len()).unwrap_or(&[])
+            }
+            None => {
+                let len = (file.end - position).min(buffer.len() as u64);
+                let len = usize::try_from(len).unwrap_or(0);
+                reader.read_exact_at(position, &mut buffer[..len])?;
+                &buffer[..len]
+            }
+        };
+        let corrupt = |reason: String| PartitionError::Corrupt {
+            file: file.path.clone(),
+            offset: position,
+            reason,
+        };
+        let header = Header::decode(bytes.get(..HEADER_SIZE).unwrap_or(&[]))
+            .map_err(|e| corrupt(e.to_string()))?;
+        let body_len = usize::try_from(header.size).unwrap_or(0) - HEADER_SIZE;
+        let batch = batch::peek_header(bytes.get(HEADER_SIZE..).unwrap_or(&[]), body_len).map_err(
+            |error| PartitionError::BadBatch {
+                file: file.path.clone(),
+                offset: position,
+                error,
+            },
+        )?;
+        check_batch(&file.path, position, &batch, config, &mut next, &segment)?;
+        if segment.batches == 0 {
+            segment.min_timestamp = batch.base_timestamp;
+        }
+        add_to_index(
+            &mut segment.index,
+            IndexEntry {
+                offset: batch.base_offset,
+                timestamp: batch.base_timestamp,
+                position,
+                op: header.op,
+            },
+            config.index_interval_bytes,
+        );
+        segment.batches += 1;
+        segment.max_timestamp = segment.max_timestamp.max(batch.base_timestamp);
+        segment.next_offset = batch.base_offset + u64::from(batch.message_count);
+        position += u64::from(header.size);
+    }
+    segment.bytes = position;
+    if segment.batches == 0
+        && let Some(expected) = expected
+        && expected != file.key
+    {
+        return Err(PartitionError::NameMismatch {
+            file: file.path.clone(),
+            key: file.key,
+            found: expected,
+        });
+    }
+    Ok(segment)
+}
+
+/// The continuity checks of one stored batch.
+fn check_batch(
+    path: &Path,
+    position: u64,
+    batch: &BatchHeader,
+    config: &Config,
+    next: &mut Option<u64>,
+    segment: &SegmentInfo,
+) -> Result<(), PartitionError> {
+    if batch.partition_id != config.partition_id {
+        return Err(PartitionError::PartitionMismatch {
+            file: path.to_path_buf(),
+            offset: position,
+            expected: config.partition_id,
+            found: batch.partition_id,
+        });
+    }
+    if segment.batches == 0 && batch.base_offset != segment.start_offset {
+        return Err(PartitionError::NameMismatch {
+            file: path.to_path_buf(),
+            key: segment.start_offset,
+            found: batch.base_offset,
+        });
+    }
+    if let Some(expected) = *next
+        && batch.base_offset != expected
+    {
+        return Err(PartitionError::OffsetGap {
+            file: path.to_path_buf(),
+            offset: position,
+            expected,
+            found: batch.base_offset,
+        });
+    }
+    *next = Some(batch.base_offset + u64::from(batch.message_count));
+    Ok(())
+}
+
+/// Adds `entry` if it is the segment's first or lies `interval` bytes past the last entry.
+fn add_to_index(index: &mut Vec<IndexEntry>, entry: IndexEntry, interval: u64) {
+    if index
+        .last()
+        .is_none_or(|last| entry.position >= last.position + interval)
+    {
+        index.push(entry);
+    }
+}
+
+/// Why the index file of `segment` cannot be used as it is, if it cannot.
+fn index_disagreement<R: ReadStorage>(
+    storage: &R,
+    path: &Path,
+    segment: &SegmentInfo,
+    config: &Config,
+) -> Result<Option<String>, PartitionError> {
+    if !storage.exists(path)? {
+        return Ok(Some("missing".into()));
+    }
+    let file = storage.open_read(path)?;
+    let len = file.len()?;
+    let expected_len = (index::HEADER_SIZE + segment.index.len() * index::ENTRY_SIZE) as u64;
+    if len != expected_len {
+        return Ok(Some(format!(
+            "{len} bytes where the log gives {expected_len}"
+        )));
+    }
+    let mut bytes = vec![0u8; usize::try_from(len).unwrap_or(0)];
+    file.read_exact_at(0, &mut bytes)?;
+    Ok(match index::decode(&bytes, segment.start_offset) {
+        Err(error) => Some(error.to_string()),
+        Ok(entries) if entries != segment.index => Some("disagrees with the log".into()),
+        Ok(_) => index_interval_disagrees(&bytes, config),
+    })
+}
+
+fn index_interval_disagrees(bytes: &[u8], config: &Config) -> Option<String> {
+    let interval = iggy_format::le::u64_at(bytes, 40).unwrap_or_default();
+    (interval != config.index_interval_bytes).then(|| format!("interval {interval}"))
+}
+
+/// One batch read back: verified, the bytes as stored.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StoredBatch {
+    pub op: u64,
+    pub header: BatchHeader,
+    pub bytes: Vec<u8>,
+}
+
+impl StoredBatch {
+    /// One past the last message's offset.
+    #[must_use]
+    pub fn next_offset(&self) -> u64 {
+        self.header.base_offset + u64::from(self.header.message_count)
+    }
+}
+
+/// What an append did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Appended {
+    pub op: u64,
+    pub base_offset: u64,
+    pub message_count: u32,
+    pub timestamp: u64,
+}
+
+struct Segment<R> {
+    info: SegmentInfo,
+    reader: Arc<R>,
+    map: Option<Arc<Mapping>>,
+}
+
+struct State<R> {
+    segments: Vec<Segment<R>>,
+    next_offset: u64,
+    last_timestamp: u64,
+}
+
+/// An open partition.
+pub struct Partition<S: Storage + Clone> {
+    storage: S,
+    dir: PathBuf,
+    config: Config,
+    wal: Wal<S>,
+    superblock: Mutex<Superblock<S>>,
+    state: Mutex<State<S::Reader>>,
+}
+
+impl<S: Storage + Clone> std::fmt::Debug for Partition<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Partition")
+            .field("dir", &self.dir)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S: Storage + Clone> Partition<S> {
+    /// Creates an empty partition in `dir`: the superblock first (its rename is the moment the
+    /// partition exists), then the WAL, whose first segment is `00000000000000000000.log`.
+    pub fn create(storage: S, dir: &Path, config: Config) -> Result<Self, PartitionError> {
+        if storage.exists(dir)? && !storage.list_dir(dir)?.is_empty() {
+            return Err(PartitionError::AlreadyExists {
+                dir: dir.to_path_buf(),
+            });
+        }
+        let superblock =
+            Superblock::create(storage.clone(), dir, config.identity, VsrState::default())?;
+        let wal = Wal::create_keyed(storage.clone(), dir, config.wal(), 1, 0, 0)?;
+        let report = analyze(&storage, dir, &config, fresh_wal_report(dir, &config), 0)?;
+        Self::from_parts(storage, dir, config, wal, superblock, &report)
+    }
+
+    /// Boots the partition in `dir` (`Open` or `Repair`): rolls back or finishes a staged
+    /// install, opens the superblock, boots the WAL (discarding what lies past its frontier),
+    /// verifies the segments, rebuilds indexes, and sweeps leftovers. `Ok(None)`: no partition.
+    pub fn open(
+        storage: S,
+        dir: &Path,
+        config: Config,
+        mode: Mode,
+    ) -> Result<Option<(Self, Report)>, PartitionError> {
+        assert!(mode != Mode::Check, "Check mode is `check()`");
+        let install_findings = install::recover(&storage, dir)?;
+        let Some((superblock, superblock_repairs)) =
+            Superblock::open(storage.clone(), dir, &config.identity, RepairPolicy::Repair)?
+        else {
+            return Ok(None);
+        };
+        let (wal, wal_report) = match Wal::open(storage.clone(), dir, config.wal(), mode)? {
+            Some(opened) => opened,
+            None => {
+                // Creation stopped after the superblock: finish it.
+                let wal = Wal::create_keyed(storage.clone(), dir, config.wal(), 1, 0, 0)?;
+                (wal, fresh_wal_report(dir, &config))
+            }
+        };
+        let offset_frontier = superblock.state().offset_frontier;
+        let mut report = analyze(&storage, dir, &config, wal_report, offset_frontier)?;
+        report.superblock_repairs = superblock_repairs;
+        apply(&storage, dir, &config, &report)?;
+        report.findings.splice(0..0, install_findings);
+        let partition = Self::from_parts(storage, dir, config, wal, superblock, &report)?;
+        Ok(Some((partition, report)))
+    }
+
+    fn from_parts(
+        storage: S,
+        dir: &Path,
+        config: Config,
+        wal: Wal<S>,
+        superblock: Superblock<S>,
+        report: &Report,
+    ) -> Result<Self, PartitionError> {
+        let mut segments = Vec::new();
+        for info in &report.segments {
+            let reader = Arc::new(storage.open_read(&info.path)?);
+            segments.push(Segment {
+                info: info.clone(),
+                reader,
+                map: None,
+            });
+        }
+        let last_timestamp = report
+            .segments
+            .iter()
+            .map(|s| s.max_timestamp)
+            .max()
+            .unwrap_or(0);
+        let partition = Self {
+            storage,
+            dir: dir.to_path_buf(),
+            config,
+            wal,
+            superblock: Mutex::new(superblock),
+            state: Mutex::new(State {
+                segments,
+                next_offset: report.next_offset,
+                last_timestamp,
+            }),
+        };
+        let mut state = partition.lock();
+        if state.segments.is_empty() {
+            // A fresh partition: the WAL made its first file.
+            for file in partition.wal.files() {
+                let reader = Arc::new(partition.storage.open_read(&file.path)?);
+                state.segments.push(Segment {
+                    info: empty_segment(&file),
+                    reader,
+                    map: None,
+                });
+            }
+        }
+        drop(state);
+        Ok(partition)
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State<S::Reader>> {
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Validates a client's batch, stamps it with the next offset and `now_ns` (kept
+    /// non-decreasing), and queues it in the WAL. Durable once published ([`Self::publish`]).
+    pub fn append(&self, batch: &mut [u8], now_ns: u64) -> Result<Appended, PartitionError> {
+        let mut state = self.lock();
+        let base_offset = state.next_offset;
+        let timestamp = now_ns.max(state.last_timestamp);
+        let stamped = batch::stamp(batch, self.config.partition_id, base_offset, timestamp)?;
+        let (head_op, parent): (u64, Checksum) = self.wal.head();
+        let op = head_op + 1;
+        let header = wal::next_header(op, parent, 0, timestamp, batch);
+        self.wal.append_keyed(&header, batch, base_offset)?;
+        let location = self
+            .wal
+            .locate(op)
+            .unwrap_or_else(|| unreachable!("op {op} was just appended"));
+        let rotated = state
+            .segments
+            .last()
+            .is_none_or(|s| s.info.start_offset != location.key);
+        if rotated {
+            if let Some(sealed) = state.segments.last() {
+                self.write_index(&sealed.info)?;
+            }
+            let path = self.dir.join(Naming::ByKey.file_name(location.key));
+            let reader = Arc::new(self.storage.open_read(&path)?);
+            let info = SegmentInfo {
+                path,
+                start_offset: location.key,
+                next_offset: location.key,
+                first_op: op,
+                batches: 0,
+                bytes: 0,
+                min_timestamp: timestamp,
+                max_timestamp: timestamp,
+                index: Vec::new(),
+            };
+            state.segments.push(Segment {
+                info,
+                reader,
+                map: None,
+            });
+        }
+        let state = &mut *state;
+        let segment = &mut state
+            .segments
+            .last_mut()
+            .unwrap_or_else(|| unreachable!("a head segment"))
+            .info;
+        if segment.batches == 0 {
+            segment.min_timestamp = timestamp;
+        }
+        add_to_index(
+            &mut segment.index,
+            IndexEntry {
+                offset: base_offset,
+                timestamp,
+                position: location.offset,
+                op,
+            },
+            self.config.index_interval_bytes,
+        );
+        segment.batches += 1;
+        segment.bytes = location.offset + location.size;
+        segment.max_timestamp = timestamp;
+        segment.next_offset = base_offset + u64::from(stamped.message_count);
+        state.next_offset = segment.next_offset;
+        state.last_timestamp = timestamp;
+        Ok(Appended {
+            op,
+            base_offset,
+            message_count: stamped.message_count,
+            timestamp,
+        })
+    }
+
+    /// Makes every appended batch durable (one WAL publication; concurrent callers share it).
+    pub fn publish(&self) -> Result<(), PartitionError> {
+        self.wal.publish()?;
+        Ok(())
+    }
+
+    /// Returns once the batch at WAL `op` is durable (group commit).
+    pub fn wait_published(&self, op: u64) -> Result<(), PartitionError> {
+        self.wal.wait_published(op)?;
+        Ok(())
+    }
+
+    /// The offset the next message gets.
+    pub fn next_offset(&self) -> u64 {
+        self.lock().next_offset
+    }
+
+    /// The segments, oldest first.
+    pub fn segments(&self) -> Vec<SegmentInfo> {
+        self.lock()
+            .segments
+            .iter()
+            .map(|s| s.info.clone())
+            .collect()
+    }
+
+    /// The first retained offset.
+    pub fn first_offset(&self) -> u64 {
+        let state = self.lock();
+        state
+            .segments
+            .first()
+            .map_or(state.next_offset, |s| s.info.start_offset)
+    }
+
+    /// The published batches holding `offset` and after, up to `max_bytes` of batch bytes (at
+    /// least one batch when any is there). Each batch is verified (WAL header and body
+    /// checksums) as it is read. An offset before the first retained one reads from the first.
+    pub fn read(&self, offset: u64, max_bytes: u64) -> Result<Vec<StoredBatch>, PartitionError> {
+        let published_op = self.wal.published().head_op;
+        let mut out = Vec::new();
+        let mut total = 0u64;
+        let mut from = offset;
+        loop {
+            let Some((reader, map, start)) = self.locate_read(from)? else {
+                return Ok(out);
+            };
+            let before = from;
+            let mut position = start.position;
+            let mut op = start.op;
+            let end = reader.len()?;
+            while op <= published_op {
+                let Some(stored) = read_entry(&*reader, map.as_deref(), position, op, end)? else {
+                    break; // end of this segment
+                };
+                position += (HEADER_SIZE + stored.bytes.len()) as u64;
+                op += 1;
+                if stored.next_offset() <= from {
+                    continue;
+                }
+                total += stored.bytes.len() as u64;
+                from = stored.next_offset();
+                out.push(stored);
+                if total >= max_bytes {
+                    return Ok(out);
+                }
+            }
+            if op > published_op || from == before {
+                // Past the published head, or a segment that gave nothing new.
+                return Ok(out);
+            }
+        }
+    }
+
+    /// The reader, mapping (sealed segments, when `ReadPath::Mapped`) and starting index entry
+    /// for reading `offset`. `None` when nothing is stored at or after it.
+    #[allow(
+        clippy::type_complexity,
+        reason = "a private triple, named at its one use"
+    )]
+    fn locate_read(
+        &self,
+        offset: u64,
+    ) -> Result<Option<(Arc<S::Reader>, Option<Arc<Mapping>>, IndexEntry)>, PartitionError> {
+        let mut state = self.lock();
+        if offset >= state.next_offset {
+            return Ok(None);
+        }
+        let count = state.segments.len();
+        let index = state
+            .segments
+            .partition_point(|s| s.info.start_offset <= offset)
+            .saturating_sub(1);
+        let sealed = index + 1 < count;
+        let mapped = self.config.read_path == ReadPath::Mapped;
+        let segment = &mut state.segments[index];
+        let Some(start) = segment
+            .info
+            .index
+            .get(
+                segment
+                    .info
+                    .index
+                    .partition_point(|e| e.offset <= offset)
+                    .saturating_sub(1),
+            )
+            .copied()
+        else {
+            return Ok(None);
+        };
+        if sealed && mapped && segment.map.is_none() {
+            segment.map = segment.reader.map()?.map(Arc::new);
+        }
+        let map = if sealed { segment.map.clone() } else { None };
+        Ok(Some((Arc::clone(&segment.reader), map, start)))
+    }
+
+    /// The offset of the first message whose timestamp is at or after `timestamp` (published
+    /// batches only); `None` if every message is older.
+    pub fn find_by_timestamp(&self, timestamp: u64) -> Result<Option<u64>, PartitionError> {
+        let start = {
+            let state = self.lock();
+            let Some(segment) = state
+                .segments
+                .iter()
+                .find(|s| s.info.batches > 0 && s.info.max_timestamp >= timestamp)
+            else {
+                return Ok(None);
+            };
+            let index = &segment.info.index;
+            let at = index
+                .partition_point(|e| e.timestamp < timestamp)
+                .saturating_sub(1);
+            index.get(at).map(|e| e.offset)
+        };
+        let Some(mut from) = start else {
+            return Ok(None);
+        };
+        loop {
+            let batches = self.read(from, 1 << 20)?;
+            if batches.is_empty() {
+                return Ok(None);
+            }
+            for stored in &batches {
+                let decoded = batch::decode(&stored.bytes)?;
+                for message in decoded.messages() {
+                    let at = stored.header.base_timestamp + u64::from(message.timestamp_delta);
+                    if at >= timestamp {
+                        return Ok(Some(
+                            stored.header.base_offset + u64::from(message.offset_delta),
+                        ));
+                    }
+                }
+                from = stored.next_offset();
+            }
+        }
+    }
+
+    /// Deletes whole sealed, published segments from the oldest: those whose newest batch is
+    /// older than `max_age_ns` before `now_ns`, and then as many as it takes to bring the
+    /// partition's bytes to `max_bytes` or below. Returns how many were deleted. The superblock's
+    /// offset frontier is raised past them first, so the next offset cannot go back.
+    pub fn apply_retention(
+        &self,
+        now_ns: u64,
+        max_age_ns: Option<u64>,
+        max_bytes: Option<u64>,
+    ) -> Result<usize, PartitionError> {
+        let published_op = self.wal.published().head_op;
+        let mut state = self.lock();
+        let mut total: u64 = state.segments.iter().map(|s| s.info.bytes).sum();
+        let mut count = 0;
+        for segment in &state.segments[..state.segments.len().saturating_sub(1)] {
+            let info = &segment.info;
+            let last_op = info.first_op + info.batches - 1;
+            let expired =
+                max_age_ns.is_some_and(|age| info.max_timestamp.saturating_add(age) < now_ns);
+            let oversize = max_bytes.is_some_and(|max| total > max);
+            if last_op > published_op || !(expired || oversize) {
+                break;
+            }
+            total -= info.bytes;
+            count += 1;
+        }
+        if count == 0 {
+            return Ok(0);
+        }
+        let deleted: Vec<Segment<S::Reader>> = state.segments.drain(..count).collect();
+        let last = &deleted[count - 1].info;
+        let frontier = last.next_offset;
+        let last_op = last.first_op + last.batches - 1;
+        {
+            let mut superblock = self
+                .superblock
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if superblock.state().offset_frontier < frontier {
+                let next = VsrState {
+                    offset_frontier: frontier,
+                    ..*superblock.state()
+                };
+                // Durable before any segment goes: boot's next offset never falls below it.
+                superblock.write(next)?;
+            }
+        }
+        drop(state);
+        self.wal.drop_prefix(last_op)?;
+        for segment in &deleted {
+            let path = self.dir.join(index::file_name(segment.info.start_offset));
+            if self.storage.exists(&path)? {
+                self.storage.unlink(&path)?;
+            }
+        }
+        // The index removals durable (an orphan index is harmless: boot removes it).
+        self.storage.sync_dir(&self.dir)?;
+        Ok(count)
+    }
+
+    /// Writes a segment's index file (derived data: no sync; boot checks it against the log).
+    fn write_index(&self, info: &SegmentInfo) -> Result<(), PartitionError> {
+        write_index_file(&self.storage, &self.dir, info, &self.config)
+    }
+
+    /// Clean shutdown: publishes what was appended and writes the head segment's index.
+    pub fn close(self) -> Result<(), PartitionError> {
+        self.publish()?;
+        let state = self.lock();
+        if let Some(head) = state.segments.last() {
+            self.write_index(&head.info)?;
+        }
+        Ok(())
+    }
+
+    /// The consumer offsets of this partition.
+    pub fn offsets(&self) -> offsets::OffsetStore<S> {
+        offsets::OffsetStore::new(self.storage.clone(), &self.dir.join(offsets::DIR_NAME))
+    }
+
+    /// The WAL under the partition.
+    pub fn wal(&self) -> &Wal<S> {
+        &self.wal
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+}
+
+fn write_index_file<S: Storage>(
+    storage: &S,
+    dir: &Path,
+    info: &SegmentInfo,
+    config: &Config,
+) -> Result<(), PartitionError> {
+    let bytes = index::encode(info.start_offset, config.index_interval_bytes, &info.index);
+    let path = dir.join(index::file_name(info.start_offset));
+    let file = storage.open(&path, OpenMode::Create)?;
+    file.set_len(0)?;
+    file.write_all_at(0, &bytes)?;
+    Ok(())
+}
+
+/// Carries out boot's plan for the partition's own findings (Open and Repair).
+fn apply<S: Storage>(
+    storage: &S,
+    dir: &Path,
+    config: &Config,
+    report: &Report,
+) -> Result<(), PartitionError> {
+    let mut removed = false;
+    for finding in &report.findings {
+        match &finding.kind {
+            FindingKind::IndexRebuild { reason } => {
+                tracing::info!(file = %finding.file.display(), %reason, "rebuilding segment index");
+                let start = report
+                    .segments
+                    .iter()
+                    .find(|s| dir.join(index::file_name(s.start_offset)) == finding.file);
+                if let Some(segment) = start {
+                    write_index_file(storage, dir, segment, config)?;
+                }
+            }
+            FindingKind::OrphanIndex
+            | FindingKind::StagingLeftover
+            | FindingKind::OffsetsLeftover => {
+                tracing::warn!(file = %finding.file.display(), "removing a leftover file");
+                storage.unlink(&finding.file)?;
+                removed = true;
+            }
+            FindingKind::Install(_) => {}
+        }
+    }
+    if removed {
+        // The sweep durable before new files of those names may appear.
+        storage.sync_dir(dir)?;
+        storage.sync_dir(dir.join(offsets::DIR_NAME)).or_else(|e| {
+            if storage.exists(dir.join(offsets::DIR_NAME))? {
+                Err(e)
+            } else {
+                Ok(())
+            }
+        })?;
+    }
+    Ok(())
+}
+
+/// Reads and verifies the entry at `position` of a segment, expected to be `op`. `None` at the
+/// segment's end (zeros or the end of file).
+fn read_entry<F: ReadFile>(
+    reader: &F,
+    map: Option<&Mapping>,
+    position: u64,
+    op: u64,
+    end: u64,
+) -> Result<Option<StoredBatch>, PartitionError> {
+    if position + HEADER_SIZE as u64 > end {
+        return Ok(None);
+    }
+    let corrupt = |reason: String| PartitionError::Corrupt {
+        file: reader.path().to_path_buf(),
+        offset: position,
+        reason,
+    };
+    let mut header_bytes = [0u8; HEADER_SIZE];
+    let from = usize::try_from(position).unwrap_or(usize::MAX);
+    match map {
+        Some(map) if from + HEADER_SIZE <= map.len() => {
+            header_bytes.copy_from_slice(&map[from..from + HEADER_SIZE]);
+        }
+        _ => reader.read_exact_at(position, &mut header_bytes)?,
+    }
+    if header_bytes.iter().all(|b| *b == 0) {
+        return Ok(None);
+    }
+    let header = Header::decode(&header_bytes).map_err(|e| corrupt(e.to_string()))?;
+    if header.op != op {
+        return Err(corrupt(format!("op {} where {op} was expected", header.op)));
+    }
+    let body_len = usize::try_from(header.size).unwrap_or(0) - HEADER_SIZE;
+    let body_from = from + HEADER_SIZE;
+    let body = match map {
+        Some(map) if body_from + body_len <= map.len() => {
+            map[body_from..body_from + body_len].to_vec()
+        }
+        _ => {
+            let mut body = vec![0u8; body_len];
+            reader.read_exact_at(position + HEADER_SIZE as u64, &mut body)?;
+            body
+        }
+    };
+    if !header.body_matches(&body) {
+        return Err(corrupt("body checksum mismatch".into()));
+    }
+    let batch =
+        batch::peek_header(&body, body.len()).map_err(|error| PartitionError::BadBatch {
+            file: reader.path().to_path_buf(),
+            offset: position,
+            error,
+        })?;
+    Ok(Some(StoredBatch {
+        op,
+        header: batch,
+        bytes: body,
+    }))
+}
