@@ -698,16 +698,17 @@ impl<S: Storage + Clone> Partition<S> {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Validates a client's batch, stamps it with the next offset and `now_ns` (kept
+    /// Validates a client's batch, stamps it with the next offset and `now_us` (kept
     /// non-decreasing), and queues it in the WAL. Durable once published ([`Self::publish`]).
-    pub fn append(&self, batch: &mut [u8], now_ns: u64) -> Result<Appended, PartitionError> {
+    pub fn append(&self, batch: &mut [u8], now_us: u64) -> Result<Appended, PartitionError> {
         let mut state = self.lock();
         let base_offset = state.next_offset;
-        let timestamp = now_ns.max(state.last_timestamp);
+        let timestamp = now_us.max(state.last_timestamp);
         let stamped = batch::stamp(batch, self.config.partition_id, base_offset, timestamp)?;
         let (head_op, parent): (u64, Checksum) = self.wal.head();
         let op = head_op + 1;
-        let header = wal::next_header(op, parent, 0, timestamp, batch);
+        // The WAL header's clock is in nanoseconds; batch timestamps are microseconds.
+        let header = wal::next_header(op, parent, 0, timestamp.saturating_mul(1000), batch);
         self.wal.append_keyed(&header, batch, base_offset)?;
         let location = self
             .wal
@@ -932,13 +933,13 @@ impl<S: Storage + Clone> Partition<S> {
     }
 
     /// Deletes whole sealed, published segments from the oldest: those whose newest batch is
-    /// older than `max_age_ns` before `now_ns`, and then as many as it takes to bring the
+    /// older than `max_age_us` before `now_us`, and then as many as it takes to bring the
     /// partition's bytes to `max_bytes` or below. Returns how many were deleted. The superblock's
     /// offset frontier is raised past them first, so the next offset cannot go back.
     pub fn apply_retention(
         &self,
-        now_ns: u64,
-        max_age_ns: Option<u64>,
+        now_us: u64,
+        max_age_us: Option<u64>,
         max_bytes: Option<u64>,
     ) -> Result<usize, PartitionError> {
         let published_op = self.wal.published().head_op;
@@ -949,7 +950,7 @@ impl<S: Storage + Clone> Partition<S> {
             let info = &segment.info;
             let last_op = info.first_op + info.batches - 1;
             let expired =
-                max_age_ns.is_some_and(|age| info.max_timestamp.saturating_add(age) < now_ns);
+                max_age_us.is_some_and(|age| info.max_timestamp.saturating_add(age) < now_us);
             let oversize = max_bytes.is_some_and(|max| total > max);
             if last_op > published_op || !(expired || oversize) {
                 break;

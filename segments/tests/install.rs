@@ -1,0 +1,242 @@
+//! Crash-state enumeration over the staged install of a partition with 5+ segments onto one
+//! with different content: at every crash point boot yields exactly the old partition (every
+//! batch, every consumer offset, the same next offset) or exactly the new one, never a mix, and
+//! the new one once `commit` has returned. A second run drops the directory fsync after the
+//! commit-point rename and shows that the enumeration catches it.
+//!
+//! `INSTALL_CRASH_FULL=1` checks more states per crash point (slow).
+#![allow(
+    clippy::unwrap_used,
+    clippy::cast_possible_truncation,
+    reason = "test code: a failed unwrap is a failed test; casts are of small test values"
+)]
+
+mod common;
+
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use common::{client_batch, config, dir, read_all};
+use iggy_io::{
+    DirEntry, EnumerationConfig, OpenMode, ReadOnly, ReadStorage, SimStorage, Storage, TraceOp,
+    enumerate,
+};
+use iggy_segments::install::{self, RETIRED_DIR};
+use iggy_segments::offsets::ConsumerKind;
+use iggy_segments::{Install, Partition, StateArtifact, check};
+use iggy_superblock::VsrState;
+use iggy_wal::Mode;
+
+/// What a partition holds, as boot gives it back.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Content {
+    batches: Vec<(u64, Vec<u8>)>,
+    offsets: Vec<(ConsumerKind, u32, u64)>,
+    next_offset: u64,
+}
+
+fn content(partition: &Partition<impl Storage + Clone>, report: &iggy_segments::Report) -> Content {
+    let mut offsets: Vec<_> = report
+        .offsets
+        .iter()
+        .map(|o| (o.kind, o.id, o.offset))
+        .collect();
+    offsets.sort();
+    Content {
+        batches: read_all(partition)
+            .into_iter()
+            .map(|b| (b.header.base_offset, b.bytes))
+            .collect(),
+        offsets,
+        next_offset: partition.next_offset(),
+    }
+}
+
+/// Fills a partition with `count` batches (payloads from `seed`) and two consumer offsets.
+fn fill<S: Storage + Clone>(storage: &S, at: &Path, seed: u64, count: u64) -> Content {
+    let partition = Partition::create(storage.clone(), at, config()).unwrap();
+    for i in 0..count {
+        let mut batch = client_batch(seed + i, 1 + ((seed + i) % 3) as u32);
+        partition.append(&mut batch, 1_000 + i).unwrap();
+    }
+    partition.publish().unwrap();
+    partition
+        .offsets()
+        .store(ConsumerKind::Consumer, 1, seed)
+        .unwrap();
+    partition
+        .offsets()
+        .store(ConsumerKind::Group, 2, seed + 1)
+        .unwrap();
+    assert!(
+        partition.segments().len() >= 5,
+        "{}",
+        partition.segments().len()
+    );
+    partition.close().unwrap();
+    let (partition, report) = Partition::open(storage.clone(), at, config(), Mode::Open)
+        .unwrap()
+        .unwrap();
+    content(&partition, &report)
+}
+
+/// Records set-up, then the install; returns the trace and the old and new contents.
+fn record<S: Storage + Clone>(storage: &S, sim: &SimStorage) -> (Vec<TraceOp>, Content, Content) {
+    let old = fill(storage, dir(), 0, 45);
+    let leader = Path::new("leader");
+    let new = fill(storage, leader, 500, 60);
+    assert_ne!(old, new);
+    let (source, _) = Partition::open(storage.clone(), leader, config(), Mode::Open)
+        .unwrap()
+        .unwrap();
+    let segments: Vec<(u64, Vec<u8>)> = source
+        .segments()
+        .iter()
+        .map(|s| {
+            let file = storage.open_read(&s.path).unwrap();
+            let mut bytes = vec![0u8; s.bytes as usize];
+            iggy_io::ReadFile::read_exact_at(&file, 0, &mut bytes).unwrap();
+            (s.start_offset, bytes)
+        })
+        .collect();
+    drop(source);
+
+    sim.mark("install-begin");
+    let mut install = Install::new(storage.clone(), dir(), config());
+    for (start, bytes) in &segments {
+        install.receive_segment(*start, bytes).unwrap();
+    }
+    install
+        .receive_state(StateArtifact {
+            next_offset: new.next_offset,
+            offsets: new.offsets.clone(),
+            dedup: Vec::new(),
+        })
+        .unwrap();
+    install.commit(VsrState::default()).unwrap();
+    sim.mark("install-done");
+    install::finish(storage, dir()).unwrap();
+    sim.mark("finished");
+    (sim.trace(), old, new)
+}
+
+fn enumerate_install(
+    trace: &[TraceOp],
+    old: &Content,
+    new: &Content,
+) -> Result<iggy_io::Enumeration, iggy_io::CrashFailure> {
+    let full = std::env::var_os("INSTALL_CRASH_FULL").is_some();
+    let config_e = EnumerationConfig {
+        max_states_per_point: if full { 256 } else { 8 },
+        torn_states_per_point: if full { 8 } else { 1 },
+        start_at_mark: Some("install-begin".into()),
+        ..EnumerationConfig::default()
+    };
+    enumerate(trace, &config_e, |crash| {
+        let committed = crash.marks.iter().any(|m| m == "install-done");
+        let checked = check(&ReadOnly::new(crash.storage.clone()), dir(), &config())
+            .map_err(|e| format!("check refused: {e}"))?
+            .ok_or("check: fresh")?;
+        let (partition, report) =
+            Partition::open(crash.storage.clone(), dir(), config(), Mode::Open)
+                .map_err(|e| format!("open refused: {e}"))?
+                .ok_or("open: fresh")?;
+        let found = content(&partition, &report);
+        if checked.next_offset != found.next_offset
+            || checked.segments.len() != report.segments.len()
+        {
+            return Err("check and open disagree".into());
+        }
+        let after = check(&crash.storage, dir(), &config())
+            .map_err(|e| e.to_string())?
+            .ok_or("fresh after open")?;
+        if !after.is_clean() {
+            return Err(format!("open left work: {:?}", after.findings));
+        }
+        if found == *new {
+            return Ok(());
+        }
+        if found == *old && !committed {
+            return Ok(());
+        }
+        Err(format!(
+            "committed={committed}: neither the old nor the new partition (next offset {}, {} batches)",
+            found.next_offset,
+            found.batches.len()
+        ))
+    })
+}
+
+#[test]
+fn every_crash_state_boots_to_the_whole_old_or_the_whole_new_partition() {
+    let sim = SimStorage::new(31);
+    let (trace, old, new) = record(&sim, &sim);
+    let counts = enumerate_install(&trace, &old, &new).unwrap_or_else(|f| panic!("{f}"));
+    assert!(counts.points > 50, "{counts:?}");
+    eprintln!("checked {counts:?}");
+}
+
+/// Drops the one `sync_dir` that follows the rename onto `.install-retired`.
+#[derive(Clone)]
+struct SkipCommitSync {
+    inner: SimStorage,
+    armed: Arc<AtomicBool>,
+}
+
+impl ReadStorage for SkipCommitSync {
+    type Reader = <SimStorage as ReadStorage>::Reader;
+    fn open_read(&self, path: impl AsRef<Path>) -> iggy_io::Result<Self::Reader> {
+        self.inner.open_read(path)
+    }
+    fn list_dir(&self, path: impl AsRef<Path>) -> iggy_io::Result<Vec<DirEntry>> {
+        self.inner.list_dir(path)
+    }
+    fn exists(&self, path: impl AsRef<Path>) -> iggy_io::Result<bool> {
+        self.inner.exists(path)
+    }
+}
+
+impl Storage for SkipCommitSync {
+    type File = <SimStorage as Storage>::File;
+    fn open(&self, path: impl AsRef<Path>, mode: OpenMode) -> iggy_io::Result<Self::File> {
+        self.inner.open(path, mode)
+    }
+    fn create_dir(&self, path: impl AsRef<Path>) -> iggy_io::Result<()> {
+        self.inner.create_dir(path)
+    }
+    fn sync_dir(&self, path: impl AsRef<Path>) -> iggy_io::Result<()> {
+        if self.armed.swap(false, Ordering::SeqCst) {
+            return Ok(());
+        }
+        self.inner.sync_dir(path)
+    }
+    fn rename(&self, from: impl AsRef<Path>, to: impl AsRef<Path>) -> iggy_io::Result<()> {
+        if to.as_ref().ends_with(RETIRED_DIR) {
+            self.armed.store(true, Ordering::SeqCst);
+        }
+        self.inner.rename(from, to)
+    }
+    fn hard_link(&self, from: impl AsRef<Path>, to: impl AsRef<Path>) -> iggy_io::Result<()> {
+        self.inner.hard_link(from, to)
+    }
+    fn unlink(&self, path: impl AsRef<Path>) -> iggy_io::Result<()> {
+        self.inner.unlink(path)
+    }
+    fn remove_dir_all(&self, path: impl AsRef<Path>) -> iggy_io::Result<()> {
+        self.inner.remove_dir_all(path)
+    }
+}
+
+#[test]
+fn the_enumeration_catches_a_missing_commit_point_fsync() {
+    let sim = SimStorage::new(31);
+    let storage = SkipCommitSync {
+        inner: sim.clone(),
+        armed: Arc::new(AtomicBool::new(false)),
+    };
+    let (trace, old, new) = record(&storage, &sim);
+    let failure = enumerate_install(&trace, &old, &new)
+        .expect_err("without the commit-point fsync a committed install can roll back");
+    assert!(failure.reason.contains("committed=true"), "{failure}");
+}
