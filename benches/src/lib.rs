@@ -4,5 +4,6 @@
 pub mod compare;
 pub mod disk;
 pub mod engines;
+pub mod segments;
 pub mod snapshot;
 pub mod stats;

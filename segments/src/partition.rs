@@ -18,9 +18,9 @@
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use iggy_format::Header;
 use iggy_format::batch::{self, BATCH_HEADER_SIZE, BatchError, BatchHeader};
 use iggy_format::constants::HEADER_SIZE;
-use iggy_format::{Header, checksum::Checksum};
 use iggy_io::{EntryKind, Mapping, OpenMode, ReadFile, ReadStorage, Storage, WriteFile};
 use iggy_superblock::{
     self as superblock, CopyRepair, Identity, Opened, RepairPolicy, Superblock, SuperblockError,
@@ -705,11 +705,11 @@ impl<S: Storage + Clone> Partition<S> {
         let base_offset = state.next_offset;
         let timestamp = now_us.max(state.last_timestamp);
         let stamped = batch::stamp(batch, self.config.partition_id, base_offset, timestamp)?;
-        let (head_op, parent): (u64, Checksum) = self.wal.head();
-        let op = head_op + 1;
-        // The WAL header's clock is in nanoseconds; batch timestamps are microseconds.
-        let header = wal::next_header(op, parent, 0, timestamp.saturating_mul(1000), batch);
-        self.wal.append_keyed(&header, batch, base_offset)?;
+        // The WAL header's clock is in nanoseconds; batch timestamps are microseconds. Appends
+        // are serialized by the partition lock, so the op is the head's successor.
+        let op =
+            self.wal
+                .append_body_keyed(batch, 0, timestamp.saturating_mul(1000), base_offset)?;
         let location = self
             .wal
             .locate(op)

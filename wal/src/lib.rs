@@ -528,11 +528,33 @@ impl<S: Storage> Wal<S> {
     /// head and checked against it under the lock; if another appender took that op first, it
     /// is built again on the new head, so concurrent appenders need no coordination of their own.
     pub fn append_body(&self, body: &[u8], view: u32, timestamp_ns: u64) -> Result<u64, WalError> {
+        self.append_body_with_key(body, view, timestamp_ns, None)
+    }
+
+    /// [`Wal::append_body`] for a keyed log: if the entry starts a new file, the file is named
+    /// `key` (see [`Wal::append_keyed`]).
+    pub fn append_body_keyed(
+        &self,
+        body: &[u8],
+        view: u32,
+        timestamp_ns: u64,
+        key: u64,
+    ) -> Result<u64, WalError> {
+        self.append_body_with_key(body, view, timestamp_ns, Some(key))
+    }
+
+    fn append_body_with_key(
+        &self,
+        body: &[u8],
+        view: u32,
+        timestamp_ns: u64,
+        key: Option<u64>,
+    ) -> Result<u64, WalError> {
         loop {
             let (head_op, head_checksum) = self.head();
             let header = next_header(head_op + 1, head_checksum, view, timestamp_ns, body);
             // The header's size and body checksum come from `body` itself: no second hash.
-            match self.append_entry(&header, body, false, header.op) {
+            match self.append_entry(&header, body, false, key.unwrap_or(header.op)) {
                 Ok(Appended::Queued { op }) => return Ok(op),
                 // Another appender took that op first: build the header again on the new head.
                 Err(WalError::Conflict { .. } | WalError::ParentMismatch { .. }) => {}

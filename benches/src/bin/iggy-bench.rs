@@ -45,6 +45,42 @@ enum Command {
     /// partitions, 8,192 clients), then times writing snapshot.bin (encode, write, fdatasync,
     /// rename, directory fsync) and loading it (read, verify, decode), and reports its size.
     Snapshot(SnapshotArgs),
+    /// A partition through `segments`: append throughput (validate, stamp, WAL entry, sparse
+    /// index) against the bare keyed WAL with the same batches, published per batch and
+    /// unpublished; then read throughput of a whole partition by offset from a warm page cache,
+    /// through memory maps and through `read_at`. Interleaved over rounds; medians.
+    Segments(SegmentsArgs),
+}
+
+#[derive(clap::Args, Debug)]
+struct SegmentsArgs {
+    /// Directory to benchmark in. Default: a new temporary directory.
+    #[arg(long)]
+    dir: Option<PathBuf>,
+    /// Messages per batch.
+    #[arg(long, default_value_t = 250)]
+    messages_per_batch: u32,
+    /// Payload bytes per message.
+    #[arg(long, default_value_t = 1000)]
+    message_bytes: usize,
+    /// MiB appended per append measurement.
+    #[arg(long, default_value_t = 256)]
+    append_mib: u64,
+    /// MiB of the partition read back.
+    #[arg(long, default_value_t = 1024)]
+    read_mib: u64,
+    /// Bytes asked for per read call, KiB.
+    #[arg(long, default_value_t = 1024)]
+    read_chunk_kib: u64,
+    /// Segment size, MiB.
+    #[arg(long, default_value_t = 256)]
+    segment_mib: u64,
+    /// Rounds per scenario.
+    #[arg(long, default_value_t = 3)]
+    rounds: usize,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(clap::Args, Debug)]
@@ -166,6 +202,7 @@ fn main() -> ExitCode {
         Some(Command::Disk(args)) => run_disk(&args),
         Some(Command::Replay(args)) => run_replay(&args),
         Some(Command::Snapshot(args)) => run_snapshot(&args),
+        Some(Command::Segments(args)) => run_segments(&args),
         None => run_disk(&DiskArgs {
             record_bytes: 1000,
             batch: 250,
@@ -259,6 +296,49 @@ fn run_wal(args: &WalArgs) -> Result<(), String> {
             latency.p99_us,
             latency.p999_us
         );
+    }
+    Ok(())
+}
+
+fn run_segments(args: &SegmentsArgs) -> Result<(), String> {
+    if args.messages_per_batch == 0
+        || args.message_bytes == 0
+        || args.append_mib == 0
+        || args.read_mib == 0
+        || args.rounds == 0
+        || args.segment_mib == 0
+    {
+        return Err("every size and --rounds must be positive".into());
+    }
+    let (dir, _guard) = bench_dir(args.dir.as_ref())?;
+    let sizes = iggy_benches::segments::Sizes {
+        messages_per_batch: args.messages_per_batch,
+        message_bytes: args.message_bytes,
+        append_bytes: args.append_mib << 20,
+        read_bytes: args.read_mib << 20,
+        read_chunk_bytes: args.read_chunk_kib << 10,
+        segment_bytes: args.segment_mib << 20,
+        rounds: args.rounds,
+    };
+    let bar = progress_bar((3 * args.rounds + 1) as u64);
+    let cells = iggy_benches::segments::run(&dir, &sizes, |step| {
+        bar.set_message(step.to_string());
+        bar.inc(1);
+    })?;
+    bar.finish_and_clear();
+    if args.json {
+        let report = serde_json::json!({ "sizes": sizes, "cells": cells });
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?
+        );
+    } else {
+        println!(
+            "iggy-bench segments in {} ({} round(s); median; ratio to the second row)",
+            dir.display(),
+            args.rounds
+        );
+        print!("{}", iggy_benches::segments::render(&cells));
     }
     Ok(())
 }
