@@ -90,7 +90,20 @@ fn record<S: Storage + Clone>(storage: &S, sim: &SimStorage) -> (Vec<TraceOp>, C
     let (source, _) = Partition::open(storage.clone(), leader, config(), Mode::Open)
         .unwrap()
         .unwrap();
-    let segments: Vec<(u64, Vec<u8>)> = source
+    let segments = segment_bytes(storage, &source);
+    drop(source);
+
+    sim.mark("install-begin");
+    install_from(storage, &segments, &new).unwrap();
+    sim.mark("install-done");
+    install::finish(storage, dir()).unwrap();
+    sim.mark("finished");
+    (sim.trace(), old, new)
+}
+
+/// The trusted bytes of every segment of `source`, oldest first.
+fn segment_bytes<S: Storage + Clone>(storage: &S, source: &Partition<S>) -> Vec<(u64, Vec<u8>)> {
+    source
         .segments()
         .iter()
         .map(|s| {
@@ -99,26 +112,25 @@ fn record<S: Storage + Clone>(storage: &S, sim: &SimStorage) -> (Vec<TraceOp>, C
             iggy_io::ReadFile::read_exact_at(&file, 0, &mut bytes).unwrap();
             (s.start_offset, bytes)
         })
-        .collect();
-    drop(source);
+        .collect()
+}
 
-    sim.mark("install-begin");
+/// Receives `segments` and `new`'s offsets into `dir()` and commits.
+fn install_from<S: Storage + Clone>(
+    storage: &S,
+    segments: &[(u64, Vec<u8>)],
+    new: &Content,
+) -> Result<(), iggy_segments::PartitionError> {
     let mut install = Install::new(storage.clone(), dir(), config());
-    for (start, bytes) in &segments {
-        install.receive_segment(*start, bytes).unwrap();
+    for (start, bytes) in segments {
+        install.receive_segment(*start, bytes)?;
     }
-    install
-        .receive_state(StateArtifact {
-            next_offset: new.next_offset,
-            offsets: new.offsets.clone(),
-            dedup: Vec::new(),
-        })
-        .unwrap();
-    install.commit(VsrState::default()).unwrap();
-    sim.mark("install-done");
-    install::finish(storage, dir()).unwrap();
-    sim.mark("finished");
-    (sim.trace(), old, new)
+    install.receive_state(StateArtifact {
+        next_offset: new.next_offset,
+        offsets: new.offsets.clone(),
+        dedup: Vec::new(),
+    })?;
+    install.commit(VsrState::default())
 }
 
 fn enumerate_install(
@@ -239,4 +251,132 @@ fn the_enumeration_catches_a_missing_commit_point_fsync() {
     let failure = enumerate_install(&trace, &old, &new)
         .expect_err("without the commit-point fsync a committed install can roll back");
     assert!(failure.reason.contains("committed=true"), "{failure}");
+}
+
+/// Fails every directory operation once `budget` of them have run after the backup exists
+/// (a process that dies in the middle of `commit`).
+#[derive(Clone)]
+struct Interrupt {
+    inner: SimStorage,
+    armed: Arc<AtomicBool>,
+    budget: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl Interrupt {
+    fn spend(&self) -> iggy_io::Result<()> {
+        if !self.armed.load(Ordering::SeqCst) {
+            return Ok(());
+        }
+        let left = self.budget.load(Ordering::SeqCst);
+        if left == 0 {
+            return Err(iggy_io::Error::new(
+                iggy_io::Op::Rename,
+                "interrupted",
+                iggy_io::ErrorKind::Injected("interrupted by the test"),
+            ));
+        }
+        self.budget.store(left - 1, Ordering::SeqCst);
+        Ok(())
+    }
+}
+
+impl ReadStorage for Interrupt {
+    type Reader = <SimStorage as ReadStorage>::Reader;
+    fn open_read(&self, path: impl AsRef<Path>) -> iggy_io::Result<Self::Reader> {
+        self.inner.open_read(path)
+    }
+    fn list_dir(&self, path: impl AsRef<Path>) -> iggy_io::Result<Vec<DirEntry>> {
+        self.inner.list_dir(path)
+    }
+    fn exists(&self, path: impl AsRef<Path>) -> iggy_io::Result<bool> {
+        self.inner.exists(path)
+    }
+}
+
+impl Storage for Interrupt {
+    type File = <SimStorage as Storage>::File;
+    fn open(&self, path: impl AsRef<Path>, mode: OpenMode) -> iggy_io::Result<Self::File> {
+        self.spend()?;
+        self.inner.open(path, mode)
+    }
+    fn create_dir(&self, path: impl AsRef<Path>) -> iggy_io::Result<()> {
+        self.spend()?;
+        self.inner.create_dir(path)
+    }
+    fn sync_dir(&self, path: impl AsRef<Path>) -> iggy_io::Result<()> {
+        self.spend()?;
+        self.inner.sync_dir(path)
+    }
+    fn rename(&self, from: impl AsRef<Path>, to: impl AsRef<Path>) -> iggy_io::Result<()> {
+        self.spend()?;
+        self.inner.rename(from, to.as_ref())?;
+        if to.as_ref().ends_with(install::BACKUP_DIR) {
+            self.armed.store(true, Ordering::SeqCst);
+        }
+        Ok(())
+    }
+    fn hard_link(&self, from: impl AsRef<Path>, to: impl AsRef<Path>) -> iggy_io::Result<()> {
+        self.spend()?;
+        self.inner.hard_link(from, to)
+    }
+    fn unlink(&self, path: impl AsRef<Path>) -> iggy_io::Result<()> {
+        self.spend()?;
+        self.inner.unlink(path)
+    }
+    fn remove_dir_all(&self, path: impl AsRef<Path>) -> iggy_io::Result<()> {
+        self.spend()?;
+        self.inner.remove_dir_all(path)
+    }
+}
+
+/// An install that dies part-way through moving the new files in leaves `.install-backup`; the
+/// recovery that follows is itself crash-enumerated: from every crash point of the recovery,
+/// the next boot yields exactly the old partition (the restore links files back and never moves
+/// them out of the backup, so it can run again).
+#[test]
+fn a_recovery_interrupted_by_a_crash_still_restores_the_old_partition() {
+    for budget in [1usize, 6, 13, 21] {
+        let sim = SimStorage::new(41);
+        let old = fill(&sim, dir(), 0, 45);
+        let new = fill(&sim, Path::new("leader"), 500, 60);
+        let (source, _) = Partition::open(sim.clone(), Path::new("leader"), config(), Mode::Open)
+            .unwrap()
+            .unwrap();
+        let segments = segment_bytes(&sim, &source);
+        drop(source);
+        let interrupted = Interrupt {
+            inner: sim.clone(),
+            armed: Arc::new(AtomicBool::new(false)),
+            budget: Arc::new(std::sync::atomic::AtomicUsize::new(budget)),
+        };
+        assert!(install_from(&interrupted, &segments, &new).is_err());
+        assert!(sim.exists(dir().join(install::BACKUP_DIR)).unwrap());
+        sim.crash_process();
+        sim.mark("recover-begin");
+        let (partition, report) = Partition::open(sim.clone(), dir(), config(), Mode::Open)
+            .unwrap()
+            .unwrap();
+        assert_eq!(content(&partition, &report), old, "budget {budget}");
+        drop(partition);
+        sim.mark("recover-done");
+        let config_e = EnumerationConfig {
+            max_states_per_point: 8,
+            torn_states_per_point: 1,
+            start_at_mark: Some("recover-begin".into()),
+            ..EnumerationConfig::default()
+        };
+        let counts = enumerate(&sim.trace(), &config_e, |crash| {
+            let (partition, report) =
+                Partition::open(crash.storage.clone(), dir(), config(), Mode::Open)
+                    .map_err(|e| format!("open refused: {e}"))?
+                    .ok_or("fresh")?;
+            if content(&partition, &report) == old {
+                Ok(())
+            } else {
+                Err(format!("budget {budget}: not the old partition"))
+            }
+        })
+        .unwrap_or_else(|f| panic!("{f}"));
+        assert!(counts.points > 10, "{counts:?}");
+    }
 }
