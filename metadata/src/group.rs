@@ -15,7 +15,7 @@
 
 use std::path::{Path, PathBuf};
 
-use iggy_io::Storage;
+use iggy_io::{ReadStorage, Storage};
 use iggy_superblock::{Identity, RepairPolicy, Superblock, SuperblockError, VsrState};
 use iggy_wal::{Config, Mode, Wal, WalError};
 
@@ -87,6 +87,123 @@ impl From<WalError> for GroupError {
     }
 }
 
+/// The retained log as boot sees it.
+#[derive(Clone, Copy, Debug)]
+struct Log {
+    first_op: u64,
+    head_op: u64,
+}
+
+/// The restore rules of the module docs, in one place for [`MetadataGroup::open`] and
+/// [`check`]: the op the restored state starts from (the snapshot's, or 0), or the refusal.
+/// `checksum_at(op)` reads the header checksum of a retained op.
+fn decide(
+    dir: &Path,
+    vsr: &VsrState,
+    snapshot: Option<&iggy_snapshot::SnapshotHeader>,
+    log: Log,
+    checksum_at: impl FnOnce(u64) -> Result<u128, GroupError>,
+) -> Result<u64, GroupError> {
+    let dir = dir.to_path_buf();
+    let checkpoint_op = vsr.checkpoint_op;
+    let base_op = match snapshot {
+        None if checkpoint_op == 0 => 0,
+        None => return Err(GroupError::SnapshotMissing { dir, checkpoint_op }),
+        Some(header) => {
+            let snapshot_op = header.checkpoint_op;
+            if snapshot_op < checkpoint_op {
+                return Err(GroupError::SnapshotBehind {
+                    dir,
+                    snapshot_op,
+                    checkpoint_op,
+                });
+            }
+            if snapshot_op == checkpoint_op && header.checkpoint_checksum != vsr.checkpoint_checksum
+            {
+                return Err(GroupError::ChecksumDisagree {
+                    dir,
+                    op: snapshot_op,
+                });
+            }
+            if snapshot_op > checkpoint_op {
+                let linked = snapshot_op >= log.first_op
+                    && snapshot_op <= log.head_op
+                    && checksum_at(snapshot_op)? == header.checkpoint_checksum;
+                if !linked {
+                    return Err(GroupError::SnapshotUnlinked { dir, snapshot_op });
+                }
+            }
+            snapshot_op
+        }
+    };
+    if log.head_op > base_op && base_op + 1 < log.first_op {
+        return Err(GroupError::LogGap {
+            dir,
+            first_op: log.first_op,
+            needed: base_op + 1,
+        });
+    }
+    Ok(base_op)
+}
+
+/// What [`check`] found: what `open` would repair, discard and restore from.
+#[derive(Clone, Debug)]
+pub struct Checked {
+    pub superblock_repairs: Vec<iggy_superblock::CopyRepair>,
+    /// The WAL's boot report; `None` when creation stopped before the WAL existed (open
+    /// finishes it).
+    pub wal: Option<iggy_wal::Report>,
+    /// The op of the snapshot the restore starts from (0: no snapshot).
+    pub base_op: u64,
+}
+
+/// Runs the restore's decisions without writing (the storage may be read-only): superblock
+/// copies, the WAL's boot analysis, and the snapshot and log rules of the module docs. It does
+/// not replay ops. `Ok(None)`: no group here.
+pub fn check<R: ReadStorage>(
+    storage: &R,
+    dir: &Path,
+    identity: &Identity,
+) -> Result<Option<Checked>, GroupError> {
+    let (record, superblock_repairs) = match iggy_superblock::read(storage, dir, identity)? {
+        iggy_superblock::Opened::Fresh => return Ok(None),
+        iggy_superblock::Opened::Present {
+            record, repairs, ..
+        } => (record, repairs),
+    };
+    let wal_dir = dir.join(WAL_DIR);
+    let wal = iggy_wal::check(storage, &wal_dir, GROUP_ID)?;
+    let Some(report) = wal else {
+        if record.sequence == 1 {
+            return Ok(Some(Checked {
+                superblock_repairs,
+                wal: None,
+                base_op: 0,
+            }));
+        }
+        return Err(GroupError::LogMissing {
+            dir: dir.to_path_buf(),
+        });
+    };
+    let snapshot = iggy_snapshot::read(storage, dir)?;
+    let log = Log {
+        first_op: report.first_op,
+        head_op: report.head_op,
+    };
+    let base_op = decide(
+        dir,
+        &record.state,
+        snapshot.as_ref().map(|(header, _)| header),
+        log,
+        |op| Ok(iggy_wal::boot::header_at(storage, &report, op)?.checksum()),
+    )?;
+    Ok(Some(Checked {
+        superblock_repairs,
+        wal: Some(report),
+        base_op,
+    }))
+}
+
 /// The metadata group: state, log and checkpoint, on one storage.
 pub struct MetadataGroup<S: Storage + Clone> {
     storage: S,
@@ -146,59 +263,26 @@ impl<S: Storage + Clone> MetadataGroup<S> {
                 });
             }
         };
-        let checkpoint_op = superblock.state().checkpoint_op;
-        let checkpoint_checksum = superblock.state().checkpoint_checksum;
-        let dir_path = dir.to_path_buf();
-        let (mut state, base_op) = match iggy_snapshot::read(&storage, dir)? {
-            None if checkpoint_op == 0 => (State::new(identity.replica_count), 0),
-            None => {
-                return Err(GroupError::SnapshotMissing {
-                    dir: dir_path,
-                    checkpoint_op,
-                });
-            }
+        let snapshot = iggy_snapshot::read(&storage, dir)?;
+        let log = Log {
+            first_op: wal.first_op(),
+            head_op: wal.head().0,
+        };
+        let base_op = decide(
+            dir,
+            superblock.state(),
+            snapshot.as_ref().map(|(header, _)| header),
+            log,
+            |op| Ok(wal.read(op, op)?[0].header.checksum()),
+        )?;
+        let mut state = match snapshot {
+            None => State::new(identity.replica_count),
             Some((header, payload)) => {
-                let snapshot_op = header.checkpoint_op;
-                if snapshot_op < checkpoint_op {
-                    return Err(GroupError::SnapshotBehind {
-                        dir: dir_path,
-                        snapshot_op,
-                        checkpoint_op,
-                    });
-                }
-                if snapshot_op == checkpoint_op && header.checkpoint_checksum != checkpoint_checksum
-                {
-                    return Err(GroupError::ChecksumDisagree {
-                        dir: dir_path,
-                        op: snapshot_op,
-                    });
-                }
-                if snapshot_op > checkpoint_op {
-                    let linked = snapshot_op >= wal.first_op()
-                        && snapshot_op <= wal.head().0
-                        && wal.read(snapshot_op, snapshot_op)?[0].header.checksum()
-                            == header.checkpoint_checksum;
-                    if !linked {
-                        return Err(GroupError::SnapshotUnlinked {
-                            dir: dir_path,
-                            snapshot_op,
-                        });
-                    }
-                }
-                let state =
-                    codec::decode(header.payload_version, &payload).map_err(GroupError::Payload)?;
-                (state, snapshot_op)
+                codec::decode(header.payload_version, &payload).map_err(GroupError::Payload)?
             }
         };
         let head = wal.head().0;
         if head > base_op {
-            if base_op + 1 < wal.first_op() {
-                return Err(GroupError::LogGap {
-                    dir: dir_path,
-                    first_op: wal.first_op(),
-                    needed: base_op + 1,
-                });
-            }
             // Replay in bounded batches: every published op after the snapshot, in order.
             let mut op = base_op + 1;
             while op <= head {

@@ -111,8 +111,15 @@ fn every_crash_state_restores_the_replayed_state() {
         };
         let acknowledged = last("acked ").unwrap_or(0);
         let in_flight = last("submitting ").unwrap_or(0);
+        // The read-only check decides as open does.
+        let checked =
+            iggy_metadata::group::check(&iggy_io::ReadOnly::new(crash.storage.clone()), dir(), &ID)
+                .map_err(|e| format!("check refused: {e}"))?;
         let opened = MetadataGroup::open(crash.storage.clone(), dir(), &ID, wal_config())
             .map_err(|e| format!("refused: {e}"))?;
+        if checked.is_some() != opened.is_some() {
+            return Err(format!("check found a group: {}", checked.is_some()));
+        }
         let Some(restored) = opened else {
             return if last("created ").is_none() {
                 Ok(())
@@ -159,8 +166,12 @@ fn replace_snapshot(storage: &SimStorage, bytes: &[u8]) {
 }
 
 fn open_error(storage: &SimStorage) -> GroupError {
+    // The read-only check refuses alike.
+    let checked = iggy_metadata::group::check(&iggy_io::ReadOnly::new(storage.clone()), dir(), &ID)
+        .expect_err("check refuses too");
     match MetadataGroup::open(storage.clone(), dir(), &ID, wal_config()) {
-        Err(error) => error,
+        Err(error) if error.to_string() == checked.to_string() => error,
+        Err(error) => panic!("open: {error}; check: {checked}"),
         Ok(_) => panic!("opened"),
     }
 }

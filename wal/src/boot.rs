@@ -781,3 +781,41 @@ pub fn check_named<R: ReadStorage>(
 ) -> Result<Option<Report>, WalError> {
     Ok(analyze(storage, dir, group, naming)?.map(|analysis| analysis.report))
 }
+
+/// The verified header of the trusted entry `op`, read through `report`'s files without opening
+/// the log for writing (for restore decisions in `Check` mode).
+pub fn header_at<R: ReadStorage>(
+    storage: &R,
+    report: &Report,
+    op: u64,
+) -> Result<iggy_format::Header, WalError> {
+    let out_of_range = || WalError::OutOfRange {
+        what: "header_at",
+        op,
+        first_op: report.first_op,
+        head_op: report.head_op,
+    };
+    let file = report
+        .files
+        .iter()
+        .find(|f| f.first_op <= op && op < f.first_op + f.entries)
+        .ok_or_else(out_of_range)?;
+    let reader = storage.open_read(&file.path)?;
+    let scanned = scan(&reader, 0, file.first_op, None, Some(op))?;
+    let entry = scanned
+        .entries
+        .last()
+        .filter(|e| e.op == op)
+        .ok_or(WalError::Corrupt {
+            file: file.path.clone(),
+            offset: scanned.end,
+            reason: scanned.stop,
+        })?;
+    let mut bytes = [0u8; HEADER_SIZE];
+    reader.read_exact_at(entry.offset, &mut bytes)?;
+    Header::decode(&bytes).map_err(|error| WalError::Corrupt {
+        file: file.path.clone(),
+        offset: entry.offset,
+        reason: StopReason::Header(error),
+    })
+}
