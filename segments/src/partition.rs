@@ -513,7 +513,8 @@ fn index_disagreement<R: ReadStorage>(
     config: &Config,
 ) -> Result<Option<String>, PartitionError> {
     if !storage.exists(path)? {
-        return Ok(Some("missing".into()));
+        // An empty segment (a new partition's first) has nothing to index yet.
+        return Ok((segment.batches > 0).then(|| "missing".into()));
     }
     let file = storage.open_read(path)?;
     let len = file.len()?;

@@ -579,6 +579,13 @@ impl<S: Storage> Wal<S> {
         Ok(())
     }
 
+    /// Writes the buffered entries to their files without a sync (they stay unpublished: boot
+    /// discards them unless a publication covers them first).
+    pub fn write_buffered(&self) -> Result<(), WalError> {
+        let mut state = self.lock_idle()?;
+        self.flush(&mut state)
+    }
+
     /// Publishes everything appended before this call: makes it durable, then records the new
     /// frontier durably. Concurrent callers share one publication (group commit).
     pub fn publish(&self) -> Result<Frontier, WalError> {

@@ -1,0 +1,187 @@
+//! Writes a realistic node directory through the real crates: a metadata group with a snapshot
+//! and a WAL, partitions with several segments each, published and unpublished tails, consumer
+//! offsets. For tests, demos, fixtures and the README (`cargo run --example populate -p
+//! iggy-recovery -- <dir>`). Deterministic for a given [`Options`].
+
+use std::path::{Path, PathBuf};
+
+use iggy_format::batch::{self, NewMessage};
+use iggy_io::Storage;
+use iggy_metadata::group::MetadataGroup;
+use iggy_metadata::{Durability, Op, Retention};
+use iggy_segments::Partition;
+use iggy_segments::offsets::ConsumerKind;
+use iggy_superblock::Identity;
+
+use crate::boot::{METADATA_DIR, PARTITIONS_DIR, PartitionKey, partition_config};
+
+/// What to write.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// Partitions of the one topic (stream 1, topic 1).
+    pub partitions: u32,
+    /// Batches appended to each partition.
+    pub batches: u64,
+    /// Batches left unpublished at the end of each partition (written to the files, not synced
+    /// and not covered by the frontier: boot discards them).
+    pub unpublished_batches: u64,
+    pub segment_size_bytes: u64,
+    pub metadata_file_bytes: u64,
+    /// Messages per batch are 1 to this many.
+    pub max_messages: u32,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            partitions: 3,
+            batches: 40,
+            unpublished_batches: 3,
+            segment_size_bytes: 16 << 10,
+            metadata_file_bytes: 64 << 10,
+            max_messages: 4,
+        }
+    }
+}
+
+/// The node's identity: replica 0 of a 3-replica cluster.
+#[must_use]
+pub fn identity() -> Identity {
+    Identity {
+        cluster: 0x1667,
+        replica: 0,
+        replica_count: 3,
+    }
+}
+
+/// A client batch for batch `index` of a partition: 1 to `max_messages` messages with payloads
+/// that say where they belong.
+#[must_use]
+pub fn client_batch(key: PartitionKey, index: u64, max_messages: u32) -> Vec<u8> {
+    let count = 1 + u32::try_from(index % u64::from(max_messages.max(1))).unwrap_or(0);
+    let messages: Vec<NewMessage> = (0..count)
+        .map(|i| NewMessage {
+            id: u128::from(index) << 32 | u128::from(i),
+            timestamp_delta: i,
+            payload: format!(
+                "partition {} batch {index} message {i}: {}",
+                key.dir_name(),
+                "x".repeat(usize::try_from(index * 37 % 400).unwrap_or(0))
+            )
+            .into_bytes(),
+            user_headers: Vec::new(),
+        })
+        .collect();
+    batch::encode(1_700_000_000_000_000 + index, &messages).unwrap_or_default()
+}
+
+/// Writes the node into `data_dir` (which must not hold one). Returns the partition keys.
+pub fn populate<S: Storage + Clone>(
+    storage: &S,
+    data_dir: &Path,
+    options: &Options,
+) -> Result<Vec<PartitionKey>, String> {
+    let error = |e: &dyn std::fmt::Display| e.to_string();
+    if !data_dir.as_os_str().is_empty() && !storage.exists(data_dir).map_err(|e| error(&e))? {
+        storage.create_dir(data_dir).map_err(|e| error(&e))?;
+        // The data directory durable in its parent before anything inside relies on it.
+        storage
+            .sync_dir(data_dir.parent().unwrap_or(Path::new("")))
+            .map_err(|e| error(&e))?;
+    }
+    let wal = iggy_wal::Config {
+        file_size_bytes: options.metadata_file_bytes,
+        ..crate::boot::metadata_wal_config()
+    };
+    let mut metadata = MetadataGroup::create(
+        storage.clone(),
+        &data_dir.join(METADATA_DIR),
+        identity(),
+        wal,
+    )
+    .map_err(|e| error(&e))?;
+    let submit = |metadata: &mut MetadataGroup<S>, op: Op| -> Result<(), String> {
+        metadata
+            .submit(&op)
+            .map_err(|e| error(&e))?
+            .map(|_| ())
+            .map_err(|e| error(&e))
+    };
+    submit(
+        &mut metadata,
+        Op::CreateStream {
+            name: "orders".into(),
+        },
+    )?;
+    submit(
+        &mut metadata,
+        Op::CreateTopic {
+            stream: 1,
+            name: "events".into(),
+            partitions: options.partitions,
+            durability: Durability::Replicated,
+            segment_size_bytes: options.segment_size_bytes,
+            retention: Retention {
+                max_age_seconds: 7 * 24 * 3600,
+                max_bytes: 0,
+            },
+            replication_factor: 3,
+        },
+    )?;
+    for client in 0..8u128 {
+        submit(
+            &mut metadata,
+            Op::RegisterClient {
+                client: client << 64 | 0xC11E,
+                session: 1,
+            },
+        )?;
+    }
+    metadata.checkpoint().map_err(|e| error(&e))?;
+    submit(
+        &mut metadata,
+        Op::CreateConsumerGroup {
+            stream: 1,
+            topic: 1,
+            name: "billing".into(),
+        },
+    )?;
+    drop(metadata);
+
+    let partitions_dir = data_dir.join(PARTITIONS_DIR);
+    storage.create_dir(&partitions_dir).map_err(|e| error(&e))?;
+    // The partitions directory durable before partitions are created in it.
+    storage.sync_dir(data_dir).map_err(|e| error(&e))?;
+    let mut keys = Vec::new();
+    for partition in 1..=options.partitions {
+        let key = PartitionKey {
+            stream: 1,
+            topic: 1,
+            partition,
+        };
+        let dir: PathBuf = partitions_dir.join(key.dir_name());
+        let config = partition_config(identity(), key, Some(options.segment_size_bytes));
+        let log = Partition::create(storage.clone(), &dir, config).map_err(|e| error(&e))?;
+        let published = options.batches.saturating_sub(options.unpublished_batches);
+        for index in 0..options.batches {
+            let mut bytes = client_batch(key, index, options.max_messages);
+            log.append(&mut bytes, 1_700_000_000_000_000 + index * 1_000)
+                .map_err(|e| error(&e))?;
+            if index + 1 == published || (index + 1 < published && index % 7 == 6) {
+                log.publish().map_err(|e| error(&e))?;
+            }
+        }
+        log.wal().write_buffered().map_err(|e| error(&e))?;
+        let offsets = log.offsets();
+        offsets
+            .store(ConsumerKind::Consumer, 1, u64::from(partition) * 5)
+            .map_err(|e| error(&e))?;
+        offsets
+            .store(ConsumerKind::Group, 1, u64::from(partition) * 3)
+            .map_err(|e| error(&e))?;
+        // Dropped without `close`: the head segment's index is never written, as after a crash.
+        drop(log);
+        keys.push(key);
+    }
+    Ok(keys)
+}

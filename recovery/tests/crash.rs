@@ -1,0 +1,88 @@
+//! For crash states of the populate workload (a metadata group with a checkpoint, three
+//! partitions with rotations, publications and unpublished tails, consumer offsets), `check`
+//! (what `iggy-fsck` runs) reports exactly the verdict and the plan that `boot(Open)` then carries
+//! out, and after `boot(Open)` the node checks clean.
+//!
+//! The default run samples crash points so that at least 1,000 states are checked;
+//! `RECOVERY_CRASH_FULL=1` checks every crash point.
+#![allow(
+    clippy::unwrap_used,
+    reason = "test code: a failed unwrap is a failed test"
+)]
+
+use std::path::Path;
+
+use iggy_io::{EnumerationConfig, ReadOnly, SimStorage, enumerate};
+use iggy_recovery::populate::{Options, populate};
+use iggy_recovery::{Mode, boot, check, exit};
+
+fn options() -> Options {
+    Options {
+        partitions: 3,
+        batches: 12,
+        unpublished_batches: 2,
+        segment_size_bytes: 4096,
+        metadata_file_bytes: 16 << 10,
+        max_messages: 3,
+    }
+}
+
+#[test]
+fn fsck_verdict_and_plan_equal_what_boot_does_in_every_crash_state() {
+    let storage = SimStorage::new(77);
+    populate(&storage, Path::new(""), &options()).unwrap();
+    let trace = storage.trace();
+    let storage_ops = trace.iter().filter(|op| op.is_storage_op()).count();
+    let full = std::env::var_os("RECOVERY_CRASH_FULL").is_some();
+    let config = EnumerationConfig {
+        seed: 5,
+        max_states_per_point: 8,
+        torn_states_per_point: 1,
+        max_points: if full { None } else { Some(190) },
+        ..EnumerationConfig::default()
+    };
+    let mut verdicts = [0usize; 9];
+    let counts = enumerate(&trace, &config, |crash| {
+        let checked = match check(
+            &ReadOnly::new(crash.storage.clone()),
+            Path::new(""),
+            |_, _| {},
+        ) {
+            Ok(report) => report,
+            // Before the first directory exists there is no node to check or boot.
+            Err(iggy_recovery::RecoveryError::NotANode { .. }) => return Ok(()),
+            Err(error) => return Err(format!("check failed: {error}")),
+        };
+        let (_, booted) = boot(crash.storage.clone(), Path::new(""), Mode::Open)
+            .map_err(|e| format!("boot failed: {e}"))?;
+        if checked.plan() != booted.plan() {
+            return Err(format!(
+                "check plans {:?}\nboot did {:?}",
+                checked.plan(),
+                booted.plan()
+            ));
+        }
+        if checked.exit_code() != booted.exit_code() || checked.groups != booted.groups {
+            return Err(format!(
+                "verdicts differ: check {:?}, boot {:?}",
+                checked.groups, booted.groups
+            ));
+        }
+        verdicts[usize::from(checked.exit_code())] += 1;
+        let after = check(
+            &ReadOnly::new(crash.storage.clone()),
+            Path::new(""),
+            |_, _| {},
+        )
+        .map_err(|e| e.to_string())?;
+        if after.exit_code() != exit::CLEAN {
+            return Err(format!("after boot(Open): {}", after.render()));
+        }
+        Ok(())
+    })
+    .unwrap_or_else(|failure| panic!("{failure}"));
+    eprintln!("{counts:?} over {storage_ops} storage operations; exit codes seen: {verdicts:?}");
+    assert!(counts.states >= 1000, "{counts:?}");
+    // The sample reaches both clean states and states boot repairs.
+    assert!(verdicts[0] > 0 && verdicts[1] > 0, "{verdicts:?}");
+}
