@@ -7,6 +7,10 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
+mod partition;
+
+pub use partition::{decode_index, decode_segment};
+
 use clap::{Parser, Subcommand};
 use iggy_io::{OsStorage, ReadFile, ReadOnly, ReadStorage};
 use serde_json::{Value, json};
@@ -44,12 +48,33 @@ pub enum Command {
         /// Path to a `snapshot.bin` file.
         file: PathBuf,
     },
+    /// A partition segment (`{offset:020}.log`): every entry's WAL header and body checksum,
+    /// batch offsets, timestamps and message checksums; where and why decoding stops.
+    Segment {
+        /// Path to a `.log` file.
+        file: PathBuf,
+        /// List every message with its offset, id and a payload preview.
+        #[arg(long)]
+        messages: bool,
+    },
+    /// A segment's sparse index (`{offset:020}.index`): its entries, each checked against the
+    /// `.log` beside it.
+    Index {
+        /// Path to a `.index` file.
+        file: PathBuf,
+    },
+    /// A whole node directory: boot's verdict on every group (what `iggy-fsck` reports) and each
+    /// partition's segments.
+    Node {
+        /// The node's data directory (holding `metadata/` and `partitions/`).
+        dir: PathBuf,
+    },
     /// The compiled layout: sizes, versions and defaults of every format.
     Constants,
 }
 
 /// Reads a whole file read-only; the error names the path.
-fn read_file(path: &Path) -> Result<Vec<u8>, String> {
+pub(crate) fn read_file(path: &Path) -> Result<Vec<u8>, String> {
     let parent = path
         .parent()
         .filter(|p| !p.as_os_str().is_empty())
@@ -86,7 +111,7 @@ pub fn hexdump(bytes: &[u8], base: u64) -> String {
     out
 }
 
-fn hex128(value: u128) -> String {
+pub(crate) fn hex128(value: u128) -> String {
     format!("{value:#034x}")
 }
 
@@ -97,6 +122,9 @@ pub fn run(cli: &Cli, out: &mut dyn Write) -> Result<(), String> {
         Command::Frontier { file } => frontier(file)?,
         Command::Wal { dir } => wal(dir)?,
         Command::Snapshot { file } => snapshot(file)?,
+        Command::Segment { file, messages } => partition::segment(file, *messages)?,
+        Command::Index { file } => partition::index_file(file)?,
+        Command::Node { dir } => partition::node(dir)?,
         Command::Constants => constants(),
     };
     let written = if cli.json {
@@ -221,15 +249,16 @@ fn frontier(path: &Path) -> Result<(Value, String), String> {
             Ok(f) => {
                 text.push_str(&format!(
                     "slot {slot} (offset {start}): sequence {} generation {} group {:#x} incarnation {}\n  \
-                     head op {} checksum {} in file {:020}.wal, published length {}\n",
+                     head op {} checksum {} in the file keyed {:020} (first op {}), published length {}\n",
                     f.sequence, f.generation, f.group, f.incarnation, f.head_op,
-                    hex128(f.head_checksum), f.head_file, f.published_length
+                    hex128(f.head_checksum), f.head_file_key, f.head_file, f.published_length
                 ));
                 slots.push(json!({
                     "slot": slot, "valid": true, "sequence": f.sequence, "generation": f.generation,
                     "group": format!("{:#x}", f.group), "incarnation": f.incarnation,
                     "head_op": f.head_op, "head_checksum": hex128(f.head_checksum),
-                    "head_file": f.head_file, "published_length": f.published_length,
+                    "head_file": f.head_file, "head_file_key": f.head_file_key,
+                    "published_length": f.published_length,
                 }));
             }
             Err(error) => {
@@ -278,7 +307,19 @@ fn wal(dir: &Path) -> Result<(Value, String), String> {
     let mut text = format!("wal {}\n", dir.display());
     let checked = match iggy_wal::boot::choose_frontier(&frontier_path, slots, &mut Vec::new()) {
         Ok((frontier, _)) => {
-            iggy_wal::check(&storage, &name, frontier.group).map(|report| (frontier.group, report))
+            // A partition's log is keyed (its files are `.log` segments); a group's is by op.
+            let keyed = storage.list_dir(&name).is_ok_and(|entries| {
+                entries
+                    .iter()
+                    .any(|e| iggy_wal::Naming::ByKey.parse(&e.name).is_some())
+            });
+            let naming = if keyed {
+                iggy_wal::Naming::ByKey
+            } else {
+                iggy_wal::Naming::ByOp
+            };
+            iggy_wal::check_named(&storage, &name, frontier.group, naming)
+                .map(|report| (frontier.group, report))
         }
         Err(refusal) => Err(refusal),
     };

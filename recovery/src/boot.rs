@@ -115,7 +115,7 @@ const UNKNOWN_IDENTITY: Identity = Identity {
 };
 
 /// The identity recorded in the first copy that decodes of `dir/superblock`, if any.
-fn discover_identity<R: ReadStorage>(storage: &R, dir: &Path) -> Option<Identity> {
+pub fn discover_identity<R: ReadStorage>(storage: &R, dir: &Path) -> Option<Identity> {
     let path = dir.join(iggy_superblock::FILE_NAME);
     let file = storage.open_read(&path).ok()?;
     let len = usize::try_from(file.len().ok()?.min(copy::FILE_SIZE)).ok()?;

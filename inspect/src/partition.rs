@@ -1,0 +1,352 @@
+//! `segment`, `index` and `node`: a partition's files and a whole node. The decoders take bytes
+//! (any bytes: they are fuzzed) and return JSON and text; the commands read the files read-only.
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use iggy_format::Header;
+use iggy_format::batch::{self, BATCH_HEADER_SIZE};
+use iggy_format::constants::HEADER_SIZE;
+use iggy_io::{OsStorage, ReadOnly};
+use iggy_segments::index::{self, IndexEntry};
+use serde_json::{Value, json};
+
+use crate::{hex128, hexdump, read_file};
+
+/// Most entries a segment listing shows in full (the totals always cover the whole file).
+const SHOWN_ENTRIES_MAX: usize = 100_000;
+/// Payload bytes shown per message with `--messages`.
+const PREVIEW_BYTES: usize = 48;
+
+fn preview(bytes: &[u8]) -> String {
+    bytes
+        .iter()
+        .take(PREVIEW_BYTES)
+        .map(|&b| {
+            if b.is_ascii_graphic() || b == b' ' {
+                b as char
+            } else {
+                '.'
+            }
+        })
+        .collect()
+}
+
+/// Decodes a segment file (a keyed WAL file whose bodies are message batches) entry by entry:
+/// each WAL header and body checksum, each batch header, and each message checksum. It stops at
+/// the first entry whose header does not verify and shows its bytes; zeros there mean the end
+/// of the written part.
+#[must_use]
+pub fn decode_segment(bytes: &[u8], messages: bool) -> (Value, String) {
+    let mut text = String::new();
+    let mut entries = Vec::new();
+    let mut offset = 0usize;
+    let mut batches = 0u64;
+    let mut message_count = 0u64;
+    let mut previous: Option<u128> = None;
+    let stop = loop {
+        let Some(header_bytes) = bytes.get(offset..offset + HEADER_SIZE) else {
+            break if offset == bytes.len() {
+                "end of file".to_string()
+            } else {
+                format!(
+                    "{} trailing bytes, shorter than a header",
+                    bytes.len() - offset
+                )
+            };
+        };
+        if header_bytes.iter().all(|b| *b == 0) {
+            let written = bytes[offset..].iter().rposition(|b| *b != 0);
+            break match written {
+                None => "zeros to the end of file (never written)".to_string(),
+                Some(last) => format!(
+                    "zeros, then non-zero bytes up to offset {}",
+                    offset + last + 1
+                ),
+            };
+        }
+        let header = match Header::decode(header_bytes) {
+            Ok(header) => header,
+            Err(error) => {
+                let _ = write!(
+                    text,
+                    "@{offset}: header does not verify: {error}\n{}",
+                    hexdump(header_bytes, offset as u64)
+                );
+                break format!("bad header at offset {offset}: {error}");
+            }
+        };
+        let size = usize::try_from(header.size).unwrap_or(usize::MAX);
+        let Some(body) = bytes.get(offset + HEADER_SIZE..offset.saturating_add(size)) else {
+            let _ = writeln!(
+                text,
+                "@{offset}: op {} declares {size} bytes, past the end of file",
+                header.op
+            );
+            break format!("entry at offset {offset} runs past the end of file");
+        };
+        let body_ok = header.body_matches(body);
+        let linked = previous.is_none_or(|p| p == header.parent);
+        previous = Some(header.checksum());
+        let mut line = format!(
+            "@{offset} op {} size {size}{}{}",
+            header.op,
+            if body_ok {
+                ""
+            } else {
+                " BODY CHECKSUM MISMATCH"
+            },
+            if linked { "" } else { " PARENT LINK BROKEN" }
+        );
+        let mut entry = json!({
+            "offset": offset, "op": header.op, "size": size, "body_ok": body_ok,
+            "linked": linked, "checksum": hex128(header.checksum()),
+        });
+        match batch::decode(body) {
+            Ok(decoded) => {
+                let h = decoded.header;
+                let _ = write!(
+                    line,
+                    ": batch partition {} offsets {}..{} ({} messages) base_timestamp {}",
+                    h.partition_id,
+                    h.base_offset,
+                    h.base_offset + u64::from(h.message_count),
+                    h.message_count,
+                    h.base_timestamp
+                );
+                entry["batch"] = json!({
+                    "partition_id": h.partition_id, "base_offset": h.base_offset,
+                    "message_count": h.message_count, "base_timestamp": h.base_timestamp,
+                    "origin_timestamp": h.origin_timestamp, "valid": true,
+                });
+                batches += 1;
+                message_count += u64::from(h.message_count);
+                if messages {
+                    let mut listed = Vec::new();
+                    for m in decoded.messages() {
+                        let _ = write!(
+                            line,
+                            "\n    offset {} id {:#x} {} bytes: {}",
+                            h.base_offset + u64::from(m.offset_delta),
+                            m.id,
+                            m.payload.len(),
+                            preview(m.payload)
+                        );
+                        listed.push(json!({
+                            "offset": h.base_offset + u64::from(m.offset_delta),
+                            "id": format!("{:#x}", m.id), "payload_bytes": m.payload.len(),
+                            "preview": preview(m.payload),
+                        }));
+                    }
+                    entry["messages"] = Value::Array(listed);
+                }
+            }
+            Err(error) => {
+                let _ = write!(line, ": batch does not verify: {error}");
+                let shown = &body[..body.len().min(BATCH_HEADER_SIZE)];
+                let _ = write!(line, "\n{}", hexdump(shown, (offset + HEADER_SIZE) as u64));
+                entry["batch"] = json!({ "valid": false, "error": error.to_string() });
+            }
+        }
+        if entries.len() < SHOWN_ENTRIES_MAX {
+            let _ = writeln!(text, "{line}");
+            entries.push(entry);
+        }
+        offset += size.max(HEADER_SIZE);
+    };
+    let _ = writeln!(
+        text,
+        "{batches} batches, {message_count} messages in {offset} bytes; stopped: {stop}"
+    );
+    (
+        json!({ "entries": entries, "batches": batches, "messages": message_count,
+                "end": offset, "stop": stop }),
+        text,
+    )
+}
+
+/// Decodes an index file and, given the `.log` beside it, checks every entry against it.
+#[must_use]
+pub fn decode_index(bytes: &[u8], start_offset: u64, log: Option<&[u8]>) -> (Value, String) {
+    let mut text = String::new();
+    match index::decode(bytes, start_offset) {
+        Ok(entries) => {
+            let interval = iggy_format::le::u64_at(bytes, 40).unwrap_or_default();
+            let _ = writeln!(
+                text,
+                "valid: segment {start_offset}, interval {interval} bytes, {} entries",
+                entries.len()
+            );
+            let checked: Vec<Value> = entries
+                .iter()
+                .map(|entry| {
+                    let verdict = log.map(|log| check_entry(entry, log));
+                    let _ = writeln!(
+                        text,
+                        "  offset {} timestamp {} position {} op {}{}",
+                        entry.offset,
+                        entry.timestamp,
+                        entry.position,
+                        entry.op,
+                        verdict.as_ref().map_or(String::new(), |v| format!(": {v}"))
+                    );
+                    json!({
+                        "offset": entry.offset, "timestamp": entry.timestamp,
+                        "position": entry.position, "op": entry.op, "against_log": verdict,
+                    })
+                })
+                .collect();
+            (
+                json!({ "valid": true, "start_offset": start_offset, "interval": interval,
+                        "entries": checked }),
+                text,
+            )
+        }
+        Err(error) => {
+            let _ = write!(
+                text,
+                "invalid (boot rebuilds it from the .log): {error}\n{}",
+                hexdump(&bytes[..bytes.len().min(index::HEADER_SIZE + 64)], 0)
+            );
+            (
+                json!({ "valid": false, "error": error.to_string(), "bytes": bytes.len() }),
+                text,
+            )
+        }
+    }
+}
+
+/// Whether the log holds, at the entry's position, the batch the entry names.
+fn check_entry(entry: &IndexEntry, log: &[u8]) -> String {
+    let Ok(at) = usize::try_from(entry.position) else {
+        return "position past the log".into();
+    };
+    let Some(header) = log
+        .get(at..at.saturating_add(HEADER_SIZE))
+        .and_then(|b| Header::decode(b).ok())
+    else {
+        return "no valid entry header at that position".into();
+    };
+    let size = usize::try_from(header.size).unwrap_or(0);
+    let Some(body) = log.get(at + HEADER_SIZE..at.saturating_add(size)) else {
+        return "entry runs past the log".into();
+    };
+    match batch::peek_header(body, body.len()) {
+        Ok(h) if header.op == entry.op && h.base_offset == entry.offset => {
+            if h.base_timestamp == entry.timestamp {
+                "matches the log".into()
+            } else {
+                format!("timestamp differs (log {})", h.base_timestamp)
+            }
+        }
+        Ok(h) => format!("log has op {} at offset {} there", header.op, h.base_offset),
+        Err(error) => format!("batch header does not verify: {error}"),
+    }
+}
+
+/// `segment <file>`.
+pub fn segment(path: &Path, messages: bool) -> Result<(Value, String), String> {
+    let bytes = read_file(path)?;
+    let (mut value, body) = decode_segment(&bytes, messages);
+    value["file"] = path.display().to_string().into();
+    Ok((
+        value,
+        format!("segment {} ({} bytes)\n{body}", path.display(), bytes.len()),
+    ))
+}
+
+/// `index <file>`: the `.log` beside it (same start offset) is read to check the entries.
+pub fn index_file(path: &Path) -> Result<(Value, String), String> {
+    let bytes = read_file(path)?;
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let start = index::parse_file_name(&name).unwrap_or(0);
+    let log_path = path.with_extension("log");
+    let log = read_file(&log_path).ok();
+    let (mut value, body) = decode_index(&bytes, start, log.as_deref());
+    value["file"] = path.display().to_string().into();
+    let against = if log.is_some() {
+        format!("checked against {}", log_path.display())
+    } else {
+        format!("{} not readable: entries not checked", log_path.display())
+    };
+    Ok((
+        value,
+        format!(
+            "index {} ({} bytes); {against}\n{body}",
+            path.display(),
+            bytes.len()
+        ),
+    ))
+}
+
+/// `node <dir>`: boot's verdict on every group (the analysis `iggy-fsck` runs), and each
+/// partition's segments.
+pub fn node(dir: &Path) -> Result<(Value, String), String> {
+    let storage =
+        ReadOnly::new(OsStorage::open(dir).map_err(|e| format!("{}: {e}", dir.display()))?);
+    let mut report = iggy_recovery::check(&storage, Path::new(""), |_, _| {})
+        .map_err(|e| format!("{}: {e}", dir.display()))?;
+    report.data_dir = dir.to_path_buf();
+    let mut text = report.render();
+    let mut partitions = Vec::new();
+    for group in &report.groups {
+        let Some(key) = group
+            .group
+            .strip_prefix("partition ")
+            .and_then(iggy_recovery::PartitionKey::parse)
+        else {
+            continue;
+        };
+        if group.status == iggy_recovery::Status::Refuse
+            || group.status == iggy_recovery::Status::NeedsPeerRepair
+        {
+            continue;
+        }
+        let identity = iggy_recovery::boot::discover_identity(&storage, Path::new("metadata"))
+            .or_else(|| iggy_recovery::boot::discover_identity(&storage, &group.dir));
+        let Some(identity) = identity else {
+            continue;
+        };
+        let config = iggy_recovery::partition_config(identity, key, None);
+        // The same check as above, for its segment list.
+        let Ok(Some(checked)) = iggy_segments::check(&storage, &group.dir, &config) else {
+            continue;
+        };
+        let _ = writeln!(
+            text,
+            "  {}: next offset {}, {} segments",
+            group.group,
+            checked.next_offset,
+            checked.segments.len()
+        );
+        let segments: Vec<Value> = checked
+            .segments
+            .iter()
+            .map(|s| {
+                let _ = writeln!(
+                    text,
+                    "      {} offsets {}..{} ({} batches, {} bytes, {} index entries)",
+                    s.path.display(),
+                    s.start_offset,
+                    s.next_offset,
+                    s.batches,
+                    s.bytes,
+                    s.index.len()
+                );
+                json!({ "file": s.path.display().to_string(), "start_offset": s.start_offset,
+                        "next_offset": s.next_offset, "batches": s.batches, "bytes": s.bytes })
+            })
+            .collect();
+        partitions.push(
+            json!({ "group": group.group, "next_offset": checked.next_offset,
+                                "segments": segments,
+                                "consumer_offsets": checked.offsets.len() }),
+        );
+    }
+    let mut value = report.to_json();
+    value["partitions"] = Value::Array(partitions);
+    Ok((value, text))
+}
