@@ -9,6 +9,7 @@ use std::time::Instant;
 use serde::Serialize;
 
 use crate::engines::{Engine, EngineKind, run_dir};
+use crate::stats::{Latencies, Percentiles};
 
 /// The scenarios of the WAL issue.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
@@ -108,6 +109,20 @@ pub struct Cell {
     pub median: Option<f64>,
     pub samples: Vec<f64>,
     pub note: Option<String>,
+    /// Per-append latency over every round (durable scenarios: each append waits for its sync).
+    pub latency: Option<Percentiles>,
+    /// The latency CDF behind `latency`: (microseconds, quantile), for the chart.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub cdf: Vec<(f64, f64)>,
+}
+
+/// What one run of a scenario measured.
+#[derive(Debug, Default)]
+pub struct Measured {
+    /// In the scenario's unit.
+    pub value: f64,
+    /// Per-append latencies, for the durable scenarios.
+    pub latencies: Option<Latencies>,
 }
 
 /// Pseudo-random, incompressible record bytes (the same for every engine).
@@ -146,6 +161,7 @@ fn batches(
     sizes: &Sizes,
     data: &[Vec<u8>],
     durable: bool,
+    mut latencies: Option<&mut Latencies>,
 ) -> Result<u64, String> {
     let batch_bytes = (sizes.record_bytes * sizes.batch_records) as u64;
     let count = (sizes.batch_total_bytes / batch_bytes).max(1);
@@ -155,7 +171,11 @@ fn batches(
         .map(Vec::as_slice)
         .collect();
     for _ in 0..count {
+        let began = Instant::now();
         engine.append(0, &batch, durable)?;
+        if let Some(latencies) = latencies.as_deref_mut() {
+            latencies.record(began.elapsed());
+        }
     }
     if !durable {
         engine.sync()?;
@@ -170,30 +190,42 @@ pub fn run_one(
     sizes: &Sizes,
     base: &Path,
     data: &[Vec<u8>],
-) -> Result<Option<f64>, String> {
+) -> Result<Option<Measured>, String> {
     let dir = run_dir(base, kind.name())?;
+    let mut latencies = Latencies::new();
     let capacity = sizes.batch_total_bytes.max(sizes.replay_bytes) + (16 << 20);
     let result = match scenario {
         Scenario::PublishedBatches => {
             let engine = kind.open(&dir, capacity)?;
             let started = Instant::now();
-            let records = batches(engine.as_ref(), sizes, data, true)?;
-            Some(rate(records, started))
+            let records = batches(engine.as_ref(), sizes, data, true, Some(&mut latencies))?;
+            Some(Measured {
+                value: rate(records, started),
+                latencies: Some(latencies),
+            })
         }
         Scenario::UnpublishedBatches if kind.has_unpublished_mode() => {
             let engine = kind.open(&dir, capacity)?;
             let started = Instant::now();
-            let records = batches(engine.as_ref(), sizes, data, false)?;
-            Some(rate(records, started))
+            let records = batches(engine.as_ref(), sizes, data, false, None)?;
+            Some(Measured {
+                value: rate(records, started),
+                latencies: None,
+            })
         }
         Scenario::SinglePublished => {
             let engine = kind.open(&dir, capacity)?;
             let started = Instant::now();
             for index in 0..sizes.single_records {
                 let record = &data[usize::try_from(index).unwrap_or(0) % data.len()];
+                let began = Instant::now();
                 engine.append(0, &[record.as_slice()], true)?;
+                latencies.record(began.elapsed());
             }
-            Some(rate(sizes.single_records, started))
+            Some(Measured {
+                value: rate(sizes.single_records, started),
+                latencies: Some(latencies),
+            })
         }
         Scenario::Concurrent64 if kind.has_group_commit() => {
             let engine: Arc<dyn Engine> = Arc::from(kind.open(&dir, capacity)?);
@@ -203,17 +235,27 @@ pub fn run_one(
                 .map(|thread| {
                     let engine = Arc::clone(&engine);
                     let record = data[thread % data.len()].clone();
-                    std::thread::spawn(move || {
-                        (0..per_thread).try_for_each(|_| engine.append(thread, &[&record], true))
+                    std::thread::spawn(move || -> Result<Latencies, String> {
+                        let mut latencies = Latencies::new();
+                        for _ in 0..per_thread {
+                            let began = Instant::now();
+                            engine.append(thread, &[&record], true)?;
+                            latencies.record(began.elapsed());
+                        }
+                        Ok(latencies)
                     })
                 })
                 .collect();
             for thread in threads {
-                thread
+                let recorded = thread
                     .join()
                     .map_err(|_| "appender panicked".to_string())??;
+                latencies.merge(&recorded);
             }
-            Some(rate(64 * per_thread, started))
+            Some(Measured {
+                value: rate(64 * per_thread, started),
+                latencies: Some(latencies),
+            })
         }
         Scenario::ReplayWarm | Scenario::ReplayCold => {
             let engine = kind.open(&dir, capacity)?;
@@ -226,6 +268,7 @@ pub fn run_one(
                 &replay_sizes,
                 data,
                 kind == EngineKind::OkayWal,
+                None,
             )?;
             drop(engine);
             if scenario == Scenario::ReplayCold && !drop_page_cache() {
@@ -237,7 +280,10 @@ pub fn run_one(
             if replayed != written {
                 return Err(format!("replayed {replayed} records of {written}"));
             }
-            Some(written as f64 * sizes.record_bytes as f64 / 1e6 / seconds)
+            Some(Measured {
+                value: written as f64 * sizes.record_bytes as f64 / 1e6 / seconds,
+                latencies: None,
+            })
         }
         Scenario::UnpublishedBatches | Scenario::Concurrent64 => None,
     };
@@ -245,6 +291,9 @@ pub fn run_one(
     iggy_io::Storage::remove_dir_all(&storage, kind.name()).map_err(|e| e.to_string())?;
     Ok(result)
 }
+
+/// One engine's values, note and latencies for a scenario, gathered over the rounds.
+type EngineSamples = (EngineKind, Vec<f64>, Option<String>, Option<Latencies>);
 
 /// Runs the matrix, interleaving engines within each round; `progress` hears each step.
 pub fn run_matrix(
@@ -257,10 +306,12 @@ pub fn run_matrix(
     let data = records(sizes.batch_records.max(64), sizes.record_bytes, 0x1DEA);
     let mut cells: Vec<Cell> = Vec::new();
     for &scenario in scenarios {
-        let mut samples: Vec<(EngineKind, Vec<f64>, Option<String>)> =
-            engines.iter().map(|&e| (e, Vec::new(), None)).collect();
+        let mut samples: Vec<EngineSamples> = engines
+            .iter()
+            .map(|&e| (e, Vec::new(), None, None))
+            .collect();
         for round in 0..sizes.rounds {
-            for (kind, values, note) in &mut samples {
+            for (kind, values, note, latency) in &mut samples {
                 progress(&format!(
                     "{} / {} / round {}",
                     scenario.name(),
@@ -268,13 +319,18 @@ pub fn run_matrix(
                     round + 1
                 ));
                 match run_one(*kind, scenario, sizes, base, &data) {
-                    Ok(Some(value)) => values.push(value),
+                    Ok(Some(measured)) => {
+                        values.push(measured.value);
+                        if let Some(recorded) = measured.latencies {
+                            latency.get_or_insert_with(Latencies::new).merge(&recorded);
+                        }
+                    }
                     Ok(None) => *note = Some("n/a".into()),
                     Err(error) => *note = Some(error),
                 }
             }
         }
-        for (engine, mut values, note) in samples {
+        for (engine, mut values, note, latency) in samples {
             values.sort_by(f64::total_cmp);
             let median = (!values.is_empty()).then(|| values[values.len() / 2]);
             cells.push(Cell {
@@ -283,6 +339,8 @@ pub fn run_matrix(
                 median,
                 samples: values,
                 note,
+                latency: latency.as_ref().map(Latencies::percentiles),
+                cdf: latency.map(|l| l.cdf(200)).unwrap_or_default(),
             });
         }
     }
@@ -336,6 +394,32 @@ pub fn render(cells: &[Cell], engines: &[EngineKind]) -> String {
                 Some(Cell { note: Some(_), .. }) => "error".to_string(),
                 _ => "-".to_string(),
             };
+            let _ = write!(out, " {text:>22}");
+        }
+        out.push('\n');
+    }
+    let _ = writeln!(out, "\nlatency per durable append, us (p50 / p99 / p999)");
+    for scenario in [
+        Scenario::PublishedBatches,
+        Scenario::SinglePublished,
+        Scenario::Concurrent64,
+    ] {
+        let row: Vec<&Cell> = cells
+            .iter()
+            .filter(|c| c.scenario == scenario && c.latency.is_some())
+            .collect();
+        if row.is_empty() {
+            continue;
+        }
+        let _ = write!(out, "{:<30}", scenario.name());
+        for &engine in engines {
+            let text = row
+                .iter()
+                .find(|c| c.engine == engine)
+                .and_then(|c| c.latency)
+                .map_or("-".to_string(), |p| {
+                    format!("{:.0}/{:.0}/{:.0}", p.p50_us, p.p99_us, p.p999_us)
+                });
             let _ = write!(out, " {text:>22}");
         }
         out.push('\n');

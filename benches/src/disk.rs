@@ -101,7 +101,7 @@ fn append<F: WriteFile>(
         seconds: elapsed.as_secs_f64(),
         records_per_second: records as f64 / elapsed.as_secs_f64().max(f64::MIN_POSITIVE),
         megabytes_per_second: megabytes_per_second(bytes, elapsed),
-        batch_latency: percentiles(&mut latencies),
+        batch_latency: percentiles(&latencies),
     })
 }
 
@@ -141,7 +141,7 @@ pub fn run(
         prefilled.sync_data()?;
         latencies.push(began.elapsed());
     }
-    let sync_4k = percentiles(&mut latencies);
+    let sync_4k = percentiles(&latencies);
     drop(prefilled);
 
     progress("buffered sequential write and warm read");

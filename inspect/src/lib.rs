@@ -433,6 +433,12 @@ fn constants() -> (Value, String) {
         "metadata_checkpoint_interval_ops": iggy_metadata::group::CHECKPOINT_INTERVAL_OPS,
         "message_batch_header_size": iggy_format::batch::BATCH_HEADER_SIZE,
         "message_frame_header_size": iggy_format::batch::FRAME_HEADER_SIZE,
+        "segment_index_header_size": iggy_segments::index::HEADER_SIZE,
+        "segment_index_entry_size": iggy_segments::index::ENTRY_SIZE,
+        "segment_index_version": iggy_segments::index::VERSION,
+        "segment_size_default": iggy_segments::Config::new(0, 0, iggy_recovery::populate::identity()).segment_size_bytes,
+        "segment_index_interval_default": iggy_segments::Config::new(0, 0, iggy_recovery::populate::identity()).index_interval_bytes,
+        "consumer_offset_file_size": iggy_segments::offsets::FILE_SIZE,
     });
     let mut text = String::new();
     if let Value::Object(map) = &values {

@@ -169,6 +169,10 @@ struct CompareArgs {
     /// Print JSON instead of a table.
     #[arg(long)]
     json: bool,
+    /// Also draw the results as an SVG chart at this path: throughput per scenario as a ratio
+    /// to the raw baseline, and the latency CDF of single published records per engine.
+    #[arg(long)]
+    out: Option<PathBuf>,
 }
 
 #[derive(clap::Args, Debug, Default)]
@@ -268,7 +272,7 @@ fn run_wal(args: &WalArgs) -> Result<(), String> {
     engine.sync()?;
     let seconds = started.elapsed().as_secs_f64();
     let records = batches_per_writer * args.writers as u64 * args.batch as u64;
-    let latency = percentiles(&mut latencies);
+    let latency = percentiles(&latencies);
     let report = serde_json::json!({
         "records": records,
         "seconds": seconds,
@@ -419,6 +423,10 @@ fn run_compare(args: &CompareArgs) -> Result<(), String> {
         bar.inc(1);
     });
     bar.finish_and_clear();
+    if let Some(path) = &args.out {
+        iggy_benches::chart::write_svg(&cells, &engines, path)?;
+        eprintln!("iggy-bench: chart written to {}", path.display());
+    }
     if args.json {
         let report = serde_json::json!({ "sizes": sizes, "cells": cells });
         println!(

@@ -1,0 +1,56 @@
+//! The compare chart names every scenario and engine it has figures for, marks an engine whose
+//! sync does not reach the disk, and draws one CDF line per engine with latencies.
+#![allow(
+    clippy::unwrap_used,
+    reason = "test code: a failed unwrap is a failed test"
+)]
+
+use iggy_benches::compare::{Cell, Scenario};
+use iggy_benches::engines::EngineKind;
+use iggy_benches::stats::Latencies;
+
+#[test]
+fn the_chart_labels_every_scenario_and_engine() {
+    let engines = [
+        EngineKind::RawPrefilled,
+        EngineKind::IggyWal,
+        EngineKind::CommitLog,
+    ];
+    let mut cells = Vec::new();
+    for scenario in [Scenario::PublishedBatches, Scenario::SinglePublished] {
+        for (i, engine) in engines.iter().enumerate() {
+            let mut latencies = Latencies::new();
+            for us in 1..=100u64 {
+                latencies.record(std::time::Duration::from_micros(us * (i as u64 + 1)));
+            }
+            cells.push(Cell {
+                scenario,
+                engine: *engine,
+                median: Some(1000.0 * (i as f64 + 1.0)),
+                samples: vec![1000.0],
+                note: None,
+                latency: Some(latencies.percentiles()),
+                cdf: latencies.cdf(50),
+            });
+        }
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("chart.svg");
+    iggy_benches::chart::write_svg(&cells, &engines, &path).unwrap();
+    let storage = iggy_io::OsStorage::open(dir.path()).unwrap();
+    let file = iggy_io::ReadStorage::open_read(&storage, "chart.svg").unwrap();
+    let mut bytes = vec![0u8; usize::try_from(iggy_io::ReadFile::len(&file).unwrap()).unwrap()];
+    iggy_io::ReadFile::read_exact_at(&file, 0, &mut bytes).unwrap();
+    let svg = String::from_utf8(bytes).unwrap();
+    for label in [
+        "batches, published",
+        "single, published",
+        "raw-prefilled",
+        "iggy-wal",
+        "commitlog \u{2020}",
+    ] {
+        assert!(svg.contains(label), "{label} missing");
+    }
+    // One CDF polyline per engine in the single-record scenario.
+    assert!(svg.matches("<polyline").count() >= engines.len(), "{svg}");
+}
