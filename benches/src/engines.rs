@@ -180,11 +180,13 @@ impl Engine for RawFile {
 }
 
 /// The toolkit's WAL with its default configuration (64 MiB files preallocated).
-pub struct IggyWal {
-    wal: Wal<OsStorage>,
+pub struct IggyWal<S: Storage = OsStorage> {
+    wal: Wal<S>,
 }
 
-fn iggy_config() -> Config {
+/// The configuration the bench runs the toolkit's WAL with.
+#[must_use]
+pub fn iggy_config() -> Config {
     // Unpublished runs rely on the final publish, as a replicated partition does between
     // checkpoints; the budget is the bench's whole volume.
     Config {
@@ -211,7 +213,23 @@ impl IggyWal {
         let wal = Wal::create(storage, Path::new("wal"), config, 1, 0).map_err(err)?;
         Ok(Self { wal })
     }
+}
 
+impl<S: Storage> IggyWal<S> {
+    /// The bench's WAL, with the bench's configuration, on any storage (the honesty test runs it
+    /// on a simulated disk and cuts the power).
+    pub fn create_on(storage: S) -> Result<Self, String> {
+        let wal = Wal::create(storage, Path::new("wal"), iggy_config(), 1, 0).map_err(err)?;
+        Ok(Self { wal })
+    }
+
+    /// The log, for checking what it holds.
+    pub fn wal(&self) -> &Wal<S> {
+        &self.wal
+    }
+}
+
+impl IggyWal {
     fn replay(dir: &Path) -> Result<u64, String> {
         let storage = OsStorage::open(dir).map_err(err)?;
         let (wal, _) = Wal::open(storage, Path::new("wal"), iggy_config(), Mode::Open)
@@ -221,7 +239,7 @@ impl IggyWal {
     }
 }
 
-impl Engine for IggyWal {
+impl<S: Storage> Engine for IggyWal<S> {
     fn append(&self, _stream: usize, records: &[&[u8]], durable: bool) -> Result<(), String> {
         let mut last = 0;
         for record in records {
