@@ -365,6 +365,30 @@ impl Builder {
         });
     }
 
+    /// Records a partition's outcome (checked or opened): its findings, or its refusal. Returns
+    /// what was opened, if anything.
+    fn partition<T>(
+        &mut self,
+        label: &str,
+        dir: &Path,
+        outcome: Result<Option<(T, iggy_segments::Report)>, PartitionError>,
+    ) -> Option<T> {
+        match outcome {
+            Ok(Some((opened, report))) => {
+                self.group(label, dir, partition_findings(label, dir, &report));
+                Some(opened)
+            }
+            Ok(None) => {
+                self.group(label, dir, Vec::new());
+                None
+            }
+            Err(error) => {
+                self.refused(label, dir, classify_partition(&error), error.to_string());
+                None
+            }
+        }
+    }
+
     /// Records a group that boot refuses.
     fn refused(&mut self, label: &str, dir: &Path, classified: Classified, error: String) {
         let (status, action) = match classified.refusal {
@@ -389,6 +413,41 @@ impl Builder {
             error: Some(error),
             io_error: classified.refusal == Refusal::Io,
         });
+    }
+}
+
+/// What every walk of a node starts from.
+struct Walk {
+    metadata_dir: PathBuf,
+    identity: Option<Identity>,
+    builder: Builder,
+    keys: Vec<PartitionKey>,
+    /// Findings about the node directory itself, reported after the groups'.
+    node_findings: Vec<Finding>,
+}
+
+impl Walk {
+    fn start<R: ReadStorage>(storage: &R, data_dir: &Path) -> Result<Self, RecoveryError> {
+        let metadata_dir = data_dir.join(METADATA_DIR);
+        let mut is_node = false;
+        for dir in [&metadata_dir, &data_dir.join(PARTITIONS_DIR)] {
+            is_node |= storage.exists(dir)?;
+        }
+        if !is_node {
+            return Err(RecoveryError::NotANode {
+                dir: data_dir.to_path_buf(),
+            });
+        }
+        let identity = discover_identity(storage, &metadata_dir);
+        let mut node_findings = Vec::new();
+        let keys = list_partitions(storage, data_dir, &mut node_findings)?;
+        Ok(Self {
+            metadata_dir,
+            identity,
+            builder: Builder::new(data_dir, identity),
+            keys,
+            node_findings,
+        })
     }
 }
 
@@ -532,20 +591,13 @@ pub fn check<R: ReadStorage>(
     data_dir: &Path,
     mut progress: impl FnMut(usize, usize),
 ) -> Result<Report, RecoveryError> {
-    let metadata_dir = data_dir.join(METADATA_DIR);
-    let node_files = [&metadata_dir, &data_dir.join(PARTITIONS_DIR)];
-    if !node_files
-        .iter()
-        .any(|d| storage.exists(d).unwrap_or(false))
-    {
-        return Err(RecoveryError::NotANode {
-            dir: data_dir.to_path_buf(),
-        });
-    }
-    let identity = discover_identity(storage, &metadata_dir);
-    let mut builder = Builder::new(data_dir, identity);
-    let mut node_findings = Vec::new();
-    let keys = list_partitions(storage, data_dir, &mut node_findings)?;
+    let Walk {
+        metadata_dir,
+        identity,
+        mut builder,
+        keys,
+        node_findings,
+    } = Walk::start(storage, data_dir)?;
     let total = keys.len() + 1;
     if storage.exists(&metadata_dir)? {
         check_metadata(
@@ -563,15 +615,8 @@ pub fn check<R: ReadStorage>(
             .or_else(|| discover_identity(storage, &dir))
             .unwrap_or(UNKNOWN_IDENTITY);
         let config = partition_config(identity, *key, None);
-        match iggy_segments::check(storage, &dir, &config) {
-            Ok(Some(report)) => {
-                builder.group(&label, &dir, partition_findings(&label, &dir, &report));
-            }
-            Ok(None) => builder.group(&label, &dir, Vec::new()),
-            Err(error) => {
-                builder.refused(&label, &dir, classify_partition(&error), error.to_string());
-            }
-        }
+        let checked = iggy_segments::check(storage, &dir, &config).map(|r| r.map(|r| ((), r)));
+        builder.partition(&label, &dir, checked);
         progress(done + 2, total);
     }
     builder.report.findings.extend(node_findings);
@@ -615,20 +660,13 @@ pub fn boot<S: Storage + Clone>(
         mode != Mode::Check,
         "Check mode is `check()`: it needs only a read-only storage"
     );
-    let metadata_dir = data_dir.join(METADATA_DIR);
-    let node_files = [&metadata_dir, &data_dir.join(PARTITIONS_DIR)];
-    if !node_files
-        .iter()
-        .any(|d| storage.exists(d).unwrap_or(false))
-    {
-        return Err(RecoveryError::NotANode {
-            dir: data_dir.to_path_buf(),
-        });
-    }
-    let identity = discover_identity(&storage, &metadata_dir);
-    let mut builder = Builder::new(data_dir, identity);
-    let mut node_findings = Vec::new();
-    let keys = list_partitions(&storage, data_dir, &mut node_findings)?;
+    let Walk {
+        metadata_dir,
+        identity,
+        mut builder,
+        keys,
+        node_findings,
+    } = Walk::start(&storage, data_dir)?;
     let mut metadata = None;
     let node_identity = identity.unwrap_or(UNKNOWN_IDENTITY);
     if storage.exists(&metadata_dir)?
@@ -667,15 +705,9 @@ pub fn boot<S: Storage + Clone>(
             Some(stream.topics.get(&key.topic)?.segment_size_bytes)
         });
         let config = partition_config(identity, key, segment_size);
-        match Partition::open(storage.clone(), &dir, config, mode) {
-            Ok(Some((partition, report))) => {
-                builder.group(&label, &dir, partition_findings(&label, &dir, &report));
-                partitions.insert(key, partition);
-            }
-            Ok(None) => builder.group(&label, &dir, Vec::new()),
-            Err(error) => {
-                builder.refused(&label, &dir, classify_partition(&error), error.to_string());
-            }
+        let opened = Partition::open(storage.clone(), &dir, config, mode);
+        if let Some(partition) = builder.partition(&label, &dir, opened) {
+            partitions.insert(key, partition);
         }
     }
     builder.report.findings.extend(node_findings);

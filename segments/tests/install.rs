@@ -189,82 +189,39 @@ fn every_crash_state_boots_to_the_whole_old_or_the_whole_new_partition() {
     eprintln!("checked {counts:?}");
 }
 
-/// Drops the one `sync_dir` that follows the rename onto `.install-retired`.
+/// A `SimStorage` with one of two faults planted in the install's directory operations.
 #[derive(Clone)]
-struct SkipCommitSync {
+struct Hooked {
     inner: SimStorage,
+    hook: Hook,
+    /// Set by the rename the hook keys on.
     armed: Arc<AtomicBool>,
-}
-
-impl ReadStorage for SkipCommitSync {
-    type Reader = <SimStorage as ReadStorage>::Reader;
-    fn open_read(&self, path: impl AsRef<Path>) -> iggy_io::Result<Self::Reader> {
-        self.inner.open_read(path)
-    }
-    fn list_dir(&self, path: impl AsRef<Path>) -> iggy_io::Result<Vec<DirEntry>> {
-        self.inner.list_dir(path)
-    }
-    fn exists(&self, path: impl AsRef<Path>) -> iggy_io::Result<bool> {
-        self.inner.exists(path)
-    }
-}
-
-impl Storage for SkipCommitSync {
-    type File = <SimStorage as Storage>::File;
-    fn open(&self, path: impl AsRef<Path>, mode: OpenMode) -> iggy_io::Result<Self::File> {
-        self.inner.open(path, mode)
-    }
-    fn create_dir(&self, path: impl AsRef<Path>) -> iggy_io::Result<()> {
-        self.inner.create_dir(path)
-    }
-    fn sync_dir(&self, path: impl AsRef<Path>) -> iggy_io::Result<()> {
-        if self.armed.swap(false, Ordering::SeqCst) {
-            return Ok(());
-        }
-        self.inner.sync_dir(path)
-    }
-    fn rename(&self, from: impl AsRef<Path>, to: impl AsRef<Path>) -> iggy_io::Result<()> {
-        if to.as_ref().ends_with(RETIRED_DIR) {
-            self.armed.store(true, Ordering::SeqCst);
-        }
-        self.inner.rename(from, to)
-    }
-    fn hard_link(&self, from: impl AsRef<Path>, to: impl AsRef<Path>) -> iggy_io::Result<()> {
-        self.inner.hard_link(from, to)
-    }
-    fn unlink(&self, path: impl AsRef<Path>) -> iggy_io::Result<()> {
-        self.inner.unlink(path)
-    }
-    fn remove_dir_all(&self, path: impl AsRef<Path>) -> iggy_io::Result<()> {
-        self.inner.remove_dir_all(path)
-    }
-}
-
-#[test]
-fn the_enumeration_catches_a_missing_commit_point_fsync() {
-    let sim = SimStorage::new(31);
-    let storage = SkipCommitSync {
-        inner: sim.clone(),
-        armed: Arc::new(AtomicBool::new(false)),
-    };
-    let (trace, old, new) = record(&storage, &sim);
-    let failure = enumerate_install(&trace, &old, &new)
-        .expect_err("without the commit-point fsync a committed install can roll back");
-    assert!(failure.reason.contains("committed=true"), "{failure}");
-}
-
-/// Fails every directory operation once `budget` of them have run after the backup exists
-/// (a process that dies in the middle of `commit`).
-#[derive(Clone)]
-struct Interrupt {
-    inner: SimStorage,
-    armed: Arc<AtomicBool>,
+    /// Directory operations left before `FailAfterBackup` fails them all.
     budget: Arc<std::sync::atomic::AtomicUsize>,
 }
 
-impl Interrupt {
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Hook {
+    /// Drop the one `sync_dir` that follows the rename onto `.install-retired` (the commit).
+    SkipCommitSync,
+    /// Fail every directory operation once the budget is spent after `.install-backup` exists
+    /// (a process that dies part-way through `commit`).
+    FailAfterBackup,
+}
+
+impl Hooked {
+    fn new(inner: SimStorage, hook: Hook, budget: usize) -> Self {
+        Self {
+            inner,
+            hook,
+            armed: Arc::new(AtomicBool::new(false)),
+            budget: Arc::new(std::sync::atomic::AtomicUsize::new(budget)),
+        }
+    }
+
+    /// Spends one directory operation of the budget, or fails once it is spent.
     fn spend(&self) -> iggy_io::Result<()> {
-        if !self.armed.load(Ordering::SeqCst) {
+        if self.hook != Hook::FailAfterBackup || !self.armed.load(Ordering::SeqCst) {
             return Ok(());
         }
         let left = self.budget.load(Ordering::SeqCst);
@@ -280,7 +237,7 @@ impl Interrupt {
     }
 }
 
-impl ReadStorage for Interrupt {
+impl ReadStorage for Hooked {
     type Reader = <SimStorage as ReadStorage>::Reader;
     fn open_read(&self, path: impl AsRef<Path>) -> iggy_io::Result<Self::Reader> {
         self.inner.open_read(path)
@@ -293,7 +250,7 @@ impl ReadStorage for Interrupt {
     }
 }
 
-impl Storage for Interrupt {
+impl Storage for Hooked {
     type File = <SimStorage as Storage>::File;
     fn open(&self, path: impl AsRef<Path>, mode: OpenMode) -> iggy_io::Result<Self::File> {
         self.spend()?;
@@ -305,12 +262,19 @@ impl Storage for Interrupt {
     }
     fn sync_dir(&self, path: impl AsRef<Path>) -> iggy_io::Result<()> {
         self.spend()?;
+        if self.hook == Hook::SkipCommitSync && self.armed.swap(false, Ordering::SeqCst) {
+            return Ok(());
+        }
         self.inner.sync_dir(path)
     }
     fn rename(&self, from: impl AsRef<Path>, to: impl AsRef<Path>) -> iggy_io::Result<()> {
         self.spend()?;
         self.inner.rename(from, to.as_ref())?;
-        if to.as_ref().ends_with(install::BACKUP_DIR) {
+        let key = match self.hook {
+            Hook::SkipCommitSync => RETIRED_DIR,
+            Hook::FailAfterBackup => install::BACKUP_DIR,
+        };
+        if to.as_ref().ends_with(key) {
             self.armed.store(true, Ordering::SeqCst);
         }
         Ok(())
@@ -327,6 +291,16 @@ impl Storage for Interrupt {
         self.spend()?;
         self.inner.remove_dir_all(path)
     }
+}
+
+#[test]
+fn the_enumeration_catches_a_missing_commit_point_fsync() {
+    let sim = SimStorage::new(31);
+    let storage = Hooked::new(sim.clone(), Hook::SkipCommitSync, 0);
+    let (trace, old, new) = record(&storage, &sim);
+    let failure = enumerate_install(&trace, &old, &new)
+        .expect_err("without the commit-point fsync a committed install can roll back");
+    assert!(failure.reason.contains("committed=true"), "{failure}");
 }
 
 /// An install that dies part-way through moving the new files in leaves `.install-backup`; the
@@ -344,11 +318,7 @@ fn a_recovery_interrupted_by_a_crash_still_restores_the_old_partition() {
             .unwrap();
         let segments = segment_bytes(&sim, &source);
         drop(source);
-        let interrupted = Interrupt {
-            inner: sim.clone(),
-            armed: Arc::new(AtomicBool::new(false)),
-            budget: Arc::new(std::sync::atomic::AtomicUsize::new(budget)),
-        };
+        let interrupted = Hooked::new(sim.clone(), Hook::FailAfterBackup, budget);
         assert!(install_from(&interrupted, &segments, &new).is_err());
         assert!(sim.exists(dir().join(install::BACKUP_DIR)).unwrap());
         sim.crash_process();
