@@ -10,9 +10,8 @@ fn check(bytes: &[u8]) {
     let start = bytes
         .get(32..40)
         .map_or(0, |b| u64::from_le_bytes(b.try_into().unwrap_or_default()));
-    if let Ok(entries) = index::decode(bytes, start) {
-        let interval = u64::from_le_bytes(bytes[40..48].try_into().unwrap_or_default());
-        assert_eq!(index::encode(start, interval, &entries), bytes);
+    if let Ok(file) = index::decode(bytes, start) {
+        assert_eq!(index::encode(start, file.interval_bytes, &file.entries), bytes);
     }
 }
 

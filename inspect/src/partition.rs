@@ -170,8 +170,11 @@ pub fn decode_segment(bytes: &[u8], messages: bool) -> (Value, String) {
 pub fn decode_index(bytes: &[u8], start_offset: u64, log: Option<&[u8]>) -> (Value, String) {
     let mut text = String::new();
     match index::decode(bytes, start_offset) {
-        Ok(entries) => {
-            let interval = iggy_format::le::u64_at(bytes, 40).unwrap_or_default();
+        Ok(index::IndexFile {
+            interval_bytes: interval,
+            entries,
+            ..
+        }) => {
             let _ = writeln!(
                 text,
                 "valid: segment {start_offset}, interval {interval} bytes, {} entries",

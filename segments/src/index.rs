@@ -47,6 +47,14 @@ pub struct IndexEntry {
     pub op: u64,
 }
 
+/// A decoded index file.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct IndexFile {
+    pub start_offset: u64,
+    pub interval_bytes: u64,
+    pub entries: Vec<IndexEntry>,
+}
+
 /// Why an index file is not used (it is rebuilt instead).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum IndexError {
@@ -104,7 +112,7 @@ pub fn encode(start_offset: u64, interval_bytes: u64, entries: &[IndexEntry]) ->
 
 /// Decodes a segment's index file, checking it belongs to the segment at `start_offset`.
 /// Allocates no more than the bytes present justify.
-pub fn decode(bytes: &[u8], start_offset: u64) -> Result<Vec<IndexEntry>, IndexError> {
+pub fn decode(bytes: &[u8], start_offset: u64) -> Result<IndexFile, IndexError> {
     let len = bytes.len();
     if len < HEADER_SIZE || !(len - HEADER_SIZE).is_multiple_of(ENTRY_SIZE) {
         return Err(IndexError::Length { len });
@@ -137,7 +145,7 @@ pub fn decode(bytes: &[u8], start_offset: u64) -> Result<Vec<IndexEntry>, IndexE
     if count != entries as u64 {
         return Err(IndexError::Count { count, entries });
     }
-    Ok((0..entries)
+    let entries = (0..entries)
         .map(|i| {
             let at = HEADER_SIZE + i * ENTRY_SIZE;
             IndexEntry {
@@ -147,7 +155,12 @@ pub fn decode(bytes: &[u8], start_offset: u64) -> Result<Vec<IndexEntry>, IndexE
                 op: u64_at(at + 24),
             }
         })
-        .collect())
+        .collect();
+    Ok(IndexFile {
+        start_offset,
+        interval_bytes: u64_at(INTERVAL_OFFSET),
+        entries,
+    })
 }
 
 #[cfg(test)]
@@ -168,7 +181,9 @@ mod tests {
     #[test]
     fn round_trip_and_every_bit_flip_is_detected() {
         let bytes = encode(100, 4096, &sample());
-        assert_eq!(decode(&bytes, 100), Ok(sample()));
+        let decoded = decode(&bytes, 100).unwrap();
+        assert_eq!(decoded.entries, sample());
+        assert_eq!(decoded.interval_bytes, 4096);
         assert_eq!(
             decode(&bytes, 99),
             Err(IndexError::Segment {

@@ -400,7 +400,8 @@ fn scan_segment<F: ReadFile>(
         let bytes: &[u8] = match &map {
             Some(map) => {
                 let from = usize::try_from(position).unwrap_or(usize::MAX);
-                map.get(from..from + buffer.len()).unwrap_or(&[])
+                map.get(from..(from + buffer.len()).min(map.len()))
+                    .unwrap_or(&[])
             }
             None => {
                 let len = (file.end - position).min(buffer.len() as u64);
@@ -528,14 +529,13 @@ fn index_disagreement<R: ReadStorage>(
     file.read_exact_at(0, &mut bytes)?;
     Ok(match index::decode(&bytes, segment.start_offset) {
         Err(error) => Some(error.to_string()),
-        Ok(entries) if entries != segment.index => Some("disagrees with the log".into()),
-        Ok(_) => index_interval_disagrees(&bytes, config),
+        Ok(file) if file.entries != segment.index => Some("disagrees with the log".into()),
+        Ok(file) if file.interval_bytes != config.index_interval_bytes => Some(format!(
+            "interval {} where the partition uses {}",
+            file.interval_bytes, config.index_interval_bytes
+        )),
+        Ok(_) => None,
     })
-}
-
-fn index_interval_disagrees(bytes: &[u8], config: &Config) -> Option<String> {
-    let interval = iggy_format::le::u64_at(bytes, 40).unwrap_or_default();
-    (interval != config.index_interval_bytes).then(|| format!("interval {interval}"))
 }
 
 /// One batch read back: verified, the bytes as stored.

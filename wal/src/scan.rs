@@ -142,7 +142,8 @@ pub(crate) fn scan<F: ReadFile>(
         // Verified by decode: this is the entry's identity and the next entry's parent.
         let stored =
             iggy_format::header::stored_checksum(bytes.try_into().unwrap_or(&[0u8; HEADER_SIZE]));
-        if header.op != expected_op {
+        // `u64::MAX` is never an op (it has no successor); boot also uses it for "unknown".
+        if header.op != expected_op || header.op == u64::MAX {
             break StopReason::Op {
                 expected: expected_op,
                 found: header.op,
