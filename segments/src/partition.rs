@@ -565,8 +565,19 @@ pub struct Appended {
 
 struct Segment<R> {
     info: SegmentInfo,
-    reader: Arc<R>,
+    /// Opened by the first read, so that an append never fails after the WAL took its batch.
+    reader: Option<Arc<R>>,
     map: Option<Arc<Mapping>>,
+}
+
+impl<R> Segment<R> {
+    fn new(info: SegmentInfo) -> Self {
+        Self {
+            info,
+            reader: None,
+            map: None,
+        }
+    }
 }
 
 struct State<R> {
@@ -606,7 +617,9 @@ impl<S: Storage + Clone> Partition<S> {
             Superblock::create(storage.clone(), dir, config.identity, VsrState::default())?;
         let wal = Wal::create_keyed(storage.clone(), dir, config.wal(), 1, 0, 0)?;
         let report = analyze(&storage, dir, &config, fresh_wal_report(dir, &config), 0)?;
-        Self::from_parts(storage, dir, config, wal, superblock, &report)
+        Ok(Self::from_parts(
+            storage, dir, config, wal, superblock, &report,
+        ))
     }
 
     /// Boots the partition in `dir` (`Open` or `Repair`): rolls back or finishes a staged
@@ -638,7 +651,7 @@ impl<S: Storage + Clone> Partition<S> {
         report.superblock_repairs = superblock_repairs;
         apply(&storage, dir, &config, &report)?;
         report.findings.splice(0..0, install_findings);
-        let partition = Self::from_parts(storage, dir, config, wal, superblock, &report)?;
+        let partition = Self::from_parts(storage, dir, config, wal, superblock, &report);
         Ok(Some((partition, report)))
     }
 
@@ -649,16 +662,9 @@ impl<S: Storage + Clone> Partition<S> {
         wal: Wal<S>,
         superblock: Superblock<S>,
         report: &Report,
-    ) -> Result<Self, PartitionError> {
-        let mut segments = Vec::new();
-        for info in &report.segments {
-            let reader = Arc::new(storage.open_read(&info.path)?);
-            segments.push(Segment {
-                info: info.clone(),
-                reader,
-                map: None,
-            });
-        }
+    ) -> Self {
+        let segments: Vec<Segment<S::Reader>> =
+            report.segments.iter().cloned().map(Segment::new).collect();
         let last_timestamp = report
             .segments
             .iter()
@@ -681,16 +687,11 @@ impl<S: Storage + Clone> Partition<S> {
         if state.segments.is_empty() {
             // A fresh partition: the WAL made its first file.
             for file in partition.wal.files() {
-                let reader = Arc::new(partition.storage.open_read(&file.path)?);
-                state.segments.push(Segment {
-                    info: empty_segment(&file),
-                    reader,
-                    map: None,
-                });
+                state.segments.push(Segment::new(empty_segment(&file)));
             }
         }
         drop(state);
-        Ok(partition)
+        partition
     }
 
     fn lock(&self) -> MutexGuard<'_, State<S::Reader>> {
@@ -719,12 +720,15 @@ impl<S: Storage + Clone> Partition<S> {
             .segments
             .last()
             .is_none_or(|s| s.info.start_offset != location.key);
+        // From here nothing may fail: the WAL holds the batch, and the offsets must move on.
         if rotated {
-            if let Some(sealed) = state.segments.last() {
-                self.write_index(&sealed.info)?;
+            if let Some(sealed) = state.segments.last()
+                && let Err(error) = self.write_index(&sealed.info)
+            {
+                // Derived data: boot rebuilds a missing or partial index from the log.
+                tracing::warn!(segment = %sealed.info.path.display(), %error, "segment index not written");
             }
             let path = self.dir.join(Naming::ByKey.file_name(location.key));
-            let reader = Arc::new(self.storage.open_read(&path)?);
             let info = SegmentInfo {
                 path,
                 start_offset: location.key,
@@ -736,11 +740,7 @@ impl<S: Storage + Clone> Partition<S> {
                 max_timestamp: timestamp,
                 index: Vec::new(),
             };
-            state.segments.push(Segment {
-                info,
-                reader,
-                map: None,
-            });
+            state.segments.push(Segment::new(info));
         }
         let state = &mut *state;
         let segment = &mut state
@@ -885,11 +885,19 @@ impl<S: Storage + Clone> Partition<S> {
         else {
             return Ok(None);
         };
+        let reader = match &segment.reader {
+            Some(reader) => Arc::clone(reader),
+            None => {
+                let reader = Arc::new(self.storage.open_read(&segment.info.path)?);
+                segment.reader = Some(Arc::clone(&reader));
+                reader
+            }
+        };
         if sealed && mapped && segment.map.is_none() {
-            segment.map = segment.reader.map()?.map(Arc::new);
+            segment.map = reader.map()?.map(Arc::new);
         }
         let map = if sealed { segment.map.clone() } else { None };
-        Ok(Some((Arc::clone(&segment.reader), map, start)))
+        Ok(Some((reader, map, start)))
     }
 
     /// The offset of the first message whose timestamp is at or after `timestamp` (published
@@ -962,8 +970,7 @@ impl<S: Storage + Clone> Partition<S> {
         if count == 0 {
             return Ok(0);
         }
-        let deleted: Vec<Segment<S::Reader>> = state.segments.drain(..count).collect();
-        let last = &deleted[count - 1].info;
+        let last = &state.segments[count - 1].info;
         let frontier = last.next_offset;
         let last_op = last.first_op + last.batches - 1;
         {
@@ -980,6 +987,9 @@ impl<S: Storage + Clone> Partition<S> {
                 superblock.write(next)?;
             }
         }
+        // Only now do the segments leave the partition: a failed superblock write above leaves
+        // everything as it was.
+        let deleted: Vec<Segment<S::Reader>> = state.segments.drain(..count).collect();
         drop(state);
         self.wal.drop_prefix(last_op)?;
         for segment in &deleted {
