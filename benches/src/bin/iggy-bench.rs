@@ -140,6 +140,9 @@ struct WalArgs {
     /// MiB written in total.
     #[arg(long, default_value_t = 256)]
     total_mib: u64,
+    /// Bytes written in total, instead of --total-mib (any size, e.g. for a quick probe).
+    #[arg(long, conflicts_with = "total_mib")]
+    total_bytes: Option<u64>,
     /// Size of each WAL file, MiB (files are preallocated to it).
     #[arg(long, default_value_t = 64)]
     file_mib: u64,
@@ -236,8 +239,9 @@ fn bench_dir(dir: Option<&PathBuf>) -> Result<(PathBuf, Option<tempfile::TempDir
 }
 
 fn run_wal(args: &WalArgs) -> Result<(), String> {
-    if args.record_bytes == 0 || args.batch == 0 || args.total_mib == 0 || args.writers == 0 {
-        return Err("--record-bytes, --batch, --writers and --total-mib must be positive".into());
+    let total_bytes = args.total_bytes.unwrap_or(args.total_mib << 20);
+    if args.record_bytes == 0 || args.batch == 0 || total_bytes == 0 || args.writers == 0 {
+        return Err("--record-bytes, --batch, --writers and the total must be positive".into());
     }
     let (dir, _guard) = bench_dir(args.dir.as_ref())?;
     let base = iggy_benches::engines::run_dir(&dir, "iggy-bench-wal")?;
@@ -246,7 +250,7 @@ fn run_wal(args: &WalArgs) -> Result<(), String> {
     );
     let data = compare::records(args.batch, args.record_bytes, 7);
     let batch_bytes = (args.batch * args.record_bytes) as u64;
-    let batches_per_writer = ((args.total_mib << 20) / batch_bytes / args.writers as u64).max(1);
+    let batches_per_writer = (total_bytes / batch_bytes / args.writers as u64).max(1);
     let durable = args.durability == Durability::Published;
     let started = std::time::Instant::now();
     let threads: Vec<_> = (0..args.writers)
