@@ -254,8 +254,7 @@ pub fn choose_frontier(
         }
         [Err(slot_0), Err(slot_1)] => Err(WalError::FrontierUnreadable {
             path: path.into(),
-            slot_0,
-            slot_1,
+            slots: Box::new([slot_0, slot_1]),
         }),
     }
 }

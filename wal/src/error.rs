@@ -10,11 +10,15 @@ use crate::scan::StopReason;
 pub enum WalError {
     #[error("{dir}: history without its frontier: WAL files {files:?} but no frontier file")]
     HistoryWithoutFrontier { dir: PathBuf, files: Vec<String> },
-    #[error("{path}: both frontier slots are unusable: slot 0: {slot_0}; slot 1: {slot_1}")]
+    #[error(
+        "{path}: both frontier slots are unusable: slot 0: {}; slot 1: {}",
+        slots[0],
+        slots[1]
+    )]
     FrontierUnreadable {
         path: PathBuf,
-        slot_0: SlotError,
-        slot_1: SlotError,
+        /// Why each slot is unusable (boxed: every `Result` of the log carries this type).
+        slots: Box<[SlotError; 2]>,
     },
     #[error("{path}: frontier slot {slot} (offset {offset}): {error}")]
     FrontierRefused {
@@ -106,3 +110,6 @@ pub enum WalError {
     #[error(transparent)]
     Io(#[from] iggy_io::Error),
 }
+
+// Every `Result` of the log carries a `WalError`: keep it small (box large payloads).
+const _: () = assert!(size_of::<WalError>() <= 96);
