@@ -75,6 +75,16 @@ pub enum Command {
 
 /// Reads a whole file read-only; the error names the path.
 pub(crate) fn read_file(path: &Path) -> Result<Vec<u8>, String> {
+    let file = open_file(path)?;
+    let len = file.len().map_err(|e| e.to_string())?;
+    let len = usize::try_from(len).map_err(|_| format!("{}: too large", path.display()))?;
+    let mut bytes = vec![0u8; len];
+    file.read_exact_at(0, &mut bytes)
+        .map_err(|e| e.to_string())?;
+    Ok(bytes)
+}
+
+fn open_file(path: &Path) -> Result<<ReadOnly<OsStorage> as ReadStorage>::Reader, String> {
     let parent = path
         .parent()
         .filter(|p| !p.as_os_str().is_empty())
@@ -83,13 +93,35 @@ pub(crate) fn read_file(path: &Path) -> Result<Vec<u8>, String> {
         .file_name()
         .ok_or_else(|| format!("{}: not a file path", path.display()))?;
     let storage = ReadOnly::new(OsStorage::open(parent).map_err(|e| e.to_string())?);
-    let file = storage.open_read(name).map_err(|e| e.to_string())?;
-    let len = file.len().map_err(|e| e.to_string())?;
-    let len = usize::try_from(len).map_err(|_| format!("{}: too large", path.display()))?;
-    let mut bytes = vec![0u8; len];
-    file.read_exact_at(0, &mut bytes)
-        .map_err(|e| e.to_string())?;
-    Ok(bytes)
+    storage.open_read(name).map_err(|e| e.to_string())
+}
+
+/// A file's bytes: mapped read-only where the file system allows, so that a 1 GiB segment
+/// costs page cache, not a 1 GiB allocation; read into memory otherwise. Mapping is safe for the
+/// files it is used on (segments and indexes): nothing in a node ever shrinks them; retention
+/// and installs unlink or rename, which leaves a mapping valid.
+pub(crate) enum FileBytes {
+    Mapped(iggy_io::Mapping),
+    Read(Vec<u8>),
+}
+
+impl std::ops::Deref for FileBytes {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        match self {
+            Self::Mapped(map) => map,
+            Self::Read(bytes) => bytes,
+        }
+    }
+}
+
+pub(crate) fn map_file(path: &Path) -> Result<FileBytes, String> {
+    let file = open_file(path)?;
+    match file.map().map_err(|e| e.to_string())? {
+        Some(map) => Ok(FileBytes::Mapped(map)),
+        None => read_file(path).map(FileBytes::Read),
+    }
 }
 
 /// A hexdump of `bytes`, offsets counted from `base`.

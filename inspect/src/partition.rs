@@ -11,7 +11,7 @@ use iggy_io::{OsStorage, ReadOnly};
 use iggy_segments::index::{self, IndexEntry};
 use serde_json::{Value, json};
 
-use crate::{hex128, hexdump, read_file};
+use crate::{hex128, hexdump, map_file, read_file};
 
 /// Most entries a segment listing shows in full (the totals always cover the whole file).
 const SHOWN_ENTRIES_MAX: usize = 100_000;
@@ -249,7 +249,7 @@ fn check_entry(entry: &IndexEntry, log: &[u8]) -> String {
 
 /// `segment <file>`.
 pub fn segment(path: &Path, messages: bool) -> Result<(Value, String), String> {
-    let bytes = read_file(path)?;
+    let bytes = map_file(path)?;
     let (mut value, body) = decode_segment(&bytes, messages);
     value["file"] = path.display().to_string().into();
     Ok((
@@ -267,7 +267,7 @@ pub fn index_file(path: &Path) -> Result<(Value, String), String> {
         .unwrap_or_default();
     let start = index::parse_file_name(&name).unwrap_or(0);
     let log_path = path.with_extension("log");
-    let log = read_file(&log_path).ok();
+    let log = map_file(&log_path).ok();
     let (mut value, body) = decode_index(&bytes, start, log.as_deref());
     value["file"] = path.display().to_string().into();
     let against = if log.is_some() {
