@@ -200,7 +200,7 @@ pub(crate) struct Analysis {
     pub zero: Vec<(PathBuf, u64, u64)>,
     pub remove: Vec<PathBuf>,
     /// Files holding adopted entries: synced before the new frontier names them.
-    pub adopted_files: Vec<PathBuf>,
+    pub adopted_files: Vec<(PathBuf, u64, u64)>,
 }
 
 fn read_frontier<R: ReadStorage>(
@@ -628,15 +628,16 @@ fn past_the_frontier<R: ReadStorage>(
         let tail: Scan = scan(&file, head.end, next_op, Some(analysis.head_checksum), None)?;
         if fallback && !tail.entries.is_empty() {
             adopted += tail.entries.len() as u64;
+            let from = head.end;
             head.offsets.extend(tail.entries.iter().map(|e| e.offset));
             head.end = tail.end;
             analysis.head_checksum = tail
                 .entries
                 .last()
                 .map_or(analysis.head_checksum, |e| e.checksum);
-            if !analysis.adopted_files.contains(&head.path) {
-                analysis.adopted_files.push(head.path.clone());
-            }
+            analysis
+                .adopted_files
+                .push((head.path.clone(), from, tail.end));
         }
         let head_end = head.end;
         let head_path = head.path.clone();
@@ -741,23 +742,48 @@ pub(crate) fn apply<S: Storage>(storage: &S, analysis: &Analysis) -> Result<(), 
         // The removals must be durable before a new file of the same name can be created.
         storage.sync_dir(&report.dir)?;
     }
-    for path in &analysis.adopted_files {
-        // Adopted entries were read, perhaps from the page cache of a crashed process: make them
-        // durable before a frontier names them.
-        storage
-            .open(path, iggy_io::OpenMode::Existing)?
-            .sync_data()?;
-    }
-    if let Some(new) = &analysis.new_frontier {
-        tracing::warn!(
-            group = report.group,
-            head_op = new.head_op,
-            "rewriting the WAL frontier"
-        );
-        let file = storage.open(report.dir.join(FRONTIER_FILE), iggy_io::OpenMode::Existing)?;
-        file.write_all_at(new.offset(), &frontier::encode(new))?;
-        // The repaired publication is what the next boot trusts.
+    for (path, from, to) in &analysis.adopted_files {
+        // Adopted entries were read, perhaps from the page cache of a crashed process whose sync
+        // failed: after a failed fsync the kernel may keep pages that no later fsync writes. So
+        // they are written again, then synced, before a frontier names them.
+        let file = storage.open(path, iggy_io::OpenMode::Existing)?;
+        rewrite(&file, *from, *to)?;
         file.sync_data()?;
+    }
+    let frontier_file =
+        storage.open(report.dir.join(FRONTIER_FILE), iggy_io::OpenMode::Existing)?;
+    match &analysis.new_frontier {
+        Some(new) => {
+            tracing::warn!(
+                group = report.group,
+                head_op = new.head_op,
+                "rewriting the WAL frontier"
+            );
+            frontier_file.write_all_at(new.offset(), &frontier::encode(new))?;
+        }
+        None => {
+            // The same bytes again: the trusted slot may be in the page cache only, written by
+            // a publication whose sync failed before the process died (its acknowledgment was
+            // never given, but this boot trusts it). Writing it again makes it durable.
+            let trusted = &analysis.frontier;
+            frontier_file.write_all_at(trusted.offset(), &frontier::encode(trusted))?;
+        }
+    }
+    // What this boot trusts is durable before the log is used: the next boot trusts it too.
+    frontier_file.sync_data()?;
+    Ok(())
+}
+
+/// Writes `[from, to)` of `file` again with the bytes it reads there, through a bounded buffer.
+fn rewrite<F: WriteFile>(file: &F, from: u64, to: u64) -> iggy_io::Result<()> {
+    const CHUNK: u64 = 1 << 20;
+    let mut buffer = vec![0u8; usize::try_from((to - from).min(CHUNK)).unwrap_or(0)];
+    let mut at = from;
+    while at < to {
+        let len = usize::try_from((to - at).min(CHUNK)).unwrap_or(0);
+        file.read_exact_at(at, &mut buffer[..len])?;
+        file.write_all_at(at, &buffer[..len])?;
+        at += len as u64;
     }
     Ok(())
 }

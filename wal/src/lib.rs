@@ -873,7 +873,8 @@ impl<S: Storage> Wal<S> {
     }
 
     /// Removes whole files whose entries are all at or before `op` (after a checkpoint or
-    /// retention). The head file is never removed. `op` must be published.
+    /// retention). Neither the last file nor the one holding the published head is removed.
+    /// `op` must be published.
     pub fn drop_prefix(&self, op: u64) -> Result<usize, WalError> {
         let mut state = self.lock();
         if let Some(cause) = &state.poisoned {
@@ -888,10 +889,15 @@ impl<S: Storage> Wal<S> {
                 head_op: state.published.head_op,
             });
         }
+        // A file goes when every entry in it is at or before `op`, and never the file holding
+        // the published head: the frontier names it, and boot refuses a frontier whose head
+        // file is gone (`LostPublishedFile`). Entries appended since may already have started
+        // later files, so the last file is not necessarily that one.
+        let published_file = state.published.head_file;
         let count = state
             .files
             .windows(2)
-            .take_while(|pair| pair[1].first_op <= op + 1)
+            .take_while(|pair| pair[1].first_op <= op + 1 && pair[0].first_op < published_file)
             .count();
         let removed: Vec<PathBuf> = state.files.drain(..count).map(|f| f.path).collect();
         drop(state);

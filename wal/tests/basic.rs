@@ -7,7 +7,7 @@
 
 use std::path::Path;
 
-use iggy_io::{ReadOnly, SimStorage};
+use iggy_io::{ReadOnly, ReadStorage, SimStorage};
 use iggy_wal::{Appended, Config, Mode, Wal, WalError, check, next_header};
 
 fn config() -> Config {
@@ -216,4 +216,44 @@ fn truncate_after_and_drop_prefix() {
     assert!(report.is_clean(), "{report:?}");
     assert_eq!(wal.first_op(), first);
     assert_eq!(wal.read(first, 60).unwrap(), expected);
+}
+
+/// Found by the partition soak: entries appended after the last publication may have started a
+/// new file, so the published head can be the last entry of a file that is no longer the last
+/// one. Dropping the prefix up to the published head must keep that file: the frontier names it,
+/// and a boot without it refuses (`LostPublishedFile`).
+#[test]
+fn drop_prefix_keeps_the_file_holding_the_published_head() {
+    let storage = SimStorage::new(9);
+    let wal = Wal::create(storage.clone(), dir(), config(), 1, 0).unwrap();
+    let wal_files = || {
+        wal.storage()
+            .list_dir(dir())
+            .unwrap()
+            .into_iter()
+            .filter(|e| e.name.to_string_lossy().ends_with(".wal"))
+            .count()
+    };
+    // Append until op `n` starts a third file, then cut it off: the published head, op n - 1,
+    // is now the last entry of the last file.
+    let mut n = 0;
+    while wal_files() < 3 {
+        n += 1;
+        wal.append_body(&body(n), 1, n).unwrap();
+    }
+    wal.truncate_after(n - 1).unwrap();
+    let published = wal.published();
+    assert_eq!(published.head_op, n - 1);
+    // The same entry again, unpublished: it starts a new file after the published head's file.
+    wal.append_body(&body(n), 1, n).unwrap();
+    assert_eq!(wal_files(), 3);
+    wal.drop_prefix(n - 1).unwrap();
+    assert!(wal.first_op() < n, "the published head's file is kept");
+    drop(wal);
+    storage.power_loss();
+    let (wal, report) = Wal::open(storage, dir(), config(), Mode::Open)
+        .unwrap()
+        .unwrap();
+    assert_eq!(report.head_op, n - 1);
+    assert_eq!(wal.read(n - 1, n - 1).unwrap()[0].body, body(n - 1));
 }

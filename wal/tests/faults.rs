@@ -193,3 +193,37 @@ fn a_failed_write_is_reported_and_never_half_trusted() {
     assert_eq!(wal.head().0, 1);
     assert_eq!(wal.read(1, 1).unwrap()[0].body, b"one");
 }
+
+/// Found by the partition soak (fsyncgate): a publication whose frontier sync fails leaves the
+/// new slot in the page cache only, where no later sync writes it. A process crash keeps the
+/// page cache, so the next boot reads and trusts that slot. Boot must make what it trusts
+/// durable, or a later power loss takes back entries that a booted node already relied on.
+#[test]
+fn what_a_boot_trusts_survives_a_later_power_loss_even_after_a_failed_frontier_sync() {
+    let storage = SimStorage::new(23);
+    let wal = Wal::create(storage.clone(), dir(), config(), 1, 0).unwrap();
+    wal.append_body(b"durable", 1, 0).unwrap();
+    wal.publish().unwrap();
+    wal.append_body(b"published, but its frontier sync failed", 1, 0)
+        .unwrap();
+    storage
+        .arm(dir().join("frontier"), Fault::SyncError)
+        .unwrap();
+    assert!(wal.publish().is_err());
+    drop(wal);
+    storage.crash_process();
+    let (wal, _) = Wal::open(storage.clone(), dir(), config(), Mode::Open)
+        .unwrap()
+        .unwrap();
+    let trusted = wal.head().0;
+    drop(wal);
+    storage.power_loss();
+    let (wal, _) = Wal::open(storage, dir(), config(), Mode::Open)
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        wal.head().0,
+        trusted,
+        "a boot trusted entries that were not durable"
+    );
+}
