@@ -951,7 +951,7 @@ impl<S: Storage + Clone> Partition<S> {
         max_age_us: Option<u64>,
         max_bytes: Option<u64>,
     ) -> Result<usize, PartitionError> {
-        let published_op = self.wal.published().head_op;
+        let published = self.wal.published();
         let mut state = self.lock();
         let mut total: u64 = state.segments.iter().map(|s| s.info.bytes).sum();
         let mut count = 0;
@@ -961,7 +961,10 @@ impl<S: Storage + Clone> Partition<S> {
             let expired =
                 max_age_us.is_some_and(|age| info.max_timestamp.saturating_add(age) < now_us);
             let oversize = max_bytes.is_some_and(|max| total > max);
-            if last_op > published_op || !(expired || oversize) {
+            // Only fully published segments, and never the one the frontier names as holding
+            // the published head (the WAL keeps that file: see `Wal::drop_prefix`).
+            let deletable = last_op <= published.head_op && info.first_op < published.head_file;
+            if !deletable || !(expired || oversize) {
                 break;
             }
             total -= info.bytes;
@@ -991,7 +994,12 @@ impl<S: Storage + Clone> Partition<S> {
         // everything as it was.
         let deleted: Vec<Segment<S::Reader>> = state.segments.drain(..count).collect();
         drop(state);
-        self.wal.drop_prefix(last_op)?;
+        let removed = self.wal.drop_prefix(last_op)?;
+        // Paired with the rule above: the partition and its WAL delete the same files.
+        assert_eq!(
+            removed, count,
+            "retention and the WAL disagree on what to delete"
+        );
         for segment in &deleted {
             let path = self.dir.join(index::file_name(segment.info.start_offset));
             if self.storage.exists(&path)? {
