@@ -96,6 +96,19 @@ fn restart(
     crash(storage, rng);
     let wal = boot(storage, rng)?;
     verify(&wal, acknowledged, 1)?;
+    // Whatever this boot trusts must survive the next power loss: a booted node relies on it.
+    // (A slot left in the page cache by a failed sync must not be trusted without being made
+    // durable.) Check it before the cut below publishes anew.
+    let trusted = wal.head().0;
+    drop(wal);
+    storage.power_loss();
+    let wal = boot(storage, rng)?;
+    if wal.head().0 < trusted {
+        return Err(format!(
+            "a boot trusted op {trusted}, the next boot after a power loss only {}",
+            wal.head().0
+        ));
+    }
     // Boot may keep entries past the acknowledged head only if a publication that was in
     // flight landed; they were never acknowledged, so cut them.
     let cut = acknowledged.len() as u64;
