@@ -17,6 +17,7 @@ mod path;
 mod read_only;
 pub mod short;
 pub mod sim;
+pub mod soak;
 pub mod storage;
 mod uring;
 

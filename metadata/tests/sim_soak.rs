@@ -38,16 +38,7 @@ fn wal_config() -> Config {
     }
 }
 
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, bound: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0 % bound
-    }
-}
+type Rng = iggy_io::soak::SeedRng;
 
 fn op(rng: &mut Rng, step: u64) -> Op {
     match rng.below(4) {
@@ -149,7 +140,7 @@ fn restart(
 }
 
 fn run(seed: u64) -> Result<(), String> {
-    let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+    let mut rng = Rng::new(seed);
     let storage = SimStorage::new(seed);
     let mut group = MetadataGroup::create(storage.clone(), dir(), ID, wal_config())
         .map_err(|e| e.to_string())?;
@@ -202,20 +193,10 @@ fn run(seed: u64) -> Result<(), String> {
 
 #[test]
 fn seeded_faults_and_crashes_restore_exactly_the_acknowledged_ops() {
-    let seeds: Vec<u64> = match std::env::var("METADATA_SIM_SEED") {
-        Ok(seed) => vec![seed.parse().unwrap()],
-        Err(_) => {
-            let count = std::env::var("METADATA_SIM_SEEDS")
-                .ok()
-                .and_then(|n| n.parse().ok());
-            (0..count.unwrap_or(12)).collect()
-        }
-    };
-    for seed in seeds {
-        if let Err(failure) = run(seed) {
-            panic!(
-                "seed {seed}: {failure}\nreplay: METADATA_SIM_SEED={seed} cargo test -p iggy-metadata --test sim_soak"
-            );
-        }
-    }
+    iggy_io::soak::run_seeds(
+        "METADATA_SIM",
+        12,
+        "cargo test -p iggy-metadata --test sim_soak",
+        run,
+    );
 }

@@ -24,16 +24,7 @@ use iggy_segments::{Partition, PartitionError};
 use iggy_superblock::SuperblockError;
 use iggy_wal::{Mode, WalError};
 
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, bound: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0 % bound
-    }
-}
+type Rng = iggy_io::soak::SeedRng;
 
 /// What the harness does after an error.
 enum Outcome {
@@ -160,7 +151,7 @@ fn verify(partition: &Partition<SimStorage>, model: &mut Model) -> Result<(), St
 }
 
 fn run(seed: u64) -> Result<(), String> {
-    let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+    let mut rng = Rng::new(seed);
     let storage = SimStorage::new(seed);
     let mut partition =
         Partition::create(storage.clone(), dir(), config()).map_err(|e| e.to_string())?;
@@ -232,20 +223,10 @@ fn run(seed: u64) -> Result<(), String> {
 
 #[test]
 fn seeded_faults_and_crashes_never_lose_an_acknowledged_batch() {
-    let seeds: Vec<u64> = match std::env::var("SEGMENTS_SIM_SEED") {
-        Ok(seed) => vec![seed.parse().unwrap()],
-        Err(_) => {
-            let count = std::env::var("SEGMENTS_SIM_SEEDS")
-                .ok()
-                .and_then(|n| n.parse().ok());
-            (0..count.unwrap_or(16)).collect()
-        }
-    };
-    for seed in seeds {
-        if let Err(failure) = run(seed) {
-            panic!(
-                "seed {seed}: {failure}\nreplay: SEGMENTS_SIM_SEED={seed} cargo test -p iggy-segments --test sim_soak"
-            );
-        }
-    }
+    iggy_io::soak::run_seeds(
+        "SEGMENTS_SIM",
+        16,
+        "cargo test -p iggy-segments --test sim_soak",
+        run,
+    );
 }

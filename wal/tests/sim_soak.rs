@@ -29,16 +29,7 @@ fn dir() -> &'static Path {
     Path::new("wal")
 }
 
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, bound: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0 % bound
-    }
-}
+type Rng = iggy_io::soak::SeedRng;
 
 /// Boots the log, crashing and retrying when an injected fault fails the boot itself.
 fn boot(storage: &SimStorage, rng: &mut Rng) -> Result<Wal<SimStorage>, String> {
@@ -119,7 +110,7 @@ fn restart(
 }
 
 fn run(seed: u64) -> Result<(), String> {
-    let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+    let mut rng = Rng::new(seed);
     let storage = SimStorage::new(seed);
     let mut wal = Wal::create(storage.clone(), dir(), config(), 1, 0).map_err(|e| e.to_string())?;
     storage.set_faults(FaultConfig {
@@ -192,20 +183,5 @@ fn run(seed: u64) -> Result<(), String> {
 
 #[test]
 fn seeded_faults_and_crashes_never_lose_an_acknowledged_entry() {
-    let seeds: Vec<u64> = match std::env::var("WAL_SIM_SEED") {
-        Ok(seed) => vec![seed.parse().unwrap()],
-        Err(_) => {
-            let count = std::env::var("WAL_SIM_SEEDS")
-                .ok()
-                .and_then(|n| n.parse().ok());
-            (0..count.unwrap_or(24)).collect()
-        }
-    };
-    for seed in seeds {
-        if let Err(failure) = run(seed) {
-            panic!(
-                "seed {seed}: {failure}\nreplay: WAL_SIM_SEED={seed} cargo test -p iggy-wal --test sim_soak"
-            );
-        }
-    }
+    iggy_io::soak::run_seeds("WAL_SIM", 24, "cargo test -p iggy-wal --test sim_soak", run);
 }

@@ -1,0 +1,50 @@
+//! Support for seeded soak tests on [`crate::SimStorage`]: a small deterministic generator for
+//! the workload, and the seed loop every soak shares (how many seeds, replaying one, and the
+//! message that says how to replay a failure).
+
+/// A xorshift generator: the workload of a soak is a pure function of its seed.
+#[derive(Clone, Debug)]
+pub struct SeedRng(u64);
+
+impl SeedRng {
+    #[must_use]
+    pub fn new(seed: u64) -> Self {
+        Self(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+    }
+
+    /// A value in `0..bound` (`bound` > 0).
+    pub fn below(&mut self, bound: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % bound
+    }
+}
+
+/// Runs `run` for each seed: only `{prefix}_SEED` when it is set, else `0..{prefix}_SEEDS`
+/// (default `default_seeds`). Panics at the first failure, naming the seed and the command that
+/// replays it (`replay`, for example `cargo test -p iggy-wal --test sim_soak`).
+pub fn run_seeds(
+    prefix: &str,
+    default_seeds: u64,
+    replay: &str,
+    mut run: impl FnMut(u64) -> Result<(), String>,
+) {
+    let seeds: Vec<u64> = match std::env::var(format!("{prefix}_SEED")) {
+        Ok(seed) => vec![
+            seed.parse()
+                .unwrap_or_else(|_| panic!("{prefix}_SEED={seed} is not a number")),
+        ],
+        Err(_) => {
+            let count = std::env::var(format!("{prefix}_SEEDS"))
+                .ok()
+                .and_then(|n| n.parse().ok());
+            (0..count.unwrap_or(default_seeds)).collect()
+        }
+    };
+    for seed in seeds {
+        if let Err(failure) = run(seed) {
+            panic!("seed {seed}: {failure}\nreplay: {prefix}_SEED={seed} {replay}");
+        }
+    }
+}
