@@ -3,6 +3,13 @@
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
+    // Boot's own WARN lines (what `--repair` discards, rolls back or rewrites) go to stderr.
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_max_level(tracing::Level::WARN)
+        .with_target(false)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
     let code = iggy_fsck::run(
         std::env::args_os(),
         &mut std::io::stdout().lock(),

@@ -721,7 +721,7 @@ pub(crate) fn apply<S: Storage>(storage: &S, analysis: &Analysis) -> Result<(), 
     let report = &analysis.report;
     for (path, from, to) in &analysis.zero {
         tracing::warn!(
-            group = report.group,
+            group = %format_args!("{:#x}", report.group),
             incarnation = report.incarnation,
             file = %path.display(),
             durable_bytes = report.durable_bytes,
@@ -735,7 +735,7 @@ pub(crate) fn apply<S: Storage>(storage: &S, analysis: &Analysis) -> Result<(), 
         file.sync_data()?;
     }
     for path in &analysis.remove {
-        tracing::warn!(group = report.group, file = %path.display(), "removing a file beyond the durable WAL frontier");
+        tracing::warn!(group = %format_args!("{:#x}", report.group), file = %path.display(), "removing a file beyond the durable WAL frontier");
         storage.unlink(path)?;
     }
     if !analysis.remove.is_empty() {
@@ -755,7 +755,7 @@ pub(crate) fn apply<S: Storage>(storage: &S, analysis: &Analysis) -> Result<(), 
     match &analysis.new_frontier {
         Some(new) => {
             tracing::warn!(
-                group = report.group,
+                group = %format_args!("{:#x}", report.group),
                 head_op = new.head_op,
                 "rewriting the WAL frontier"
             );
