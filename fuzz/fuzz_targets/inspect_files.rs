@@ -37,5 +37,5 @@ fuzz_target!(|data: &[u8]| {
     inspect(&["snapshot", &path("snapshot.bin")]);
     inspect(&["segment", "--messages", &path("00000000000000000000.log")]);
     inspect(&["index", "--json", &path("00000000000000000000.index")]);
-    inspect(&["wal", &root.display().to_string()]);
+    inspect(&["wal", "--entries", &root.display().to_string()]);
 });

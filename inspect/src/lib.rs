@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 mod partition;
 
-pub use partition::{decode_index, decode_segment};
+pub use partition::{decode_index, decode_log, decode_segment};
 
 use clap::{Parser, Subcommand};
 use iggy_io::{OsStorage, ReadFile, ReadOnly, ReadStorage};
@@ -38,10 +38,15 @@ pub enum Command {
         /// Path to a `frontier` file.
         file: PathBuf,
     },
-    /// A WAL directory: what boot would trust, discard or refuse (the same analysis boot runs).
+    /// A WAL directory: what boot would trust, discard or refuse (the same analysis boot runs),
+    /// and per file the trusted prefix (frontier) against the prefix that verifies and the last
+    /// non-zero byte.
     Wal {
-        /// Path to the directory holding `frontier` and the `.wal` files.
+        /// Path to the directory holding `frontier` and the `.wal` (or keyed `.log`) files.
         dir: PathBuf,
+        /// List every entry of every file (op, size, checksums, parent link).
+        #[arg(long)]
+        entries: bool,
     },
     /// A snapshot.bin: its header, trailer verdict and, for a metadata payload, a summary.
     Snapshot {
@@ -152,7 +157,7 @@ pub fn run(cli: &Cli, out: &mut dyn Write) -> Result<(), String> {
     let (report, text) = match &cli.command {
         Command::Superblock { file } => superblock(file)?,
         Command::Frontier { file } => frontier(file)?,
-        Command::Wal { dir } => wal(dir)?,
+        Command::Wal { dir, entries } => wal(dir, *entries)?,
         Command::Snapshot { file } => snapshot(file)?,
         Command::Segment { file, messages } => partition::segment(file, *messages)?,
         Command::Index { file } => partition::index_file(file)?,
@@ -324,7 +329,7 @@ fn frontier(path: &Path) -> Result<(Value, String), String> {
     ))
 }
 
-fn wal(dir: &Path) -> Result<(Value, String), String> {
+fn wal(dir: &Path, list_entries: bool) -> Result<(Value, String), String> {
     // The group is the one named by the frontier slot boot would choose: inspect checks the log
     // against itself.
     let frontier_path = dir.join(iggy_wal::boot::FRONTIER_FILE);
@@ -351,13 +356,13 @@ fn wal(dir: &Path) -> Result<(Value, String), String> {
                 iggy_wal::Naming::ByOp
             };
             iggy_wal::check_named(&storage, &name, frontier.group, naming)
-                .map(|report| (frontier.group, report))
+                .map(|report| (frontier.group, report, naming))
         }
         Err(refusal) => Err(refusal),
     };
     let report = match checked {
-        Ok((_, None)) => json!({ "dir": dir.display().to_string(), "verdict": "fresh" }),
-        Ok((group, Some(report))) => {
+        Ok((_, None, _)) => json!({ "dir": dir.display().to_string(), "verdict": "fresh" }),
+        Ok((group, Some(report), naming)) => {
             text.push_str(&format!(
                 "boot trusts ops {}..={} ({} bytes); discards {} bytes\n",
                 report.first_op, report.head_op, report.durable_bytes, report.discarded_bytes
@@ -376,11 +381,12 @@ fn wal(dir: &Path) -> Result<(Value, String), String> {
                     })
                 })
                 .collect();
+            let files = wal_files(&storage, &name, naming, &report, list_entries, &mut text)?;
             json!({
                 "dir": dir.display().to_string(), "group": format!("{group:#x}"),
                 "first_op": report.first_op, "head_op": report.head_op,
                 "durable_bytes": report.durable_bytes, "discarded_bytes": report.discarded_bytes,
-                "findings": findings,
+                "findings": findings, "files": files,
             })
         }
         Err(error) => {
@@ -389,6 +395,58 @@ fn wal(dir: &Path) -> Result<(Value, String), String> {
         }
     };
     Ok((report, text))
+}
+
+/// Per file of the log: the prefix the frontier vouches for (what boot trusts), the prefix that
+/// verifies, and the last non-zero byte; with `list_entries`, every entry.
+fn wal_files(
+    storage: &ReadOnly<OsStorage>,
+    dir: &Path,
+    naming: iggy_wal::Naming,
+    report: &iggy_wal::Report,
+    list_entries: bool,
+    text: &mut String,
+) -> Result<Vec<Value>, String> {
+    let mut files = Vec::new();
+    for entry in storage.list_dir(dir).map_err(|e| e.to_string())? {
+        if naming.parse(&entry.name).is_none() {
+            continue;
+        }
+        let path = dir.join(&entry.name);
+        let file = storage.open_read(&path).map_err(|e| e.to_string())?;
+        let bytes = match file.map().map_err(|e| e.to_string())? {
+            Some(map) => FileBytes::Mapped(map),
+            None => {
+                let mut bytes =
+                    vec![0u8; usize::try_from(file.len().map_err(|e| e.to_string())?).unwrap_or(0)];
+                file.read_exact_at(0, &mut bytes)
+                    .map_err(|e| e.to_string())?;
+                FileBytes::Read(bytes)
+            }
+        };
+        let (decoded, listing) = partition::decode_log(&bytes, false, false);
+        let trusted = report.files.iter().find(|f| f.path == path);
+        let (trusted_entries, trusted_end) = trusted.map_or((0, 0), |f| (f.entries, f.end));
+        text.push_str(&format!(
+            "  {}: frontier vouches for {trusted_entries} entries to byte {trusted_end}; {} entries verify to byte {}; last non-zero byte ends at {}\n",
+            entry.name.to_string_lossy(),
+            decoded["valid_entries"],
+            decoded["valid_end"],
+            decoded["seen_end"],
+        ));
+        if list_entries {
+            for line in listing.lines() {
+                text.push_str(&format!("    {line}\n"));
+            }
+        }
+        files.push(json!({
+            "file": entry.name.to_string_lossy(), "trusted_entries": trusted_entries,
+            "trusted_end": trusted_end, "valid_entries": decoded["valid_entries"],
+            "valid_end": decoded["valid_end"], "seen_end": decoded["seen_end"],
+            "entries": if list_entries { decoded["entries"].clone() } else { Value::Null },
+        }));
+    }
+    Ok(files)
 }
 
 fn snapshot(path: &Path) -> Result<(Value, String), String> {

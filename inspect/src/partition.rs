@@ -38,7 +38,18 @@ fn preview(bytes: &[u8]) -> String {
 /// of the written part.
 #[must_use]
 pub fn decode_segment(bytes: &[u8], messages: bool) -> (Value, String) {
+    decode_log(bytes, true, messages)
+}
+
+/// Decodes any WAL file entry by entry (`batches`: decode each body as a message batch too).
+/// Besides the entries, the JSON gives `valid_entries` and `valid_end` (the prefix whose bodies
+/// and parent links verify) and `seen_end` (just past the last non-zero byte).
+#[must_use]
+pub fn decode_log(bytes: &[u8], batches_in_bodies: bool, messages: bool) -> (Value, String) {
     let mut text = String::new();
+    let mut valid_entries = 0u64;
+    let mut valid_end = 0usize;
+    let mut valid = true;
     let mut entries = Vec::new();
     let mut offset = 0usize;
     let mut batches = 0u64;
@@ -88,6 +99,11 @@ pub fn decode_segment(bytes: &[u8], messages: bool) -> (Value, String) {
         let body_ok = header.body_matches(body);
         let linked = previous.is_none_or(|p| p == header.parent);
         previous = Some(header.checksum());
+        valid &= body_ok && linked;
+        if valid {
+            valid_entries += 1;
+            valid_end = offset + size;
+        }
         let mut line = format!(
             "@{offset} op {} size {size}{}{}",
             header.op,
@@ -102,8 +118,9 @@ pub fn decode_segment(bytes: &[u8], messages: bool) -> (Value, String) {
             "offset": offset, "op": header.op, "size": size, "body_ok": body_ok,
             "linked": linked, "checksum": hex128(header.checksum()),
         });
-        match batch::decode(body) {
-            Ok(decoded) => {
+        match batches_in_bodies.then(|| batch::decode(body)) {
+            None => {}
+            Some(Ok(decoded)) => {
                 let h = decoded.header;
                 let _ = write!(
                     line,
@@ -141,7 +158,7 @@ pub fn decode_segment(bytes: &[u8], messages: bool) -> (Value, String) {
                     entry["messages"] = Value::Array(listed);
                 }
             }
-            Err(error) => {
+            Some(Err(error)) => {
                 let _ = write!(line, ": batch does not verify: {error}");
                 let shown = &body[..body.len().min(BATCH_HEADER_SIZE)];
                 let _ = write!(line, "\n{}", hexdump(shown, (offset + HEADER_SIZE) as u64));
@@ -154,13 +171,24 @@ pub fn decode_segment(bytes: &[u8], messages: bool) -> (Value, String) {
         }
         offset += size.max(HEADER_SIZE);
     };
+    let seen_end = bytes
+        .iter()
+        .rposition(|b| *b != 0)
+        .map_or(0, |last| last + 1);
+    if batches_in_bodies {
+        let _ = writeln!(
+            text,
+            "{batches} batches, {message_count} messages in {offset} bytes; stopped: {stop}"
+        );
+    }
     let _ = writeln!(
         text,
-        "{batches} batches, {message_count} messages in {offset} bytes; stopped: {stop}"
+        "valid prefix: {valid_entries} entries ending at {valid_end}; last non-zero byte ends at {seen_end}"
     );
     (
         json!({ "entries": entries, "batches": batches, "messages": message_count,
-                "end": offset, "stop": stop }),
+                "end": offset, "stop": stop, "valid_entries": valid_entries,
+                "valid_end": valid_end, "seen_end": seen_end }),
         text,
     )
 }

@@ -298,3 +298,28 @@ fn a_damaged_segment_is_decoded_up_to_the_damage_with_its_bytes() {
     assert!(text.contains("00000000  ab ab"), "{text}");
     assert_eq!(value["batches"], 0);
 }
+
+#[test]
+fn wal_shows_the_frontier_against_what_verifies_and_what_was_written() {
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures");
+    let partition = fixtures.join("unpublished/node/partitions/1.1.1");
+    let json: serde_json::Value =
+        serde_json::from_str(&run(&["--json", "wal", &partition.display().to_string()])).unwrap();
+    let files = json["files"].as_array().unwrap();
+    assert!(files.len() >= 2, "{json}");
+    let head = files.last().unwrap();
+    // The unpublished tail: entries that verify past what the frontier vouches for.
+    assert!(
+        head["valid_entries"].as_u64() > head["trusted_entries"].as_u64(),
+        "{head}"
+    );
+    assert!(
+        head["seen_end"].as_u64() >= head["valid_end"].as_u64(),
+        "{head}"
+    );
+    for sealed in &files[..files.len() - 1] {
+        assert_eq!(sealed["valid_end"], sealed["trusted_end"], "{sealed}");
+    }
+    let listed = run(&["wal", "--entries", &partition.display().to_string()]);
+    assert!(listed.contains("@0 op 1 size"), "{listed}");
+}
