@@ -672,11 +672,10 @@ pub fn boot<S: Storage + Clone>(
     if storage.exists(&metadata_dir)?
         && check_metadata(&storage, &metadata_dir, node_identity, &mut builder).is_some()
     {
-        let identity = node_identity;
         match MetadataGroup::open(
             storage.clone(),
             &metadata_dir,
-            &identity,
+            &node_identity,
             metadata_wal_config(),
         ) {
             Ok(group) => metadata = group,
