@@ -4,7 +4,8 @@
 //! out, and after `boot(Open)` the node checks clean.
 //!
 //! The default run samples crash points so that at least 1,000 states are checked;
-//! `RECOVERY_CRASH_FULL=1` checks every crash point.
+//! `RECOVERY_CRASH_FULL=1` checks every crash point, with every state the model allows there up
+//! to 256 subsets of pending writes and 16 torn writes.
 #![allow(
     clippy::unwrap_used,
     reason = "test code: a failed unwrap is a failed test"
@@ -36,8 +37,8 @@ fn fsck_verdict_and_plan_equal_what_boot_does_in_every_crash_state() {
     let full = std::env::var_os("RECOVERY_CRASH_FULL").is_some();
     let config = EnumerationConfig {
         seed: 5,
-        max_states_per_point: 8,
-        torn_states_per_point: 1,
+        max_states_per_point: if full { 256 } else { 8 },
+        torn_states_per_point: if full { 16 } else { 1 },
         max_points: if full { None } else { Some(190) },
         ..EnumerationConfig::default()
     };
