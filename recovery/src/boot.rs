@@ -273,6 +273,9 @@ fn classify_partition(error: &PartitionError) -> Classified {
         PartitionError::NameMismatch { file, .. } | PartitionError::EmptySegment { file } => {
             damage(Component::Segments, file, 0)
         }
+        PartitionError::BehindOffsetFrontier { dir, log_end, .. } => {
+            damage(Component::Segments, dir, *log_end)
+        }
         _ => Classified {
             refusal: Refusal::Refuse,
             component: Component::Segments,

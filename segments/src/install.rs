@@ -312,8 +312,8 @@ impl<S: Storage + Clone> Install<S> {
 
     /// Replaces the live partition with the received one (see the module docs for the steps and
     /// why a crash at any of them boots to the old or the new partition). `vsr` is the
-    /// superblock state the transfer brings; its `offset_frontier` is raised to the received
-    /// next offset.
+    /// superblock state the transfer brings; its `offset_frontier` becomes the end of the
+    /// received log.
     pub fn commit(self, vsr: VsrState) -> Result<(), PartitionError> {
         let storage = &self.storage;
         let dir = &self.dir;
@@ -323,7 +323,16 @@ impl<S: Storage + Clone> Install<S> {
                 file: dir.join("(no segments received)"),
             });
         };
-        let next_offset = state.next_offset.max(last.next_offset);
+        // Offsets are continuous: the installed log's end is the next offset. An artifact that
+        // claims more does not describe these segments.
+        let next_offset = last.next_offset;
+        if state.next_offset > next_offset {
+            return Err(PartitionError::BehindOffsetFrontier {
+                dir: dir.clone(),
+                log_end: next_offset,
+                offset_frontier: state.next_offset,
+            });
+        }
         self.stage_frontier(last)?;
         if !storage.exists(dir.join(OFFSETS_STAGING_DIR))? {
             storage.create_dir(dir.join(OFFSETS_STAGING_DIR))?;
@@ -398,9 +407,9 @@ impl<S: Storage + Clone> Install<S> {
         .ok_or_else(|| PartitionError::EmptySegment {
             file: dir.join(iggy_superblock::FILE_NAME),
         })?;
-        let offset_frontier = next_offset.max(superblock.state().offset_frontier);
+        // State transfer may move the offset frontier back: the installed log defines offsets.
         superblock.write_state_transfer(VsrState {
-            offset_frontier,
+            offset_frontier: next_offset,
             ..vsr
         })?;
         // Every new name durable before the commit point.

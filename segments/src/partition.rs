@@ -6,9 +6,9 @@
 //!   partition's durability boundary and boot trusts nothing past it;
 //! - offsets are continuous: each batch starts where the previous one ended, across segments,
 //!   and a segment is named by its first batch's first offset;
-//! - the next offset never goes back across crashes: it is the end of the last trusted batch,
-//!   and never below the superblock's `offset_frontier`, which retention raises before it
-//!   deletes segments;
+//! - the next offset never goes back across crashes: it is the end of the last trusted batch, and
+//!   boot refuses a log that ends below the superblock's `offset_frontier` (raised by retention
+//!   before it deletes segments, set by an install to the installed log's end);
 //! - retention deletes whole sealed, fully published segments, oldest first (a crash leaves a
 //!   shorter prefix, never a hole); the segment being appended to is never deleted;
 //! - an `.index` is derived: boot rebuilds every segment's index from its `.log` and rewrites an
@@ -136,6 +136,15 @@ pub enum PartitionError {
     },
     #[error("{file}: an empty segment before the last one")]
     EmptySegment { file: PathBuf },
+    #[error(
+        "{dir}: the log ends at offset {log_end}, below the superblock's offset frontier \
+         {offset_frontier}: published batches are missing"
+    )]
+    BehindOffsetFrontier {
+        dir: PathBuf,
+        log_end: u64,
+        offset_frontier: u64,
+    },
     #[error("{file}: the entry at byte {offset} does not verify on read: {reason}")]
     Corrupt {
         file: PathBuf,
@@ -176,7 +185,7 @@ pub enum FindingKind {
     IndexRebuild { reason: String },
     /// An index file whose segment is gone (a crash during retention).
     OrphanIndex,
-    /// A file left by an install that never ran or did not finish.
+    /// A file (or the `offsets.staging/` directory) left by an install that never committed.
     StagingLeftover,
     /// A `*.tmp` file in `offsets/` left by an interrupted store.
     OffsetsLeftover,
@@ -331,7 +340,10 @@ fn analyze<R: ReadStorage>(
         for entry in storage.list_dir(dir)? {
             let name = entry.name.to_string_lossy();
             let path = dir.join(&*name);
-            if entry.kind == EntryKind::File && name.ends_with(STAGING_SUFFIX) {
+            let staged_file = entry.kind == EntryKind::File && name.ends_with(STAGING_SUFFIX);
+            let staged_offsets =
+                entry.kind == EntryKind::Dir && name == crate::install::OFFSETS_STAGING_DIR;
+            if staged_file || staged_offsets {
                 findings.push(Finding {
                     file: path,
                     kind: FindingKind::StagingLeftover,
@@ -357,13 +369,20 @@ fn analyze<R: ReadStorage>(
         });
     }
     let derived = segments.last().map_or(0, |s| s.next_offset);
+    if derived < offset_frontier {
+        return Err(PartitionError::BehindOffsetFrontier {
+            dir: dir.to_path_buf(),
+            log_end: derived,
+            offset_frontier,
+        });
+    }
     Ok(Report {
         dir: dir.to_path_buf(),
         superblock_repairs: Vec::new(),
         wal: wal_report,
         findings,
         segments,
-        next_offset: derived.max(offset_frontier),
+        next_offset: derived,
         offsets: offsets_scan.offsets,
     })
 }
@@ -1079,7 +1098,11 @@ fn apply<S: Storage>(
             | FindingKind::StagingLeftover
             | FindingKind::OffsetsLeftover => {
                 tracing::warn!(file = %finding.file.display(), "removing a leftover file");
-                storage.unlink(&finding.file)?;
+                if finding.file.ends_with(crate::install::OFFSETS_STAGING_DIR) {
+                    storage.remove_dir_all(&finding.file)?;
+                } else {
+                    storage.unlink(&finding.file)?;
+                }
                 removed = true;
             }
             FindingKind::Install(_) => {}

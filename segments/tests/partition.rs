@@ -379,3 +379,33 @@ fn orphan_indexes_and_staging_leftovers_are_swept() {
     assert!(!storage.exists(&staging).unwrap());
     let _ = log_files(&storage);
 }
+
+#[test]
+fn a_log_that_ends_below_the_offset_frontier_refuses() {
+    let (storage, _) = populated();
+    let (partition, _) = open(&storage);
+    let next = partition.next_offset();
+    drop(partition);
+    let (mut superblock, _) = Superblock::open(
+        storage.clone(),
+        dir(),
+        &common::identity(),
+        iggy_superblock::RepairPolicy::Repair,
+    )
+    .unwrap()
+    .unwrap();
+    let state = VsrState {
+        offset_frontier: next + 5,
+        ..*superblock.state()
+    };
+    superblock.write(state).unwrap();
+    drop(superblock);
+    match refusal(&storage) {
+        PartitionError::BehindOffsetFrontier {
+            log_end,
+            offset_frontier,
+            ..
+        } => assert_eq!((log_end, offset_frontier), (next, next + 5)),
+        other => panic!("{other:?}"),
+    }
+}

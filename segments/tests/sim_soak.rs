@@ -1,11 +1,12 @@
-//! Seeded simulation soak of a partition: appends, publications, retention, reads, process
-//! crashes and power losses on a `SimStorage` that also injects short reads and writes and EIO on
+//! Seeded simulation soak of a partition: appends, publications, retention, reads, staged
+//! installs of another partition's content (state transfer), process crashes and power losses on a `SimStorage` that also injects short reads and writes and EIO on
 //! writes and syncs. After a failed operation the harness keeps using the partition, as a
 //! careless caller would; the partition must refuse by itself (its WAL or superblock poisoned),
 //! and then the "process" crashes and boots again. After every boot: boot succeeded, every
 //! acknowledged batch at or past the first retained offset is present and unchanged, offsets are
 //! continuous, the next offset is past every acknowledged batch, and nothing was deleted that
-//! retention could not have deleted. A run is a pure function of its seed.
+//! retention could not have deleted; after an install, the partition is wholly the old one or
+//! wholly the new one (the new one if `commit` returned). A run is a pure function of its seed.
 //!
 //! `SEGMENTS_SIM_SEEDS=N` runs N seeds (default 16); `SEGMENTS_SIM_SEED=S` runs only seed S.
 #![allow(
@@ -19,8 +20,8 @@ mod common;
 use std::collections::BTreeMap;
 
 use common::{client_batch, config, dir, read_all};
-use iggy_io::{FaultConfig, SimStorage};
-use iggy_segments::{Partition, PartitionError};
+use iggy_io::{FaultConfig, ReadStorage, SimStorage};
+use iggy_segments::{Install, Partition, PartitionError, StateArtifact};
 use iggy_superblock::SuperblockError;
 use iggy_wal::{Mode, WalError};
 
@@ -62,7 +63,7 @@ fn crash(storage: &SimStorage, rng: &mut Rng) {
 }
 
 /// The model: what the partition has acknowledged, and how far retention may have deleted.
-#[derive(Default)]
+#[derive(Clone, Default)]
 struct Model {
     /// Base offset -> stamped batch, for every batch a publication covered.
     acknowledged: BTreeMap<u64, Vec<u8>>,
@@ -79,10 +80,33 @@ fn boot(
     rng: &mut Rng,
     model: &mut Model,
 ) -> Result<Partition<SimStorage>, String> {
+    boot_either(storage, rng, model, None)
+}
+
+/// [`boot`], accepting instead the `installed` model when the partition matches it (an
+/// install whose outcome the harness does not know).
+fn boot_either(
+    storage: &SimStorage,
+    rng: &mut Rng,
+    model: &mut Model,
+    installed: Option<&Model>,
+) -> Result<Partition<SimStorage>, String> {
     for _ in 0..20 {
         match Partition::open(storage.clone(), dir(), config(), Mode::Open) {
             Ok(Some((partition, _))) => {
-                verify(&partition, model)?;
+                let mut old = model.clone();
+                if let Err(as_old) = verify(&partition, &mut old) {
+                    let Some(new) = installed else {
+                        return Err(as_old);
+                    };
+                    let mut new = new.clone();
+                    verify(&partition, &mut new).map_err(|as_new| {
+                        format!("neither the old partition ({as_old}) nor the new ({as_new})")
+                    })?;
+                    *model = new;
+                } else {
+                    *model = old;
+                }
                 return Ok(partition);
             }
             Ok(None) => return Err("the partition vanished".into()),
@@ -150,9 +174,68 @@ fn verify(partition: &Partition<SimStorage>, model: &mut Model) -> Result<(), St
     Ok(())
 }
 
+/// A leader's partition, written before faults are on: its segments' bytes and its model.
+/// Segments as (start offset, bytes), as a leader sends them.
+type Segments = Vec<(u64, Vec<u8>)>;
+
+fn leader(storage: &SimStorage, seed: u64) -> Result<(Segments, Model), String> {
+    let at = std::path::Path::new("leader");
+    let leader = Partition::create(storage.clone(), at, config()).map_err(|e| e.to_string())?;
+    let mut model = Model::default();
+    for i in 0..25u64 {
+        let mut batch = client_batch(seed * 1000 + 500 + i, 1 + (i % 3) as u32);
+        let appended = leader.append(&mut batch, i).map_err(|e| e.to_string())?;
+        model.acknowledged.insert(appended.base_offset, batch);
+    }
+    leader.publish().map_err(|e| e.to_string())?;
+    let segments = leader
+        .segments()
+        .iter()
+        .map(|s| {
+            let file = storage.open_read(&s.path).unwrap();
+            let mut bytes = vec![0u8; s.bytes as usize];
+            iggy_io::ReadFile::read_exact_at(&file, 0, &mut bytes).unwrap();
+            (s.start_offset, bytes)
+        })
+        .collect();
+    Ok((segments, model))
+}
+
+/// State transfer onto the (closed) partition; any step may fail under the injected faults.
+fn install(
+    storage: &SimStorage,
+    segments: &[(u64, Vec<u8>)],
+    next_offset: u64,
+) -> Result<(), PartitionError> {
+    let mut install = Install::new(storage.clone(), dir(), config());
+    for (start, bytes) in segments {
+        install.receive_segment(*start, bytes)?;
+    }
+    install.receive_state(StateArtifact {
+        next_offset,
+        offsets: Vec::new(),
+        dedup: Vec::new(),
+    })?;
+    install.commit(iggy_superblock::VsrState::default())
+}
+
 fn run(seed: u64) -> Result<(), String> {
     let mut rng = Rng::new(seed);
     let storage = SimStorage::new(seed);
+    let (leader_segments, leader_model) = leader(&storage, seed)?;
+    let leader_next = leader_model
+        .acknowledged
+        .iter()
+        .next_back()
+        .map_or(0, |(offset, bytes)| {
+            offset
+                + u64::from(
+                    iggy_format::batch::decode(bytes)
+                        .unwrap()
+                        .header
+                        .message_count,
+                )
+        });
     let mut partition =
         Partition::create(storage.clone(), dir(), config()).map_err(|e| e.to_string())?;
     storage.set_faults(FaultConfig {
@@ -188,11 +271,28 @@ fn run(seed: u64) -> Result<(), String> {
                 }
                 partition.apply_retention(0, None, Some(6000)).map(|_| ())
             }
-            80..=86 => {
+            80..=85 => {
                 drop(partition);
                 crash(&storage, &mut rng);
                 partition = boot(&storage, &mut rng, &mut model)
                     .map_err(|e| format!("step {step}: {e}"))?;
+                Ok(())
+            }
+            86 => {
+                // State transfer: the partition is closed, the leader's content installed, and
+                // the process restarts. A committed install must show; a failed one may not.
+                drop(partition);
+                let committed = install(&storage, &leader_segments, leader_next).is_ok();
+                crash(&storage, &mut rng);
+                let mut new = leader_model.clone();
+                new.deletable_below = 0;
+                partition = if committed {
+                    model = new;
+                    boot(&storage, &mut rng, &mut model)
+                } else {
+                    boot_either(&storage, &mut rng, &mut model, Some(&new))
+                }
+                .map_err(|e| format!("step {step}: install (committed: {committed}): {e}"))?;
                 Ok(())
             }
             _ => partition

@@ -310,10 +310,13 @@ fn choose(
 
 /// The first field that goes backwards from `older` to `newer`, if any. `checkpoint_op` may go
 /// back only through state transfer, which `choose` cannot tell apart, so it is exempt there.
+/// The first field that goes back from `older` to `newer`. With `state_transfer`, the
+/// checkpoint and the offset frontier may go back: a peer's (possibly older) checkpoint and the
+/// offsets of the log installed with it replace the local ones.
 fn regression(
     older: &VsrState,
     newer: &VsrState,
-    allow_checkpoint_back: bool,
+    state_transfer: bool,
 ) -> Option<(&'static str, u64, u64)> {
     let fields = [
         ("view", u64::from(older.view), u64::from(newer.view)),
@@ -323,16 +326,16 @@ fn regression(
             u64::from(newer.log_view),
         ),
         ("commit_max", older.commit_max, newer.commit_max),
+        ("incarnation", older.incarnation, newer.incarnation),
         (
             "offset_frontier",
             older.offset_frontier,
             newer.offset_frontier,
         ),
-        ("incarnation", older.incarnation, newer.incarnation),
         ("checkpoint_op", older.checkpoint_op, newer.checkpoint_op),
     ];
-    let checked = if allow_checkpoint_back {
-        &fields[..5]
+    let checked = if state_transfer {
+        &fields[..4]
     } else {
         &fields[..]
     };
@@ -506,8 +509,9 @@ impl<S: Storage> Superblock<S> {
         self.write_record(state)
     }
 
-    /// Like [`Superblock::write`], but the checkpoint may move back: state transfer installs a
-    /// peer's (possibly older) checkpoint. Every other field still may not decrease.
+    /// Like [`Superblock::write`], but the checkpoint and the offset frontier may move back:
+    /// state transfer installs a peer's (possibly older) checkpoint and the log that goes with
+    /// it. Every other field still may not decrease.
     pub fn write_state_transfer(&mut self, state: VsrState) -> Result<(), SuperblockError> {
         if let Some((field, old, new)) = regression(&self.record.state, &state, true) {
             panic!("state-transfer update moves {field} back from {old} to {new}");
