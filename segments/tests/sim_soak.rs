@@ -21,6 +21,7 @@ use std::collections::BTreeMap;
 
 use common::{client_batch, config, dir, read_all};
 use iggy_io::{FaultConfig, ReadStorage, SimStorage};
+use iggy_segments::offsets::{ConsumerKind, OffsetError};
 use iggy_segments::{Install, Partition, PartitionError, StateArtifact};
 use iggy_superblock::SuperblockError;
 use iggy_wal::{Mode, WalError};
@@ -71,6 +72,10 @@ struct Model {
     pending: Vec<(u64, u64, Vec<u8>)>,
     /// Retention never deletes at or past this offset (the head segment's start when it ran).
     deletable_below: u64,
+    /// Consumer offsets whose store returned.
+    offsets: BTreeMap<(ConsumerKind, u32), u64>,
+    /// A store that failed: it may or may not have landed.
+    offset_in_doubt: Option<((ConsumerKind, u32), u64)>,
 }
 
 /// Boots the partition, crashing and retrying when an injected fault fails the boot itself,
@@ -93,14 +98,14 @@ fn boot_either(
 ) -> Result<Partition<SimStorage>, String> {
     for _ in 0..20 {
         match Partition::open(storage.clone(), dir(), config(), Mode::Open) {
-            Ok(Some((partition, _))) => {
+            Ok(Some((partition, report))) => {
                 let mut old = model.clone();
-                if let Err(as_old) = verify(&partition, &mut old) {
+                if let Err(as_old) = verify(&partition, &report, &mut old) {
                     let Some(new) = installed else {
                         return Err(as_old);
                     };
                     let mut new = new.clone();
-                    verify(&partition, &mut new).map_err(|as_new| {
+                    verify(&partition, &report, &mut new).map_err(|as_new| {
                         format!("neither the old partition ({as_old}) nor the new ({as_new})")
                     })?;
                     *model = new;
@@ -119,7 +124,31 @@ fn boot_either(
     Err("boot failed 20 times in a row".into())
 }
 
-fn verify(partition: &Partition<SimStorage>, model: &mut Model) -> Result<(), String> {
+fn verify(
+    partition: &Partition<SimStorage>,
+    report: &iggy_segments::Report,
+    model: &mut Model,
+) -> Result<(), String> {
+    // Consumer offsets: each the last one stored, or the one whose store failed.
+    let found: BTreeMap<(ConsumerKind, u32), u64> = report
+        .offsets
+        .iter()
+        .map(|o| ((o.kind, o.id), o.offset))
+        .collect();
+    let mut expected = model.offsets.clone();
+    if found != expected {
+        if let Some((consumer, offset)) = model.offset_in_doubt {
+            expected.insert(consumer, offset);
+        }
+        if found != expected {
+            return Err(format!(
+                "consumer offsets {found:?}, expected {:?}",
+                model.offsets
+            ));
+        }
+    }
+    model.offsets = found;
+    model.offset_in_doubt = None;
     let first = partition.first_offset();
     if first > model.deletable_below {
         return Err(format!(
@@ -286,6 +315,8 @@ fn run(seed: u64) -> Result<(), String> {
                 crash(&storage, &mut rng);
                 let mut new = leader_model.clone();
                 new.deletable_below = 0;
+                // The artifact carries no consumer offsets: the new partition has none.
+                new.offsets.clear();
                 partition = if committed {
                     model = new;
                     boot(&storage, &mut rng, &mut model)
@@ -294,6 +325,33 @@ fn run(seed: u64) -> Result<(), String> {
                 }
                 .map_err(|e| format!("step {step}: install (committed: {committed}): {e}"))?;
                 Ok(())
+            }
+            87..=90 => {
+                let kind = if rng.below(2) == 0 {
+                    ConsumerKind::Consumer
+                } else {
+                    ConsumerKind::Group
+                };
+                let consumer = (kind, rng.below(3) as u32);
+                let offset = rng.below(1000);
+                match partition.offsets().store(consumer.0, consumer.1, offset) {
+                    Ok(_) => {
+                        model.offsets.insert(consumer, offset);
+                        model.offset_in_doubt = None;
+                        Ok(())
+                    }
+                    Err(OffsetError::Io(error)) => {
+                        // Only one store can be in doubt at a time: restart to settle it.
+                        model.offset_in_doubt = Some((consumer, offset));
+                        drop(partition);
+                        crash(&storage, &mut rng);
+                        partition = boot(&storage, &mut rng, &mut model).map_err(|e| {
+                            format!("step {step}: after a failed store ({error}): {e}")
+                        })?;
+                        Ok(())
+                    }
+                    Err(other) => return Err(format!("step {step}: store: {other}")),
+                }
             }
             _ => partition
                 .read(partition.first_offset(), 16 << 10)
