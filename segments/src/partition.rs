@@ -282,9 +282,35 @@ pub fn check<R: ReadStorage>(
         record.state.offset_frontier,
     )?;
     report.superblock_repairs = superblock_repairs;
+    if live != dir {
+        // Name the files where they will be once recovery restored them, as `open` does.
+        rebase_report(&mut report, &live, dir);
+    }
     report.findings.splice(0..0, install_findings);
     report.dir = dir.to_path_buf();
     Ok(Some(report))
+}
+
+/// Moves every path of `report` under `from` to the same place under `to`.
+fn rebase_report(report: &mut Report, from: &Path, to: &Path) {
+    let rebase = |path: &mut PathBuf| {
+        if let Ok(rest) = path.strip_prefix(from) {
+            *path = to.join(rest);
+        }
+    };
+    report.findings.iter_mut().for_each(|f| rebase(&mut f.file));
+    report.segments.iter_mut().for_each(|s| rebase(&mut s.path));
+    rebase(&mut report.wal.dir);
+    report
+        .wal
+        .findings
+        .iter_mut()
+        .for_each(|f| rebase(&mut f.file));
+    report
+        .wal
+        .files
+        .iter_mut()
+        .for_each(|f| rebase(&mut f.path));
 }
 
 /// The WAL report of a partition whose creation stopped before its WAL existed.

@@ -350,3 +350,37 @@ fn a_recovery_interrupted_by_a_crash_still_restores_the_old_partition() {
         assert!(counts.points > 10, "{counts:?}");
     }
 }
+
+/// With an install that did not commit, `check` analyses the partition recovery will restore,
+/// and names its files where they will be: its report equals what `open` then reports.
+#[test]
+fn check_of_an_uncommitted_install_reports_what_open_does() {
+    for budget in [0usize, 4, 9, 17] {
+        let sim = SimStorage::new(43);
+        fill(&sim, dir(), 0, 45);
+        let new = fill(&sim, Path::new("leader"), 500, 60);
+        let (source, _) = Partition::open(sim.clone(), Path::new("leader"), config(), Mode::Open)
+            .unwrap()
+            .unwrap();
+        let segments = segment_bytes(&sim, &source);
+        drop(source);
+        let interrupted = Hooked::new(sim.clone(), Hook::FailAfterBackup, budget);
+        assert!(install_from(&interrupted, &segments, &new).is_err());
+        sim.crash_process();
+        let checked = check(&ReadOnly::new(sim.clone()), dir(), &config())
+            .unwrap()
+            .unwrap();
+        assert!(
+            checked
+                .findings
+                .iter()
+                .filter(|f| !matches!(f.kind, iggy_segments::FindingKind::Install(_)))
+                .all(|f| !f.file.starts_with(dir().join(install::BACKUP_DIR))),
+            "{checked:?}"
+        );
+        let (_, opened) = Partition::open(sim.clone(), dir(), config(), Mode::Open)
+            .unwrap()
+            .unwrap();
+        assert_eq!(checked, opened, "budget {budget}");
+    }
+}
