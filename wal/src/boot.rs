@@ -657,6 +657,15 @@ fn past_the_frontier<R: ReadStorage>(
             });
             continue;
         }
+        if fallback && !matches!(tail.stop, StopReason::EndOfFile | StopReason::Zeros) {
+            // Behind an unreadable slot, boot cannot tell an entry that does not verify from a
+            // published one that rotted: refuse rather than discard it (rule 6).
+            return Err(WalError::Corrupt {
+                file: head_path,
+                offset: tail.end,
+                reason: tail.stop,
+            });
+        }
         let seen_end = last_nonzero_end(&file, head_end)?;
         if seen_end > head_end {
             let entries = if fallback {
@@ -673,9 +682,22 @@ fn past_the_frontier<R: ReadStorage>(
         }
         break;
     }
+    let next_op = analysis
+        .files
+        .last()
+        .map_or(0, |f| f.first_op + f.offsets.len() as u64);
     for ((first_op, path), _) in later {
         let file = storage.open_read(path)?;
         let entries = scan(&file, 0, *first_op, None, None)?.entries.len() as u64;
+        if fallback && entries > 0 {
+            // Entries the adopted chain does not reach: behind an unreadable slot they may be
+            // published history (the newest slot may have named them). Refuse (rule 6).
+            return Err(WalError::Hole {
+                file: path.clone(),
+                expected: next_op,
+                found: *first_op,
+            });
+        }
         let bytes = last_nonzero_end(&file, 0)?;
         analysis.report.findings.push(Finding {
             file: path.clone(),

@@ -375,3 +375,29 @@ fn a_keyed_log_refuses_a_retained_file_whose_first_header_is_rotten() {
         other => panic!("{other:?}"),
     }
 }
+
+/// Found by the partition soak: behind an unreadable newest slot, boot falls back to the older
+/// one; when that one predates a `drop_prefix`, the files left do not continue its chain. Those
+/// entries may be published history, so boot refuses (rule 6) instead of discarding them as
+/// files beyond the frontier, and changes nothing on disk.
+#[test]
+fn behind_an_unreadable_slot_entries_the_chain_does_not_reach_refuse() {
+    let storage = SimStorage::new(13);
+    let wal = Wal::create(storage.clone(), dir(), config(), 1, 0).unwrap();
+    for i in 0..30u8 {
+        wal.append_body(&vec![i; 300 + usize::from(i) * 11], 1, 0)
+            .unwrap();
+    }
+    let published = wal.publish().unwrap();
+    assert_eq!(published.sequence, 2, "one publication after creation");
+    assert!(wal.drop_prefix(published.head_op).unwrap() >= 1);
+    drop(wal);
+    // The newest slot rots; the other still holds the creation record (an empty log).
+    write_frontier_bytes(&storage, published.offset() + 100, &[0xFF]);
+    let files_before = wal_files(&storage);
+    match refusal(&storage) {
+        WalError::Hole { file, .. } => assert_eq!(file, files_before[0]),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(wal_files(&storage), files_before, "nothing was removed");
+}
