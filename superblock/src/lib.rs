@@ -472,8 +472,13 @@ impl<S: Storage> Superblock<S> {
             poisoned: false,
         };
         if policy == RepairPolicy::Repair {
-            for repair in &repairs {
-                superblock.write_copy(repair.slot, &record)?;
+            // Every copy is written from the chosen record: the reported repairs, and the copies
+            // that read as good. A good copy may be in the page cache only, written by an update
+            // whose sync failed before the process died (after a failed fsync the kernel may keep
+            // pages that no later fsync writes); writing its same bytes again makes what this boot
+            // trusts durable. Copy A first, then B, as in an update.
+            for slot in Slot::ALL {
+                superblock.write_copy(slot, &record)?;
             }
         }
         Ok(Some((superblock, repairs)))

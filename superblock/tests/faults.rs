@@ -496,3 +496,54 @@ fn a_short_file_reports_the_missing_copy() {
     }
     let _ = CopyError::Damaged(Damage::Missing);
 }
+
+/// Found by the partition soak (fsyncgate): an update whose copy B sync failed leaves copy B in
+/// the page cache only, where no later sync writes it. After a process crash both copies read
+/// as the new record, so nothing looks stale; `open(Repair)` must still make them durable, or a
+/// later update plus a power loss leaves copies two sequences apart (a refusal).
+#[test]
+fn open_makes_a_copy_that_is_in_the_page_cache_only_durable() {
+    let (storage, superblock, states) = setup(2);
+    let next = Record {
+        sequence: superblock.record().sequence + 1,
+        parent: superblock.checksum(),
+        identity: superblock.record().identity,
+        state: VsrState {
+            commit_max: states.last().unwrap().commit_max + 1,
+            ..*states.last().unwrap()
+        },
+    };
+    drop(superblock);
+    // Copy A durable; copy B written but never synced (its sync failed).
+    raw_write(&storage, Slot::A.offset(), &copy::encode(&next, Slot::A));
+    let file = storage
+        .open(dir().join("superblock"), iggy_io::OpenMode::Existing)
+        .unwrap();
+    iggy_io::WriteFile::write_all_at(&file, Slot::B.offset(), &copy::encode(&next, Slot::B))
+        .unwrap();
+    storage
+        .arm(dir().join("superblock"), Fault::SyncError)
+        .unwrap();
+    assert!(iggy_io::WriteFile::sync_data(&file).is_err());
+    drop(file);
+    storage.crash_process();
+    let (opened, repairs) = Superblock::open(storage.clone(), dir(), &ID, RepairPolicy::Repair)
+        .unwrap()
+        .unwrap();
+    assert!(repairs.is_empty(), "both copies read as the new record");
+    assert_eq!(opened.record().sequence, next.sequence);
+    drop(opened);
+    storage.power_loss();
+    match read(&storage, dir(), &ID).unwrap() {
+        Opened::Present {
+            record, repairs, ..
+        } => {
+            assert_eq!(record.sequence, next.sequence);
+            assert!(
+                repairs.is_empty(),
+                "copy B was not made durable: {repairs:?}"
+            );
+        }
+        Opened::Fresh => panic!("fresh"),
+    }
+}
