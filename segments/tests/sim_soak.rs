@@ -55,6 +55,67 @@ fn outcome(error: &PartitionError) -> Result<Outcome, String> {
     })
 }
 
+/// Flips one bit in one file of the partition (for a segment, inside its written part); returns
+/// the file.
+fn rot_one_file(storage: &SimStorage, rng: &mut Rng) -> Option<std::path::PathBuf> {
+    let mut files = Vec::new();
+    for entry in storage.list_dir(dir()).ok()? {
+        let path = dir().join(&entry.name);
+        match entry.kind {
+            iggy_io::EntryKind::File => files.push(path),
+            iggy_io::EntryKind::Dir => {
+                for inner in storage.list_dir(&path).ok()? {
+                    files.push(path.join(inner.name));
+                }
+            }
+            iggy_io::EntryKind::Other => {}
+        }
+    }
+    let path = files.get(rng.below(files.len() as u64) as usize)?.clone();
+    let bytes = storage.read_all(&path).ok()?;
+    let written = bytes
+        .iter()
+        .rposition(|b| *b != 0)
+        .map_or(0, |last| last + 1);
+    if written == 0 {
+        return Some(path);
+    }
+    let offset = rng.below(written as u64);
+    storage.rot(&path, offset, 1 << rng.below(8)).ok()?;
+    Some(path)
+}
+
+/// Boots after rot in `rotted`. `Ok(None)`: boot refused the damage, which it may only do when
+/// the rot hit data it must trust: a segment, a consumer offset, or the newest frontier slot when
+/// the older one no longer reaches the files left (boot cannot tell then what was published). A
+/// rotten index or superblock copy is repaired, never refused.
+fn boot_after_rot(
+    storage: &SimStorage,
+    rng: &mut Rng,
+    model: &mut Model,
+    rotted: &std::path::Path,
+) -> Result<Option<Partition<SimStorage>>, String> {
+    let name = rotted.file_name().unwrap().to_string_lossy().into_owned();
+    let refusal_allowed = name.ends_with(".log")
+        || name == "frontier"
+        || rotted.parent().is_some_and(|p| p.ends_with("offsets"));
+    for _ in 0..20 {
+        match Partition::open(storage.clone(), dir(), config(), Mode::Open) {
+            Ok(Some((partition, report))) => {
+                verify(&partition, &report, model)?;
+                return Ok(Some(partition));
+            }
+            Ok(None) => return Err("the partition vanished".into()),
+            Err(error) => match outcome(&error) {
+                Ok(Outcome::Failed) => crash(storage, rng),
+                _ if refusal_allowed => return Ok(None),
+                _ => return Err(format!("boot refused: {error}")),
+            },
+        }
+    }
+    Err("boot failed 20 times in a row".into())
+}
+
 fn crash(storage: &SimStorage, rng: &mut Rng) {
     if rng.below(2) == 0 {
         storage.crash_process();
@@ -352,6 +413,24 @@ fn run(seed: u64) -> Result<(), String> {
                     }
                     Err(other) => return Err(format!("step {step}: store: {other}")),
                 }
+            }
+            91 => {
+                // Bit rot at rest in one file of the partition, then a restart. Boot either
+                // refuses (damage in what it must trust) or comes up with every batch intact:
+                // never silently different data.
+                drop(partition);
+                let Some(rotted) = rot_one_file(&storage, &mut rng) else {
+                    return Err(format!("step {step}: nothing to rot"));
+                };
+                crash(&storage, &mut rng);
+                match boot_after_rot(&storage, &mut rng, &mut model, &rotted)
+                    .map_err(|e| format!("step {step}: rot in {}: {e}", rotted.display()))?
+                {
+                    Some(booted) => partition = booted,
+                    // Damage refused, as it must be: this partition needs its peers now.
+                    None => return Ok(()),
+                }
+                Ok(())
             }
             _ => partition
                 .read(partition.first_offset(), 16 << 10)
