@@ -12,8 +12,10 @@
 //! 5. Everything past the frontier is discarded (zeroed in the head file, later files removed)
 //!    and reported, even entries that verify.
 //! 6. If one slot is unreadable, boot cannot tell whether it held the newest publication, so it
-//!    adopts the entries past the valid slot's head that verify as a chain (stopping at the first
-//!    that does not) and publishes them anew; the rest is discarded as in rule 5.
+//!    adopts the entries past the valid slot's head that verify as a chain, up to zeros or the end
+//!    of a file, and publishes them anew. An entry there that does not verify, or a later file
+//!    with entries the chain does not reach, refuses: it may be published history.
+//! 7. What boot trusts is written again and synced before the log is used (see `apply`).
 
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
