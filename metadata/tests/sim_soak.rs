@@ -1,6 +1,8 @@
 //! Seeded fault soak of the metadata group: ops submitted one by one (each published before it
 //! is acknowledged), checkpoints (snapshot, superblock, WAL prefix), process crashes and power
-//! losses, on a `SimStorage` injecting short I/O and EIO on writes and syncs. After a failed
+//! losses, and now and then a flipped bit at rest, on a `SimStorage` injecting short I/O and EIO
+//! on writes and syncs. After rot, boot refuses (a single rotten superblock copy must be
+//! repaired, never refused) or restores exactly the acknowledged state. After a failed
 //! call the harness keeps going; a poisoned WAL or superblock makes it restart. After every
 //! boot the state is exactly the replay of the acknowledged ops, or of those plus the one that
 //! failed (its publication may have landed), and what one boot restored survives a power loss
@@ -90,6 +92,34 @@ fn poisoned(error: &GroupError) -> Result<bool, String> {
     }
 }
 
+/// Flips one bit inside the written part of one file of the group; returns the file.
+fn rot_one_file(storage: &SimStorage, rng: &mut Rng) -> Option<std::path::PathBuf> {
+    use iggy_io::ReadStorage;
+    let mut files = Vec::new();
+    for entry in storage.list_dir(dir()).ok()? {
+        let path = dir().join(&entry.name);
+        if entry.kind == iggy_io::EntryKind::Dir {
+            for inner in storage.list_dir(&path).ok()? {
+                files.push(path.join(inner.name));
+            }
+        } else {
+            files.push(path);
+        }
+    }
+    let path = files.get(rng.below(files.len() as u64) as usize)?.clone();
+    let bytes = storage.read_all(&path).ok()?;
+    let written = bytes
+        .iter()
+        .rposition(|b| *b != 0)
+        .map_or(0, |last| last + 1);
+    if written > 0 {
+        storage
+            .rot(&path, rng.below(written as u64), 1 << rng.below(8))
+            .ok()?;
+    }
+    Some(path)
+}
+
 fn open(storage: &SimStorage) -> Result<Option<MetadataGroup<SimStorage>>, GroupError> {
     MetadataGroup::open(storage.clone(), dir(), &ID, wal_config())
 }
@@ -168,6 +198,40 @@ fn run(seed: u64) -> Result<(), String> {
             let result = group.checkpoint();
             checkpoints += usize::from(result.is_ok());
             (result, None)
+        } else if choice == 93 {
+            // Bit rot at rest, then a boot: a refusal, or exactly the acknowledged state.
+            drop(group);
+            let rotted = rot_one_file(&storage, &mut rng).ok_or("nothing to rot")?;
+            let mut opened = None;
+            for _ in 0..20 {
+                match open(&storage) {
+                    Ok(Some(booted)) => {
+                        opened = Some(booted);
+                        break;
+                    }
+                    Ok(None) => return Err(format!("step {step}: the group vanished")),
+                    // An injected I/O fault during the boot: crash and boot again.
+                    Err(error) if poisoned(&error).is_ok() => storage.crash_process(),
+                    Err(error) => {
+                        // Only what boot must trust may refuse: one superblock copy is repaired.
+                        if rotted.ends_with(iggy_superblock::FILE_NAME) {
+                            return Err(format!(
+                                "step {step}: one rotten superblock copy refused: {error}"
+                            ));
+                        }
+                        return Ok(());
+                    }
+                }
+            }
+            let opened = opened.ok_or(format!("step {step}: boot failed 20 times"))?;
+            if *opened.state() != replay(&acknowledged) {
+                return Err(format!(
+                    "step {step}: rot in {} changed the restored state",
+                    rotted.display()
+                ));
+            }
+            group = opened;
+            (Ok(()), None)
         } else {
             drop(group);
             group = restart(&storage, &mut rng, &mut acknowledged, None)
