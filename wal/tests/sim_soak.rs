@@ -1,5 +1,5 @@
 //! Seeded simulation soak: a random workload (appends, publications, truncations, process
-//! crashes, power losses) on a `SimStorage` that also injects short reads and writes and EIO on
+//! crashes, power losses, now and then a flipped bit at rest) on a `SimStorage` that also injects short reads and writes and EIO on
 //! writes and syncs. After a failed operation the harness keeps using the log, as a careless
 //! caller would; the log must refuse (poisoned), and then the "process" crashes and boots again. After every boot: boot succeeded, and every acknowledged entry
 //! is present, unchanged, and chained. A run is a pure function of its seed; a failure prints
@@ -43,6 +43,28 @@ fn boot(storage: &SimStorage, rng: &mut Rng) -> Result<Wal<SimStorage>, String> 
         }
     }
     Err("boot failed 20 times in a row".into())
+}
+
+/// Flips one bit inside the written part of one file of the log.
+fn rot_one_file(storage: &SimStorage, rng: &mut Rng) {
+    use iggy_io::ReadStorage;
+    let files: Vec<_> = storage
+        .list_dir(dir())
+        .unwrap()
+        .into_iter()
+        .map(|e| dir().join(e.name))
+        .collect();
+    let path = &files[rng.below(files.len() as u64) as usize];
+    let bytes = storage.read_all(path).unwrap();
+    let written = bytes
+        .iter()
+        .rposition(|b| *b != 0)
+        .map_or(0, |last| last + 1);
+    if written > 0 {
+        storage
+            .rot(path, rng.below(written as u64), 1 << rng.below(8))
+            .unwrap();
+    }
 }
 
 fn crash(storage: &SimStorage, rng: &mut Rng) {
@@ -143,11 +165,41 @@ fn run(seed: u64) -> Result<(), String> {
                 let cut = acknowledged.len() as u64;
                 wal.truncate_after(cut).map(|()| pending.clear())
             }
-            87..=93 => {
+            87..=92 => {
                 drop(wal);
                 pending.clear();
                 wal = restart(&storage, &mut rng, &acknowledged)
                     .map_err(|e| format!("step {step}: {e}"))?;
+                Ok(())
+            }
+            93 => {
+                // Bit rot at rest, then a boot: a refusal (damage in what boot must trust, or a
+                // frontier slot the older one cannot stand in for), or every acknowledged entry
+                // intact.
+                drop(wal);
+                pending.clear();
+                rot_one_file(&storage, &mut rng);
+                let mut booted = None;
+                for _ in 0..20 {
+                    match Wal::open(storage.clone(), dir(), config(), Mode::Open) {
+                        Ok(Some((opened, _))) => {
+                            booted = Some(opened);
+                            break;
+                        }
+                        Ok(None) => return Err(format!("step {step}: the log vanished")),
+                        Err(WalError::Io(_)) => storage.crash_process(),
+                        // Refused: this replica needs its peers now; the run ends.
+                        Err(_) => return Ok(()),
+                    }
+                }
+                let opened = booted.ok_or(format!("step {step}: boot failed 20 times"))?;
+                verify(&opened, &acknowledged, 1)
+                    .map_err(|e| format!("step {step}: after rot: {e}"))?;
+                wal = opened;
+                let cut = acknowledged.len() as u64;
+                if wal.head().0 > cut {
+                    wal.truncate_after(cut).ok();
+                }
                 Ok(())
             }
             _ => match wal.read(wal.first_op(), wal.head().0) {
