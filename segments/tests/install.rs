@@ -384,3 +384,49 @@ fn check_of_an_uncommitted_install_reports_what_open_does() {
         assert_eq!(checked, opened, "budget {budget}");
     }
 }
+
+/// Every batch is verified as it lands: a flipped bit anywhere in a received segment (40 random
+/// flips) refuses it, the live partition is untouched, and boot sweeps what was staged.
+#[test]
+fn a_damaged_segment_is_refused_as_it_lands_and_nothing_live_changes() {
+    let sim = SimStorage::new(44);
+    let old = fill(&sim, dir(), 0, 45);
+    fill(&sim, Path::new("leader"), 500, 60);
+    let (source, _) = Partition::open(sim.clone(), Path::new("leader"), config(), Mode::Open)
+        .unwrap()
+        .unwrap();
+    let segments = segment_bytes(&sim, &source);
+    drop(source);
+    let mut rng = iggy_io::soak::SeedRng::new(7);
+    for _ in 0..40 {
+        let (start, bytes) = &segments[rng.below(segments.len() as u64) as usize];
+        let mut damaged = bytes.clone();
+        let at = rng.below(damaged.len() as u64) as usize;
+        damaged[at] ^= 1 << rng.below(8);
+        let mut install = Install::new(sim.clone(), dir(), config());
+        let mut received = Ok(());
+        for (s, b) in &segments {
+            let b = if s == start { &damaged } else { b };
+            received = install.receive_segment(*s, b);
+            if received.is_err() {
+                break;
+            }
+        }
+        assert!(
+            received.is_err(),
+            "a flipped bit at byte {at} of segment {start} was accepted"
+        );
+    }
+    let (partition, report) = Partition::open(sim.clone(), dir(), config(), Mode::Open)
+        .unwrap()
+        .unwrap();
+    assert_eq!(content(&partition, &report), old);
+    assert!(
+        report
+            .findings
+            .iter()
+            .any(|f| f.kind == iggy_segments::FindingKind::StagingLeftover),
+        "{:?}",
+        report.findings
+    );
+}
