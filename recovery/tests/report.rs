@@ -1,0 +1,47 @@
+//! The report's verdicts: an I/O error during a check is an operational failure (exit 8), not
+//! a verdict about the data, and it names the group it happened in.
+#![allow(
+    clippy::unwrap_used,
+    reason = "test code: a failed unwrap is a failed test"
+)]
+
+use std::path::Path;
+
+use iggy_io::{Fault, ReadOnly, SimStorage};
+use iggy_recovery::populate::{Options, populate};
+use iggy_recovery::{Status, check, exit};
+
+#[test]
+fn an_io_error_during_the_check_exits_8_and_names_its_group() {
+    let storage = SimStorage::new(3);
+    let options = Options {
+        partitions: 2,
+        batches: 6,
+        unpublished_batches: 0,
+        segment_size_bytes: 4096,
+        metadata_file_bytes: 8192,
+        max_messages: 2,
+    };
+    populate(&storage, Path::new(""), &options).unwrap();
+    storage
+        .arm("partitions/1.1.2/superblock", Fault::ReadError)
+        .unwrap();
+    let report = check(&ReadOnly::new(storage.clone()), Path::new(""), |_, _| {}).unwrap();
+    assert_eq!(report.exit_code(), exit::USAGE_OR_IO, "{}", report.render());
+    let failed: Vec<_> = report.groups.iter().filter(|g| g.io_error).collect();
+    assert_eq!(failed.len(), 1);
+    assert_eq!(failed[0].group, "partition 1.1.2");
+    // The other groups were still checked.
+    assert!(
+        report
+            .groups
+            .iter()
+            .filter(|g| !g.io_error)
+            .all(|g| g.status != Status::Refuse),
+        "{}",
+        report.render()
+    );
+    // Without the fault, the same node is no refusal.
+    let again = check(&ReadOnly::new(storage), Path::new(""), |_, _| {}).unwrap();
+    assert!(again.exit_code() <= exit::REPAIR, "{}", again.render());
+}
