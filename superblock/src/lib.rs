@@ -308,11 +308,10 @@ fn choose(
     }
 }
 
-/// The first field that goes backwards from `older` to `newer`, if any. `checkpoint_op` may go
-/// back only through state transfer, which `choose` cannot tell apart, so it is exempt there.
-/// The first field that goes back from `older` to `newer`. With `state_transfer`, the
+/// The first field that goes back from `older` to `newer`, if any. With `state_transfer`, the
 /// checkpoint and the offset frontier may go back: a peer's (possibly older) checkpoint and the
-/// offsets of the log installed with it replace the local ones.
+/// offsets of the log installed with it replace the local ones. `choose` cannot tell a state
+/// transfer from an ordinary update, so it compares copies with them exempt.
 fn regression(
     older: &VsrState,
     newer: &VsrState,
