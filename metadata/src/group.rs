@@ -243,14 +243,29 @@ impl<S: Storage + Clone> MetadataGroup<S> {
         identity: &Identity,
         wal: Config,
     ) -> Result<Option<Self>, GroupError> {
-        let Some((superblock, _)) =
+        Ok(Self::open_reporting(storage, dir, identity, wal)?.map(|(group, _)| group))
+    }
+
+    /// [`MetadataGroup::open`], also returning what it found and did, in the form [`check`]
+    /// reports it (boot reports the group without analysing it a second time).
+    pub fn open_reporting(
+        storage: S,
+        dir: &Path,
+        identity: &Identity,
+        wal: Config,
+    ) -> Result<Option<(Self, Checked)>, GroupError> {
+        let Some((superblock, superblock_repairs)) =
             Superblock::open(storage.clone(), dir, identity, RepairPolicy::Repair)?
         else {
             return Ok(None);
         };
         let wal_dir = dir.join(WAL_DIR);
+        let mut wal_report = None;
         let wal = match Wal::open(storage.clone(), &wal_dir, wal.clone(), Mode::Open)? {
-            Some((wal, _)) => wal,
+            Some((wal, report)) => {
+                wal_report = Some(report);
+                wal
+            }
             // Creation writes the superblock, then the WAL: a crash in between leaves the
             // superblock at its creation record and no log. Nothing was ever acknowledged, so
             // creation is finished; a superblock that has moved on without its log refuses.
@@ -300,14 +315,20 @@ impl<S: Storage + Clone> MetadataGroup<S> {
             }
         }
         let applied_op = head.max(base_op);
-        Ok(Some(Self {
+        let checked = Checked {
+            superblock_repairs,
+            wal: wal_report,
+            base_op,
+        };
+        let group = Self {
             storage,
             dir: dir.to_path_buf(),
             wal,
             superblock,
             state,
             applied_op,
-        }))
+        };
+        Ok(Some((group, checked)))
     }
 
     /// Logs `op`, makes it durable (metadata is published before it is acknowledged), and

@@ -631,12 +631,23 @@ fn check_metadata<R: ReadStorage>(
     dir: &Path,
     identity: Identity,
     builder: &mut Builder,
-) -> Option<metadata_group::Checked> {
+) {
+    let checked = metadata_group::check(storage, dir, &identity);
+    record_metadata(builder, dir, checked.map(|c| c.map(|c| ((), c))));
+}
+
+/// Records the metadata group's outcome (checked or opened): its findings, or its refusal.
+/// Returns what was opened, if anything.
+fn record_metadata<T>(
+    builder: &mut Builder,
+    dir: &Path,
+    outcome: Result<Option<(T, metadata_group::Checked)>, GroupError>,
+) -> Option<T> {
     let label = "metadata";
-    match metadata_group::check(storage, dir, &identity) {
-        Ok(Some(checked)) => {
+    match outcome {
+        Ok(Some((opened, checked))) => {
             builder.group(label, dir, metadata_findings(label, dir, &checked));
-            Some(checked)
+            Some(opened)
         }
         Ok(None) => None,
         Err(error) => {
@@ -671,29 +682,15 @@ pub fn boot<S: Storage + Clone>(
         node_findings,
     } = Walk::start(&storage, data_dir)?;
     let mut metadata = None;
-    let node_identity = identity.unwrap_or(UNKNOWN_IDENTITY);
-    if storage.exists(&metadata_dir)?
-        && check_metadata(&storage, &metadata_dir, node_identity, &mut builder).is_some()
-    {
-        match MetadataGroup::open(
+    if storage.exists(&metadata_dir)? {
+        // One analysis: open reports what it found as `check` would.
+        let opened = MetadataGroup::open_reporting(
             storage.clone(),
             &metadata_dir,
-            &node_identity,
+            &identity.unwrap_or(UNKNOWN_IDENTITY),
             metadata_wal_config(),
-        ) {
-            Ok(group) => metadata = group,
-            Err(error) => {
-                // The check passed but opening failed: an I/O error, or the disk changed.
-                builder.report.groups.retain(|g| g.group != "metadata");
-                builder.report.findings.retain(|f| f.group != "metadata");
-                builder.refused(
-                    "metadata",
-                    &metadata_dir,
-                    classify_metadata(&error, &metadata_dir),
-                    error.to_string(),
-                );
-            }
-        }
+        );
+        metadata = record_metadata(&mut builder, &metadata_dir, opened);
     }
     let mut partitions = BTreeMap::new();
     for key in keys {
