@@ -48,3 +48,38 @@ pub fn run_seeds(
         }
     }
 }
+
+/// Flips one bit inside the written part (up to the last non-zero byte) of one file anywhere
+/// under `dir`, chosen by `rng`: bit rot at rest. Returns the file, or `None` when there is none.
+pub fn rot_one_file(
+    storage: &crate::SimStorage,
+    dir: &std::path::Path,
+    rng: &mut SeedRng,
+) -> Option<std::path::PathBuf> {
+    use crate::{EntryKind, ReadStorage};
+    let mut files = Vec::new();
+    let mut pending = vec![dir.to_path_buf()];
+    while let Some(at) = pending.pop() {
+        for entry in storage.list_dir(&at).ok()? {
+            let path = at.join(&entry.name);
+            match entry.kind {
+                EntryKind::File => files.push(path),
+                EntryKind::Dir => pending.push(path),
+                EntryKind::Other => {}
+            }
+        }
+    }
+    let path = files
+        .get(usize::try_from(rng.below(files.len().max(1) as u64)).ok()?)?
+        .clone();
+    let bytes = storage.read_all(&path).ok()?;
+    let written = bytes
+        .iter()
+        .rposition(|b| *b != 0)
+        .map_or(0, |last| last + 1);
+    if written > 0 {
+        let mask = 1u8 << rng.below(8);
+        storage.rot(&path, rng.below(written as u64), mask).ok()?;
+    }
+    Some(path)
+}

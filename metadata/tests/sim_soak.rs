@@ -92,34 +92,6 @@ fn poisoned(error: &GroupError) -> Result<bool, String> {
     }
 }
 
-/// Flips one bit inside the written part of one file of the group; returns the file.
-fn rot_one_file(storage: &SimStorage, rng: &mut Rng) -> Option<std::path::PathBuf> {
-    use iggy_io::ReadStorage;
-    let mut files = Vec::new();
-    for entry in storage.list_dir(dir()).ok()? {
-        let path = dir().join(&entry.name);
-        if entry.kind == iggy_io::EntryKind::Dir {
-            for inner in storage.list_dir(&path).ok()? {
-                files.push(path.join(inner.name));
-            }
-        } else {
-            files.push(path);
-        }
-    }
-    let path = files.get(rng.below(files.len() as u64) as usize)?.clone();
-    let bytes = storage.read_all(&path).ok()?;
-    let written = bytes
-        .iter()
-        .rposition(|b| *b != 0)
-        .map_or(0, |last| last + 1);
-    if written > 0 {
-        storage
-            .rot(&path, rng.below(written as u64), 1 << rng.below(8))
-            .ok()?;
-    }
-    Some(path)
-}
-
 fn open(storage: &SimStorage) -> Result<Option<MetadataGroup<SimStorage>>, GroupError> {
     MetadataGroup::open(storage.clone(), dir(), &ID, wal_config())
 }
@@ -201,7 +173,8 @@ fn run(seed: u64) -> Result<(), String> {
         } else if choice == 93 {
             // Bit rot at rest, then a boot: a refusal, or exactly the acknowledged state.
             drop(group);
-            let rotted = rot_one_file(&storage, &mut rng).ok_or("nothing to rot")?;
+            let rotted =
+                iggy_io::soak::rot_one_file(&storage, dir(), &mut rng).ok_or("nothing to rot")?;
             let mut opened = None;
             for _ in 0..20 {
                 match open(&storage) {

@@ -32,34 +32,6 @@ fn faults() -> FaultConfig {
     }
 }
 
-/// Flips one bit inside the written part of one file of the node (any group, any file).
-fn rot_one_file(storage: &SimStorage, rng: &mut SeedRng) {
-    use iggy_io::{EntryKind, ReadStorage};
-    let mut files = Vec::new();
-    let mut pending = vec![std::path::PathBuf::new()];
-    while let Some(dir) = pending.pop() {
-        for entry in storage.list_dir(&dir).unwrap() {
-            let path = dir.join(&entry.name);
-            match entry.kind {
-                EntryKind::Dir => pending.push(path),
-                _ => files.push(path),
-            }
-        }
-    }
-    files.sort();
-    let path = &files[rng.below(files.len() as u64) as usize];
-    let bytes = storage.read_all(path).unwrap();
-    let written = bytes
-        .iter()
-        .rposition(|b| *b != 0)
-        .map_or(0, |last| last + 1);
-    if written > 0 {
-        storage
-            .rot(path, rng.below(written as u64), 1 << rng.below(8))
-            .unwrap();
-    }
-}
-
 /// Crashes the node, then checks and boots it with faults paused. `damaged`: a bit was flipped
 /// at rest, so a group may be refused; check and boot must still agree exactly, and afterwards
 /// only refused groups may remain unclean.
@@ -147,7 +119,7 @@ fn run(seed: u64) -> Result<(), String> {
             },
             85 => {
                 // A flipped bit at rest somewhere in the node, found at the next restart.
-                rot_one_file(&storage, &mut rng);
+                iggy_io::soak::rot_one_file(&storage, Path::new(""), &mut rng);
                 damaged = true;
                 true
             }

@@ -55,36 +55,6 @@ fn outcome(error: &PartitionError) -> Result<Outcome, String> {
     })
 }
 
-/// Flips one bit in one file of the partition (for a segment, inside its written part); returns
-/// the file.
-fn rot_one_file(storage: &SimStorage, rng: &mut Rng) -> Option<std::path::PathBuf> {
-    let mut files = Vec::new();
-    for entry in storage.list_dir(dir()).ok()? {
-        let path = dir().join(&entry.name);
-        match entry.kind {
-            iggy_io::EntryKind::File => files.push(path),
-            iggy_io::EntryKind::Dir => {
-                for inner in storage.list_dir(&path).ok()? {
-                    files.push(path.join(inner.name));
-                }
-            }
-            iggy_io::EntryKind::Other => {}
-        }
-    }
-    let path = files.get(rng.below(files.len() as u64) as usize)?.clone();
-    let bytes = storage.read_all(&path).ok()?;
-    let written = bytes
-        .iter()
-        .rposition(|b| *b != 0)
-        .map_or(0, |last| last + 1);
-    if written == 0 {
-        return Some(path);
-    }
-    let offset = rng.below(written as u64);
-    storage.rot(&path, offset, 1 << rng.below(8)).ok()?;
-    Some(path)
-}
-
 /// Boots after rot in `rotted`. `Ok(None)`: boot refused the damage, which it may only do when
 /// the rot hit data it must trust: a segment, a consumer offset, or the newest frontier slot when
 /// the older one no longer reaches the files left (boot cannot tell then what was published). A
@@ -419,7 +389,7 @@ fn run(seed: u64) -> Result<(), String> {
                 // refuses (damage in what it must trust) or comes up with every batch intact:
                 // never silently different data.
                 drop(partition);
-                let Some(rotted) = rot_one_file(&storage, &mut rng) else {
+                let Some(rotted) = iggy_io::soak::rot_one_file(&storage, dir(), &mut rng) else {
                     return Err(format!("step {step}: nothing to rot"));
                 };
                 crash(&storage, &mut rng);

@@ -45,28 +45,6 @@ fn boot(storage: &SimStorage, rng: &mut Rng) -> Result<Wal<SimStorage>, String> 
     Err("boot failed 20 times in a row".into())
 }
 
-/// Flips one bit inside the written part of one file of the log.
-fn rot_one_file(storage: &SimStorage, rng: &mut Rng) {
-    use iggy_io::ReadStorage;
-    let files: Vec<_> = storage
-        .list_dir(dir())
-        .unwrap()
-        .into_iter()
-        .map(|e| dir().join(e.name))
-        .collect();
-    let path = &files[rng.below(files.len() as u64) as usize];
-    let bytes = storage.read_all(path).unwrap();
-    let written = bytes
-        .iter()
-        .rposition(|b| *b != 0)
-        .map_or(0, |last| last + 1);
-    if written > 0 {
-        storage
-            .rot(path, rng.below(written as u64), 1 << rng.below(8))
-            .unwrap();
-    }
-}
-
 fn crash(storage: &SimStorage, rng: &mut Rng) {
     if rng.below(2) == 0 {
         storage.crash_process();
@@ -178,7 +156,7 @@ fn run(seed: u64) -> Result<(), String> {
                 // intact.
                 drop(wal);
                 pending.clear();
-                rot_one_file(&storage, &mut rng);
+                iggy_io::soak::rot_one_file(&storage, dir(), &mut rng);
                 let mut booted = None;
                 for _ in 0..20 {
                     match Wal::open(storage.clone(), dir(), config(), Mode::Open) {
