@@ -17,7 +17,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use common::{client_batch, config, dir, read_all};
+use common::{client_batch, config, dir, read_all, segment_bytes};
 use iggy_io::{
     DirEntry, EnumerationConfig, OpenMode, ReadOnly, ReadStorage, SimStorage, Storage, TraceOp,
     enumerate,
@@ -99,20 +99,6 @@ fn record<S: Storage + Clone>(storage: &S, sim: &SimStorage) -> (Vec<TraceOp>, C
     install::finish(storage, dir()).unwrap();
     sim.mark("finished");
     (sim.trace(), old, new)
-}
-
-/// The trusted bytes of every segment of `source`, oldest first.
-fn segment_bytes<S: Storage + Clone>(storage: &S, source: &Partition<S>) -> Vec<(u64, Vec<u8>)> {
-    source
-        .segments()
-        .iter()
-        .map(|s| {
-            let file = storage.open_read(&s.path).unwrap();
-            let mut bytes = vec![0u8; s.bytes as usize];
-            iggy_io::ReadFile::read_exact_at(&file, 0, &mut bytes).unwrap();
-            (s.start_offset, bytes)
-        })
-        .collect()
 }
 
 /// Receives `segments` and `new`'s offsets into `dir()` and commits.

@@ -20,7 +20,7 @@ mod common;
 use std::collections::BTreeMap;
 
 use common::{client_batch, config, dir, read_all};
-use iggy_io::{FaultConfig, ReadStorage, SimStorage};
+use iggy_io::{FaultConfig, SimStorage};
 use iggy_segments::offsets::{ConsumerKind, OffsetError};
 use iggy_segments::{Install, Partition, PartitionError, StateArtifact};
 use iggy_superblock::SuperblockError;
@@ -69,21 +69,14 @@ fn boot_after_rot(
     let refusal_allowed = name.ends_with(".log")
         || name == "frontier"
         || rotted.parent().is_some_and(|p| p.ends_with("offsets"));
-    for _ in 0..20 {
-        match Partition::open(storage.clone(), dir(), config(), Mode::Open) {
-            Ok(Some((partition, report))) => {
-                verify(&partition, &report, model)?;
-                return Ok(Some(partition));
-            }
-            Ok(None) => return Err("the partition vanished".into()),
-            Err(error) => match outcome(&error) {
-                Ok(Outcome::Failed) => crash(storage, rng),
-                _ if refusal_allowed => return Ok(None),
-                _ => return Err(format!("boot refused: {error}")),
-            },
+    match open_retrying(storage, rng)? {
+        Ok((partition, report)) => {
+            verify(&partition, &report, model)?;
+            Ok(Some(partition))
         }
+        Err(_) if refusal_allowed => Ok(None),
+        Err(error) => Err(format!("boot refused: {error}")),
     }
-    Err("boot failed 20 times in a row".into())
 }
 
 fn crash(storage: &SimStorage, rng: &mut Rng) {
@@ -127,28 +120,38 @@ fn boot_either(
     model: &mut Model,
     installed: Option<&Model>,
 ) -> Result<Partition<SimStorage>, String> {
+    let (partition, report) =
+        open_retrying(storage, rng)?.map_err(|error| format!("boot refused: {error}"))?;
+    let mut old = model.clone();
+    if let Err(as_old) = verify(&partition, &report, &mut old) {
+        let Some(new) = installed else {
+            return Err(as_old);
+        };
+        let mut new = new.clone();
+        verify(&partition, &report, &mut new).map_err(|as_new| {
+            format!("neither the old partition ({as_old}) nor the new ({as_new})")
+        })?;
+        *model = new;
+    } else {
+        *model = old;
+    }
+    Ok(partition)
+}
+
+/// Opens the partition, crashing and retrying while an injected I/O fault fails the boot itself.
+/// The outer error fails the test; the inner one is boot's refusal.
+#[allow(clippy::type_complexity, reason = "test helper; named at its two uses")]
+fn open_retrying(
+    storage: &SimStorage,
+    rng: &mut Rng,
+) -> Result<Result<(Partition<SimStorage>, iggy_segments::Report), PartitionError>, String> {
     for _ in 0..20 {
         match Partition::open(storage.clone(), dir(), config(), Mode::Open) {
-            Ok(Some((partition, report))) => {
-                let mut old = model.clone();
-                if let Err(as_old) = verify(&partition, &report, &mut old) {
-                    let Some(new) = installed else {
-                        return Err(as_old);
-                    };
-                    let mut new = new.clone();
-                    verify(&partition, &report, &mut new).map_err(|as_new| {
-                        format!("neither the old partition ({as_old}) nor the new ({as_new})")
-                    })?;
-                    *model = new;
-                } else {
-                    *model = old;
-                }
-                return Ok(partition);
-            }
+            Ok(Some(opened)) => return Ok(Ok(opened)),
             Ok(None) => return Err("the partition vanished".into()),
-            Err(error) => match outcome(&error)? {
-                Outcome::Failed => crash(storage, rng),
-                _ => return Err(format!("boot refused: {error}")),
+            Err(error) => match outcome(&error) {
+                Ok(Outcome::Failed) => crash(storage, rng),
+                _ => return Ok(Err(error)),
             },
         }
     }
@@ -234,10 +237,10 @@ fn verify(
     Ok(())
 }
 
-/// A leader's partition, written before faults are on: its segments' bytes and its model.
 /// Segments as (start offset, bytes), as a leader sends them.
 type Segments = Vec<(u64, Vec<u8>)>;
 
+/// A leader's partition, written before faults are on: its segments' bytes and its model.
 fn leader(storage: &SimStorage, seed: u64) -> Result<(Segments, Model), String> {
     let at = std::path::Path::new("leader");
     let leader = Partition::create(storage.clone(), at, config()).map_err(|e| e.to_string())?;
@@ -248,16 +251,7 @@ fn leader(storage: &SimStorage, seed: u64) -> Result<(Segments, Model), String> 
         model.acknowledged.insert(appended.base_offset, batch);
     }
     leader.publish().map_err(|e| e.to_string())?;
-    let segments = leader
-        .segments()
-        .iter()
-        .map(|s| {
-            let file = storage.open_read(&s.path).unwrap();
-            let mut bytes = vec![0u8; s.bytes as usize];
-            iggy_io::ReadFile::read_exact_at(&file, 0, &mut bytes).unwrap();
-            (s.start_offset, bytes)
-        })
-        .collect();
+    let segments = common::segment_bytes(storage, &leader);
     Ok((segments, model))
 }
 

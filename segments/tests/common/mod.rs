@@ -53,3 +53,21 @@ pub fn read_all<S: Storage + Clone>(partition: &Partition<S>) -> Vec<StoredBatch
         .read(partition.first_offset(), u64::MAX)
         .expect("read")
 }
+
+/// The bytes of every segment of `source` (its entries, without the preallocated tail), oldest
+/// first, as a leader sends them in a state transfer.
+pub fn segment_bytes<S: Storage + Clone>(
+    storage: &S,
+    source: &Partition<S>,
+) -> Vec<(u64, Vec<u8>)> {
+    source
+        .segments()
+        .iter()
+        .map(|s| {
+            let file = storage.open_read(&s.path).expect("open a segment");
+            let mut bytes = vec![0u8; usize::try_from(s.bytes).expect("segment size")];
+            iggy_io::ReadFile::read_exact_at(&file, 0, &mut bytes).expect("read a segment");
+            (s.start_offset, bytes)
+        })
+        .collect()
+}
