@@ -227,6 +227,13 @@ fn main() -> ExitCode {
     }
 }
 
+/// Prints `value` as pretty JSON on stdout (every `--json`).
+fn print_json(value: &impl serde::Serialize) -> Result<(), String> {
+    let text = serde_json::to_string_pretty(value).map_err(|e| e.to_string())?;
+    println!("{text}");
+    Ok(())
+}
+
 /// The directory to run in: the one given, or a new temp dir kept alive by the guard.
 fn bench_dir(dir: Option<&PathBuf>) -> Result<(PathBuf, Option<tempfile::TempDir>), String> {
     match dir {
@@ -287,10 +294,7 @@ fn run_wal(args: &WalArgs) -> Result<(), String> {
         "durability": format!("{:?}", args.durability),
     });
     if args.json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?
-        );
+        print_json(&report)?;
     } else {
         println!(
             "iggy-wal: {records} records of {} bytes, batches of {}, {} writer(s), {:?}",
@@ -336,10 +340,7 @@ fn run_segments(args: &SegmentsArgs) -> Result<(), String> {
     bar.finish_and_clear();
     if args.json {
         let report = serde_json::json!({ "sizes": sizes, "cells": cells });
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?
-        );
+        print_json(&report)?;
     } else {
         println!(
             "iggy-bench segments in {} ({} round(s); median; ratio to the second row)",
@@ -360,10 +361,7 @@ fn run_snapshot(args: &SnapshotArgs) -> Result<(), String> {
     };
     let report = iggy_benches::snapshot::run(&dir, &sizes)?;
     if args.json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?
-        );
+        print_json(&report)?;
     } else {
         print!("{}", iggy_benches::snapshot::render(&report));
     }
@@ -433,10 +431,7 @@ fn run_compare(args: &CompareArgs) -> Result<(), String> {
     }
     if args.json {
         let report = serde_json::json!({ "sizes": sizes, "cells": cells });
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?
-        );
+        print_json(&report)?;
     } else {
         println!(
             "iggy-bench compare in {} ({} round(s); median; ratio to raw-prefilled)",
@@ -471,8 +466,7 @@ fn run_disk(args: &DiskArgs) -> Result<(), String> {
     .map_err(|e| e.to_string())?;
     bar.finish_and_clear();
     if args.json {
-        let text = serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?;
-        println!("{text}");
+        print_json(&report)?;
     } else {
         print!("{}", disk::render(&report));
     }
