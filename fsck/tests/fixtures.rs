@@ -21,10 +21,7 @@ fn normalized(json: &str) -> serde_json::Value {
 }
 
 fn read_text(storage: &OsStorage, name: &str) -> String {
-    let file = storage.open_read(name).unwrap();
-    let mut bytes = vec![0u8; usize::try_from(file.len().unwrap()).unwrap()];
-    file.read_exact_at(0, &mut bytes).unwrap();
-    String::from_utf8(bytes).unwrap()
+    String::from_utf8(storage.open_read(name).unwrap().read_all().unwrap()).unwrap()
 }
 
 fn write_text(storage: &OsStorage, name: &str, text: &str) {

@@ -80,13 +80,7 @@ pub enum Command {
 
 /// Reads a whole file read-only; the error names the path.
 pub(crate) fn read_file(path: &Path) -> Result<Vec<u8>, String> {
-    let file = open_file(path)?;
-    let len = file.len().map_err(|e| e.to_string())?;
-    let len = usize::try_from(len).map_err(|_| format!("{}: too large", path.display()))?;
-    let mut bytes = vec![0u8; len];
-    file.read_exact_at(0, &mut bytes)
-        .map_err(|e| e.to_string())?;
-    Ok(bytes)
+    open_file(path)?.read_all().map_err(|e| e.to_string())
 }
 
 fn open_file(path: &Path) -> Result<<ReadOnly<OsStorage> as ReadStorage>::Reader, String> {
@@ -121,12 +115,18 @@ impl std::ops::Deref for FileBytes {
     }
 }
 
-pub(crate) fn map_file(path: &Path) -> Result<FileBytes, String> {
-    let file = open_file(path)?;
-    match file.map().map_err(|e| e.to_string())? {
-        Some(map) => Ok(FileBytes::Mapped(map)),
-        None => read_file(path).map(FileBytes::Read),
+impl FileBytes {
+    /// The bytes of `file`: mapped where the storage can, read otherwise.
+    pub(crate) fn of(file: &impl ReadFile) -> Result<Self, String> {
+        Ok(match file.map().map_err(|e| e.to_string())? {
+            Some(map) => Self::Mapped(map),
+            None => Self::Read(file.read_all().map_err(|e| e.to_string())?),
+        })
     }
+}
+
+pub(crate) fn map_file(path: &Path) -> Result<FileBytes, String> {
+    FileBytes::of(&open_file(path)?)
 }
 
 /// A hexdump of `bytes`, offsets counted from `base`.
@@ -414,16 +414,7 @@ fn wal_files(
         }
         let path = dir.join(&entry.name);
         let file = storage.open_read(&path).map_err(|e| e.to_string())?;
-        let bytes = match file.map().map_err(|e| e.to_string())? {
-            Some(map) => FileBytes::Mapped(map),
-            None => {
-                let mut bytes =
-                    vec![0u8; usize::try_from(file.len().map_err(|e| e.to_string())?).unwrap_or(0)];
-                file.read_exact_at(0, &mut bytes)
-                    .map_err(|e| e.to_string())?;
-                FileBytes::Read(bytes)
-            }
-        };
+        let bytes = FileBytes::of(&file)?;
         let (decoded, listing) = partition::decode_log(&bytes, false, false);
         let trusted = report.files.iter().find(|f| f.path == path);
         let (trusted_entries, trusted_end) = trusted.map_or((0, 0), |f| (f.entries, f.end));

@@ -7,9 +7,7 @@ use crate::error::ErrorKind;
 use crate::storage::{DirEntry, EntryKind, OpenMode, ReadFile, Storage, WriteFile};
 
 fn read_all<F: ReadFile>(file: &F) -> Vec<u8> {
-    let mut bytes = vec![0; usize::try_from(file.len().expect("len")).expect("fits")];
-    file.read_exact_at(0, &mut bytes).expect("read_exact_at");
-    bytes
+    file.read_all().expect("read_all")
 }
 
 fn kind<T: std::fmt::Debug>(result: crate::Result<T>) -> ErrorKind {

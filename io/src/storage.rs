@@ -112,6 +112,17 @@ pub trait ReadFile: Send + Sync + std::fmt::Debug {
         self.len()
     }
 
+    /// The whole file (its length as [`ReadFile::len`] reports it), looping over short reads.
+    fn read_all(&self) -> Result<Vec<u8>> {
+        let len = self.len()?;
+        // EFBIG: a file larger than this platform's address space.
+        let len = usize::try_from(len)
+            .map_err(|_| Error::new(Op::Read, self.path(), ErrorKind::Os(27)).at(0))?;
+        let mut bytes = vec![0u8; len];
+        self.read_exact_at(0, &mut bytes)?;
+        Ok(bytes)
+    }
+
     /// Reads exactly `buf.len()` bytes at `offset`, looping over short reads.
     fn read_exact_at(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
         let mut done = 0usize;

@@ -359,7 +359,7 @@ impl<S: Storage + Clone> Install<S> {
                 // The linked entries durable before the backup is relied on.
                 storage.sync_dir(building.join(&name))?;
             } else if name == iggy_superblock::FILE_NAME {
-                let bytes = read_all(storage, &dir.join(&name))?;
+                let bytes = storage.open_read(dir.join(&name))?.read_all()?;
                 let copy = storage.open(building.join(&name), OpenMode::CreateNew)?;
                 // The copy's bytes durable before it may be restored.
                 copy.write_all_and_sync_data(0, &bytes)?;
@@ -449,11 +449,4 @@ impl<S: Storage + Clone> Install<S> {
         file.sync_data()?;
         Ok(())
     }
-}
-
-fn read_all<S: Storage>(storage: &S, path: &Path) -> Result<Vec<u8>, PartitionError> {
-    let file = storage.open_read(path)?;
-    let mut bytes = vec![0u8; usize::try_from(file.len()?).unwrap_or(0)];
-    file.read_exact_at(0, &mut bytes)?;
-    Ok(bytes)
 }

@@ -183,14 +183,7 @@ pub fn read<R: ReadStorage>(
 }
 
 pub(crate) fn read_all<R: ReadStorage>(storage: &R, path: &Path) -> Result<Vec<u8>, SnapshotError> {
-    let file = storage.open_read(path)?;
-    let len = usize::try_from(file.len()?).map_err(|_| SnapshotError::Truncated {
-        file: path.display().to_string(),
-        len: u64::MAX,
-    })?;
-    let mut bytes = vec![0u8; len];
-    file.read_exact_at(0, &mut bytes)?;
-    Ok(bytes)
+    Ok(storage.open_read(path)?.read_all()?)
 }
 
 /// Atomically replaces `dir/snapshot.bin` with the encoded bytes (which must decode).

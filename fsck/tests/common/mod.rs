@@ -41,10 +41,7 @@ pub fn fixtures_dir() -> PathBuf {
 }
 
 fn read_all(storage: &OsStorage, path: &Path) -> Vec<u8> {
-    let file = storage.open_read(path).unwrap();
-    let mut bytes = vec![0u8; usize::try_from(file.len().unwrap()).unwrap()];
-    file.read_exact_at(0, &mut bytes).unwrap();
-    bytes
+    storage.open_read(path).unwrap().read_all().unwrap()
 }
 
 fn write_at(storage: &OsStorage, path: &Path, offset: u64, bytes: &[u8]) {
