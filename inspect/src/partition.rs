@@ -322,38 +322,17 @@ pub fn node(dir: &Path) -> Result<(Value, String), String> {
         .map_err(|e| format!("{}: {e}", dir.display()))?;
     report.data_dir = dir.to_path_buf();
     let mut text = report.render();
+    // The segments come from the same analysis: each partition is verified once.
     let mut partitions = Vec::new();
-    for group in &report.groups {
-        let Some(key) = group
-            .group
-            .strip_prefix("partition ")
-            .and_then(iggy_recovery::PartitionKey::parse)
-        else {
-            continue;
-        };
-        if group.status == iggy_recovery::Status::Refuse
-            || group.status == iggy_recovery::Status::NeedsPeerRepair
-        {
-            continue;
-        }
-        let identity = iggy_recovery::boot::discover_identity(&storage, Path::new("metadata"))
-            .or_else(|| iggy_recovery::boot::discover_identity(&storage, &group.dir));
-        let Some(identity) = identity else {
-            continue;
-        };
-        let config = iggy_recovery::partition_config(identity, key, None);
-        // The same check as above, for its segment list.
-        let Ok(Some(checked)) = iggy_segments::check(&storage, &group.dir, &config) else {
-            continue;
-        };
+    for partition in &report.partitions {
         let _ = writeln!(
             text,
             "  {}: next offset {}, {} segments",
-            group.group,
-            checked.next_offset,
-            checked.segments.len()
+            partition.group,
+            partition.next_offset,
+            partition.segments.len()
         );
-        let segments: Vec<Value> = checked
+        let segments: Vec<Value> = partition
             .segments
             .iter()
             .map(|s| {
@@ -372,9 +351,9 @@ pub fn node(dir: &Path) -> Result<(Value, String), String> {
             })
             .collect();
         partitions.push(
-            json!({ "group": group.group, "next_offset": checked.next_offset,
+            json!({ "group": partition.group, "next_offset": partition.next_offset,
                                 "segments": segments,
-                                "consumer_offsets": checked.offsets.len() }),
+                                "consumer_offsets": partition.consumer_offsets }),
         );
     }
     let mut value = report.to_json();

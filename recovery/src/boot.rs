@@ -13,7 +13,9 @@ use iggy_superblock::copy::{self, Slot};
 use iggy_superblock::{Identity, SuperblockError};
 use iggy_wal::{Mode, WalError};
 
-use crate::report::{Action, Component, Finding, Group, Report, SCHEMA_VERSION, Status};
+use crate::report::{
+    Action, Component, Finding, Group, PartitionSummary, Report, SCHEMA_VERSION, Status,
+};
 
 /// The metadata group's directory in a data directory.
 pub const METADATA_DIR: &str = "metadata";
@@ -115,7 +117,7 @@ const UNKNOWN_IDENTITY: Identity = Identity {
 };
 
 /// The identity recorded in the first copy that decodes of `dir/superblock`, if any.
-pub fn discover_identity<R: ReadStorage>(storage: &R, dir: &Path) -> Option<Identity> {
+fn discover_identity<R: ReadStorage>(storage: &R, dir: &Path) -> Option<Identity> {
     let path = dir.join(iggy_superblock::FILE_NAME);
     let file = storage.open_read(&path).ok()?;
     let len = usize::try_from(file.len().ok()?.min(copy::FILE_SIZE)).ok()?;
@@ -346,6 +348,7 @@ impl Builder {
                 data_dir: data_dir.to_path_buf(),
                 groups: Vec::new(),
                 findings: Vec::new(),
+                partitions: Vec::new(),
             },
             replicated: identity.is_some_and(|i| i.replica_count > 1),
         }
@@ -379,6 +382,12 @@ impl Builder {
         match outcome {
             Ok(Some((opened, report))) => {
                 self.group(label, dir, partition_findings(label, dir, &report));
+                self.report.partitions.push(PartitionSummary {
+                    group: label.into(),
+                    next_offset: report.next_offset,
+                    segments: report.segments,
+                    consumer_offsets: report.offsets.len(),
+                });
                 Some(opened)
             }
             Ok(None) => {

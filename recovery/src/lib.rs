@@ -22,4 +22,4 @@ pub use boot::{
     metadata_wal_config, partition_config,
 };
 pub use iggy_wal::Mode;
-pub use report::{Action, Component, Finding, Group, Report, Status, exit};
+pub use report::{Action, Component, Finding, Group, PartitionSummary, Report, Status, exit};

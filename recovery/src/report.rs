@@ -106,6 +106,19 @@ pub struct Report {
     pub data_dir: PathBuf,
     pub groups: Vec<Group>,
     pub findings: Vec<Finding>,
+    /// Each partition that boots: its segments as boot verified them (for `iggy-inspect node`;
+    /// not part of fsck's JSON schema).
+    #[serde(skip)]
+    pub partitions: Vec<PartitionSummary>,
+}
+
+/// A partition that boots, as boot verified it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PartitionSummary {
+    pub group: String,
+    pub next_offset: u64,
+    pub segments: Vec<iggy_segments::SegmentInfo>,
+    pub consumer_offsets: usize,
 }
 
 /// `iggy-fsck`'s exit codes (DESIGN §6).
