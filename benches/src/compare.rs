@@ -257,7 +257,7 @@ pub fn run_one(
                 latencies: Some(latencies),
             })
         }
-        Scenario::ReplayWarm | Scenario::ReplayCold => {
+        Scenario::ReplayWarm | Scenario::ReplayCold if kind.has_own_replay() => {
             let engine = kind.open(&dir, capacity)?;
             let replay_sizes = Sizes {
                 batch_total_bytes: sizes.replay_bytes,
@@ -285,7 +285,10 @@ pub fn run_one(
                 latencies: None,
             })
         }
-        Scenario::UnpublishedBatches | Scenario::Concurrent64 => None,
+        Scenario::UnpublishedBatches
+        | Scenario::Concurrent64
+        | Scenario::ReplayWarm
+        | Scenario::ReplayCold => None,
     };
     let storage = iggy_io::OsStorage::open(base).map_err(|e| e.to_string())?;
     iggy_io::Storage::remove_dir_all(&storage, kind.name()).map_err(|e| e.to_string())?;

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use iggy_io::{OpenMode, OsStorage, ReadFile, ReadStorage, Storage, WriteFile};
+use iggy_io::{IoPath, OpenMode, OsStorage, ReadFile, ReadStorage, Storage, WriteFile};
 use iggy_wal::{Config, Mode, Wal};
 
 /// A log under test.
@@ -23,6 +23,9 @@ pub trait Engine: Send + Sync {
 pub enum EngineKind {
     /// `pwrite` into a preallocated, zero-filled file, `fdatasync` per batch.
     RawPrefilled,
+    /// `raw-prefilled`, then a 4 KiB record `pwrite` + `fdatasync` into a second prefilled file
+    /// per batch: the floor of any log that publishes a frontier once its data is durable.
+    RawFrontier,
     /// `pwrite` at the end of a growing file, `fdatasync` per batch.
     RawAppend,
     /// The toolkit's WAL (`iggy-wal`).
@@ -38,8 +41,9 @@ pub enum EngineKind {
 }
 
 impl EngineKind {
-    pub const ALL: [Self; 7] = [
+    pub const ALL: [Self; 8] = [
         Self::RawPrefilled,
+        Self::RawFrontier,
         Self::RawAppend,
         Self::IggyWal,
         Self::OkayWal,
@@ -52,6 +56,7 @@ impl EngineKind {
     pub fn name(self) -> &'static str {
         match self {
             Self::RawPrefilled => "raw-prefilled",
+            Self::RawFrontier => "raw-frontier",
             Self::RawAppend => "raw-append",
             Self::IggyWal => "iggy-wal",
             Self::OkayWal => "okaywal",
@@ -75,6 +80,13 @@ impl EngineKind {
         self != Self::OkayWal
     }
 
+    /// Whether the replay scenarios measure something of its own (`raw-frontier`'s data file is
+    /// `raw-prefilled`'s).
+    #[must_use]
+    pub fn has_own_replay(self) -> bool {
+        self != Self::RawFrontier
+    }
+
     /// Whether concurrent appenders are meaningful (the raw baselines have no group commit).
     #[must_use]
     pub fn has_group_commit(self) -> bool {
@@ -87,8 +99,9 @@ impl EngineKind {
     /// Opens a fresh engine in the empty directory `dir`; `capacity_bytes` sizes preallocation.
     pub fn open(self, dir: &Path, capacity_bytes: u64) -> Result<Box<dyn Engine>, String> {
         Ok(match self {
-            Self::RawPrefilled => Box::new(RawFile::open(dir, Some(capacity_bytes))?),
-            Self::RawAppend => Box::new(RawFile::open(dir, None)?),
+            Self::RawPrefilled => Box::new(RawFile::open(dir, Some(capacity_bytes), false)?),
+            Self::RawFrontier => Box::new(RawFile::open(dir, Some(capacity_bytes), true)?),
+            Self::RawAppend => Box::new(RawFile::open(dir, None, false)?),
             Self::IggyWal => Box::new(IggyWal::open(dir)?),
             Self::OkayWal => Box::new(OkayWal::open(dir)?),
             Self::RaftEngine => Box::new(RaftEngine::open(dir)?),
@@ -101,7 +114,9 @@ impl EngineKind {
     /// returns the number of records.
     pub fn replay(self, dir: &Path, record_bytes: usize) -> Result<u64, String> {
         match self {
-            Self::RawPrefilled | Self::RawAppend => RawFile::replay(dir, record_bytes),
+            Self::RawPrefilled | Self::RawFrontier | Self::RawAppend => {
+                RawFile::replay(dir, record_bytes)
+            }
             Self::IggyWal => IggyWal::replay(dir),
             Self::OkayWal => OkayWal::replay(dir),
             Self::RaftEngine => RaftEngine::replay(dir),
@@ -115,26 +130,55 @@ fn err(error: impl std::fmt::Display) -> String {
     error.to_string()
 }
 
-/// The raw baselines: one file, the batch's bytes written with one `pwrite`.
+/// The raw baselines: one file, the batch's bytes written with one `pwrite`; with a frontier,
+/// also a 4 KiB record naming the durable end, written and synced after the data.
 struct RawFile {
     file: iggy_io::os::OsFile,
-    end: Mutex<u64>,
+    frontier: Option<iggy_io::os::OsFile>,
+    /// The end of the bytes written, and the publications made.
+    end: Mutex<(u64, u64)>,
 }
 
 impl RawFile {
-    fn open(dir: &Path, prefill_bytes: Option<u64>) -> Result<Self, String> {
+    fn open(dir: &Path, prefill_bytes: Option<u64>, frontier: bool) -> Result<Self, String> {
         let storage = OsStorage::open(dir).map_err(err)?;
-        let file = storage.open("raw.log", OpenMode::CreateNew).map_err(err)?;
-        if let Some(len) = prefill_bytes {
-            file.write_zeros(0, len).map_err(err)?;
-            // Durable zeros: the measured overwrites then need no metadata in their fdatasync.
-            file.sync_all().map_err(err)?;
-        }
+        let prefilled = |name: &str, len: Option<u64>| {
+            let file = storage.open(name, OpenMode::CreateNew).map_err(err)?;
+            if let Some(len) = len {
+                file.write_zeros(0, len).map_err(err)?;
+                // Durable zeros: the measured overwrites then need no metadata in their fdatasync.
+                file.sync_all().map_err(err)?;
+            }
+            Ok::<_, String>(file)
+        };
+        let file = prefilled("raw.log", prefill_bytes)?;
+        let frontier = if frontier {
+            Some(prefilled("raw.frontier", Some(8192))?)
+        } else {
+            None
+        };
         storage.sync_dir("").map_err(err)?;
         Ok(Self {
             file,
-            end: Mutex::new(0),
+            frontier,
+            end: Mutex::new((0, 0)),
         })
+    }
+
+    /// Makes the data durable, then (with a frontier) a 4 KiB record of its end, in one of two
+    /// slots written alternately.
+    fn publish(&self, end: u64, publications: &mut u64) -> Result<(), String> {
+        self.file.sync_data().map_err(err)?;
+        if let Some(frontier) = &self.frontier {
+            let mut slot = [0u8; 4096];
+            slot[..8].copy_from_slice(&end.to_le_bytes());
+            frontier
+                .write_all_at(*publications % 2 * 4096, &slot)
+                .map_err(err)?;
+            frontier.sync_data().map_err(err)?;
+            *publications += 1;
+        }
+        Ok(())
     }
 
     fn replay(dir: &Path, record_bytes: usize) -> Result<u64, String> {
@@ -165,17 +209,20 @@ impl RawFile {
 impl Engine for RawFile {
     fn append(&self, _stream: usize, records: &[&[u8]], durable: bool) -> Result<(), String> {
         let bytes = records.concat();
-        let mut end = self.end.lock().map_err(err)?;
+        let mut guard = self.end.lock().map_err(err)?;
+        let (end, publications) = &mut *guard;
         self.file.write_all_at(*end, &bytes).map_err(err)?;
         *end += bytes.len() as u64;
         if durable {
-            self.file.sync_data().map_err(err)?;
+            self.publish(*end, publications)?;
         }
         Ok(())
     }
 
     fn sync(&self) -> Result<(), String> {
-        self.file.sync_data().map_err(err)
+        let mut guard = self.end.lock().map_err(err)?;
+        let (end, publications) = &mut *guard;
+        self.publish(*end, publications)
     }
 }
 
@@ -198,13 +245,18 @@ pub fn iggy_config() -> Config {
 impl IggyWal {
     fn open(dir: &Path) -> Result<Self, String> {
         let config = iggy_config();
-        Self::open_with(dir, config.zero_fill, config.file_size_bytes)
+        Self::open_with(dir, config.zero_fill, config.file_size_bytes, IoPath::Auto)
     }
 
     /// Creates the log in `dir` with files of `file_size_bytes`, zero-filled or only
-    /// preallocated.
-    pub fn open_with(dir: &Path, zero_fill: bool, file_size_bytes: u64) -> Result<Self, String> {
-        let storage = OsStorage::open(dir).map_err(err)?;
+    /// preallocated, writing through `io_path`.
+    pub fn open_with(
+        dir: &Path,
+        zero_fill: bool,
+        file_size_bytes: u64,
+        io_path: IoPath,
+    ) -> Result<Self, String> {
+        let storage = OsStorage::open_with(dir, io_path).map_err(err)?;
         let config = Config {
             zero_fill,
             file_size_bytes,

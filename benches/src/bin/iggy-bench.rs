@@ -120,6 +120,12 @@ enum Durability {
     Unpublished,
 }
 
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum IoArg {
+    Uring,
+    Syscalls,
+}
+
 #[derive(clap::Args, Debug)]
 struct WalArgs {
     /// Directory to benchmark in. Default: a new temporary directory.
@@ -149,6 +155,10 @@ struct WalArgs {
     /// Zero-fill each new WAL file (true) or only preallocate it with fallocate (false).
     #[arg(long, default_value_t = false, action = clap::ArgAction::Set)]
     zero_fill: bool,
+    /// How durable writes reach the disk: io_uring (a linked write+fdatasync, where the kernel
+    /// allows it) or plain system calls.
+    #[arg(long, value_enum, default_value_t = IoArg::Uring)]
+    io: IoArg,
     /// Print JSON instead of text.
     #[arg(long)]
     json: bool,
@@ -169,6 +179,15 @@ struct CompareArgs {
     /// --quick).
     #[arg(long)]
     replay_mib: Option<u64>,
+    /// Only these engines, comma-separated (names as in the table: raw-prefilled, raw-frontier,
+    /// raw-append, iggy-wal, okaywal, raft-engine, commitlog, fjall). Ratios need
+    /// raw-prefilled. Default: all.
+    #[arg(long, value_delimiter = ',', value_parser = parse_engine)]
+    engines: Vec<EngineKind>,
+    /// Only these scenarios, comma-separated: published, unpublished, single, concurrent,
+    /// replay-warm, replay-cold. Default: all.
+    #[arg(long, value_delimiter = ',', value_parser = parse_scenario)]
+    scenarios: Vec<Scenario>,
     /// Print JSON instead of a table.
     #[arg(long)]
     json: bool,
@@ -252,9 +271,16 @@ fn run_wal(args: &WalArgs) -> Result<(), String> {
     }
     let (dir, _guard) = bench_dir(args.dir.as_ref())?;
     let base = iggy_benches::engines::run_dir(&dir, "iggy-bench-wal")?;
-    let engine: std::sync::Arc<dyn iggy_benches::engines::Engine> = std::sync::Arc::new(
-        iggy_benches::engines::IggyWal::open_with(&base, args.zero_fill, args.file_mib << 20)?,
-    );
+    let engine: std::sync::Arc<dyn iggy_benches::engines::Engine> =
+        std::sync::Arc::new(iggy_benches::engines::IggyWal::open_with(
+            &base,
+            args.zero_fill,
+            args.file_mib << 20,
+            match args.io {
+                IoArg::Uring => iggy_io::IoPath::Auto,
+                IoArg::Syscalls => iggy_io::IoPath::Syscalls,
+            },
+        )?);
     let data = compare::records(args.batch, args.record_bytes, 7);
     let batch_bytes = (args.batch * args.record_bytes) as u64;
     let batches_per_writer = (total_bytes / batch_bytes / args.writers as u64).max(1);
@@ -404,6 +430,25 @@ fn progress_bar(steps: u64) -> indicatif::ProgressBar {
     bar
 }
 
+fn parse_engine(name: &str) -> Result<EngineKind, String> {
+    EngineKind::ALL
+        .into_iter()
+        .find(|kind| kind.name() == name)
+        .ok_or_else(|| format!("unknown engine {name:?}"))
+}
+
+fn parse_scenario(name: &str) -> Result<Scenario, String> {
+    Ok(match name {
+        "published" => Scenario::PublishedBatches,
+        "unpublished" => Scenario::UnpublishedBatches,
+        "single" => Scenario::SinglePublished,
+        "concurrent" => Scenario::Concurrent64,
+        "replay-warm" => Scenario::ReplayWarm,
+        "replay-cold" => Scenario::ReplayCold,
+        other => return Err(format!("unknown scenario {other:?}")),
+    })
+}
+
 fn run_compare(args: &CompareArgs) -> Result<(), String> {
     let (dir, _guard) = bench_dir(args.dir.as_ref())?;
     let mut sizes = if args.quick {
@@ -417,10 +462,19 @@ fn run_compare(args: &CompareArgs) -> Result<(), String> {
     if let Some(mib) = args.replay_mib {
         sizes.replay_bytes = mib.max(1) << 20;
     }
-    let engines = EngineKind::ALL;
-    let steps = (Scenario::ALL.len() * sizes.rounds * engines.len()) as u64;
+    let engines = if args.engines.is_empty() {
+        EngineKind::ALL.to_vec()
+    } else {
+        args.engines.clone()
+    };
+    let scenarios = if args.scenarios.is_empty() {
+        Scenario::ALL.to_vec()
+    } else {
+        args.scenarios.clone()
+    };
+    let steps = (scenarios.len() * sizes.rounds * engines.len()) as u64;
     let bar = progress_bar(steps);
-    let cells = compare::run_matrix(&engines, &Scenario::ALL, &sizes, &dir, |step| {
+    let cells = compare::run_matrix(&engines, &scenarios, &sizes, &dir, |step| {
         bar.set_message(step.to_string());
         bar.inc(1);
     });
