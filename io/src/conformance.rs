@@ -81,6 +81,28 @@ pub fn write_and_sync_in_one_step<S: Storage>(storage: &S) {
     assert_eq!(&back[4096..], &data[..]);
 }
 
+/// A publication's chain: the data written and synced, then the record vouching for it; with
+/// no data, only the sync and the record.
+pub fn publication_chain<S: Storage>(storage: &S) {
+    let log = storage.open("log", OpenMode::CreateNew).expect("create");
+    let frontier = storage
+        .open("frontier", OpenMode::CreateNew)
+        .expect("create");
+    let data: Vec<u8> = (0..=250u8).cycle().take(300_000).collect();
+    log.write_sync_then_write_sync(100, &data, &frontier, 4096, b"slot one")
+        .expect("publish");
+    log.write_sync_then_write_sync(0, &[], &frontier, 0, b"slot zero")
+        .expect("publish nothing new");
+    let back = read_all(&log);
+    assert_eq!(back.len(), 100 + data.len());
+    assert!(back[..100].iter().all(|&b| b == 0));
+    assert_eq!(&back[100..], &data[..]);
+    let slots = read_all(&frontier);
+    assert_eq!(slots.len(), 4096 + 8);
+    assert_eq!(&slots[..9], b"slot zero");
+    assert_eq!(&slots[4096..], b"slot one");
+}
+
 /// `seek_data`/`seek_hole` may report holes only where the file reads as zeros, and must
 /// report every byte that is not zero as data.
 pub fn holes_read_as_zeros<S: Storage>(storage: &S) {
@@ -295,6 +317,7 @@ macro_rules! conformance_suite {
         $crate::conformance_suite!(@each $make;
             write_read_roundtrip,
             write_and_sync_in_one_step,
+            publication_chain,
             write_zeros_over_a_range,
             holes_read_as_zeros,
             reads_at_and_past_the_end,

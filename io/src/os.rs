@@ -19,7 +19,7 @@ use crate::path::{components, split_parent};
 use crate::storage::{
     DirEntry, EntryKind, Mapping, OpenMode, ReadFile, ReadStorage, Storage, WriteFile,
 };
-use crate::uring::Ring;
+use crate::uring::{Ring, Step};
 
 /// Cumulative I/O counters of the block device that holds a path (`/sys/dev/block/M:m/stat`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -523,6 +523,82 @@ impl WriteFile for OsFile {
         }
         if outcome.sync < 0 {
             return Err(self.error(Op::SyncData, Errno::from_raw_os_error(-outcome.sync)));
+        }
+        Ok(())
+    }
+
+    fn write_sync_then_write_sync(
+        &self,
+        offset: u64,
+        buf: &[u8],
+        then: &Self,
+        then_offset: u64,
+        then_buf: &[u8],
+    ) -> Result<()> {
+        let Some(ring) = &self.ring else {
+            if !buf.is_empty() {
+                self.write_all_at(offset, buf)?;
+            }
+            self.sync_data()?;
+            then.write_all_at(then_offset, then_buf)?;
+            return then.sync_data();
+        };
+        let mut steps = Vec::with_capacity(4);
+        if !buf.is_empty() {
+            steps.push(Step::Write {
+                fd: self.fd.as_fd(),
+                offset,
+                buf,
+            });
+        }
+        steps.push(Step::SyncData {
+            fd: self.fd.as_fd(),
+        });
+        steps.push(Step::Write {
+            fd: then.fd.as_fd(),
+            offset: then_offset,
+            buf: then_buf,
+        });
+        steps.push(Step::SyncData {
+            fd: then.fd.as_fd(),
+        });
+        let results = ring.chain(&steps);
+        let mut results = results[..steps.len()].iter().copied();
+        let mut next = || results.next().unwrap_or(0);
+        // Checked in order: a failed step cancelled every later one (`-ECANCELED`), so the
+        // first failure is the one to report, and nothing after it happened.
+        if !buf.is_empty() {
+            let written = next();
+            if written < 0 {
+                let errno = Errno::from_raw_os_error(-written);
+                return Err(self.error(Op::Write, errno).at(offset));
+            }
+            let written = usize::try_from(written).unwrap_or(0);
+            if written < buf.len() {
+                // A short write broke the link: finish the rest with system calls.
+                self.write_all_at(offset + written as u64, &buf[written..])?;
+                self.sync_data()?;
+                then.write_all_at(then_offset, then_buf)?;
+                return then.sync_data();
+            }
+        }
+        let synced = next();
+        if synced < 0 {
+            return Err(self.error(Op::SyncData, Errno::from_raw_os_error(-synced)));
+        }
+        let written = next();
+        if written < 0 {
+            let errno = Errno::from_raw_os_error(-written);
+            return Err(then.error(Op::Write, errno).at(then_offset));
+        }
+        let written = usize::try_from(written).unwrap_or(0);
+        if written < then_buf.len() {
+            then.write_all_at(then_offset + written as u64, &then_buf[written..])?;
+            return then.sync_data();
+        }
+        let synced = next();
+        if synced < 0 {
+            return Err(then.error(Op::SyncData, Errno::from_raw_os_error(-synced)));
         }
         Ok(())
     }

@@ -169,6 +169,31 @@ pub trait WriteFile: ReadFile {
         self.sync_data()
     }
 
+    /// A publication's two steps, in order: writes `buf` at `offset` of this file and makes its
+    /// data durable, then writes `then_buf` at `then_offset` of `then` and makes that durable.
+    /// The second write starts only once the first sync has completed, so it may vouch for the
+    /// first (a WAL's frontier naming its entries). An empty `buf` only syncs. `OsStorage`
+    /// submits the whole sequence as one linked io_uring chain where the kernel allows it; the
+    /// default runs the steps one by one.
+    fn write_sync_then_write_sync(
+        &self,
+        offset: u64,
+        buf: &[u8],
+        then: &Self,
+        then_offset: u64,
+        then_buf: &[u8],
+    ) -> Result<()>
+    where
+        Self: Sized,
+    {
+        if buf.is_empty() {
+            self.sync_data()?;
+        } else {
+            self.write_all_and_sync_data(offset, buf)?;
+        }
+        then.write_all_and_sync_data(then_offset, then_buf)
+    }
+
     /// Writes zeros over `[offset, offset + len)`, through a bounded (1 MiB) buffer whatever the
     /// length. Durable only after `sync_data`/`sync_all`, like any write.
     fn write_zeros(&self, offset: u64, len: u64) -> Result<()> {

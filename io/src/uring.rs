@@ -26,6 +26,21 @@ pub(crate) struct Outcome {
     pub sync: i32,
 }
 
+/// One step of a linked chain.
+pub(crate) enum Step<'a> {
+    Write {
+        fd: BorrowedFd<'a>,
+        offset: u64,
+        buf: &'a [u8],
+    },
+    SyncData {
+        fd: BorrowedFd<'a>,
+    },
+}
+
+/// Most steps in one chain (the ring's size).
+pub(crate) const MAX_STEPS: usize = 8;
+
 impl Ring {
     /// A ring, or `None` where the kernel (or a sandbox) does not allow io_uring.
     pub(crate) fn new() -> Option<Self> {
@@ -38,58 +53,86 @@ impl Ring {
     /// waits for both completions. A short write breaks the link: the sync then reports
     /// `-ECANCELED` and the caller completes the rest with system calls.
     pub(crate) fn write_and_sync(&self, fd: BorrowedFd<'_>, offset: u64, buf: &[u8]) -> Outcome {
-        let fd = types::Fd(fd.as_raw_fd());
-        let len = u32::try_from(buf.len()).unwrap_or(u32::MAX);
-        let write = opcode::Write::new(fd, buf.as_ptr(), len)
-            .offset(offset)
-            .build()
-            .flags(squeue::Flags::IO_LINK)
-            .user_data(0);
-        let sync = opcode::Fsync::new(fd)
-            .flags(types::FsyncFlags::DATASYNC)
-            .build()
-            .user_data(1);
+        let results = self.chain(&[Step::Write { fd, offset, buf }, Step::SyncData { fd }]);
+        Outcome {
+            write: results[0],
+            sync: results[1],
+        }
+    }
+
+    /// Runs `steps` as one linked submission (`IOSQE_IO_LINK`: each starts only after the one
+    /// before completed in full; a failed or short write cancels the rest with `-ECANCELED`)
+    /// and returns each step's result (bytes written, 0, or `-errno`) once all completed.
+    pub(crate) fn chain(&self, steps: &[Step<'_>]) -> [i32; MAX_STEPS] {
+        assert!(
+            !steps.is_empty() && steps.len() <= MAX_STEPS,
+            "{} steps in one chain",
+            steps.len()
+        );
+        let entries: Vec<squeue::Entry> = steps
+            .iter()
+            .enumerate()
+            .map(|(index, step)| {
+                let entry = match step {
+                    Step::Write { fd, offset, buf } => opcode::Write::new(
+                        types::Fd(fd.as_raw_fd()),
+                        buf.as_ptr(),
+                        u32::try_from(buf.len()).unwrap_or(u32::MAX),
+                    )
+                    .offset(*offset)
+                    .build(),
+                    Step::SyncData { fd } => opcode::Fsync::new(types::Fd(fd.as_raw_fd()))
+                        .flags(types::FsyncFlags::DATASYNC)
+                        .build(),
+                };
+                let entry = entry.user_data(index as u64);
+                if index + 1 < steps.len() {
+                    entry.flags(squeue::Flags::IO_LINK)
+                } else {
+                    entry
+                }
+            })
+            .collect();
         let mut ring = self
             .ring
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        // SAFETY: the entries point into `buf`, which outlives this call, and this function does
-        // not return until the kernel has completed both entries (the loop below reaps exactly
-        // the two completions, or aborts the process if the ring cannot be waited on).
+        // SAFETY: the entries point into buffers borrowed by `steps`, which outlive this call,
+        // and this function does not return until the kernel has completed every entry (the
+        // loop below reaps exactly that many completions, or aborts the process if the ring
+        // cannot be waited on).
         #[expect(
             unsafe_code,
-            reason = "io_uring submissions borrow the buffer until completion"
+            reason = "io_uring submissions borrow the buffers until completion"
         )]
-        let pushed = unsafe {
-            let mut queue = ring.submission();
-            queue.push(&write).is_ok() && queue.push(&sync).is_ok()
-        };
+        let pushed = unsafe { ring.submission().push_multiple(&entries).is_ok() };
         assert!(
             pushed,
-            "the ring is drained after every submission, so it has room for two"
+            "the ring is drained after every submission, so it has room for {MAX_STEPS}"
         );
-        let mut outcome = Outcome { write: 0, sync: 0 };
+        let mut results = [0i32; MAX_STEPS];
         let mut reaped = 0;
         let mut failures = 0;
-        while reaped < 2 {
-            if let Err(error) = ring.submit_and_wait(2 - reaped) {
+        while reaped < steps.len() {
+            if let Err(error) = ring.submit_and_wait(steps.len() - reaped) {
                 failures += 1;
                 let retryable = matches!(error.raw_os_error(), Some(4 | 11 | 16)); // EINTR, EAGAIN, EBUSY
                 if !retryable || failures > 1000 {
-                    // The kernel may still read `buf`: returning would hand it memory we free.
+                    // The kernel may still read the buffers: returning would hand it memory we
+                    // free.
                     eprintln!("io_uring wait failed ({error}) with a write in flight: aborting");
                     std::process::abort();
                 }
                 continue;
             }
             for completion in ring.completion() {
-                match completion.user_data() {
-                    0 => outcome.write = completion.result(),
-                    _ => outcome.sync = completion.result(),
+                let index = usize::try_from(completion.user_data()).unwrap_or(usize::MAX);
+                if let Some(slot) = results.get_mut(index) {
+                    *slot = completion.result();
                 }
                 reaped += 1;
             }
         }
-        outcome
+        results
     }
 }

@@ -665,31 +665,47 @@ impl<S: Storage> Wal<S> {
         let appended_bytes = state.appended_bytes;
         drop(state);
 
+        let frontier_bytes = frontier::encode(&next);
         let result = (|| {
-            for (first_op, file) in &dirty {
-                let mut mine = chunks
+            // The entries must be durable before the frontier that names them is written. Each
+            // dirty file's last write goes out with its sync; the last file's also carries the
+            // frontier's write and sync (one io_uring chain where the kernel allows it).
+            for (index, (first_op, file)) in dirty.iter().enumerate() {
+                let mine: Vec<&Chunk<S::File>> = chunks
                     .iter()
                     .filter(|chunk| chunk.first_op == *first_op)
-                    .peekable();
-                let mut synced = false;
-                while let Some(chunk) = mine.next() {
-                    if mine.peek().is_some() {
-                        file.write_all_at(chunk.offset, &chunk.bytes)?;
-                    } else {
-                        // The entries must be durable before the frontier that names them is
-                        // written: the last write and the sync go out together.
-                        file.write_all_and_sync_data(chunk.offset, &chunk.bytes)?;
-                        synced = true;
-                    }
+                    .collect();
+                let (last, before) = match mine.split_last() {
+                    Some((last, before)) => ((last.offset, last.bytes.as_slice()), before),
+                    // Flushed earlier without a sync: the sync alone.
+                    None => ((0, &[][..]), &[][..]),
+                };
+                for chunk in before {
+                    file.write_all_at(chunk.offset, &chunk.bytes)?;
                 }
-                if !synced {
-                    // Flushed earlier without a sync: the same rule.
-                    file.sync_data()?;
+                if index + 1 < dirty.len() {
+                    if last.1.is_empty() {
+                        file.sync_data()?;
+                    } else {
+                        file.write_all_and_sync_data(last.0, last.1)?;
+                    }
+                } else {
+                    // The publication exists once this returns: nothing is acknowledged
+                    // before it.
+                    file.write_sync_then_write_sync(
+                        last.0,
+                        last.1,
+                        &self.frontier_file,
+                        next.offset(),
+                        &frontier_bytes,
+                    )?;
                 }
             }
-            // The publication exists once this returns: nothing is acknowledged before it.
-            self.frontier_file
-                .write_all_and_sync_data(next.offset(), &frontier::encode(&next))
+            if dirty.is_empty() {
+                self.frontier_file
+                    .write_all_and_sync_data(next.offset(), &frontier_bytes)?;
+            }
+            Ok::<_, iggy_io::Error>(())
         })();
 
         let mut state = self.lock();
