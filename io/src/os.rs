@@ -18,6 +18,7 @@ use crate::error::{Error, ErrorKind, Op, Result};
 use crate::path::{components, split_parent};
 use crate::storage::{
     DirEntry, EntryKind, Mapping, OpenMode, ReadFile, ReadStorage, Storage, WriteFile,
+    write_sync_then_write_sync_in_steps,
 };
 use crate::uring::{Ring, Step};
 
@@ -536,12 +537,14 @@ impl WriteFile for OsFile {
         then_buf: &[u8],
     ) -> Result<()> {
         let Some(ring) = &self.ring else {
-            if !buf.is_empty() {
-                self.write_all_at(offset, buf)?;
-            }
-            self.sync_data()?;
-            then.write_all_at(then_offset, then_buf)?;
-            return then.sync_data();
+            return write_sync_then_write_sync_in_steps(
+                self,
+                offset,
+                buf,
+                then,
+                then_offset,
+                then_buf,
+            );
         };
         let mut steps = Vec::with_capacity(4);
         if !buf.is_empty() {
@@ -575,11 +578,15 @@ impl WriteFile for OsFile {
             }
             let written = usize::try_from(written).unwrap_or(0);
             if written < buf.len() {
-                // A short write broke the link: finish the rest with system calls.
-                self.write_all_at(offset + written as u64, &buf[written..])?;
-                self.sync_data()?;
-                then.write_all_at(then_offset, then_buf)?;
-                return then.sync_data();
+                // A short write broke the link: finish the rest step by step.
+                return write_sync_then_write_sync_in_steps(
+                    self,
+                    offset + written as u64,
+                    &buf[written..],
+                    then,
+                    then_offset,
+                    then_buf,
+                );
             }
         }
         let synced = next();

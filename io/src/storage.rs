@@ -186,12 +186,7 @@ pub trait WriteFile: ReadFile {
     where
         Self: Sized,
     {
-        if buf.is_empty() {
-            self.sync_data()?;
-        } else {
-            self.write_all_and_sync_data(offset, buf)?;
-        }
-        then.write_all_and_sync_data(then_offset, then_buf)
+        write_sync_then_write_sync_in_steps(self, offset, buf, then, then_offset, then_buf)
     }
 
     /// Writes zeros over `[offset, offset + len)`, through a bounded (1 MiB) buffer whatever the
@@ -221,6 +216,24 @@ pub trait WriteFile: ReadFile {
         }
         Ok(())
     }
+}
+
+/// [`WriteFile::write_sync_then_write_sync`] one step at a time (its default, and what a backend
+/// with a faster way falls back to).
+pub fn write_sync_then_write_sync_in_steps<F: WriteFile>(
+    file: &F,
+    offset: u64,
+    buf: &[u8],
+    then: &F,
+    then_offset: u64,
+    then_buf: &[u8],
+) -> Result<()> {
+    if buf.is_empty() {
+        file.sync_data()?;
+    } else {
+        file.write_all_and_sync_data(offset, buf)?;
+    }
+    then.write_all_and_sync_data(then_offset, then_buf)
 }
 
 /// Read access to a tree of files under a root. Paths are relative to the root; the empty path
