@@ -155,8 +155,9 @@ struct WalArgs {
     /// Zero-fill each new WAL file (true) or only preallocate it with fallocate (false).
     #[arg(long, default_value_t = false, action = clap::ArgAction::Set)]
     zero_fill: bool,
-    /// How durable writes reach the disk: io_uring (a linked write+fdatasync, where the kernel
-    /// allows it) or plain system calls.
+    /// How durable writes reach the disk: io_uring (each publication one linked chain of data
+    /// write, fdatasync, frontier write, fdatasync, where the kernel allows it) or plain system
+    /// calls.
     #[arg(long, value_enum, default_value_t = IoArg::Uring)]
     io: IoArg,
     /// Print JSON instead of text.
