@@ -415,7 +415,7 @@ impl<S: Storage> Wal<S> {
     /// Queues an entry as the new head. It is durable once a publication covers it
     /// ([`Wal::publish`], [`Wal::wait_published`]).
     pub fn append(&self, header: &Header, body: &[u8]) -> Result<Appended, WalError> {
-        self.append_entry(header, body, true, header.op)
+        self.append_entry(header, body, header.op)
     }
 
     /// [`Wal::append`] for a keyed log: if the entry starts a new file, the file is named `key`
@@ -426,18 +426,11 @@ impl<S: Storage> Wal<S> {
         body: &[u8],
         key: u64,
     ) -> Result<Appended, WalError> {
-        self.append_entry(header, body, true, key)
+        self.append_entry(header, body, key)
     }
 
-    /// `append`, with the body's size and checksum checked against the header only when
-    /// `check_body` (a header built from this very body needs no second hash).
-    fn append_entry(
-        &self,
-        header: &Header,
-        body: &[u8],
-        check_body: bool,
-        key: u64,
-    ) -> Result<Appended, WalError> {
+    /// `append`: the header is checked against the head, and the body against the header.
+    fn append_entry(&self, header: &Header, body: &[u8], key: u64) -> Result<Appended, WalError> {
         let encoded = header.encode();
         let checksum = stored_checksum(&encoded);
         let mut state = self.lock();
@@ -463,13 +456,27 @@ impl<S: Storage> Wal<S> {
                 head_checksum: state.head_checksum,
             });
         }
-        if check_body && !header.body_matches(body) {
+        if !header.body_matches(body) {
             return Err(WalError::BadEntry {
                 op: header.op,
                 reason: "body does not match the header's size and body checksum",
             });
         }
-        let size = u64::from(header.size);
+        self.append_locked(&mut state, header.op, &encoded, checksum, body, key)
+    }
+
+    /// Queues the entry `encoded` + `body` (op `op`, header checksum `checksum`), already checked
+    /// to be the head's successor, under the lock.
+    fn append_locked(
+        &self,
+        state: &mut MutexGuard<'_, State<S::File>>,
+        op: u64,
+        encoded: &[u8; HEADER_SIZE],
+        checksum: Checksum,
+        body: &[u8],
+        key: u64,
+    ) -> Result<Appended, WalError> {
+        let size = (HEADER_SIZE + body.len()) as u64;
         let unpublished = state.appended_bytes - state.published_bytes;
         if unpublished + size > self.config.unpublished_bytes_max {
             return Err(WalError::Backpressure {
@@ -483,9 +490,9 @@ impl<S: Storage> Wal<S> {
             .last()
             .is_none_or(|head| head.end > 0 && head.end + size > self.config.file_size_bytes);
         if needs_new_file {
-            self.create_file(&mut state, header.op, key)?;
+            self.create_file(state, op, key)?;
         }
-        let state = &mut *state;
+        let state = &mut **state;
         let head = state
             .files
             .last_mut()
@@ -499,12 +506,12 @@ impl<S: Storage> Wal<S> {
                 if chunk.first_op == first_op
                     && chunk.offset + chunk.bytes.len() as u64 == offset =>
             {
-                chunk.bytes.extend_from_slice(&encoded);
+                chunk.bytes.extend_from_slice(encoded);
                 chunk.bytes.extend_from_slice(body);
             }
             _ => {
                 let mut bytes = Vec::with_capacity(HEADER_SIZE + body.len());
-                bytes.extend_from_slice(&encoded);
+                bytes.extend_from_slice(encoded);
                 bytes.extend_from_slice(body);
                 state.pending.push(Chunk {
                     first_op,
@@ -515,18 +522,18 @@ impl<S: Storage> Wal<S> {
             }
         }
         state.pending_bytes += HEADER_SIZE + body.len();
-        state.head_op = header.op;
+        state.head_op = op;
         state.head_checksum = checksum;
         state.appended_bytes += size;
         if state.pending_bytes >= self.config.flush_bytes {
             self.flush(state)?;
         }
-        Ok(Appended::Queued { op: header.op })
+        Ok(Appended::Queued { op })
     }
 
-    /// Appends `body` as the next op and returns the op. The header is built from the current
-    /// head and checked against it under the lock; if another appender took that op first, it
-    /// is built again on the new head, so concurrent appenders need no coordination of their own.
+    /// Appends `body` as the next op and returns the op. The body is hashed before the lock is
+    /// taken and the header is built on the head under it, so concurrent appenders need no
+    /// coordination of their own (and never retry).
     pub fn append_body(&self, body: &[u8], view: u32, timestamp_ns: u64) -> Result<u64, WalError> {
         self.append_body_with_key(body, view, timestamp_ns, None)
     }
@@ -550,18 +557,24 @@ impl<S: Storage> Wal<S> {
         timestamp_ns: u64,
         key: Option<u64>,
     ) -> Result<u64, WalError> {
-        loop {
-            let (head_op, head_checksum) = self.head();
-            let header = next_header(head_op + 1, head_checksum, view, timestamp_ns, body);
-            // The header's size and body checksum come from `body` itself: no second hash.
-            match self.append_entry(&header, body, false, key.unwrap_or(header.op)) {
-                Ok(Appended::Queued { op }) => return Ok(op),
-                // Another appender took that op first: build the header again on the new head.
-                Err(WalError::Conflict { .. } | WalError::ParentMismatch { .. }) => {}
-                Ok(Appended::Duplicate { .. }) => {}
-                Err(error) => return Err(error),
-            }
+        let checksum_body = iggy_format::checksum(body);
+        let mut state = self.lock();
+        if let Some(cause) = &state.poisoned {
+            return Err(poisoned_error(&self.dir, cause));
         }
+        let op = state.head_op + 1;
+        let header = header_with(
+            op,
+            state.head_checksum,
+            view,
+            timestamp_ns,
+            body,
+            checksum_body,
+        );
+        let encoded = header.encode();
+        let checksum = stored_checksum(&encoded);
+        self.append_locked(&mut state, op, &encoded, checksum, body, key.unwrap_or(op))?;
+        Ok(op)
     }
 
     /// Writes the buffered chunks (no sync), under the lock.
@@ -1003,8 +1016,27 @@ fn mark_dirty<F>(dirty: &mut Vec<(u64, Arc<F>)>, first_op: u64, file: &Arc<F>) {
 /// callers and tests that append opaque bodies.
 #[must_use]
 pub fn next_header(op: u64, parent: Checksum, view: u32, timestamp_ns: u64, body: &[u8]) -> Header {
+    header_with(
+        op,
+        parent,
+        view,
+        timestamp_ns,
+        body,
+        iggy_format::checksum(body),
+    )
+}
+
+/// [`next_header`] with the body's checksum already computed.
+fn header_with(
+    op: u64,
+    parent: Checksum,
+    view: u32,
+    timestamp_ns: u64,
+    body: &[u8],
+    checksum_body: Checksum,
+) -> Header {
     Header {
-        checksum_body: iggy_format::checksum(body),
+        checksum_body,
         parent,
         cluster: 0,
         op,
