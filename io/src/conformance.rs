@@ -89,10 +89,12 @@ pub fn publication_chain<S: Storage>(storage: &S) {
         .open("frontier", OpenMode::CreateNew)
         .expect("create");
     let data: Vec<u8> = (0..=250u8).cycle().take(300_000).collect();
-    log.write_sync_then_write_sync(100, &data, &frontier, 4096, b"slot one")
+    let mut ran = 0;
+    log.write_sync_then_write_sync(100, &data, &frontier, 4096, b"slot one", &mut || ran += 1)
         .expect("publish");
-    log.write_sync_then_write_sync(0, &[], &frontier, 0, b"slot zero")
+    log.write_sync_then_write_sync(0, &[], &frontier, 0, b"slot zero", &mut || ran += 1)
         .expect("publish nothing new");
+    assert_eq!(ran, 2, "the in-flight work runs once per call");
     let back = read_all(&log);
     assert_eq!(back.len(), 100 + data.len());
     assert!(back[..100].iter().all(|&b| b == 0));

@@ -535,8 +535,10 @@ impl WriteFile for OsFile {
         then: &Self,
         then_offset: u64,
         then_buf: &[u8],
+        in_flight: &mut dyn FnMut(),
     ) -> Result<()> {
         let Some(ring) = &self.ring else {
+            in_flight();
             return write_sync_then_write_sync_in_steps(
                 self,
                 offset,
@@ -565,7 +567,7 @@ impl WriteFile for OsFile {
         steps.push(Step::SyncData {
             fd: then.fd.as_fd(),
         });
-        let results = ring.chain(&steps);
+        let results = ring.chain(&steps, in_flight);
         let mut results = results[..steps.len()].iter().copied();
         let mut next = || results.next().unwrap_or(0);
         // Checked in order: a failed step cancelled every later one (`-ECANCELED`), so the

@@ -172,9 +172,12 @@ pub trait WriteFile: ReadFile {
     /// A publication's two steps, in order: writes `buf` at `offset` of this file and makes its
     /// data durable, then writes `then_buf` at `then_offset` of `then` and makes that durable.
     /// The second write starts only once the first sync has completed, so it may vouch for the
-    /// first (a WAL's frontier naming its entries). An empty `buf` only syncs. `OsStorage`
-    /// submits the whole sequence as one linked io_uring chain where the kernel allows it; the
-    /// default runs the steps one by one.
+    /// first (a WAL's frontier naming its entries). An empty `buf` only syncs.
+    ///
+    /// `in_flight` is other work for the caller to do while the disk works: `OsStorage` submits
+    /// the whole sequence as one linked io_uring chain where the kernel allows it and runs
+    /// `in_flight` while the chain is in flight; the default runs `in_flight` first, then the
+    /// steps one by one.
     fn write_sync_then_write_sync(
         &self,
         offset: u64,
@@ -182,10 +185,12 @@ pub trait WriteFile: ReadFile {
         then: &Self,
         then_offset: u64,
         then_buf: &[u8],
+        in_flight: &mut dyn FnMut(),
     ) -> Result<()>
     where
         Self: Sized,
     {
+        in_flight();
         write_sync_then_write_sync_in_steps(self, offset, buf, then, then_offset, then_buf)
     }
 

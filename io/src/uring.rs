@@ -53,7 +53,10 @@ impl Ring {
     /// waits for both completions. A short write breaks the link: the sync then reports
     /// `-ECANCELED` and the caller completes the rest with system calls.
     pub(crate) fn write_and_sync(&self, fd: BorrowedFd<'_>, offset: u64, buf: &[u8]) -> Outcome {
-        let results = self.chain(&[Step::Write { fd, offset, buf }, Step::SyncData { fd }]);
+        let results = self.chain(
+            &[Step::Write { fd, offset, buf }, Step::SyncData { fd }],
+            &mut || {},
+        );
         Outcome {
             write: results[0],
             sync: results[1],
@@ -63,7 +66,13 @@ impl Ring {
     /// Runs `steps` as one linked submission (`IOSQE_IO_LINK`: each starts only after the one
     /// before completed in full; a failed or short write cancels the rest with `-ECANCELED`)
     /// and returns each step's result (bytes written, 0, or `-errno`) once all completed.
-    pub(crate) fn chain(&self, steps: &[Step<'_>]) -> [i32; MAX_STEPS] {
+    /// `in_flight` runs once the chain is submitted, while the kernel works on it; a panic in it
+    /// is resumed only after every step has completed (the kernel still uses the buffers).
+    pub(crate) fn chain(
+        &self,
+        steps: &[Step<'_>],
+        in_flight: &mut dyn FnMut(),
+    ) -> [i32; MAX_STEPS] {
         assert!(
             !steps.is_empty() && steps.len() <= MAX_STEPS,
             "{} steps in one chain",
@@ -110,6 +119,9 @@ impl Ring {
             pushed,
             "the ring is drained after every submission, so it has room for {MAX_STEPS}"
         );
+        // A failed submit leaves the entries queued: the waiting loop below submits them again.
+        let _ = ring.submit();
+        let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(in_flight)).err();
         let mut results = [0i32; MAX_STEPS];
         let mut reaped = 0;
         let mut failures = 0;
@@ -132,6 +144,9 @@ impl Ring {
                 }
                 reaped += 1;
             }
+        }
+        if let Some(panic) = panicked {
+            std::panic::resume_unwind(panic);
         }
         results
     }

@@ -134,10 +134,17 @@ struct State<F> {
     dirty: Vec<(u64, Arc<F>)>,
     published: Frontier,
     publishing: bool,
+    /// The highest op a caller of `wait_published` has gone to sleep on. Past the published
+    /// head, it names a caller still waiting (callers leave only once published, or poisoned).
+    wanted_head: u64,
     poisoned: Option<String>,
     appended_bytes: u64,
     published_bytes: u64,
 }
+
+/// Publications a caller of `wait_published` leads for others after its own, while others wait
+/// (each one's own waiters are woken during the next one's I/O).
+const EXTRA_PUBLICATIONS: usize = 4;
 
 /// The write-ahead log of one consensus group.
 pub struct Wal<S: Storage> {
@@ -316,6 +323,7 @@ impl<S: Storage> Wal<S> {
             dirty: Vec::new(),
             published,
             publishing: false,
+            wanted_head: 0,
             poisoned: None,
             appended_bytes: 0,
             published_bytes: 0,
@@ -608,6 +616,8 @@ impl<S: Storage> Wal<S> {
 
     /// Returns once a publication covers `op`, publishing if no other caller is (group commit:
     /// waiters arriving during a publication are covered by the next one, which one of them runs).
+    /// A caller that publishes goes on to lead up to `EXTRA_PUBLICATIONS` more while others wait
+    /// on entries appended meanwhile, so the disk is not idle while a new leader wakes.
     /// An `op` past the head (never appended, or cut by `truncate_after`) is `OutOfRange`.
     pub fn wait_published(&self, op: u64) -> Result<Frontier, WalError> {
         let mut state = self.lock();
@@ -631,6 +641,7 @@ impl<S: Storage> Wal<S> {
                 return Ok(state.published);
             }
             if state.publishing {
+                state.wanted_head = state.wanted_head.max(op);
                 state = self.wait(state);
                 continue;
             }
@@ -645,14 +656,39 @@ impl<S: Storage> Wal<S> {
                 state = self.lock();
                 continue;
             }
-            state = self.run_publication(state)?;
+            // This publication takes every entry appended so far, `op` among them.
+            state = self.run_publication(state, false)?;
+            let mine = state.published;
+            let mut extra = 0;
+            while extra < EXTRA_PUBLICATIONS
+                && state.wanted_head > state.published.head_op
+                && state.head_op > state.published.head_op
+            {
+                // Callers sleep on entries appended during that publication: lead theirs at
+                // once, and wake the callers it published while the disk works on this one
+                // (waking dozens of threads costs more than a sync here: docs/benchmarks.md).
+                match self.run_publication(state, true) {
+                    Ok(next) => state = next,
+                    // It failed, poisoned the log and woke every caller; this caller's entries
+                    // were published before it.
+                    Err(_) => return Ok(mine),
+                }
+                extra += 1;
+            }
+            self.published_changed.notify_all();
+            return Ok(state.published);
         }
     }
 
     /// One publication, with the lock released during its I/O so appends continue.
+    ///
+    /// With `wake_previous`, the callers waiting on the publication before this one are woken
+    /// while this one's I/O is in flight. A publication that succeeds does not wake its own
+    /// waiters: its caller does, or the next publication. One that fails wakes everyone.
     fn run_publication<'a>(
         &'a self,
         mut state: MutexGuard<'a, State<S::File>>,
+        wake_previous: bool,
     ) -> Result<MutexGuard<'a, State<S::File>>, WalError> {
         state.publishing = true;
         let chunks = std::mem::take(&mut state.pending);
@@ -679,6 +715,13 @@ impl<S: Storage> Wal<S> {
         drop(state);
 
         let frontier_bytes = frontier::encode(&next);
+        let mut woken = !wake_previous;
+        let mut wake = || {
+            if !woken {
+                woken = true;
+                self.published_changed.notify_all();
+            }
+        };
         let result = (|| {
             // The entries must be durable before the frontier that names them is written. Each
             // dirty file's last write goes out with its sync; the last file's also carries the
@@ -711,6 +754,7 @@ impl<S: Storage> Wal<S> {
                         &self.frontier_file,
                         next.offset(),
                         &frontier_bytes,
+                        &mut wake,
                     )?;
                 }
             }
@@ -720,6 +764,8 @@ impl<S: Storage> Wal<S> {
             }
             Ok::<_, iggy_io::Error>(())
         })();
+        // Where no chain ran (more than one file, none, or a failed write before it).
+        wake();
 
         let mut state = self.lock();
         state.publishing = false;
@@ -732,10 +778,10 @@ impl<S: Storage> Wal<S> {
             Err(error) => {
                 let error = WalError::from(error);
                 self.poison(&mut state, &error);
+                self.published_changed.notify_all();
                 Err(error)
             }
         };
-        self.published_changed.notify_all();
         outcome.map(|()| state)
     }
 
@@ -897,6 +943,7 @@ impl<S: Storage> Wal<S> {
         head.end = new_end;
         state.head_op = op;
         state.head_checksum = head_checksum;
+        state.wanted_head = state.wanted_head.min(op);
         state.published_bytes = state.appended_bytes;
         Ok(())
     }
