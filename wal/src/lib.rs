@@ -115,6 +115,9 @@ struct LogFile<F> {
     offsets: Vec<u64>,
     /// End of the bytes assigned to entries (written or buffered).
     end: u64,
+    /// Bytes from the start known to be written (entries or zeros), not merely allocated: a
+    /// publication into them needs no block-map update in its `fdatasync`.
+    prepared: u64,
 }
 
 struct Chunk<F> {
@@ -134,6 +137,9 @@ struct State<F> {
     dirty: Vec<(u64, Arc<F>)>,
     published: Frontier,
     publishing: bool,
+    /// The publication in flight writes zeros ahead of the head file's end: appends must not
+    /// write there meanwhile (they stay buffered).
+    padding: bool,
     /// The highest op a caller of `wait_published` has gone to sleep on. Past the published
     /// head, it names a caller still waiting (callers leave only once published, or poisoned).
     wanted_head: u64,
@@ -287,6 +293,7 @@ impl<S: Storage> Wal<S> {
                 file: Arc::new(storage.open(&boot_file.path, OpenMode::Existing)?),
                 offsets: boot_file.offsets.clone(),
                 end: boot_file.end,
+                prepared: boot_file.end,
             });
         }
         let frontier_file = storage.open(dir.join(FRONTIER_FILE), OpenMode::Existing)?;
@@ -323,6 +330,7 @@ impl<S: Storage> Wal<S> {
             dirty: Vec::new(),
             published,
             publishing: false,
+            padding: false,
             wanted_head: 0,
             poisoned: None,
             appended_bytes: 0,
@@ -405,6 +413,11 @@ impl<S: Storage> Wal<S> {
                 file: Arc::new(file),
                 offsets: Vec::new(),
                 end: 0,
+                prepared: if self.config.zero_fill {
+                    self.config.file_size_bytes
+                } else {
+                    0
+                },
             })
         })();
         match result {
@@ -533,7 +546,7 @@ impl<S: Storage> Wal<S> {
         state.head_op = op;
         state.head_checksum = checksum;
         state.appended_bytes += size;
-        if state.pending_bytes >= self.config.flush_bytes {
+        if state.pending_bytes >= self.config.flush_bytes && !state.padding {
             self.flush(state)?;
         }
         Ok(Appended::Queued { op })
@@ -712,6 +725,8 @@ impl<S: Storage> Wal<S> {
             ..state.published
         };
         let appended_bytes = state.appended_bytes;
+        let pad = zeros_ahead(head, &chunks, self.config.file_size_bytes);
+        state.padding = pad.is_some();
         drop(state);
 
         let frontier_bytes = frontier::encode(&next);
@@ -738,6 +753,11 @@ impl<S: Storage> Wal<S> {
                 };
                 for chunk in before {
                     file.write_all_at(chunk.offset, &chunk.bytes)?;
+                }
+                if let Some(pad) = pad.filter(|pad| pad.first_op == *first_op) {
+                    // Zeros past the entries, synced with them: the next publications write
+                    // into written blocks.
+                    file.write_zeros(pad.from, pad.to - pad.from)?;
                 }
                 if index + 1 < dirty.len() {
                     if last.1.is_empty() {
@@ -769,8 +789,14 @@ impl<S: Storage> Wal<S> {
 
         let mut state = self.lock();
         state.publishing = false;
+        state.padding = false;
         let outcome = match result {
             Ok(()) => {
+                if let Some(pad) = pad
+                    && let Some(file) = state.files.iter_mut().find(|f| f.first_op == pad.first_op)
+                {
+                    file.prepared = file.prepared.max(pad.to);
+                }
                 state.published = next;
                 state.published_bytes = appended_bytes;
                 Ok(())
@@ -1051,6 +1077,43 @@ impl<F> State<F> {
     fn first_op(&self) -> u64 {
         self.files.first().map_or(self.head_op + 1, |f| f.first_op)
     }
+}
+
+/// Publications that write less than this to the head file write zeros ahead of it.
+const SMALL_PUBLICATION: u64 = 64 << 10;
+/// How far ahead of the entries those zeros reach.
+const ZEROS_AHEAD: u64 = 1 << 20;
+
+/// Zeros a publication writes past its entries in the head file.
+#[derive(Clone, Copy)]
+struct Pad {
+    first_op: u64,
+    from: u64,
+    to: u64,
+}
+
+/// The zeros a publication of `chunks` writes ahead of the head file's end, if any: when it is
+/// small and the end is near the prepared (written) part of the file. In an `fallocate`d block
+/// that was never written, the first write makes its `fdatasync` update the file's block map as
+/// well (about 100 us here: docs/benchmarks.md); small publications would pay that every few
+/// blocks, so they prepare a megabyte at a time. Large ones pay it once per publication anyway.
+fn zeros_ahead<F>(head: &LogFile<F>, chunks: &[Chunk<F>], file_size: u64) -> Option<Pad> {
+    let written: u64 = chunks
+        .iter()
+        .filter(|chunk| chunk.first_op == head.first_op)
+        .map(|chunk| chunk.bytes.len() as u64)
+        .sum();
+    if written == 0 || written >= SMALL_PUBLICATION || head.prepared >= head.end + SMALL_PUBLICATION
+    {
+        return None;
+    }
+    let from = head.prepared.max(head.end);
+    let to = (head.end + ZEROS_AHEAD).min(file_size);
+    (to > from).then_some(Pad {
+        first_op: head.first_op,
+        from,
+        to,
+    })
 }
 
 fn mark_dirty<F>(dirty: &mut Vec<(u64, Arc<F>)>, first_op: u64, file: &Arc<F>) {

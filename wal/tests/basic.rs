@@ -257,3 +257,68 @@ fn drop_prefix_keeps_the_file_holding_the_published_head() {
     assert_eq!(report.head_op, n - 1);
     assert_eq!(wal.read(n - 1, n - 1).unwrap()[0].body, body(n - 1));
 }
+
+/// A small publication writes zeros over the next megabyte past its entries, synced with them,
+/// so the publications after it write into written blocks (no block-map update in their
+/// `fdatasync`); those publications write no zeros of their own, and no zero ever lands on an
+/// entry.
+#[test]
+fn small_publications_write_zeros_ahead_once_per_megabyte() {
+    use iggy_io::TraceOp;
+    let storage = SimStorage::new(9);
+    let config = Config {
+        file_size_bytes: 4 << 20,
+        ..Config::new(7)
+    };
+    let wal = Wal::create(storage.clone(), dir(), config, 1, 0).unwrap();
+    let file = dir().join(format!("{:020}.wal", 1));
+    let zero_writes = |trace: &[TraceOp]| -> Vec<(u64, u64)> {
+        trace
+            .iter()
+            .filter_map(|op| match op {
+                TraceOp::Write {
+                    path, offset, data, ..
+                } if *path == file && data.iter().all(|&b| b == 0) => {
+                    Some((*offset, *offset + data.len() as u64))
+                }
+                _ => None,
+            })
+            .collect()
+    };
+    let record = vec![7u8; 744]; // 1000 bytes with its header
+    for _ in 0..10 {
+        let op = wal.append_body(&record, 1, 0).unwrap();
+        wal.wait_published(op).unwrap();
+    }
+    let trace = storage.trace();
+    let zeros = zero_writes(&trace);
+    assert_eq!(
+        zeros.len(),
+        1,
+        "one run of zeros for ten small publications: {zeros:?}"
+    );
+    let (from, to) = zeros[0];
+    assert_eq!(
+        (from, to),
+        (1000, 1000 + (1 << 20)),
+        "right after the first entry"
+    );
+    // Synced by the same publication, before its frontier names the entry.
+    let written = trace
+        .iter()
+        .position(|op| matches!(op, TraceOp::Write { path, offset, .. } if *path == file && *offset == from))
+        .unwrap();
+    let synced = trace[written..]
+        .iter()
+        .position(|op| matches!(op, TraceOp::SyncData { path, .. } if *path == file))
+        .unwrap();
+    let frontier = trace[written..]
+        .iter()
+        .position(|op| matches!(op, TraceOp::Write { path, .. } if path.ends_with("frontier")))
+        .unwrap();
+    assert!(synced < frontier);
+    // Every entry reads back: the zeros went past them, and later entries over the zeros.
+    for entry in wal.read(1, 10).unwrap() {
+        assert_eq!(entry.body, record);
+    }
+}
