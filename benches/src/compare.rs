@@ -80,7 +80,7 @@ impl Sizes {
             batch_records: 250,
             batch_total_bytes: 256 << 20,
             single_records: 5000,
-            concurrent_records_per_thread: 100,
+            concurrent_records_per_thread: 500,
             replay_bytes: 1 << 30,
             rounds: 3,
         }
