@@ -784,7 +784,8 @@ impl<S: Storage> Wal<S> {
             }
             Ok::<_, iggy_io::Error>(())
         })();
-        // Where no chain ran (more than one file, none, or a failed write before it).
+        // Where no chain ran: nothing written since the last publication, or a write failed
+        // before the chain.
         wake();
 
         let mut state = self.lock();
