@@ -196,7 +196,7 @@ impl RawFile {
                 if record[0] == 0 && record.iter().all(|&b| b == 0) {
                     return Ok(records); // the prefilled tail
                 }
-                fold ^= xxhash_rust::xxh3::xxh3_64(record);
+                fold ^= iggy_format::checksum::checksum_64(record);
                 records += 1;
             }
             offset += count as u64;
