@@ -227,3 +227,80 @@ fn what_a_boot_trusts_survives_a_later_power_loss_even_after_a_failed_frontier_s
         "a boot trusted entries that were not durable"
     );
 }
+
+/// A sync fails while 64 threads append and wait, with leaders going on to publish for others:
+/// every call returns (no waiter is left asleep by the failure), an `Ok` from `wait_published`
+/// is never taken back (every record acknowledged so survives a power loss, including a leader's
+/// own records when a publication it led for others failed), and after the failure the log only
+/// refuses.
+#[test]
+fn a_sync_failing_under_sixty_four_appenders_wakes_everyone_and_keeps_every_acknowledgment() {
+    const THREADS: usize = 64;
+    for seed in 0..8u64 {
+        let storage = SimStorage::new(100 + seed);
+        let wal = Arc::new(Wal::create(storage.clone(), dir(), config(), 1, 0).unwrap());
+        let acknowledged = Arc::new(Mutex::new(Vec::new()));
+        let refused = Arc::new(Mutex::new(0usize));
+        let threads: Vec<_> = (0..THREADS)
+            .map(|thread| {
+                let (wal, acknowledged, refused, storage) = (
+                    Arc::clone(&wal),
+                    Arc::clone(&acknowledged),
+                    Arc::clone(&refused),
+                    storage.clone(),
+                );
+                std::thread::spawn(move || {
+                    for round in 0..40 {
+                        if thread == 0 && round == 3 + seed {
+                            // Somewhere in the middle of the run (how far the others got
+                            // varies).
+                            storage
+                                .arm(dir().join(format!("{:020}.wal", 1)), Fault::SyncError)
+                                .unwrap();
+                        }
+                        let body =
+                            format!("seed {seed} thread {thread} round {round}").into_bytes();
+                        let Ok(op) = wal.append_body(&body, 1, 0) else {
+                            *refused.lock().unwrap() += 1;
+                            return;
+                        };
+                        match wal.wait_published(op) {
+                            Ok(frontier) => {
+                                assert!(frontier.head_op >= op);
+                                acknowledged.lock().unwrap().push((op, body));
+                            }
+                            Err(WalError::Io(_) | WalError::Poisoned { .. }) => {
+                                *refused.lock().unwrap() += 1;
+                                return;
+                            }
+                            Err(other) => panic!("{other}"),
+                        }
+                    }
+                })
+            })
+            .collect();
+        for thread in threads {
+            thread.join().unwrap();
+        }
+        assert!(
+            *refused.lock().unwrap() > 0,
+            "seed {seed}: the failure was seen"
+        );
+        assert!(matches!(
+            wal.append_body(b"after", 1, 0),
+            Err(WalError::Poisoned { .. })
+        ));
+        drop(wal);
+        storage.power_loss();
+        let (wal, _) = Wal::open(storage, dir(), config(), Mode::Open)
+            .unwrap()
+            .unwrap();
+        for (op, body) in acknowledged.lock().unwrap().iter() {
+            assert_eq!(
+                &wal.read(*op, *op).unwrap()[0].body,
+                body,
+                "seed {seed} op {op}"
+            );
+        }
+    }
+}
