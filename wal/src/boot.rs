@@ -390,7 +390,7 @@ pub(crate) fn analyze<R: ReadStorage>(
             && let Some((next_op, next_path)) = wal_files.get(index + 1)
         {
             // The file ends cleanly before the next file begins: a file in between is missing.
-            let expected = *first_op + result.entries.len() as u64;
+            let expected = *first_op + result.offsets.len() as u64;
             return Err(WalError::Hole {
                 file: next_path.clone(),
                 expected,
@@ -415,13 +415,13 @@ pub(crate) fn analyze<R: ReadStorage>(
                 reason: result.stop,
             });
         }
-        parent = result.entries.last().map(|e| e.checksum).or(parent);
+        parent = result.last_checksum.or(parent);
         next_op = Some(until(index) + 1);
         files.push(BootFile {
             first_op: *first_op,
             key,
             path: path.clone(),
-            offsets: result.entries.iter().map(|e| e.offset).collect(),
+            offsets: result.offsets,
             end: result.end,
         });
     }
@@ -628,15 +628,12 @@ fn past_the_frontier<R: ReadStorage>(
         let file = storage.open_read(&head.path)?;
         let next_op = head.first_op + head.offsets.len() as u64;
         let tail: Scan = scan(&file, head.end, next_op, Some(analysis.head_checksum), None)?;
-        if fallback && !tail.entries.is_empty() {
-            adopted += tail.entries.len() as u64;
+        if fallback && !tail.offsets.is_empty() {
+            adopted += tail.offsets.len() as u64;
             let from = head.end;
-            head.offsets.extend(tail.entries.iter().map(|e| e.offset));
+            head.offsets.extend_from_slice(&tail.offsets);
             head.end = tail.end;
-            analysis.head_checksum = tail
-                .entries
-                .last()
-                .map_or(analysis.head_checksum, |e| e.checksum);
+            analysis.head_checksum = tail.last_checksum.unwrap_or(analysis.head_checksum);
             analysis
                 .adopted_files
                 .push((head.path.clone(), from, tail.end));
@@ -673,7 +670,7 @@ fn past_the_frontier<R: ReadStorage>(
             let entries = if fallback {
                 0
             } else {
-                tail.entries.len() as u64
+                tail.offsets.len() as u64
             };
             analysis.report.findings.push(Finding {
                 file: head_path,
@@ -690,7 +687,7 @@ fn past_the_frontier<R: ReadStorage>(
         .map_or(0, |f| f.first_op + f.offsets.len() as u64);
     for ((first_op, path), _) in later {
         let file = storage.open_read(path)?;
-        let entries = scan(&file, 0, *first_op, None, None)?.entries.len() as u64;
+        let entries = scan(&file, 0, *first_op, None, None)?.offsets.len() as u64;
         if fallback && entries > 0 {
             // Entries the adopted chain does not reach: behind an unreadable slot they may be
             // published history (the newest slot may have named them). Refuse (rule 6).
@@ -851,20 +848,21 @@ pub fn header_at<R: ReadStorage>(
         .ok_or_else(out_of_range)?;
     let reader = storage.open_read(&file.path)?;
     let scanned = scan(&reader, 0, file.first_op, None, Some(op))?;
-    let entry = scanned
-        .entries
+    let offset = scanned
+        .offsets
         .last()
-        .filter(|e| e.op == op)
+        .copied()
+        .filter(|_| scanned.first_op + scanned.offsets.len() as u64 - 1 == op)
         .ok_or(WalError::Corrupt {
             file: file.path.clone(),
             offset: scanned.end,
             reason: scanned.stop,
         })?;
     let mut bytes = [0u8; HEADER_SIZE];
-    reader.read_exact_at(entry.offset, &mut bytes)?;
+    reader.read_exact_at(offset, &mut bytes)?;
     Header::decode(&bytes).map_err(|error| WalError::Corrupt {
         file: file.path.clone(),
-        offset: entry.offset,
+        offset,
         reason: StopReason::Header(error),
     })
 }

@@ -274,14 +274,14 @@ impl<S: Storage> Wal<S> {
             mode != Mode::Check,
             "Check mode is `check()`: it must not hold a writable storage"
         );
-        let Some(analysis) = boot::analyze(&storage, dir, config.group, config.naming)? else {
+        let Some(mut analysis) = boot::analyze(&storage, dir, config.group, config.naming)? else {
             return Ok(None);
         };
         boot::apply(&storage, &analysis)?;
         let published = analysis.new_frontier.unwrap_or(analysis.frontier);
         let mut files = Vec::new();
         let mut missing_head = None;
-        for boot_file in &analysis.files {
+        for boot_file in std::mem::take(&mut analysis.files) {
             if !storage.exists(&boot_file.path)? {
                 missing_head = Some((boot_file.first_op, boot_file.key));
                 continue;
@@ -291,7 +291,7 @@ impl<S: Storage> Wal<S> {
                 key: boot_file.key,
                 path: boot_file.path.clone(),
                 file: Arc::new(storage.open(&boot_file.path, OpenMode::Existing)?),
-                offsets: boot_file.offsets.clone(),
+                offsets: boot_file.offsets,
                 end: boot_file.end,
                 prepared: boot_file.end,
             });

@@ -10,15 +10,6 @@ use iggy_io::ReadFile;
 
 const WINDOW_BYTES: usize = 1 << 20;
 
-/// One verified entry found by a scan.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Scanned {
-    pub op: u64,
-    pub offset: u64,
-    pub size: u64,
-    pub checksum: Checksum,
-}
-
 /// Why a scan stopped.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum StopReason {
@@ -58,9 +49,14 @@ impl std::fmt::Display for StopReason {
 }
 
 /// The result of a scan: the verified entries, where they end, and why the scan stopped there.
+/// Entry `i` is op `first_op + i`; only its offset is kept (8 bytes per entry: a boot keeps
+/// millions of them).
 #[derive(Clone, Debug)]
 pub(crate) struct Scan {
-    pub entries: Vec<Scanned>,
+    pub first_op: u64,
+    pub offsets: Vec<u64>,
+    /// The header checksum of the last verified entry (the next entry's parent).
+    pub last_checksum: Option<Checksum>,
     /// The `parent` of the first verified entry (to check the link when it was not given).
     pub first_parent: Option<Checksum>,
     pub end: u64,
@@ -120,7 +116,8 @@ pub(crate) fn scan<F: ReadFile>(
         bytes: Vec::new(),
         map,
     };
-    let mut entries = Vec::new();
+    let mut offsets = Vec::new();
+    let mut last_checksum = None;
     let mut first_parent = None;
     let mut offset = start;
     let mut expected_op = first_op;
@@ -162,18 +159,16 @@ pub(crate) fn scan<F: ReadFile>(
             break StopReason::Body { op: header.op };
         }
         first_parent = first_parent.or(Some(header.parent));
-        entries.push(Scanned {
-            op: header.op,
-            offset,
-            size,
-            checksum: stored,
-        });
+        offsets.push(offset);
+        last_checksum = Some(stored);
         offset += size;
         expected_op += 1;
         expected_parent = Some(stored);
     };
     Ok(Scan {
-        entries,
+        first_op,
+        offsets,
+        last_checksum,
         first_parent,
         end: offset,
         stop,
