@@ -183,6 +183,9 @@ fn batches(
     Ok(count * sizes.batch_records as u64)
 }
 
+/// Boots of the same written data per replay round; the round's figure is their median.
+pub const REPLAYS_PER_ROUND: usize = 3;
+
 /// Runs one scenario for one engine in a fresh directory under `base`.
 pub fn run_one(
     kind: EngineKind,
@@ -271,17 +274,24 @@ pub fn run_one(
                 None,
             )?;
             drop(engine);
-            if scenario == Scenario::ReplayCold && !drop_page_cache() {
-                return Err("cannot drop the page cache here (needs root)".into());
+            // The median of several boots of the same data: one replay of a few gigabytes
+            // swings by a third from one second to the next on a shared disk and memory bus.
+            let mut rates = Vec::with_capacity(REPLAYS_PER_ROUND);
+            for _ in 0..REPLAYS_PER_ROUND {
+                if scenario == Scenario::ReplayCold && !drop_page_cache() {
+                    return Err("cannot drop the page cache here (needs root)".into());
+                }
+                let started = Instant::now();
+                let replayed = kind.replay(&dir, sizes.record_bytes)?;
+                let seconds = started.elapsed().as_secs_f64().max(f64::MIN_POSITIVE);
+                if replayed != written {
+                    return Err(format!("replayed {replayed} records of {written}"));
+                }
+                rates.push(written as f64 * sizes.record_bytes as f64 / 1e6 / seconds);
             }
-            let started = Instant::now();
-            let replayed = kind.replay(&dir, sizes.record_bytes)?;
-            let seconds = started.elapsed().as_secs_f64().max(f64::MIN_POSITIVE);
-            if replayed != written {
-                return Err(format!("replayed {replayed} records of {written}"));
-            }
+            rates.sort_by(f64::total_cmp);
             Some(Measured {
-                value: written as f64 * sizes.record_bytes as f64 / 1e6 / seconds,
+                value: rates[rates.len() / 2],
                 latencies: None,
             })
         }
