@@ -183,8 +183,8 @@ fn batches(
     Ok(count * sizes.batch_records as u64)
 }
 
-/// Boots of the same written data per replay round; the round's figure is their median.
-pub const REPLAYS_PER_ROUND: usize = 3;
+/// Boots of the same written data per warm replay round; the round's figure is their median.
+pub const WARM_REPLAYS_PER_ROUND: usize = 3;
 
 /// Runs one scenario for one engine in a fresh directory under `base`.
 pub fn run_one(
@@ -274,10 +274,17 @@ pub fn run_one(
                 None,
             )?;
             drop(engine);
-            // The median of several boots of the same data: one replay of a few gigabytes
-            // swings by a third from one second to the next on a shared disk and memory bus.
-            let mut rates = Vec::with_capacity(REPLAYS_PER_ROUND);
-            for _ in 0..REPLAYS_PER_ROUND {
+            // Warm: the median of several boots of the same data, since one replay of a few
+            // gigabytes swings by a third from one second to the next on a shared memory bus.
+            // Cold: one, since a second read of the same blocks may come from the virtual
+            // disk's host-side cache and no longer be cold.
+            let replays = if scenario == Scenario::ReplayWarm {
+                WARM_REPLAYS_PER_ROUND
+            } else {
+                1
+            };
+            let mut rates = Vec::with_capacity(replays);
+            for _ in 0..replays {
                 if scenario == Scenario::ReplayCold && !drop_page_cache() {
                     return Err("cannot drop the page cache here (needs root)".into());
                 }
