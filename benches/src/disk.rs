@@ -277,7 +277,7 @@ pub fn render(report: &DiskReport) -> String {
         out,
         "io_uring:                  {}",
         if report.io_uring_usable {
-            "usable (durable appends use a linked write+fdatasync)"
+            "usable (a WAL publication is one linked chain: write, fdatasync, frontier write, fdatasync)"
         } else {
             "not usable here (plain system calls)"
         }
