@@ -2,6 +2,20 @@
 //! the workload, and the seed loop every soak shares (how many seeds, replaying one, and the
 //! message that says how to replay a failure).
 
+/// The faults every soak injects while its workload runs: short reads and writes one time in
+/// twenty, EIO on about one write in 330 and one sync in 100 (the harness then sees the
+/// component refuse by itself, or restarts it).
+#[must_use]
+pub fn faults() -> crate::FaultConfig {
+    crate::FaultConfig {
+        short_read_probability: 0.05,
+        short_write_probability: 0.05,
+        write_error_probability: 0.003,
+        sync_error_probability: 0.01,
+        ..crate::FaultConfig::default()
+    }
+}
+
 /// A xorshift generator: the workload of a soak is a pure function of its seed.
 #[derive(Clone, Debug)]
 pub struct SeedRng(u64);

@@ -17,7 +17,7 @@
 
 use std::path::Path;
 
-use iggy_io::{FaultConfig, SimStorage};
+use iggy_io::SimStorage;
 use iggy_metadata::group::{GROUP_ID, GroupError, MetadataGroup};
 use iggy_metadata::{Durability, Op, Retention, State};
 use iggy_superblock::{Identity, SuperblockError};
@@ -146,13 +146,7 @@ fn run(seed: u64) -> Result<(), String> {
     let storage = SimStorage::new(seed);
     let mut group = MetadataGroup::create(storage.clone(), dir(), ID, wal_config())
         .map_err(|e| e.to_string())?;
-    storage.set_faults(FaultConfig {
-        short_read_probability: 0.05,
-        short_write_probability: 0.05,
-        write_error_probability: 0.003,
-        sync_error_probability: 0.01,
-        ..FaultConfig::default()
-    });
+    storage.set_faults(iggy_io::soak::faults());
     let mut acknowledged: Vec<Op> = Vec::new();
     let mut checkpoints = 0;
     for step in 0..250u64 {

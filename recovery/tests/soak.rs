@@ -22,16 +22,6 @@ use iggy_recovery::populate::{Options, client_batch, populate};
 use iggy_recovery::{Mode, NodeState, Status, boot, check, exit};
 use iggy_segments::offsets::ConsumerKind;
 
-fn faults() -> FaultConfig {
-    FaultConfig {
-        short_read_probability: 0.05,
-        short_write_probability: 0.05,
-        write_error_probability: 0.003,
-        sync_error_probability: 0.01,
-        ..FaultConfig::default()
-    }
-}
-
 /// Crashes the node, then checks and boots it with faults paused. `damaged`: a bit was flipped
 /// at rest, so a group may be refused; check and boot must still agree exactly, and afterwards
 /// only refused groups may remain unclean.
@@ -69,7 +59,7 @@ fn restart(
             return Err(format!("boot left work:\n{}", after.render()));
         }
     }
-    storage.set_faults(faults());
+    storage.set_faults(iggy_io::soak::faults());
     Ok(node)
 }
 

@@ -20,7 +20,7 @@ mod common;
 use std::collections::BTreeMap;
 
 use common::{client_batch, config, dir, read_all};
-use iggy_io::{FaultConfig, SimStorage};
+use iggy_io::SimStorage;
 use iggy_segments::offsets::{ConsumerKind, OffsetError};
 use iggy_segments::{Install, Partition, PartitionError, StateArtifact};
 use iggy_superblock::SuperblockError;
@@ -100,6 +100,19 @@ struct Model {
     offsets: BTreeMap<(ConsumerKind, u32), u64>,
     /// A store that failed: it may or may not have landed.
     offset_in_doubt: Option<((ConsumerKind, u32), u64)>,
+}
+
+impl Model {
+    /// The offset after the last acknowledged batch (0 when there is none).
+    fn acknowledged_end(&self) -> u64 {
+        self.acknowledged
+            .iter()
+            .next_back()
+            .map_or(0, |(offset, bytes)| {
+                let header = iggy_format::batch::decode(bytes).unwrap().header;
+                offset + u64::from(header.message_count)
+            })
+    }
 }
 
 /// Boots the partition, crashing and retrying when an injected fault fails the boot itself,
@@ -209,19 +222,7 @@ fn verify(
             ));
         }
     }
-    let acknowledged_end = model
-        .acknowledged
-        .iter()
-        .next_back()
-        .map_or(0, |(offset, bytes)| {
-            offset
-                + u64::from(
-                    iggy_format::batch::decode(bytes)
-                        .unwrap()
-                        .header
-                        .message_count,
-                )
-        });
+    let acknowledged_end = model.acknowledged_end();
     if partition.next_offset() < acknowledged_end {
         return Err(format!(
             "next offset {} went back past the acknowledged {acknowledged_end}",
@@ -277,28 +278,10 @@ fn run(seed: u64) -> Result<(), String> {
     let mut rng = Rng::new(seed);
     let storage = SimStorage::new(seed);
     let (leader_segments, leader_model) = leader(&storage, seed)?;
-    let leader_next = leader_model
-        .acknowledged
-        .iter()
-        .next_back()
-        .map_or(0, |(offset, bytes)| {
-            offset
-                + u64::from(
-                    iggy_format::batch::decode(bytes)
-                        .unwrap()
-                        .header
-                        .message_count,
-                )
-        });
+    let leader_next = leader_model.acknowledged_end();
     let mut partition =
         Partition::create(storage.clone(), dir(), config()).map_err(|e| e.to_string())?;
-    storage.set_faults(FaultConfig {
-        short_read_probability: 0.05,
-        short_write_probability: 0.05,
-        write_error_probability: 0.003,
-        sync_error_probability: 0.01,
-        ..FaultConfig::default()
-    });
+    storage.set_faults(iggy_io::soak::faults());
     let mut model = Model::default();
     let mut failures = 0;
     for step in 0..300u64 {

@@ -14,7 +14,7 @@
 
 use std::path::Path;
 
-use iggy_io::{FaultConfig, SimStorage};
+use iggy_io::SimStorage;
 use iggy_wal::{Config, Mode, Wal, WalError};
 
 fn config() -> Config {
@@ -113,13 +113,7 @@ fn run(seed: u64) -> Result<(), String> {
     let mut rng = Rng::new(seed);
     let storage = SimStorage::new(seed);
     let mut wal = Wal::create(storage.clone(), dir(), config(), 1, 0).map_err(|e| e.to_string())?;
-    storage.set_faults(FaultConfig {
-        short_read_probability: 0.05,
-        short_write_probability: 0.05,
-        write_error_probability: 0.003,
-        sync_error_probability: 0.01,
-        ..FaultConfig::default()
-    });
+    storage.set_faults(iggy_io::soak::faults());
     // The acknowledged log: bodies of ops 1..=acknowledged.len().
     let mut acknowledged: Vec<Vec<u8>> = Vec::new();
     // Bodies appended since the last acknowledgment (the candidates of the next one).
