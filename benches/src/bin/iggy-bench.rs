@@ -272,16 +272,17 @@ fn run_wal(args: &WalArgs) -> Result<(), String> {
     }
     let (dir, _guard) = bench_dir(args.dir.as_ref())?;
     let base = iggy_benches::engines::run_dir(&dir, "iggy-bench-wal")?;
-    let engine: std::sync::Arc<dyn iggy_benches::engines::Engine> =
-        std::sync::Arc::new(iggy_benches::engines::IggyWal::open_with(
-            &base,
-            args.zero_fill,
-            args.file_mib << 20,
-            match args.io {
-                IoArg::Uring => iggy_io::IoPath::Auto,
-                IoArg::Syscalls => iggy_io::IoPath::Syscalls,
-            },
-        )?);
+    let wal = std::sync::Arc::new(iggy_benches::engines::IggyWal::open_with(
+        &base,
+        args.zero_fill,
+        args.file_mib << 20,
+        match args.io {
+            IoArg::Uring => iggy_io::IoPath::Auto,
+            IoArg::Syscalls => iggy_io::IoPath::Syscalls,
+        },
+    )?);
+    let engine: std::sync::Arc<dyn iggy_benches::engines::Engine> = wal.clone();
+    let first_sequence = wal.wal().published().sequence;
     let data = compare::records(args.batch, args.record_bytes, 7);
     let batch_bytes = (args.batch * args.record_bytes) as u64;
     let batches_per_writer = (total_bytes / batch_bytes / args.writers as u64).max(1);
@@ -310,9 +311,11 @@ fn run_wal(args: &WalArgs) -> Result<(), String> {
     engine.sync()?;
     let seconds = started.elapsed().as_secs_f64();
     let records = batches_per_writer * args.writers as u64 * args.batch as u64;
+    let publications = wal.wal().published().sequence - first_sequence;
     let latency = percentiles(&latencies);
     let report = serde_json::json!({
         "records": records,
+        "publications": publications,
         "seconds": seconds,
         "records_per_second": records as f64 / seconds,
         "megabytes_per_second": records as f64 * args.record_bytes as f64 / 1e6 / seconds,
@@ -334,6 +337,10 @@ fn run_wal(args: &WalArgs) -> Result<(), String> {
             latency.p50_us,
             latency.p99_us,
             latency.p999_us
+        );
+        println!(
+            "  {publications} publications, {:.1} records each",
+            records as f64 / publications.max(1) as f64
         );
     }
     Ok(())
