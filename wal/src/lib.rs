@@ -18,7 +18,7 @@ pub mod frontier;
 pub mod scan;
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 
 use iggy_format::checksum::Checksum;
 use iggy_format::constants::HEADER_SIZE;
@@ -140,12 +140,38 @@ struct State<F> {
     /// The publication in flight writes zeros ahead of the head file's end: appends must not
     /// write there meanwhile (they stay buffered).
     padding: bool,
-    /// The highest op a caller of `wait_published` has gone to sleep on. Past the published
-    /// head, it names a caller still waiting (callers leave only once published, or poisoned).
-    wanted_head: u64,
+    /// Callers of `wait_published` asleep while a publication is in flight. Whenever none is in
+    /// flight and this is not empty, one of them has been woken to look again (and lead).
+    waiters: Vec<Waiter>,
     poisoned: Option<String>,
     appended_bytes: u64,
     published_bytes: u64,
+}
+
+/// A caller of `wait_published` parked until a publication covers `op`. Each is woken on its
+/// own (no herd of every caller on one condition variable: docs/benchmarks.md).
+struct Waiter {
+    op: u64,
+    thread: std::thread::Thread,
+    /// Set once, just before the caller is unparked: the publication that covers `op`, or `None`
+    /// to look again under the lock (to lead the next publication, or to see a poisoned log or
+    /// a truncated head).
+    outcome: Arc<OnceLock<Option<Frontier>>>,
+}
+
+impl Waiter {
+    fn wake(self, outcome: Option<Frontier>) {
+        // Set at most once: a waiter leaves the list when it is woken.
+        let _ = self.outcome.set(outcome);
+        self.thread.unpark();
+    }
+}
+
+/// Wakes every waiter to look again under the lock (poisoned log, truncated head).
+fn wake_all_to_look_again(waiters: &mut Vec<Waiter>) {
+    for waiter in waiters.drain(..) {
+        waiter.wake(None);
+    }
 }
 
 /// Publications a caller of `wait_published` leads for others after its own, while others wait
@@ -331,7 +357,7 @@ impl<S: Storage> Wal<S> {
             published,
             publishing: false,
             padding: false,
-            wanted_head: 0,
+            waiters: Vec::new(),
             poisoned: None,
             appended_bytes: 0,
             published_bytes: 0,
@@ -375,6 +401,7 @@ impl<S: Storage> Wal<S> {
             tracing::error!(dir = %self.dir.display(), %error, "WAL poisoned");
             state.poisoned = Some(error.to_string());
         }
+        wake_all_to_look_again(&mut state.waiters);
     }
 
     /// Creates the file whose first op is `first_op`, named by `key`, preallocated, and makes
@@ -651,11 +678,36 @@ impl<S: Storage> Wal<S> {
                 });
             }
             if state.published.head_op >= op {
-                return Ok(state.published);
+                let published = state.published;
+                if !state.publishing
+                    && let Some(next) = state.waiters.pop()
+                {
+                    // Woken to lead, and found its op published by another caller since: the
+                    // rest still need a leader.
+                    drop(state);
+                    next.wake(None);
+                }
+                return Ok(published);
             }
             if state.publishing {
-                state.wanted_head = state.wanted_head.max(op);
-                state = self.wait(state);
+                let outcome = Arc::new(OnceLock::new());
+                state.waiters.push(Waiter {
+                    op,
+                    thread: std::thread::current(),
+                    outcome: Arc::clone(&outcome),
+                });
+                drop(state);
+                let outcome = loop {
+                    // `park` may return spuriously; the outcome is set before the unpark.
+                    if let Some(outcome) = outcome.get() {
+                        break *outcome;
+                    }
+                    std::thread::park();
+                };
+                if let Some(published) = outcome {
+                    return Ok(published);
+                }
+                state = self.lock();
                 continue;
             }
             if !yielded {
@@ -670,40 +722,58 @@ impl<S: Storage> Wal<S> {
                 continue;
             }
             // This publication takes every entry appended so far, `op` among them.
-            state = self.run_publication(state, false)?;
+            state = self.run_publication(state, Vec::new())?;
             let mine = state.published;
             let mut extra = 0;
-            while extra < EXTRA_PUBLICATIONS
-                && state.wanted_head > state.published.head_op
-                && state.head_op > state.published.head_op
-            {
-                // Callers sleep on entries appended during that publication: lead theirs at
-                // once, and wake the callers it published while the disk works on this one
-                // (waking dozens of threads costs more than a sync here: docs/benchmarks.md).
-                match self.run_publication(state, true) {
-                    Ok(next) => state = next,
-                    // It failed, poisoned the log and woke every caller; this caller's entries
-                    // were published before it.
-                    Err(_) => return Ok(mine),
+            loop {
+                let head = state.published.head_op;
+                let (covered, rest) = std::mem::take(&mut state.waiters)
+                    .into_iter()
+                    .partition(|waiter| waiter.op <= head);
+                state.waiters = rest;
+                if extra < EXTRA_PUBLICATIONS && !state.waiters.is_empty() && state.head_op > head {
+                    // Callers sleep on entries appended during that publication: lead theirs
+                    // at once, and wake the callers it published while the disk works on this
+                    // one (waking dozens of threads costs more than a sync here:
+                    // docs/benchmarks.md).
+                    match self.run_publication(state, covered) {
+                        Ok(next) => state = next,
+                        // It failed, poisoned the log and woke every caller; this caller's
+                        // entries were published before it.
+                        Err(_) => return Ok(mine),
+                    }
+                    extra += 1;
+                    continue;
                 }
-                extra += 1;
+                // The callers still waiting need a leader: one of them looks again.
+                let next_leader = state.waiters.pop();
+                let published = state.published;
+                drop(state);
+                for waiter in covered {
+                    waiter.wake(Some(published));
+                }
+                if let Some(waiter) = next_leader {
+                    waiter.wake(None);
+                }
+                // Callers of `lock_idle` wait for no publication in flight.
+                self.published_changed.notify_all();
+                return Ok(published);
             }
-            self.published_changed.notify_all();
-            return Ok(state.published);
         }
     }
 
     /// One publication, with the lock released during its I/O so appends continue.
     ///
-    /// With `wake_previous`, the callers waiting on the publication before this one are woken
-    /// while this one's I/O is in flight. A publication that succeeds does not wake its own
-    /// waiters: its caller does, or the next publication. One that fails wakes everyone.
+    /// `covered` are callers the previous publication covers: they are woken while this one's
+    /// I/O is in flight. A publication that succeeds does not wake its own waiters: its caller
+    /// does, or the next publication. One that fails wakes everyone.
     fn run_publication<'a>(
         &'a self,
         mut state: MutexGuard<'a, State<S::File>>,
-        wake_previous: bool,
+        mut covered: Vec<Waiter>,
     ) -> Result<MutexGuard<'a, State<S::File>>, WalError> {
         state.publishing = true;
+        let previous = state.published;
         let chunks = std::mem::take(&mut state.pending);
         state.pending_bytes = 0;
         let mut dirty = std::mem::take(&mut state.dirty);
@@ -730,11 +800,9 @@ impl<S: Storage> Wal<S> {
         drop(state);
 
         let frontier_bytes = frontier::encode(&next);
-        let mut woken = !wake_previous;
         let mut wake = || {
-            if !woken {
-                woken = true;
-                self.published_changed.notify_all();
+            for waiter in covered.drain(..) {
+                waiter.wake(Some(previous));
             }
         };
         let result = (|| {
@@ -805,6 +873,7 @@ impl<S: Storage> Wal<S> {
             Err(error) => {
                 let error = WalError::from(error);
                 self.poison(&mut state, &error);
+                // Callers of `lock_idle`; the poison woke every waiter.
                 self.published_changed.notify_all();
                 Err(error)
             }
@@ -970,7 +1039,8 @@ impl<S: Storage> Wal<S> {
         head.end = new_end;
         state.head_op = op;
         state.head_checksum = head_checksum;
-        state.wanted_head = state.wanted_head.min(op);
+        // Callers waiting on ops past the cut learn it's gone; the rest need a leader.
+        wake_all_to_look_again(&mut state.waiters);
         state.published_bytes = state.appended_bytes;
         Ok(())
     }
