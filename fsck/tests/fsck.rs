@@ -60,3 +60,31 @@ fn usage_and_io_errors_exit_8_and_help_exits_0() {
     assert_eq!(fsck(&[empty.path().to_str().unwrap()]).0, 8, "not a node");
     assert_eq!(fsck(&["--help"]).0, 0);
 }
+
+/// The human report says each thing once: a refusal that a finding states is not printed again
+/// above it (no line is repeated inside a later one), and a finding line names its file once
+/// (before the offset), not again inside the reason.
+#[test]
+fn the_human_report_names_each_finding_and_file_once() {
+    for (kind, _) in common::KINDS {
+        let node = fixtures_dir().join(kind).join("node");
+        let (_, text) = fsck(&[node.to_str().unwrap()]);
+        let lines: Vec<&str> = text.lines().map(str::trim).collect();
+        for (index, line) in lines.iter().enumerate() {
+            assert!(
+                !lines[index + 1..].iter().any(|later| later.contains(line)),
+                "{kind}: said twice: {line}\n{text}"
+            );
+            // A finding line: `<Component> <file> @<offset>: <reason> -> <action>`.
+            if let Some((file, _)) = line.split_once(" @")
+                && let Some((_, file)) = file.split_once(' ')
+            {
+                assert_eq!(
+                    line.matches(file).count(),
+                    1,
+                    "{kind}: names {file} twice: {line}"
+                );
+            }
+        }
+    }
+}

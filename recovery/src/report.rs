@@ -192,17 +192,31 @@ impl Report {
                 Status::Refuse => "BOOT REFUSES",
             };
             let _ = writeln!(out, "  {:<28} {status}", group.group);
-            if let Some(error) = &group.error {
+            let findings: Vec<&Finding> = self
+                .findings
+                .iter()
+                .filter(|f| f.group == group.group)
+                .collect();
+            if let Some(error) = &group.error
+                && !findings.iter().any(|f| &f.what == error)
+            {
+                // A refusal that no finding already states.
                 let _ = writeln!(out, "      {error}");
             }
-            for finding in self.findings.iter().filter(|f| f.group == group.group) {
+            for finding in findings {
+                // The line names the file and offset first; a reason that starts with the file
+                // again (an error's own text) is not repeated.
+                let file = finding.file.display().to_string();
+                let what = finding
+                    .what
+                    .strip_prefix(file.as_str())
+                    .and_then(|rest| rest.strip_prefix(": "))
+                    .unwrap_or(&finding.what);
                 let _ = writeln!(
                     out,
-                    "      {:?} {} @{}: {} -> {}{}",
+                    "      {:?} {file} @{}: {what} -> {}{}",
                     finding.component,
-                    finding.file.display(),
                     finding.offset,
-                    finding.what,
                     serde_json::to_value(finding.action)
                         .ok()
                         .and_then(|v| v.as_str().map(str::to_owned))
