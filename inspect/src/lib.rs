@@ -342,27 +342,25 @@ fn wal(dir: &Path, list_entries: bool) -> Result<(Value, String), String> {
     let name = dir.file_name().map_or_else(PathBuf::new, PathBuf::from);
     let storage = ReadOnly::new(OsStorage::open(parent).map_err(|e| e.to_string())?);
     let mut text = format!("wal {}\n", dir.display());
+    // A partition's log is keyed (its files are `.log` segments); a group's is by op.
+    let keyed = storage.list_dir(&name).is_ok_and(|entries| {
+        entries
+            .iter()
+            .any(|e| iggy_wal::Naming::ByKey.parse(&e.name).is_some())
+    });
+    let naming = if keyed {
+        iggy_wal::Naming::ByKey
+    } else {
+        iggy_wal::Naming::ByOp
+    };
     let checked = match iggy_wal::boot::choose_frontier(&frontier_path, slots, &mut Vec::new()) {
-        Ok((frontier, _)) => {
-            // A partition's log is keyed (its files are `.log` segments); a group's is by op.
-            let keyed = storage.list_dir(&name).is_ok_and(|entries| {
-                entries
-                    .iter()
-                    .any(|e| iggy_wal::Naming::ByKey.parse(&e.name).is_some())
-            });
-            let naming = if keyed {
-                iggy_wal::Naming::ByKey
-            } else {
-                iggy_wal::Naming::ByOp
-            };
-            iggy_wal::check_named(&storage, &name, frontier.group, naming)
-                .map(|report| (frontier.group, report, naming))
-        }
+        Ok((frontier, _)) => iggy_wal::check_named(&storage, &name, frontier.group, naming)
+            .map(|report| (frontier.group, report)),
         Err(refusal) => Err(refusal),
     };
     let report = match checked {
-        Ok((_, None, _)) => json!({ "dir": dir.display().to_string(), "verdict": "fresh" }),
-        Ok((group, Some(report), naming)) => {
+        Ok((_, None)) => json!({ "dir": dir.display().to_string(), "verdict": "fresh" }),
+        Ok((group, Some(report))) => {
             text.push_str(&format!(
                 "boot trusts ops {}..={} ({} bytes); discards {} bytes\n",
                 report.first_op, report.head_op, report.durable_bytes, report.discarded_bytes
@@ -381,7 +379,14 @@ fn wal(dir: &Path, list_entries: bool) -> Result<(Value, String), String> {
                     })
                 })
                 .collect();
-            let files = wal_files(&storage, &name, naming, &report, list_entries, &mut text)?;
+            let files = wal_files(
+                &storage,
+                &name,
+                naming,
+                Some(&report),
+                list_entries,
+                &mut text,
+            )?;
             json!({
                 "dir": dir.display().to_string(), "group": format!("{group:#x}"),
                 "first_op": report.first_op, "head_op": report.head_op,
@@ -391,19 +396,22 @@ fn wal(dir: &Path, list_entries: bool) -> Result<(Value, String), String> {
         }
         Err(error) => {
             text.push_str(&format!("boot refuses: {error}\n"));
-            json!({ "dir": dir.display().to_string(), "refusal": error.to_string() })
+            // What each file holds is what the reader of a refusal needs next.
+            let files = wal_files(&storage, &name, naming, None, list_entries, &mut text)?;
+            json!({ "dir": dir.display().to_string(), "refusal": error.to_string(), "files": files })
         }
     };
     Ok((report, text))
 }
 
-/// Per file of the log: the prefix the frontier vouches for (what boot trusts), the prefix that
-/// verifies, and the last non-zero byte; with `list_entries`, every entry.
+/// Per file of the log: the prefix the frontier vouches for (what boot trusts; unknown when boot
+/// refuses, `report` `None`), the prefix that verifies, and the last non-zero byte; with
+/// `list_entries`, every entry.
 fn wal_files(
     storage: &ReadOnly<OsStorage>,
     dir: &Path,
     naming: iggy_wal::Naming,
-    report: &iggy_wal::Report,
+    report: Option<&iggy_wal::Report>,
     list_entries: bool,
     text: &mut String,
 ) -> Result<Vec<Value>, String> {
@@ -416,15 +424,26 @@ fn wal_files(
         let file = storage.open_read(&path).map_err(|e| e.to_string())?;
         let bytes = FileBytes::of(&file)?;
         let (decoded, listing) = partition::decode_log(&bytes, false, false);
-        let trusted = report.files.iter().find(|f| f.path == path);
-        let (trusted_entries, trusted_end) = trusted.map_or((0, 0), |f| (f.entries, f.end));
+        // Boot trusts nothing of a file the report does not list.
+        let trusted = report.map(|report| {
+            report
+                .files
+                .iter()
+                .find(|f| f.path == path)
+                .map_or((0, 0), |f| (f.entries, f.end))
+        });
+        let vouched = match trusted {
+            Some((entries, end)) => format!("frontier vouches for {entries} entries to byte {end}"),
+            None => "boot trusts nothing (it refuses)".to_string(),
+        };
         text.push_str(&format!(
-            "  {}: frontier vouches for {trusted_entries} entries to byte {trusted_end}; {} entries verify to byte {}; last non-zero byte ends at {}\n",
+            "  {}: {vouched}; {} entries verify to byte {}; last non-zero byte ends at {}\n",
             entry.name.to_string_lossy(),
             decoded["valid_entries"],
             decoded["valid_end"],
             decoded["seen_end"],
         ));
+        let (trusted_entries, trusted_end) = trusted.unzip();
         if list_entries {
             for line in listing.lines() {
                 text.push_str(&format!("    {line}\n"));

@@ -323,3 +323,29 @@ fn wal_shows_the_frontier_against_what_verifies_and_what_was_written() {
     let listed = run(&["wal", "--entries", &partition.display().to_string()]);
     assert!(listed.contains("@0 op 1 size"), "{listed}");
 }
+
+/// A refused log still shows what each file holds: the damaged file's entries verify only up to
+/// the damage, while its written bytes go on past it. That is where a reader of the refusal
+/// looks next.
+#[test]
+fn a_refused_wal_still_shows_each_file_up_to_its_damage() {
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures");
+    let partition = fixtures.join("needs-peer-repair/node/partitions/1.1.2");
+    let text = run(&["wal", &partition.display().to_string()]);
+    assert!(text.contains("boot refuses: "), "{text}");
+    let json: serde_json::Value =
+        serde_json::from_str(&run(&["--json", "wal", &partition.display().to_string()])).unwrap();
+    assert!(json["refusal"].is_string(), "{json}");
+    let files = json["files"].as_array().unwrap();
+    let damaged = files
+        .iter()
+        .find(|f| f["file"] == "00000000000000000000.log")
+        .unwrap();
+    // The fixture's damage is the body of the entry at offset 595.
+    assert_eq!(damaged["valid_end"], 595, "{damaged}");
+    assert!(
+        damaged["seen_end"].as_u64() > damaged["valid_end"].as_u64(),
+        "{damaged}"
+    );
+    assert!(damaged["trusted_end"].is_null(), "{damaged}");
+}
