@@ -58,6 +58,22 @@ fn usage_and_io_errors_exit_8_and_help_exits_0() {
     assert_eq!(fsck(&["/definitely/not/a/node"]).0, 8);
     let empty = tempfile::tempdir().unwrap();
     assert_eq!(fsck(&[empty.path().to_str().unwrap()]).0, 8, "not a node");
+    // The message names the directory as given, once.
+    let mut err = Vec::new();
+    iggy_fsck::run(
+        ["iggy-fsck", empty.path().to_str().unwrap()],
+        &mut Vec::new(),
+        &mut err,
+        &mut &b""[..],
+    );
+    let err = String::from_utf8(err).unwrap();
+    assert!(
+        err.contains(&format!(
+            "{}: not a node data directory",
+            empty.path().display()
+        )) && !err.contains(": :"),
+        "{err}"
+    );
     assert_eq!(fsck(&["--help"]).0, 0);
 }
 

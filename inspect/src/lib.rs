@@ -80,7 +80,9 @@ pub enum Command {
 
 /// Reads a whole file read-only; the error names the path.
 pub(crate) fn read_file(path: &Path) -> Result<Vec<u8>, String> {
-    open_file(path)?.read_all().map_err(|e| e.to_string())
+    open_file(path)?
+        .read_all()
+        .map_err(|e| as_given(e, path.parent()))
 }
 
 fn open_file(path: &Path) -> Result<<ReadOnly<OsStorage> as ReadStorage>::Reader, String> {
@@ -92,7 +94,18 @@ fn open_file(path: &Path) -> Result<<ReadOnly<OsStorage> as ReadStorage>::Reader
         .file_name()
         .ok_or_else(|| format!("{}: not a file path", path.display()))?;
     let storage = ReadOnly::new(OsStorage::open(parent).map_err(|e| e.to_string())?);
-    storage.open_read(name).map_err(|e| e.to_string())
+    storage
+        .open_read(name)
+        .map_err(|e| as_given(e, path.parent()))
+}
+
+/// An error on a file opened relative to `parent` (the directory of the path on the command
+/// line), naming the file as the user gave it.
+fn as_given(mut error: iggy_io::Error, parent: Option<&Path>) -> String {
+    if let Some(parent) = parent {
+        error.path = parent.join(&error.path);
+    }
+    error.to_string()
 }
 
 /// A file's bytes: mapped read-only where the file system allows, so that a 1 GiB segment

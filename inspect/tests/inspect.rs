@@ -349,3 +349,31 @@ fn a_refused_wal_still_shows_each_file_up_to_its_damage() {
     );
     assert!(damaged["trusted_end"].is_null(), "{damaged}");
 }
+
+/// An error names the path as it was given: a directory where a file was expected, a missing
+/// file, a directory that is not a node.
+#[test]
+fn errors_name_the_path_as_given() {
+    let dir = node();
+    let error = |args: &[&str]| {
+        let cli = iggy_inspect::Cli::try_parse_from(
+            std::iter::once("iggy-inspect").chain(args.iter().copied()),
+        )
+        .unwrap();
+        iggy_inspect::run(&cli, &mut Vec::new()).unwrap_err()
+    };
+    let metadata = path(&dir, "metadata");
+    let text = error(&["segment", &metadata]);
+    assert!(
+        text.contains(&format!("{metadata}: is a directory")),
+        "{text}"
+    );
+    let missing = path(&dir, "metadata/no-such-snapshot.bin");
+    let text = error(&["snapshot", &missing]);
+    assert!(text.contains(&format!("{missing}: not found")), "{text}");
+    let text = error(&["node", &metadata]);
+    assert!(
+        text.contains(&format!("{metadata}: not a node data directory")) && !text.contains(": :"),
+        "{text}"
+    );
+}

@@ -99,9 +99,20 @@ pub struct NodeState<S: Storage + Clone> {
 }
 
 /// Why a node directory could not be looked at at all.
+/// The storage root itself is the empty path: the tools name the directory they opened before
+/// the message, so it is not repeated as an empty `: ` prefix.
+fn not_a_node(dir: &Path) -> String {
+    const WHAT: &str = "not a node data directory (no metadata/ and no partitions/)";
+    if dir.as_os_str().is_empty() {
+        WHAT.to_string()
+    } else {
+        format!("{}: {WHAT}", dir.display())
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum RecoveryError {
-    #[error("{dir}: not a node data directory (no metadata/ and no partitions/)")]
+    #[error("{}", not_a_node(dir))]
     NotANode { dir: PathBuf },
     #[error(transparent)]
     Io(#[from] iggy_io::Error),
