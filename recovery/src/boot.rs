@@ -98,9 +98,8 @@ pub struct NodeState<S: Storage + Clone> {
     pub partitions: BTreeMap<PartitionKey, Partition<S>>,
 }
 
-/// Why a node directory could not be looked at at all.
-/// The storage root itself is the empty path: the tools name the directory they opened before
-/// the message, so it is not repeated as an empty `: ` prefix.
+/// The message of [`RecoveryError::NotANode`]. A node at the storage root has the empty path:
+/// the tools name the directory they opened before the message, so no empty `: ` prefix.
 fn not_a_node(dir: &Path) -> String {
     const WHAT: &str = "not a node data directory (no metadata/ and no partitions/)";
     if dir.as_os_str().is_empty() {
@@ -110,6 +109,7 @@ fn not_a_node(dir: &Path) -> String {
     }
 }
 
+/// Why a node directory could not be looked at at all.
 #[derive(Debug, thiserror::Error)]
 pub enum RecoveryError {
     #[error("{}", not_a_node(dir))]
