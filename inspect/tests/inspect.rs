@@ -68,6 +68,11 @@ fn node() -> tempfile::TempDir {
     dir
 }
 
+/// The golden node directories shared with iggy-fsck's tests.
+fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures")
+}
+
 fn run(args: &[&str]) -> String {
     let cli = iggy_inspect::Cli::try_parse_from(
         std::iter::once("iggy-inspect").chain(args.iter().copied()),
@@ -255,7 +260,7 @@ fn command_for(path: &Path) -> Vec<String> {
 
 #[test]
 fn every_fixture_file_prints_in_text_and_json_without_changing() {
-    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures");
+    let fixtures = fixtures();
     let storage = OsStorage::open(&fixtures).unwrap();
     let mut files = 0;
     for fixture in iggy_io::ReadStorage::list_dir(&storage, "").unwrap() {
@@ -282,7 +287,7 @@ fn every_fixture_file_prints_in_text_and_json_without_changing() {
 
 #[test]
 fn a_damaged_segment_is_decoded_up_to_the_damage_with_its_bytes() {
-    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures");
+    let fixtures = fixtures();
     let segment = fixtures.join("needs-peer-repair/node/partitions/1.1.2/00000000000000000000.log");
     let text = run(&["segment", &segment.display().to_string()]);
     assert!(text.contains("BODY CHECKSUM MISMATCH"), "{text}");
@@ -301,7 +306,7 @@ fn a_damaged_segment_is_decoded_up_to_the_damage_with_its_bytes() {
 
 #[test]
 fn wal_shows_the_frontier_against_what_verifies_and_what_was_written() {
-    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures");
+    let fixtures = fixtures();
     let partition = fixtures.join("unpublished/node/partitions/1.1.1");
     let json: serde_json::Value =
         serde_json::from_str(&run(&["--json", "wal", &partition.display().to_string()])).unwrap();
@@ -329,7 +334,7 @@ fn wal_shows_the_frontier_against_what_verifies_and_what_was_written() {
 /// looks next.
 #[test]
 fn a_refused_wal_still_shows_each_file_up_to_its_damage() {
-    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures");
+    let fixtures = fixtures();
     let partition = fixtures.join("needs-peer-repair/node/partitions/1.1.2");
     let text = run(&["wal", &partition.display().to_string()]);
     assert!(text.contains("boot refuses: "), "{text}");
