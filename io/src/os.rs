@@ -387,6 +387,25 @@ impl OsFile {
     fn error(&self, op: Op, errno: Errno) -> Error {
         os_error(op, &self.path, errno)
     }
+
+    /// The bytes an io_uring write at `offset` moved, or its error (a completion's result is
+    /// the count, or a negative errno).
+    fn ring_written(&self, result: i32, offset: u64) -> Result<usize> {
+        if result < 0 {
+            return Err(self
+                .error(Op::Write, Errno::from_raw_os_error(-result))
+                .at(offset));
+        }
+        Ok(usize::try_from(result).unwrap_or(0))
+    }
+
+    /// An io_uring fdatasync's result.
+    fn ring_synced(&self, result: i32) -> Result<()> {
+        if result < 0 {
+            return Err(self.error(Op::SyncData, Errno::from_raw_os_error(-result)));
+        }
+        Ok(())
+    }
 }
 
 impl ReadFile for OsFile {
@@ -512,20 +531,13 @@ impl WriteFile for OsFile {
             return self.sync_data();
         };
         let outcome = ring.write_and_sync(self.fd.as_fd(), offset, buf);
-        if outcome.write < 0 {
-            let errno = Errno::from_raw_os_error(-outcome.write);
-            return Err(self.error(Op::Write, errno).at(offset));
-        }
-        let written = usize::try_from(outcome.write).unwrap_or(0);
+        let written = self.ring_written(outcome.write, offset)?;
         if written < buf.len() {
             // A short write broke the link (the sync was cancelled): finish with system calls.
             self.write_all_at(offset + written as u64, &buf[written..])?;
             return self.sync_data();
         }
-        if outcome.sync < 0 {
-            return Err(self.error(Op::SyncData, Errno::from_raw_os_error(-outcome.sync)));
-        }
-        Ok(())
+        self.ring_synced(outcome.sync)
     }
 
     fn write_sync_then_write_sync(
@@ -573,12 +585,7 @@ impl WriteFile for OsFile {
         // Checked in order: a failed step cancelled every later one (`-ECANCELED`), so the
         // first failure is the one to report, and nothing after it happened.
         if !buf.is_empty() {
-            let written = next();
-            if written < 0 {
-                let errno = Errno::from_raw_os_error(-written);
-                return Err(self.error(Op::Write, errno).at(offset));
-            }
-            let written = usize::try_from(written).unwrap_or(0);
+            let written = self.ring_written(next(), offset)?;
             if written < buf.len() {
                 // A short write broke the link: finish the rest step by step.
                 return write_sync_then_write_sync_in_steps(
@@ -591,24 +598,12 @@ impl WriteFile for OsFile {
                 );
             }
         }
-        let synced = next();
-        if synced < 0 {
-            return Err(self.error(Op::SyncData, Errno::from_raw_os_error(-synced)));
-        }
-        let written = next();
-        if written < 0 {
-            let errno = Errno::from_raw_os_error(-written);
-            return Err(then.error(Op::Write, errno).at(then_offset));
-        }
-        let written = usize::try_from(written).unwrap_or(0);
+        self.ring_synced(next())?;
+        let written = then.ring_written(next(), then_offset)?;
         if written < then_buf.len() {
             then.write_all_at(then_offset + written as u64, &then_buf[written..])?;
             return then.sync_data();
         }
-        let synced = next();
-        if synced < 0 {
-            return Err(then.error(Op::SyncData, Errno::from_raw_os_error(-synced)));
-        }
-        Ok(())
+        then.ring_synced(next())
     }
 }
