@@ -81,8 +81,9 @@ fn fill<S: Storage + Clone>(storage: &S, at: &Path, seed: u64, count: u64) -> Co
     content(&partition, &report)
 }
 
-/// Records set-up, then the install; returns the trace and the old and new contents.
-fn record<S: Storage + Clone>(storage: &S, sim: &SimStorage) -> (Vec<TraceOp>, Content, Content) {
+/// The set-up of every install here: the old partition in `dir()` and a leader's in `leader/`.
+/// Returns the old and the new contents and the leader's segment files (start, bytes).
+fn old_and_leader<S: Storage + Clone>(storage: &S) -> (Content, Content, Vec<(u64, Vec<u8>)>) {
     let old = fill(storage, dir(), 0, 45);
     let leader = Path::new("leader");
     let new = fill(storage, leader, 500, 60);
@@ -91,8 +92,12 @@ fn record<S: Storage + Clone>(storage: &S, sim: &SimStorage) -> (Vec<TraceOp>, C
         .unwrap()
         .unwrap();
     let segments = segment_bytes(storage, &source);
-    drop(source);
+    (old, new, segments)
+}
 
+/// Records set-up, then the install; returns the trace and the old and new contents.
+fn record<S: Storage + Clone>(storage: &S, sim: &SimStorage) -> (Vec<TraceOp>, Content, Content) {
+    let (old, new, segments) = old_and_leader(storage);
     sim.mark("install-begin");
     install_from(storage, &segments, &new).unwrap();
     sim.mark("install-done");
@@ -297,13 +302,7 @@ fn the_enumeration_catches_a_missing_commit_point_fsync() {
 fn a_recovery_interrupted_by_a_crash_still_restores_the_old_partition() {
     for budget in [1usize, 6, 13, 21] {
         let sim = SimStorage::new(41);
-        let old = fill(&sim, dir(), 0, 45);
-        let new = fill(&sim, Path::new("leader"), 500, 60);
-        let (source, _) = Partition::open(sim.clone(), Path::new("leader"), config(), Mode::Open)
-            .unwrap()
-            .unwrap();
-        let segments = segment_bytes(&sim, &source);
-        drop(source);
+        let (old, new, segments) = old_and_leader(&sim);
         let interrupted = Hooked::new(sim.clone(), Hook::FailAfterBackup, budget);
         assert!(install_from(&interrupted, &segments, &new).is_err());
         assert!(sim.exists(dir().join(install::BACKUP_DIR)).unwrap());
@@ -343,13 +342,7 @@ fn a_recovery_interrupted_by_a_crash_still_restores_the_old_partition() {
 fn check_of_an_uncommitted_install_reports_what_open_does() {
     for budget in [0usize, 4, 9, 17] {
         let sim = SimStorage::new(43);
-        fill(&sim, dir(), 0, 45);
-        let new = fill(&sim, Path::new("leader"), 500, 60);
-        let (source, _) = Partition::open(sim.clone(), Path::new("leader"), config(), Mode::Open)
-            .unwrap()
-            .unwrap();
-        let segments = segment_bytes(&sim, &source);
-        drop(source);
+        let (_, new, segments) = old_and_leader(&sim);
         let interrupted = Hooked::new(sim.clone(), Hook::FailAfterBackup, budget);
         assert!(install_from(&interrupted, &segments, &new).is_err());
         sim.crash_process();
@@ -376,13 +369,7 @@ fn check_of_an_uncommitted_install_reports_what_open_does() {
 #[test]
 fn a_damaged_segment_is_refused_as_it_lands_and_nothing_live_changes() {
     let sim = SimStorage::new(44);
-    let old = fill(&sim, dir(), 0, 45);
-    fill(&sim, Path::new("leader"), 500, 60);
-    let (source, _) = Partition::open(sim.clone(), Path::new("leader"), config(), Mode::Open)
-        .unwrap()
-        .unwrap();
-    let segments = segment_bytes(&sim, &source);
-    drop(source);
+    let (old, _, segments) = old_and_leader(&sim);
     let mut rng = iggy_io::soak::SeedRng::new(7);
     for _ in 0..40 {
         let (start, bytes) = &segments[rng.below(segments.len() as u64) as usize];
