@@ -287,8 +287,8 @@ fn every_fixture_file_prints_in_text_and_json_without_changing() {
 
 #[test]
 fn a_damaged_segment_is_decoded_up_to_the_damage_with_its_bytes() {
-    let fixtures = fixtures();
-    let segment = fixtures.join("needs-peer-repair/node/partitions/1.1.2/00000000000000000000.log");
+    let segment =
+        fixtures().join("needs-peer-repair/node/partitions/1.1.2/00000000000000000000.log");
     let text = run(&["segment", &segment.display().to_string()]);
     assert!(text.contains("BODY CHECKSUM MISMATCH"), "{text}");
     // Entries after the damaged one are still listed: a bad body does not hide the rest.
@@ -306,8 +306,7 @@ fn a_damaged_segment_is_decoded_up_to_the_damage_with_its_bytes() {
 
 #[test]
 fn wal_shows_the_frontier_against_what_verifies_and_what_was_written() {
-    let fixtures = fixtures();
-    let partition = fixtures.join("unpublished/node/partitions/1.1.1");
+    let partition = fixtures().join("unpublished/node/partitions/1.1.1");
     let json: serde_json::Value =
         serde_json::from_str(&run(&["--json", "wal", &partition.display().to_string()])).unwrap();
     let files = json["files"].as_array().unwrap();
@@ -334,8 +333,7 @@ fn wal_shows_the_frontier_against_what_verifies_and_what_was_written() {
 /// looks next.
 #[test]
 fn a_refused_wal_still_shows_each_file_up_to_its_damage() {
-    let fixtures = fixtures();
-    let partition = fixtures.join("needs-peer-repair/node/partitions/1.1.2");
+    let partition = fixtures().join("needs-peer-repair/node/partitions/1.1.2");
     let text = run(&["wal", &partition.display().to_string()]);
     assert!(text.contains("boot refuses: "), "{text}");
     let json: serde_json::Value =
