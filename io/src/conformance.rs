@@ -313,6 +313,27 @@ pub fn paths_outside_the_root_are_refused<S: Storage>(storage: &S) {
 
 /// Generates one `#[test]` per conformance check. `$make` is an expression that returns
 /// `(storage, guard)`: the guard (a temp dir, say) lives as long as the test.
+/// A lock is exclusive: a second taker fails at once naming the holder's pid, a probe sees the
+/// holder without taking the lock, and dropping the lock frees it.
+pub fn locks_are_exclusive_until_dropped<S: Storage>(storage: &S) {
+    assert_eq!(storage.lock_holder("lock").expect("probe"), None, "no file");
+    let held = storage.lock("lock").expect("lock");
+    let holder = storage.lock_holder("lock").expect("probe").expect("held");
+    assert!(holder.pid.is_some(), "the holder wrote its pid");
+    match kind(storage.lock("lock")) {
+        ErrorKind::Locked { pid } => assert_eq!(pid, holder.pid),
+        other => panic!("a second lock: {other:?}"),
+    }
+    assert_eq!(
+        storage.lock_holder("lock").expect("probe").map(|h| h.pid),
+        Some(holder.pid),
+        "a probe does not take or free the lock"
+    );
+    drop(held);
+    assert_eq!(storage.lock_holder("lock").expect("probe"), None, "freed");
+    drop(storage.lock("lock").expect("lock again"));
+}
+
 #[macro_export]
 macro_rules! conformance_suite {
     ($make:expr) => {
@@ -327,7 +348,8 @@ macro_rules! conformance_suite {
             set_len_and_allocate,
             directories,
             rename_link_unlink,
-            paths_outside_the_root_are_refused
+            paths_outside_the_root_are_refused,
+            locks_are_exclusive_until_dropped
         );
     };
     (@each $make:expr; $($check:ident),*) => {

@@ -25,6 +25,7 @@ pub enum Op {
     CreateDir,
     ListDir,
     Exists,
+    Lock,
 }
 
 impl fmt::Display for Op {
@@ -46,6 +47,7 @@ impl fmt::Display for Op {
             Self::CreateDir => "create_dir",
             Self::ListDir => "list_dir",
             Self::Exists => "exists",
+            Self::Lock => "lock",
         };
         f.write_str(name)
     }
@@ -72,6 +74,14 @@ pub enum ErrorKind {
     StaleHandle,
     /// A fault injected by `SimStorage`.
     Injected(&'static str),
+    /// The path names something that is not a regular file (a FIFO, socket or device). It is
+    /// never opened: opening a FIFO for reading would block, and opening a device may act on it.
+    NotAFile,
+    /// Another process (or, in `SimStorage`, another open of the node) holds the lock; the pid it
+    /// wrote into the lock file, if it could be read.
+    Locked {
+        pid: Option<u32>,
+    },
     /// Any other error from the operating system (`errno`).
     Os(i32),
 }
@@ -90,6 +100,11 @@ impl fmt::Display for ErrorKind {
             Self::WriteZero => f.write_str("write made no progress"),
             Self::StaleHandle => f.write_str("stale handle (opened before a crash)"),
             Self::Injected(what) => write!(f, "injected fault: {what}"),
+            Self::NotAFile => {
+                f.write_str("not a regular file (a FIFO, socket or device: never opened)")
+            }
+            Self::Locked { pid: Some(pid) } => write!(f, "locked by process {pid}"),
+            Self::Locked { pid: None } => f.write_str("locked by another process"),
             Self::Os(errno) => write!(f, "{}", std::io::Error::from_raw_os_error(*errno)),
         }
     }

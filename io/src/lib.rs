@@ -28,5 +28,6 @@ pub use read_only::ReadOnly;
 pub use short::ShortIo;
 pub use sim::{CrashPlan, Fault, FaultConfig, SimStorage, TraceOp, WriteFate};
 pub use storage::{
-    DirEntry, EntryKind, Mapping, OpenMode, ReadFile, ReadStorage, Storage, WriteFile,
+    DirEntry, EntryKind, FileLock, LockHolder, Mapping, OpenMode, ReadFile, ReadStorage, Storage,
+    WriteFile,
 };

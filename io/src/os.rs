@@ -17,8 +17,8 @@ use rustix::io::Errno;
 use crate::error::{Error, ErrorKind, Op, Result};
 use crate::path::{components, split_parent};
 use crate::storage::{
-    DirEntry, EntryKind, Mapping, OpenMode, ReadFile, ReadStorage, Storage, WriteFile,
-    write_sync_then_write_sync_in_steps,
+    DirEntry, EntryKind, FileLock, LockHolder, Mapping, OpenMode, ReadFile, ReadStorage, Storage,
+    WriteFile, lock_contents, parse_lock_contents, write_sync_then_write_sync_in_steps,
 };
 use crate::uring::{Ring, Step};
 
@@ -184,24 +184,41 @@ impl OsStorage {
 
     fn open_file(&self, path: &Path, flags: OFlags) -> Result<OsFile> {
         let (parent, name) = split_parent(Op::Open, path)?;
-        let flags = flags | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-        let fd = self.with_dir(Op::Open, path, &parent, |dir| {
-            retry(|| rustix::fs::openat(dir, name, flags, Mode::from_raw_mode(0o644)))
-        })?;
-        let stat = rustix::fs::fstat(&fd).map_err(|errno| os_error(Op::Open, path, errno))?;
-        match FileType::from_raw_mode(stat.st_mode) {
-            FileType::RegularFile => Ok(OsFile {
-                fd,
-                path: path.to_path_buf(),
-                ring: self.ring.clone(),
-            }),
-            FileType::Directory => Err(Error::new(Op::Open, path, ErrorKind::IsADirectory)),
-            _ => Err(Error::new(
-                Op::Open,
-                path,
-                ErrorKind::InvalidPath("not a regular file"),
-            )),
+        let dir = self.walk(Op::Open, path, &parent)?;
+        let dir = dir.as_ref().map_or(self.root.as_fd(), AsFd::as_fd);
+        let not_regular = |file_type: FileType| match file_type {
+            FileType::RegularFile => None,
+            FileType::Directory => Some(Error::new(Op::Open, path, ErrorKind::IsADirectory)),
+            FileType::Symlink => Some(Error::new(Op::Open, path, ErrorKind::Symlink)),
+            _ => Some(Error::new(Op::Open, path, ErrorKind::NotAFile)),
+        };
+        // Looked at before it is opened: opening a FIFO for reading blocks until a writer
+        // comes, and opening a device may act on it. A missing file falls through to `openat`,
+        // which creates it or reports it missing.
+        if let Ok(stat) = rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW)
+            && let Some(error) = not_regular(FileType::from_raw_mode(stat.st_mode))
+        {
+            return Err(error);
         }
+        // Non-blocking, in case the name was replaced by a FIFO since: the open then returns at
+        // once and the `fstat` below refuses it.
+        let flags = flags | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NONBLOCK;
+        let fd = retry(|| rustix::fs::openat(dir, name, flags, Mode::from_raw_mode(0o644)))
+            .map_err(|errno| os_error(Op::Open, path, errno))?;
+        let stat = rustix::fs::fstat(&fd).map_err(|errno| os_error(Op::Open, path, errno))?;
+        if let Some(error) = not_regular(FileType::from_raw_mode(stat.st_mode)) {
+            return Err(error);
+        }
+        // A regular file: back to blocking mode (it has no effect on regular files on Linux,
+        // but nothing downstream should depend on that).
+        rustix::fs::fcntl_getfl(&fd)
+            .and_then(|status| rustix::fs::fcntl_setfl(&fd, status - OFlags::NONBLOCK))
+            .map_err(|errno| os_error(Op::Open, path, errno))?;
+        Ok(OsFile {
+            fd,
+            path: path.to_path_buf(),
+            ring: self.ring.clone(),
+        })
     }
 
     fn remove_tree(&self, path: &Path, dir: BorrowedFd<'_>) -> Result<()> {
@@ -289,6 +306,30 @@ impl ReadStorage for OsStorage {
             Err(errno) => Err(os_error(Op::Exists, path, errno)),
         }
     }
+
+    fn lock_holder(&self, path: impl AsRef<Path>) -> Result<Option<LockHolder>> {
+        let path = path.as_ref();
+        let file = match self.open_file(path, OFlags::RDONLY) {
+            Ok(file) => file,
+            Err(error) if error.is_not_found() => return Ok(None),
+            Err(error) => return Err(error),
+        };
+        // A shared lock conflicts only with an exclusive holder; it is dropped with `file`.
+        match rustix::fs::flock(&file.fd, rustix::fs::FlockOperation::NonBlockingLockShared) {
+            Ok(()) => Ok(None),
+            Err(Errno::WOULDBLOCK) => Ok(Some(LockHolder {
+                pid: read_lock_pid(&file),
+            })),
+            Err(errno) => Err(os_error(Op::Lock, path, errno)),
+        }
+    }
+}
+
+/// The pid a lock holder wrote into its lock file, if it can be read.
+fn read_lock_pid(file: &OsFile) -> Option<u32> {
+    let mut bytes = [0u8; 64];
+    let count = file.read_at(0, &mut bytes).ok()?;
+    parse_lock_contents(&bytes[..count])
 }
 
 impl Storage for OsStorage {
@@ -368,6 +409,28 @@ impl Storage for OsStorage {
         self.remove_tree(path, dir.as_fd())?;
         rustix::fs::unlinkat(parent_fd, name, AtFlags::REMOVEDIR)
             .map_err(|errno| os_error(Op::RemoveDirAll, path, errno))
+    }
+
+    fn lock(&self, path: impl AsRef<Path>) -> Result<FileLock> {
+        let path = path.as_ref();
+        let file = self.open_file(path, OFlags::RDWR | OFlags::CREATE)?;
+        // flock: held by this open file description until it is closed, released by the kernel
+        // if the process dies.
+        match rustix::fs::flock(
+            &file.fd,
+            rustix::fs::FlockOperation::NonBlockingLockExclusive,
+        ) {
+            Ok(()) => {}
+            Err(Errno::WOULDBLOCK) => {
+                let pid = read_lock_pid(&file);
+                return Err(Error::new(Op::Lock, path, ErrorKind::Locked { pid }));
+            }
+            Err(errno) => return Err(os_error(Op::Lock, path, errno)),
+        }
+        // Who holds it, for the refusals of others (not durable: nothing relies on it).
+        file.set_len(0)?;
+        file.write_all_at(0, lock_contents(std::process::id()).as_bytes())?;
+        Ok(FileLock::new(file))
     }
 }
 

@@ -3,7 +3,7 @@
 use std::path::Path;
 
 use crate::error::Result;
-use crate::storage::{DirEntry, ReadStorage};
+use crate::storage::{DirEntry, LockHolder, ReadStorage};
 
 /// Wraps a storage and exposes only [`ReadStorage`]. The inner storage is private, so code that
 /// holds a `ReadOnly<S>` has no way to write, and files it opens are [`crate::ReadFile`]s only.
@@ -44,5 +44,9 @@ impl<S: ReadStorage> ReadStorage for ReadOnly<S> {
 
     fn exists(&self, path: impl AsRef<Path>) -> Result<bool> {
         self.inner.exists(path)
+    }
+
+    fn lock_holder(&self, path: impl AsRef<Path>) -> Result<Option<LockHolder>> {
+        self.inner.lock_holder(path)
     }
 }

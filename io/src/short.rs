@@ -9,7 +9,9 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use crate::error::Result;
-use crate::storage::{DirEntry, OpenMode, ReadFile, ReadStorage, Storage, WriteFile};
+use crate::storage::{
+    DirEntry, FileLock, LockHolder, OpenMode, ReadFile, ReadStorage, Storage, WriteFile,
+};
 
 /// A storage whose files do short reads and writes.
 #[derive(Clone, Debug)]
@@ -115,6 +117,10 @@ impl<S: ReadStorage> ReadStorage for ShortIo<S> {
     fn exists(&self, path: impl AsRef<Path>) -> Result<bool> {
         self.inner.exists(path)
     }
+
+    fn lock_holder(&self, path: impl AsRef<Path>) -> Result<Option<LockHolder>> {
+        self.inner.lock_holder(path)
+    }
 }
 
 impl<S: Storage> Storage for ShortIo<S> {
@@ -149,6 +155,10 @@ impl<S: Storage> Storage for ShortIo<S> {
 
     fn remove_dir_all(&self, path: impl AsRef<Path>) -> Result<()> {
         self.inner.remove_dir_all(path)
+    }
+
+    fn lock(&self, path: impl AsRef<Path>) -> Result<FileLock> {
+        self.inner.lock(path)
     }
 }
 

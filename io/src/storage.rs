@@ -241,6 +241,50 @@ pub fn write_sync_then_write_sync_in_steps<F: WriteFile>(
     then.write_all_and_sync_data(then_offset, then_buf)
 }
 
+/// An exclusive advisory lock on a file ([`Storage::lock`]), held until this value is dropped.
+/// The kernel releases it when the holding process dies, so a crashed holder never leaves a
+/// node locked.
+pub struct FileLock {
+    _held: Box<dyn Send + Sync>,
+}
+
+impl FileLock {
+    pub(crate) fn new(held: impl Send + Sync + 'static) -> Self {
+        Self {
+            _held: Box::new(held),
+        }
+    }
+}
+
+impl std::fmt::Debug for FileLock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("FileLock")
+    }
+}
+
+/// Who holds a lock ([`ReadStorage::lock_holder`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LockHolder {
+    /// The process id the holder wrote into the lock file (`None`: not yet written, or
+    /// unreadable).
+    pub pid: Option<u32>,
+}
+
+/// The bytes a lock holder writes into its lock file.
+pub(crate) fn lock_contents(pid: u32) -> String {
+    format!("pid {pid}\n")
+}
+
+/// The pid in a lock file's bytes, if they are what [`lock_contents`] wrote.
+pub(crate) fn parse_lock_contents(bytes: &[u8]) -> Option<u32> {
+    std::str::from_utf8(bytes)
+        .ok()?
+        .trim()
+        .strip_prefix("pid ")?
+        .parse()
+        .ok()
+}
+
 /// Read access to a tree of files under a root. Paths are relative to the root; the empty path
 /// names the root. Absolute paths, `..` and symbolic links are refused.
 pub trait ReadStorage: Send + Sync {
@@ -254,6 +298,11 @@ pub trait ReadStorage: Send + Sync {
 
     /// Whether a file or directory exists at `path` (a missing parent is `false`).
     fn exists(&self, path: impl AsRef<Path>) -> Result<bool>;
+
+    /// Whether someone holds the lock on `path` ([`Storage::lock`]), and who: `None` when the
+    /// file does not exist or nobody holds it. Changes nothing; on `OsStorage` it takes a shared
+    /// lock for the instant of the probe.
+    fn lock_holder(&self, path: impl AsRef<Path>) -> Result<Option<LockHolder>>;
 }
 
 /// Read and write access to a tree of files under a root. See the module docs for the
@@ -285,4 +334,10 @@ pub trait Storage: ReadStorage {
 
     /// Removes a directory and everything under it. Durable after `sync_dir` of the parent.
     fn remove_dir_all(&self, path: impl AsRef<Path>) -> Result<()>;
+
+    /// Takes an exclusive lock on the file at `path` (created if missing) and writes this
+    /// process's id into it; fails at once with [`ErrorKind::Locked`] (naming the holder's pid)
+    /// if someone else holds it. The lock lasts until the returned value is dropped. It says
+    /// who owns a directory; it is not durable state (nothing is synced).
+    fn lock(&self, path: impl AsRef<Path>) -> Result<FileLock>;
 }

@@ -239,6 +239,9 @@ impl ReadStorage for Hooked {
     fn exists(&self, path: impl AsRef<Path>) -> iggy_io::Result<bool> {
         self.inner.exists(path)
     }
+    fn lock_holder(&self, path: impl AsRef<Path>) -> iggy_io::Result<Option<iggy_io::LockHolder>> {
+        self.inner.lock_holder(path)
+    }
 }
 
 impl Storage for Hooked {
@@ -281,6 +284,9 @@ impl Storage for Hooked {
     fn remove_dir_all(&self, path: impl AsRef<Path>) -> iggy_io::Result<()> {
         self.spend()?;
         self.inner.remove_dir_all(path)
+    }
+    fn lock(&self, path: impl AsRef<Path>) -> iggy_io::Result<iggy_io::FileLock> {
+        self.inner.lock(path)
     }
 }
 

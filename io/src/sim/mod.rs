@@ -41,7 +41,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::error::{Error, ErrorKind, Op, Result};
 use crate::path::components;
-use crate::storage::{DirEntry, OpenMode, ReadFile, ReadStorage, Storage, WriteFile};
+use crate::storage::{
+    DirEntry, FileLock, LockHolder, OpenMode, ReadFile, ReadStorage, Storage, WriteFile,
+};
 
 pub(crate) use state::SimState;
 
@@ -387,6 +389,15 @@ impl ReadStorage for SimStorage {
         let names = components(Op::Exists, path)?;
         Ok(self.lock().lookup(&names).is_some())
     }
+
+    fn lock_holder(&self, path: impl AsRef<Path>) -> Result<Option<LockHolder>> {
+        let state = self.lock();
+        Ok(state
+            .locks
+            .get(path.as_ref())
+            .filter(|(generation, _)| *generation == state.generation)
+            .map(|(_, holder)| LockHolder { pid: Some(*holder) }))
+    }
 }
 
 impl Storage for SimStorage {
@@ -428,6 +439,49 @@ impl Storage for SimStorage {
 
     fn remove_dir_all(&self, path: impl AsRef<Path>) -> Result<()> {
         self.lock().remove_dir_all(path.as_ref())
+    }
+
+    fn lock(&self, path: impl AsRef<Path>) -> Result<FileLock> {
+        let path = path.as_ref();
+        // The lock file exists, as on a real file system (an `open` that creates it).
+        drop(self.open(path, OpenMode::Create)?);
+        let mut state = self.lock();
+        let generation = state.generation;
+        if let Some((held_in, holder)) = state.locks.get(path)
+            && *held_in == generation
+        {
+            let pid = Some(*holder);
+            return Err(Error::new(Op::Lock, path, ErrorKind::Locked { pid }));
+        }
+        let holder = state.next_lock_holder;
+        state.next_lock_holder += 1;
+        state.locks.insert(path.to_path_buf(), (generation, holder));
+        Ok(FileLock::new(SimLock {
+            shared: Arc::clone(&self.shared),
+            path: path.to_path_buf(),
+            generation,
+            holder,
+        }))
+    }
+}
+
+/// A lock taken on a [`SimStorage`]: released when dropped, or by a crash of its generation.
+struct SimLock {
+    shared: Arc<Mutex<SimState>>,
+    path: PathBuf,
+    generation: u64,
+    holder: u32,
+}
+
+impl Drop for SimLock {
+    fn drop(&mut self) {
+        let mut state = self
+            .shared
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if state.locks.get(&self.path) == Some(&(self.generation, self.holder)) {
+            state.locks.remove(&self.path);
+        }
     }
 }
 

@@ -67,6 +67,10 @@ pub(crate) struct SimState {
     pub(crate) pending_dir_ops: Vec<DirOp>,
     pub(crate) trace: Vec<TraceOp>,
     armed: Vec<(u64, Fault)>,
+    /// Held locks: path, the generation (process life) that took it, and the holder's id. A
+    /// crash or power loss ends the generation, which frees its locks as a kernel would.
+    pub(crate) locks: BTreeMap<std::path::PathBuf, (u64, u32)>,
+    pub(crate) next_lock_holder: u32,
 }
 
 fn apply_change(data: &mut Vec<u8>, change: &FileChange) {
@@ -120,6 +124,8 @@ impl SimState {
             pending_dir_ops: Vec::new(),
             trace: Vec::new(),
             armed: Vec::new(),
+            locks: BTreeMap::new(),
+            next_lock_holder: 1,
         }
     }
 
@@ -777,6 +783,8 @@ impl SimState {
             pending_dir_ops: Vec::new(),
             trace: Vec::new(),
             armed: Vec::new(),
+            locks: BTreeMap::new(),
+            next_lock_holder: self.next_lock_holder,
         }
     }
 
