@@ -17,6 +17,8 @@ use iggy_io::{OpenMode, OsStorage, ReadFile, ReadStorage, Storage, WriteFile};
 fn normalized(json: &str) -> serde_json::Value {
     let mut value: serde_json::Value = serde_json::from_str(json).unwrap();
     value["data_dir"] = "node".into();
+    // The one field that is a measurement, not a verdict.
+    value["summary"]["elapsed_ms"] = 0.into();
     value
 }
 

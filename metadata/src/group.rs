@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 
 use iggy_io::{ReadStorage, Storage};
 use iggy_superblock::{Identity, RepairPolicy, Superblock, SuperblockError, VsrState};
-use iggy_wal::{Config, Mode, Wal, WalError};
+use iggy_wal::{Config, Wal, WalError};
 
 use crate::codec::{self, DecodeError, PAYLOAD_VERSION};
 use crate::{Applied, ApplyError, Op, State};
@@ -151,40 +151,108 @@ fn decide(
 pub struct Checked {
     pub superblock_repairs: Vec<iggy_superblock::CopyRepair>,
     /// The WAL's boot report; `None` when creation stopped before the WAL existed (open
-    /// finishes it).
+    /// finishes it: `wal_creation` says what that does).
     pub wal: Option<iggy_wal::Report>,
+    /// What finishing the WAL's creation does (empty when the WAL exists).
+    pub wal_creation: Vec<iggy_wal::Finding>,
+    /// Temporary files a crash left (`superblock.tmp`, `snapshot.bin.tmp`,
+    /// `snapshot.bin.receiving`): open removes them.
+    pub leftovers: Vec<PathBuf>,
     /// The op of the snapshot the restore starts from (0: no snapshot).
     pub base_op: u64,
+    /// The state the restore yields (what a node's partitions are checked against).
+    pub state: State,
+}
+
+/// The temporary files in the metadata directory that boot removes.
+fn leftovers<R: ReadStorage>(storage: &R, dir: &Path) -> Result<Vec<PathBuf>, GroupError> {
+    let mut found: Vec<PathBuf> = iggy_superblock::leftover_temp(storage, dir)
+        .map_err(SuperblockError::from)?
+        .into_iter()
+        .collect();
+    found.extend(iggy_snapshot::leftovers(storage, dir)?);
+    Ok(found)
+}
+
+/// The state at `base_op` (the snapshot's payload, or a new state), then every op after it up
+/// to `head`, read in bounded batches by `read(from, to)`.
+fn restore(
+    replica_count: u8,
+    snapshot: Option<&(iggy_snapshot::SnapshotHeader, Vec<u8>)>,
+    base_op: u64,
+    head: u64,
+    mut read: impl FnMut(u64, u64) -> Result<Vec<iggy_wal::Entry>, GroupError>,
+) -> Result<State, GroupError> {
+    let mut state = match snapshot {
+        None => State::new(replica_count),
+        Some((header, payload)) => {
+            codec::decode(header.payload_version, payload).map_err(GroupError::Payload)?
+        }
+    };
+    let mut op = base_op + 1;
+    while op <= head {
+        let last = head.min(op + 1023);
+        for entry in read(op, last)? {
+            let decoded = codec::decode_op(&entry.body).map_err(|error| GroupError::Decode {
+                op: entry.header.op,
+                error,
+            })?;
+            // A refused op is a deterministic no-op: it was refused the first time too.
+            let _ = state.apply(&decoded);
+        }
+        op = last + 1;
+    }
+    Ok(state)
 }
 
 /// Runs the restore's decisions without writing (the storage may be read-only): superblock
-/// copies, the WAL's boot analysis, and the snapshot and log rules of the module docs. It does
-/// not replay ops. `Ok(None)`: no group here.
+/// copies, the WAL's boot analysis, the snapshot and log rules of the module docs, and the
+/// replay of the ops the restore applies (read-only). `Ok(None)`: no group here.
 pub fn check<R: ReadStorage>(
     storage: &R,
     dir: &Path,
     identity: &Identity,
 ) -> Result<Option<Checked>, GroupError> {
+    Ok(plan(storage, dir, identity)?.map(|(checked, _)| checked))
+}
+
+/// The one analysis of the group, shared by [`check`] and [`MetadataGroup::open_reporting`]:
+/// read-only and complete (the state is restored too) before the open changes anything, so a
+/// group boot refuses is left as it was. Also returns the WAL's boot plan (`None`: no WAL yet).
+fn plan<R: ReadStorage>(
+    storage: &R,
+    dir: &Path,
+    identity: &Identity,
+) -> Result<Option<(Checked, Option<iggy_wal::boot::Plan>)>, GroupError> {
     let (record, superblock_repairs) = match iggy_superblock::read(storage, dir, identity)? {
         iggy_superblock::Opened::Fresh => return Ok(None),
         iggy_superblock::Opened::Present {
             record, repairs, ..
         } => (record, repairs),
     };
+    let leftovers = leftovers(storage, dir)?;
     let wal_dir = dir.join(WAL_DIR);
-    let wal = iggy_wal::check(storage, &wal_dir, GROUP_ID)?;
-    let Some(report) = wal else {
+    let Some(wal) = iggy_wal::boot::plan(storage, &wal_dir, GROUP_ID, iggy_wal::Naming::ByOp)?
+    else {
+        // Creation writes the superblock, then the WAL: a crash in between leaves the
+        // superblock at its creation record and no log. Nothing was ever acknowledged, so the
+        // open finishes the creation; a superblock that has moved on without its log refuses.
         if record.sequence == 1 {
-            return Ok(Some(Checked {
+            let checked = Checked {
                 superblock_repairs,
                 wal: None,
+                wal_creation: iggy_wal::boot::creation_findings(storage, &wal_dir)?,
+                leftovers,
                 base_op: 0,
-            }));
+                state: State::new(identity.replica_count),
+            };
+            return Ok(Some((checked, None)));
         }
         return Err(GroupError::LogMissing {
             dir: dir.to_path_buf(),
         });
     };
+    let report = wal.report();
     let snapshot = iggy_snapshot::read(storage, dir)?;
     let log = Log {
         first_op: report.first_op,
@@ -195,13 +263,25 @@ pub fn check<R: ReadStorage>(
         &record.state,
         snapshot.as_ref().map(|(header, _)| header),
         log,
-        |op| Ok(iggy_wal::boot::header_at(storage, &report, op)?.checksum()),
+        |op| Ok(iggy_wal::boot::header_at(storage, report, op)?.checksum()),
     )?;
-    Ok(Some(Checked {
-        superblock_repairs,
-        wal: Some(report),
+    // Every published op after the snapshot, in order.
+    let state = restore(
+        identity.replica_count,
+        snapshot.as_ref(),
         base_op,
-    }))
+        report.head_op,
+        |from, to| Ok(iggy_wal::boot::read_entries(storage, report, from, to)?),
+    )?;
+    let checked = Checked {
+        superblock_repairs,
+        wal: Some(report.clone()),
+        wal_creation: Vec::new(),
+        leftovers,
+        base_op,
+        state,
+    };
+    Ok(Some((checked, Some(wal))))
 }
 
 /// The metadata group: state, log and checkpoint, on one storage.
@@ -247,85 +327,38 @@ impl<S: Storage + Clone> MetadataGroup<S> {
     }
 
     /// [`MetadataGroup::open`], also returning what it found and did, in the form [`check`]
-    /// reports it (boot reports the group without analysing it a second time).
+    /// reports it: the same analysis (and restored state), made before anything is changed.
     pub fn open_reporting(
         storage: S,
         dir: &Path,
         identity: &Identity,
         wal: Config,
     ) -> Result<Option<(Self, Checked)>, GroupError> {
-        let Some((superblock, superblock_repairs)) =
-            Superblock::open(storage.clone(), dir, identity, RepairPolicy::Repair)?
-        else {
+        let Some((checked, wal_plan)) = plan(&storage, dir, identity)? else {
+            // Nothing here; a leftover superblock.tmp of an unfinished creation is removed.
+            Superblock::open(storage.clone(), dir, identity, RepairPolicy::Repair)?;
             return Ok(None);
         };
-        let wal_dir = dir.join(WAL_DIR);
-        let mut wal_report = None;
-        let wal = match Wal::open(storage.clone(), &wal_dir, wal.clone(), Mode::Open)? {
-            Some((wal, report)) => {
-                wal_report = Some(report);
-                wal
-            }
-            // Creation writes the superblock, then the WAL: a crash in between leaves the
-            // superblock at its creation record and no log. Nothing was ever acknowledged, so
-            // creation is finished; a superblock that has moved on without its log refuses.
-            None if superblock.record().sequence == 1 => {
-                Wal::create(storage.clone(), &wal_dir, wal, 1, 0)?
-            }
-            None => {
-                return Err(GroupError::LogMissing {
+        let (superblock, _) =
+            Superblock::open(storage.clone(), dir, identity, RepairPolicy::Repair)?.ok_or_else(
+                || GroupError::LogMissing {
                     dir: dir.to_path_buf(),
-                });
-            }
+                },
+            )?;
+        // Nothing reads them; removed before anything could write them again.
+        iggy_snapshot::remove_leftovers(&storage, dir)?;
+        let wal_dir = dir.join(WAL_DIR);
+        let wal = match wal_plan {
+            Some(plan) => Wal::open_planned(storage.clone(), &wal_dir, wal, plan)?.0,
+            None => Wal::create(storage.clone(), &wal_dir, wal, 1, 0)?,
         };
-        let snapshot = iggy_snapshot::read(&storage, dir)?;
-        let log = Log {
-            first_op: wal.first_op(),
-            head_op: wal.head().0,
-        };
-        let base_op = decide(
-            dir,
-            superblock.state(),
-            snapshot.as_ref().map(|(header, _)| header),
-            log,
-            |op| Ok(wal.read(op, op)?[0].header.checksum()),
-        )?;
-        let mut state = match snapshot {
-            None => State::new(identity.replica_count),
-            Some((header, payload)) => {
-                codec::decode(header.payload_version, &payload).map_err(GroupError::Payload)?
-            }
-        };
-        let head = wal.head().0;
-        if head > base_op {
-            // Replay in bounded batches: every published op after the snapshot, in order.
-            let mut op = base_op + 1;
-            while op <= head {
-                let last = head.min(op + 1023);
-                for entry in wal.read(op, last)? {
-                    let decoded =
-                        codec::decode_op(&entry.body).map_err(|error| GroupError::Decode {
-                            op: entry.header.op,
-                            error,
-                        })?;
-                    // A refused op is a deterministic no-op: it was refused the first time too.
-                    let _ = state.apply(&decoded);
-                }
-                op = last + 1;
-            }
-        }
-        let applied_op = head.max(base_op);
-        let checked = Checked {
-            superblock_repairs,
-            wal: wal_report,
-            base_op,
-        };
+        let applied_op = wal.head().0.max(checked.base_op);
         let group = Self {
             storage,
             dir: dir.to_path_buf(),
             wal,
             superblock,
-            state,
+            state: checked.state.clone(),
             applied_op,
         };
         Ok(Some((group, checked)))

@@ -3,24 +3,29 @@
 //! same analysis decided, group by group. Partitions are independent: one refused partition does
 //! not stop the others from being checked or opened.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
+use std::time::Instant;
 
-use iggy_io::{EntryKind, ReadFile, ReadStorage, Storage};
+use iggy_io::{EntryKind, ErrorKind, FileLock, ReadFile, ReadStorage, Storage};
 use iggy_metadata::group::{self as metadata_group, GroupError, MetadataGroup};
 use iggy_segments::{Partition, PartitionError};
 use iggy_superblock::copy::{self, Slot};
 use iggy_superblock::{Identity, SuperblockError};
 use iggy_wal::{Mode, WalError};
 
+use crate::inventory;
 use crate::report::{
-    Action, Component, Finding, Group, PartitionSummary, Report, SCHEMA_VERSION, Status,
+    Action, Component, Finding, Group, InUse, PartitionSummary, Report, SCHEMA_VERSION, Status,
+    Summary,
 };
 
 /// The metadata group's directory in a data directory.
 pub const METADATA_DIR: &str = "metadata";
 /// The directory holding one directory per partition.
 pub const PARTITIONS_DIR: &str = "partitions";
+/// The lock file in a data directory: held (`flock`) by the one process that writes the node.
+pub const LOCK_FILE: &str = "lock";
 
 /// A partition's identity: `partitions/<stream>.<topic>.<partition>/`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -36,7 +41,8 @@ impl PartitionKey {
         format!("{}.{}.{}", self.stream, self.topic, self.partition)
     }
 
-    /// Parses a partition directory name (numeric ids only).
+    /// Parses a partition directory name: numeric ids in their canonical form only (what
+    /// [`PartitionKey::dir_name`] writes), so `01.1.1` or `1.1.+1` is not partition 1.1.1.
     #[must_use]
     pub fn parse(name: &str) -> Option<Self> {
         let mut parts = name.split('.');
@@ -51,7 +57,7 @@ impl PartitionKey {
             topic: next()?,
             partition: next()?,
         };
-        parts.next().is_none().then_some(key)
+        (parts.next().is_none() && key.dir_name() == name).then_some(key)
     }
 
     /// The partition's consensus group id (the metadata group is 0): bit 96 set, then stream,
@@ -91,11 +97,56 @@ pub fn metadata_wal_config() -> iggy_wal::Config {
     iggy_wal::Config::new(metadata_group::GROUP_ID)
 }
 
-/// What boot opened.
+/// What boot opened, and the node's lock: no other process may open the node for writing
+/// while this lives.
 pub struct NodeState<S: Storage + Clone> {
     pub identity: Option<Identity>,
     pub metadata: Option<MetadataGroup<S>>,
     pub partitions: BTreeMap<PartitionKey, Partition<S>>,
+    pub lock: NodeLock,
+}
+
+/// The exclusive lock on a node directory ([`lock`]), held until dropped (the kernel frees it if
+/// the process dies).
+#[derive(Debug)]
+pub struct NodeLock {
+    _lock: FileLock,
+}
+
+/// Takes the lock of the node in `data_dir`: every process that writes the node holds it for
+/// its life (boot in `Open` and `Repair`, `iggy-fsck --repair`, the server). Refuses a
+/// directory that is not a node (without creating anything there) and a node another process
+/// holds, naming its pid.
+pub fn lock<S: Storage>(storage: &S, data_dir: &Path) -> Result<NodeLock, RecoveryError> {
+    if !is_node(storage, data_dir)? {
+        return Err(RecoveryError::NotANode {
+            dir: data_dir.to_path_buf(),
+        });
+    }
+    lock_file(storage, data_dir)
+}
+
+/// Takes the lock file of `data_dir` (a node, or one being created).
+pub(crate) fn lock_file<S: Storage>(
+    storage: &S,
+    data_dir: &Path,
+) -> Result<NodeLock, RecoveryError> {
+    match storage.lock(data_dir.join(LOCK_FILE)) {
+        Ok(lock) => Ok(NodeLock { _lock: lock }),
+        Err(error) => match error.kind {
+            ErrorKind::Locked { pid } => Err(RecoveryError::Locked {
+                dir: data_dir.to_path_buf(),
+                pid,
+            }),
+            _ => Err(error.into()),
+        },
+    }
+}
+
+/// Whether `data_dir` holds a node (a metadata or a partitions directory).
+fn is_node<R: ReadStorage>(storage: &R, data_dir: &Path) -> Result<bool, iggy_io::Error> {
+    Ok(storage.exists(data_dir.join(METADATA_DIR))?
+        || storage.exists(data_dir.join(PARTITIONS_DIR))?)
 }
 
 /// The message of [`RecoveryError::NotANode`]. A node at the storage root has the empty path:
@@ -109,11 +160,27 @@ fn not_a_node(dir: &Path) -> String {
     }
 }
 
-/// Why a node directory could not be looked at at all.
+/// The message of [`RecoveryError::Locked`].
+fn locked(dir: &Path, pid: Option<u32>) -> String {
+    let holder = pid.map_or_else(|| "another process".to_string(), |p| format!("process {p}"));
+    let what = format!(
+        "the node is in use: {holder} holds its lock ({LOCK_FILE}); stop it first (nothing was \
+         changed)"
+    );
+    if dir.as_os_str().is_empty() {
+        what
+    } else {
+        format!("{}: {what}", dir.display())
+    }
+}
+
+/// Why a node directory could not be looked at at all, or not opened for writing.
 #[derive(Debug, thiserror::Error)]
 pub enum RecoveryError {
     #[error("{}", not_a_node(dir))]
     NotANode { dir: PathBuf },
+    #[error("{}", locked(dir, *pid))]
+    Locked { dir: PathBuf, pid: Option<u32> },
     #[error(transparent)]
     Io(#[from] iggy_io::Error),
 }
@@ -142,7 +209,8 @@ fn discover_identity<R: ReadStorage>(storage: &R, dir: &Path) -> Option<Identity
     })
 }
 
-/// The partitions under `data_dir/partitions`, and findings for names that are not partitions.
+/// The partition directories under `data_dir/partitions` (canonical names of directories), and
+/// findings for every other entry there.
 fn list_partitions<R: ReadStorage>(
     storage: &R,
     data_dir: &Path,
@@ -155,21 +223,39 @@ fn list_partitions<R: ReadStorage>(
     let mut keys = Vec::new();
     for entry in storage.list_dir(&dir)? {
         let name = entry.name.to_string_lossy();
-        match PartitionKey::parse(&name).filter(|_| entry.kind == EntryKind::Dir) {
-            Some(key) => keys.push(key),
-            None => findings.push(Finding {
-                component: Component::Node,
-                group: "node".into(),
-                file: dir.join(&*name),
-                offset: 0,
-                what: "not a partition directory; left alone".into(),
-                action: Action::None,
-                bytes: 0,
-            }),
+        let key = PartitionKey::parse(&name);
+        match (key, entry.kind) {
+            (Some(key), EntryKind::Dir) => keys.push(key),
+            (Some(_), _) => findings.push(node_finding(
+                "not-a-directory",
+                dir.join(&*name),
+                "named like a partition directory but is not a directory; left alone".into(),
+            )),
+            (None, _) => findings.push(node_finding(
+                "not-a-partition",
+                dir.join(&*name),
+                "not a partition directory (partitions are named <stream>.<topic>.<partition> \
+                 in decimal without leading zeros); left alone"
+                    .into(),
+            )),
         }
     }
     keys.sort();
     Ok(keys)
+}
+
+/// A finding about the node directory itself: reported, left alone.
+pub(crate) fn node_finding(kind: &'static str, file: PathBuf, what: String) -> Finding {
+    Finding {
+        component: Component::Node,
+        kind,
+        group: "node".into(),
+        file,
+        offset: 0,
+        what,
+        action: Action::None,
+        bytes: 0,
+    }
 }
 
 /// How a refusal is treated.
@@ -190,6 +276,22 @@ struct Classified {
     offset: u64,
 }
 
+/// An I/O error during a group's boot: a failure of the check (exit 8), unless the path names
+/// something that is not a regular file where the group needs one, which is damage (it is
+/// reported and never opened).
+fn classify_io(error: &iggy_io::Error, component: Component) -> Classified {
+    let refusal = match error.kind {
+        ErrorKind::NotAFile | ErrorKind::IsADirectory | ErrorKind::NotADirectory => Refusal::Damage,
+        _ => Refusal::Io,
+    };
+    Classified {
+        refusal,
+        component,
+        file: Some(error.path.clone()),
+        offset: error.offset.unwrap_or(0),
+    }
+}
+
 fn classify_wal(error: &WalError) -> Classified {
     let (refusal, file, offset) = match error {
         WalError::HistoryWithoutFrontier { dir, .. } => (Refusal::Damage, Some(dir.clone()), 0),
@@ -198,6 +300,7 @@ fn classify_wal(error: &WalError) -> Classified {
             (Refusal::Refuse, Some(path.clone()), *offset)
         }
         WalError::GroupMismatch { path, .. } => (Refusal::Refuse, Some(path.clone()), 0),
+        WalError::ForeignFile { file, .. } => (Refusal::Refuse, Some(file.clone()), 0),
         WalError::LostPublishedBytes { file, len, .. } => {
             (Refusal::Damage, Some(file.clone()), *len)
         }
@@ -206,11 +309,7 @@ fn classify_wal(error: &WalError) -> Classified {
         }
         WalError::Corrupt { file, offset, .. } => (Refusal::Damage, Some(file.clone()), *offset),
         WalError::HeadMismatch { file, end, .. } => (Refusal::Damage, Some(file.clone()), *end),
-        WalError::Io(error) => (
-            Refusal::Io,
-            Some(error.path.clone()),
-            error.offset.unwrap_or(0),
-        ),
+        WalError::Io(error) => return classify_io(error, Component::Wal),
         _ => (Refusal::Refuse, None, 0),
     };
     Classified {
@@ -228,11 +327,7 @@ fn classify_superblock(error: &SuperblockError) -> Classified {
             (Refusal::Refuse, Some(path.clone()), *offset)
         }
         SuperblockError::IdentityMismatch { path, .. } => (Refusal::Refuse, Some(path.clone()), 0),
-        SuperblockError::Io(error) => (
-            Refusal::Io,
-            Some(error.path.clone()),
-            error.offset.unwrap_or(0),
-        ),
+        SuperblockError::Io(error) => return classify_io(error, Component::Superblock),
         SuperblockError::StateLost { path, .. }
         | SuperblockError::BothInvalid { path, .. }
         | SuperblockError::Fork { path, .. }
@@ -271,12 +366,8 @@ fn classify_partition(error: &PartitionError) -> Classified {
             file: Some(file.clone()),
             offset: 0,
         },
-        PartitionError::Io(error) | PartitionError::Offsets(OffsetError::Io(error)) => Classified {
-            refusal: Refusal::Io,
-            component: Component::Segments,
-            file: Some(error.path.clone()),
-            offset: error.offset.unwrap_or(0),
-        },
+        PartitionError::Io(error) => classify_io(error, Component::Segments),
+        PartitionError::Offsets(OffsetError::Io(error)) => classify_io(error, Component::Offsets),
         PartitionError::BadBatch { file, offset, .. }
         | PartitionError::PartitionMismatch { file, offset, .. }
         | PartitionError::OffsetGap { file, offset, .. }
@@ -309,12 +400,9 @@ fn classify_metadata(error: &GroupError, dir: &Path) -> Classified {
     match error {
         GroupError::Superblock(error) => classify_superblock(error),
         GroupError::Wal(error) => classify_wal(error),
-        GroupError::Snapshot(iggy_snapshot::SnapshotError::Io(error)) => Classified {
-            refusal: Refusal::Io,
-            component: Component::Snapshot,
-            file: Some(error.path.clone()),
-            offset: error.offset.unwrap_or(0),
-        },
+        GroupError::Snapshot(iggy_snapshot::SnapshotError::Io(error)) => {
+            classify_io(error, Component::Snapshot)
+        }
         GroupError::Snapshot(iggy_snapshot::SnapshotError::UnknownVersion { .. }) => Classified {
             refusal: Refusal::Refuse,
             component: Component::Snapshot,
@@ -357,15 +445,17 @@ impl Builder {
             report: Report {
                 schema: SCHEMA_VERSION,
                 data_dir: data_dir.to_path_buf(),
+                in_use: None,
                 groups: Vec::new(),
                 findings: Vec::new(),
+                summary: Summary::default(),
                 partitions: Vec::new(),
             },
             replicated: identity.is_some_and(|i| i.replica_count > 1),
         }
     }
 
-    /// Records a group that boots, with its findings.
+    /// Records a group that boots (or is left alone), with its findings.
     fn group(&mut self, label: &str, dir: &Path, findings: Vec<Finding>) {
         let repairs = findings.iter().any(|f| f.action.is_local_repair());
         self.report.findings.extend(findings);
@@ -383,11 +473,13 @@ impl Builder {
     }
 
     /// Records a partition's outcome (checked or opened): its findings, or its refusal. Returns
-    /// what was opened, if anything.
+    /// what was opened, if anything. `Ok(None)`: the directory holds no partition (creation
+    /// never got to its superblock), reported as missing.
     fn partition<T>(
         &mut self,
         label: &str,
         dir: &Path,
+        temp: Option<PathBuf>,
         outcome: Result<Option<(T, iggy_segments::Report)>, PartitionError>,
     ) -> Option<T> {
         match outcome {
@@ -402,7 +494,18 @@ impl Builder {
                 Some(opened)
             }
             Ok(None) => {
-                self.group(label, dir, Vec::new());
+                // A directory without a superblock: creation stopped before it existed. Boot
+                // does not create partitions; the superblock's open removes a leftover temp.
+                self.missing(label, dir, "holds no partition (no superblock)");
+                if let Some(file) = temp {
+                    self.report.findings.push(leftover_finding(
+                        label,
+                        Component::Superblock,
+                        file,
+                        "a leftover superblock.tmp (the partition's creation stopped before its \
+                         rename was durable)",
+                    ));
+                }
                 None
             }
             Err(error) => {
@@ -410,6 +513,80 @@ impl Builder {
                 None
             }
         }
+    }
+
+    /// Records a partition whose directory is missing (the metadata lists it) or holds nothing:
+    /// its data, if it had any, is on the peers, or, in a single-replica cluster, gone.
+    fn missing(&mut self, label: &str, dir: &Path, why: &str) {
+        let (status, action, then) = if self.replicated {
+            (
+                Status::NeedsPeerRepair,
+                Action::NeedsPeerRepair,
+                "it must be rebuilt from the other replicas",
+            )
+        } else {
+            (
+                Status::Refuse,
+                Action::Refuse,
+                "a single-replica cluster has no other copy",
+            )
+        };
+        let what = format!("the partition's directory {why}: {then}");
+        self.report.findings.push(Finding {
+            component: Component::Node,
+            kind: "missing-partition",
+            group: label.into(),
+            file: dir.to_path_buf(),
+            offset: 0,
+            what: what.clone(),
+            action,
+            bytes: 0,
+        });
+        self.report.groups.push(Group {
+            group: label.into(),
+            dir: dir.to_path_buf(),
+            status,
+            error: Some(what),
+            io_error: false,
+        });
+    }
+
+    /// Records a partition directory the metadata does not list; boot does not open it.
+    fn unknown(&mut self, label: &str, dir: &Path, deleted: bool) {
+        let (kind, what, action, status) = if deleted {
+            (
+                "deleted-partition",
+                "the metadata deleted this partition (its stream or topic): boot does not open \
+                 it and leaves its files alone; remove the directory once it is not needed",
+                Action::None,
+                Status::Clean,
+            )
+        } else {
+            (
+                "unknown-partition",
+                "the metadata never created this partition (a directory of another node, or \
+                 metadata behind its partitions): boot does not open it",
+                Action::Refuse,
+                Status::Refuse,
+            )
+        };
+        self.report.findings.push(Finding {
+            component: Component::Node,
+            kind,
+            group: label.into(),
+            file: dir.to_path_buf(),
+            offset: 0,
+            what: what.into(),
+            action,
+            bytes: 0,
+        });
+        self.report.groups.push(Group {
+            group: label.into(),
+            dir: dir.to_path_buf(),
+            status,
+            error: (!deleted).then(|| what.to_string()),
+            io_error: false,
+        });
     }
 
     /// Records a group that boot refuses.
@@ -422,6 +599,11 @@ impl Builder {
         };
         self.report.findings.push(Finding {
             component: classified.component,
+            kind: match classified.refusal {
+                Refusal::Damage => "damaged",
+                Refusal::Refuse => "refused",
+                Refusal::Io => "io-error",
+            },
             group: label.into(),
             file: classified.file.unwrap_or_else(|| dir.to_path_buf()),
             offset: classified.offset,
@@ -437,92 +619,221 @@ impl Builder {
             io_error: classified.refusal == Refusal::Io,
         });
     }
+
+    /// The metadata group is absent (or never got a superblock) while partitions exist: the
+    /// node's partitions cannot be checked against it and the node cannot serve them.
+    fn metadata_missing(&mut self, dir: &Path) {
+        self.refused(
+            "metadata",
+            dir,
+            Classified {
+                refusal: Refusal::Damage,
+                component: Component::Node,
+                file: Some(dir.to_path_buf()),
+                offset: 0,
+            },
+            format!(
+                "{}: no metadata group, but the node has partitions (a lost or unmounted \
+                 volume?): partitions are not checked against it",
+                dir.display()
+            ),
+        );
+        if let Some(finding) = self.report.findings.last_mut() {
+            finding.kind = "metadata-missing";
+        }
+    }
 }
 
 /// What every walk of a node starts from.
 struct Walk {
+    started: Instant,
     metadata_dir: PathBuf,
     identity: Option<Identity>,
     builder: Builder,
-    keys: Vec<PartitionKey>,
+    /// The canonical partition directories.
+    dirs: Vec<PartitionKey>,
     /// Findings about the node directory itself, reported after the groups'.
     node_findings: Vec<Finding>,
 }
 
 impl Walk {
     fn start<R: ReadStorage>(storage: &R, data_dir: &Path) -> Result<Self, RecoveryError> {
-        let metadata_dir = data_dir.join(METADATA_DIR);
-        let mut is_node = false;
-        for dir in [&metadata_dir, &data_dir.join(PARTITIONS_DIR)] {
-            is_node |= storage.exists(dir)?;
-        }
-        if !is_node {
+        let started = Instant::now();
+        if !is_node(storage, data_dir)? {
             return Err(RecoveryError::NotANode {
                 dir: data_dir.to_path_buf(),
             });
         }
+        let metadata_dir = data_dir.join(METADATA_DIR);
         let identity = discover_identity(storage, &metadata_dir);
         let mut node_findings = Vec::new();
-        let keys = list_partitions(storage, data_dir, &mut node_findings)?;
+        let dirs = list_partitions(storage, data_dir, &mut node_findings)?;
         Ok(Self {
+            started,
             metadata_dir,
             identity,
             builder: Builder::new(data_dir, identity),
-            keys,
+            dirs,
             node_findings,
         })
+    }
+
+    /// What to do with each partition: the directories present against the partitions the
+    /// metadata lists (when it could be read).
+    fn plan(&self, metadata: Option<&iggy_metadata::State>) -> Vec<(PartitionKey, Disposition)> {
+        let Some(state) = metadata else {
+            return self.dirs.iter().map(|k| (*k, Disposition::Open)).collect();
+        };
+        let known = known_partitions(state);
+        let present: BTreeSet<PartitionKey> = self.dirs.iter().copied().collect();
+        let mut plan: Vec<(PartitionKey, Disposition)> = known
+            .union(&present)
+            .map(|key| {
+                let disposition = match (known.contains(key), present.contains(key)) {
+                    (true, true) => Disposition::Open,
+                    (true, false) => Disposition::Missing,
+                    (false, _) => Disposition::Unknown {
+                        deleted: was_deleted(state, *key),
+                    },
+                };
+                (*key, disposition)
+            })
+            .collect();
+        plan.sort_by_key(|(key, _)| *key);
+        plan
+    }
+
+    /// Ends the walk: the node's findings, the inventory of every file, the summary.
+    fn finish<R: ReadStorage>(
+        mut self,
+        storage: &R,
+        data_dir: &Path,
+    ) -> Result<Report, RecoveryError> {
+        let mut builder = self.builder;
+        builder.report.findings.append(&mut self.node_findings);
+        let counted = inventory::walk(storage, data_dir, &builder.report.findings)?;
+        builder.report.findings.extend(counted.findings);
+        builder.report.summary = Summary {
+            groups: builder.report.groups.len(),
+            files: counted.files,
+            bytes: counted.bytes,
+            elapsed_ms: u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX),
+        };
+        Ok(builder.report)
+    }
+}
+
+/// What a walk does with one partition.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Disposition {
+    /// Known to the metadata (or the metadata could not be read) and present: check or open it.
+    Open,
+    /// Known to the metadata, no directory.
+    Missing,
+    /// A directory the metadata does not list; `deleted`: the metadata deleted it.
+    Unknown { deleted: bool },
+}
+
+/// Every partition the metadata state lists.
+fn known_partitions(state: &iggy_metadata::State) -> BTreeSet<PartitionKey> {
+    let mut keys = BTreeSet::new();
+    for (stream_id, stream) in &state.streams {
+        for (topic_id, topic) in &stream.topics {
+            for partition in &topic.partitions {
+                keys.insert(PartitionKey {
+                    stream: *stream_id,
+                    topic: *topic_id,
+                    partition: partition.id,
+                });
+            }
+        }
+    }
+    keys
+}
+
+/// Whether the metadata once had `key` and deleted it: its stream or topic id was allocated
+/// and is gone. (Partitions are only ever added to a topic, so a topic that still exists never
+/// lost one.)
+fn was_deleted(state: &iggy_metadata::State, key: PartitionKey) -> bool {
+    match state.streams.get(&key.stream) {
+        None => key.stream >= 1 && key.stream < state.next_stream_id,
+        Some(stream) => {
+            !stream.topics.contains_key(&key.topic)
+                && key.topic >= 1
+                && key.topic < stream.next_topic_id
+        }
     }
 }
 
 /// The findings of a WAL boot report.
-fn wal_findings(label: &str, report: &iggy_wal::Report) -> Vec<Finding> {
-    use iggy_wal::FindingKind;
+pub fn wal_findings(label: &str, report: &iggy_wal::Report) -> Vec<Finding> {
     report
         .findings
         .iter()
-        .map(|finding| {
-            let (what, action) = match &finding.kind {
-                FindingKind::UnpublishedTail { entries } => (
-                    format!(
-                        "unpublished bytes past the published frontier ({entries} verified entries)"
-                    ),
-                    Action::DiscardUnpublished,
-                ),
-                FindingKind::FileBeyondFrontier { entries } => (
-                    format!(
-                        "a whole file past the published frontier ({entries} verified entries)"
-                    ),
-                    Action::DiscardUnpublished,
-                ),
-                FindingKind::FrontierSlotDamaged { slot, error } => (
-                    format!("frontier slot {slot} is unusable: {error}"),
-                    Action::RepairCopy,
-                ),
-                FindingKind::Adopted { entries, head_op } => (
-                    format!(
-                        "{entries} verified entries past the valid slot adopted (head op {head_op})"
-                    ),
-                    Action::RepairCopy,
-                ),
-                FindingKind::LeftoverTemp => {
-                    ("a leftover frontier.tmp".into(), Action::RemoveLeftover)
-                }
-                FindingKind::UnknownFile => (
-                    "a file the log does not know; left alone".into(),
-                    Action::None,
-                ),
-            };
-            Finding {
-                component: Component::Wal,
-                group: label.into(),
-                file: finding.file.clone(),
-                offset: finding.offset,
-                what,
-                action,
-                bytes: finding.bytes,
-            }
-        })
+        .map(|finding| wal_finding(label, finding))
         .collect()
+}
+
+/// One WAL finding in the node report's words (what `iggy-inspect wal` prints too).
+#[must_use]
+pub fn wal_finding(label: &str, finding: &iggy_wal::Finding) -> Finding {
+    use iggy_wal::FindingKind;
+    let (kind, what, action) = match &finding.kind {
+        FindingKind::UnpublishedTail { entries } => (
+            "unpublished-tail",
+            format!("unpublished bytes past the published frontier ({entries} verified entries)"),
+            Action::DiscardUnpublished,
+        ),
+        FindingKind::FileBeyondFrontier { entries } => (
+            "file-beyond-frontier",
+            format!("a whole file past the published frontier ({entries} verified entries)"),
+            Action::DiscardUnpublished,
+        ),
+        FindingKind::FrontierSlotDamaged { slot, error } => (
+            "frontier-slot-damaged",
+            format!("frontier slot {slot} is unusable: {error}"),
+            Action::RepairCopy,
+        ),
+        FindingKind::Adopted { entries, head_op } => (
+            "adopted-entries",
+            format!("{entries} verified entries past the valid slot adopted (head op {head_op})"),
+            Action::RepairCopy,
+        ),
+        FindingKind::LeftoverTemp => (
+            "leftover-temp",
+            "a leftover frontier.tmp".into(),
+            Action::RemoveLeftover,
+        ),
+        FindingKind::UnknownFile => (
+            "unknown-file",
+            "a file the log does not know; left alone".into(),
+            Action::None,
+        ),
+        FindingKind::NotCreated => (
+            "log-not-created",
+            "the group's log was never created (creation stopped after the superblock): boot \
+             creates it empty"
+                .into(),
+            Action::FinishCreate,
+        ),
+        FindingKind::MissingHeadFile => (
+            "missing-head-file",
+            "the empty log's first file is missing (a crash before it was made durable): boot \
+             creates it empty"
+                .into(),
+            Action::FinishCreate,
+        ),
+    };
+    Finding {
+        component: Component::Wal,
+        kind,
+        group: label.into(),
+        file: finding.file.clone(),
+        offset: finding.offset,
+        what,
+        action,
+        bytes: finding.bytes,
+    }
 }
 
 fn superblock_findings(
@@ -534,6 +845,10 @@ fn superblock_findings(
         .iter()
         .map(|repair| Finding {
             component: Component::Superblock,
+            kind: match repair.reason {
+                iggy_superblock::RepairReason::Damaged(_) => "superblock-copy-damaged",
+                iggy_superblock::RepairReason::Stale { .. } => "superblock-copy-stale",
+            },
             group: label.into(),
             file: dir.join(iggy_superblock::FILE_NAME),
             offset: repair.slot.offset(),
@@ -544,50 +859,78 @@ fn superblock_findings(
         .collect()
 }
 
+/// A leftover temporary file of a group, which boot removes.
+fn leftover_finding(label: &str, component: Component, file: PathBuf, what: &str) -> Finding {
+    Finding {
+        component,
+        kind: "leftover-temp",
+        group: label.into(),
+        file,
+        offset: 0,
+        what: what.into(),
+        action: Action::RemoveLeftover,
+        bytes: 0,
+    }
+}
+
 fn partition_findings(label: &str, dir: &Path, report: &iggy_segments::Report) -> Vec<Finding> {
     use iggy_segments::{FindingKind, InstallFinding};
     let mut findings = superblock_findings(label, dir, &report.superblock_repairs);
     findings.extend(wal_findings(label, &report.wal));
     for finding in &report.findings {
-        let (component, what, action) = match &finding.kind {
+        let (component, kind, what, action) = match &finding.kind {
             FindingKind::IndexRebuild { reason } => (
                 Component::Index,
+                "index-rebuild",
                 format!("index {reason}"),
                 Action::RebuildIndex,
             ),
             FindingKind::OrphanIndex => (
                 Component::Index,
+                "orphan-index",
                 "an index whose segment is gone".into(),
                 Action::RemoveLeftover,
             ),
             FindingKind::StagingLeftover => (
                 Component::Install,
+                "staging-leftover",
                 "a staged file no install committed".into(),
                 Action::RemoveLeftover,
             ),
             FindingKind::OffsetsLeftover => (
                 Component::Offsets,
+                "offsets-leftover",
                 "a leftover temporary offset file".into(),
+                Action::RemoveLeftover,
+            ),
+            FindingKind::SuperblockTemp => (
+                Component::Superblock,
+                "leftover-temp",
+                "a leftover superblock.tmp (a creation whose rename was lost)".into(),
                 Action::RemoveLeftover,
             ),
             FindingKind::Install(InstallFinding::Uncommitted) => (
                 Component::Install,
+                "install-uncommitted",
                 "an install that did not commit: the old files are restored".into(),
                 Action::RollbackInstall,
             ),
             FindingKind::Install(InstallFinding::Abandoned) => (
                 Component::Install,
+                "install-abandoned",
                 "an install abandoned while building its backup".into(),
                 Action::RemoveLeftover,
             ),
             FindingKind::Install(InstallFinding::Committed) => (
                 Component::Install,
+                "install-committed",
                 "a committed install's retired files".into(),
                 Action::RemoveLeftover,
             ),
         };
         findings.push(Finding {
             component,
+            kind,
             group: label.into(),
             file: finding.file.clone(),
             offset: 0,
@@ -601,10 +944,83 @@ fn partition_findings(label: &str, dir: &Path, report: &iggy_segments::Report) -
 
 fn metadata_findings(label: &str, dir: &Path, checked: &metadata_group::Checked) -> Vec<Finding> {
     let mut findings = superblock_findings(label, dir, &checked.superblock_repairs);
+    for file in &checked.leftovers {
+        let component = if file.ends_with(iggy_superblock::TEMP_FILE_NAME) {
+            Component::Superblock
+        } else {
+            Component::Snapshot
+        };
+        findings.push(leftover_finding(
+            label,
+            component,
+            file.clone(),
+            "a leftover temporary file of an interrupted write",
+        ));
+    }
     if let Some(wal) = &checked.wal {
         findings.extend(wal_findings(label, wal));
     }
+    findings.extend(
+        checked
+            .wal_creation
+            .iter()
+            .map(|finding| wal_finding(label, finding)),
+    );
     findings
+}
+
+/// The metadata group of a node whose creation never got to the superblock: what is there
+/// (a `superblock.tmp`, which boot removes), reported as the group.
+fn fresh_metadata<R: ReadStorage>(
+    storage: &R,
+    dir: &Path,
+) -> Result<Option<Finding>, RecoveryError> {
+    Ok(iggy_superblock::leftover_temp(storage, dir)?.map(|file| {
+        leftover_finding(
+            "metadata",
+            Component::Superblock,
+            file,
+            "a leftover superblock.tmp (the group's creation stopped before its rename was \
+             durable)",
+        )
+    }))
+}
+
+/// Records the metadata group's outcome (checked or opened): its findings, or its refusal.
+/// Returns what was opened, if anything, and the metadata state the partitions are checked
+/// against (`None` when it could not be read).
+fn record_metadata<T>(
+    builder: &mut Builder,
+    dir: &Path,
+    fresh: Option<Finding>,
+    has_partitions: bool,
+    outcome: Result<Option<(T, metadata_group::Checked)>, GroupError>,
+) -> (Option<T>, Option<iggy_metadata::State>) {
+    let label = "metadata";
+    match outcome {
+        Ok(Some((opened, checked))) => {
+            builder.group(label, dir, metadata_findings(label, dir, &checked));
+            (Some(opened), Some(checked.state))
+        }
+        Ok(None) => {
+            if has_partitions {
+                builder.metadata_missing(dir);
+                builder.report.findings.extend(fresh);
+            } else if let Some(finding) = fresh {
+                builder.group(label, dir, vec![finding]);
+            }
+            (None, None)
+        }
+        Err(error) => {
+            builder.refused(
+                label,
+                dir,
+                classify_metadata(&error, dir),
+                error.to_string(),
+            );
+            (None, None)
+        }
+    }
 }
 
 /// Checks the node in `data_dir` without writing (the storage may be read-only): what
@@ -614,78 +1030,87 @@ pub fn check<R: ReadStorage>(
     data_dir: &Path,
     mut progress: impl FnMut(usize, usize),
 ) -> Result<Report, RecoveryError> {
-    let Walk {
-        metadata_dir,
-        identity,
-        mut builder,
-        keys,
-        node_findings,
-    } = Walk::start(storage, data_dir)?;
-    let total = keys.len() + 1;
-    if storage.exists(&metadata_dir)? {
-        check_metadata(
+    let mut walk = Walk::start(storage, data_dir)?;
+    // A lock file that is not a file is reported by the inventory; here it only means no holder.
+    walk.builder.report.in_use = storage
+        .lock_holder(data_dir.join(LOCK_FILE))
+        .ok()
+        .flatten()
+        .map(|holder| InUse { pid: holder.pid });
+    let metadata_dir = walk.metadata_dir.clone();
+    let has_partitions = !walk.dirs.is_empty();
+    let fresh = fresh_metadata(storage, &metadata_dir)?;
+    let checked = if storage.exists(&metadata_dir)? {
+        metadata_group::check(
             storage,
             &metadata_dir,
-            identity.unwrap_or(UNKNOWN_IDENTITY),
-            &mut builder,
-        );
-    }
+            &walk.identity.unwrap_or(UNKNOWN_IDENTITY),
+        )
+        .map(|c| c.map(|c| ((), c)))
+    } else {
+        Ok(None)
+    };
+    let (_, state) = record_metadata(
+        &mut walk.builder,
+        &metadata_dir,
+        fresh,
+        has_partitions,
+        checked,
+    );
+    let plan = walk.plan(state.as_ref());
+    let total = plan.len() + 1;
     progress(1, total);
-    for (done, key) in keys.iter().enumerate() {
+    for (done, (key, disposition)) in plan.into_iter().enumerate() {
         let dir = data_dir.join(PARTITIONS_DIR).join(key.dir_name());
         let label = key.label();
-        let identity = identity
-            .or_else(|| discover_identity(storage, &dir))
-            .unwrap_or(UNKNOWN_IDENTITY);
-        let config = partition_config(identity, *key, None);
-        let checked = iggy_segments::check(storage, &dir, &config).map(|r| r.map(|r| ((), r)));
-        builder.partition(&label, &dir, checked);
+        match disposition {
+            Disposition::Missing => walk.builder.missing(
+                &label,
+                &dir,
+                "is missing though the metadata lists the partition",
+            ),
+            Disposition::Unknown { deleted } => walk.builder.unknown(&label, &dir, deleted),
+            Disposition::Open => {
+                let identity = walk
+                    .identity
+                    .or_else(|| discover_identity(storage, &dir))
+                    .unwrap_or(UNKNOWN_IDENTITY);
+                let config = partition_config(identity, key, segment_size(state.as_ref(), key));
+                let temp = iggy_superblock::leftover_temp(storage, &dir).ok().flatten();
+                let checked =
+                    iggy_segments::check(storage, &dir, &config).map(|r| r.map(|r| ((), r)));
+                walk.builder.partition(&label, &dir, temp, checked);
+            }
+        }
         progress(done + 2, total);
     }
-    builder.report.findings.extend(node_findings);
-    Ok(builder.report)
+    walk.finish(storage, data_dir)
 }
 
-fn check_metadata<R: ReadStorage>(
-    storage: &R,
-    dir: &Path,
-    identity: Identity,
-    builder: &mut Builder,
-) {
-    let checked = metadata_group::check(storage, dir, &identity);
-    record_metadata(builder, dir, checked.map(|c| c.map(|c| ((), c))));
-}
-
-/// Records the metadata group's outcome (checked or opened): its findings, or its refusal.
-/// Returns what was opened, if anything.
-fn record_metadata<T>(
-    builder: &mut Builder,
-    dir: &Path,
-    outcome: Result<Option<(T, metadata_group::Checked)>, GroupError>,
-) -> Option<T> {
-    let label = "metadata";
-    match outcome {
-        Ok(Some((opened, checked))) => {
-            builder.group(label, dir, metadata_findings(label, dir, &checked));
-            Some(opened)
-        }
-        Ok(None) => None,
-        Err(error) => {
-            builder.refused(
-                label,
-                dir,
-                classify_metadata(&error, dir),
-                error.to_string(),
-            );
-            None
-        }
-    }
+/// The segment size the metadata gives a partition's topic.
+fn segment_size(state: Option<&iggy_metadata::State>, key: PartitionKey) -> Option<u64> {
+    let stream = state?.streams.get(&key.stream)?;
+    Some(stream.topics.get(&key.topic)?.segment_size_bytes)
 }
 
 /// Boots the node in `data_dir` (`Open`: what the server runs; `Repair`: the same, then the
-/// caller stops). Each group's findings come from the same analysis [`check`] runs, and the
-/// group then applies exactly that plan. Refused groups are reported and left closed.
+/// caller stops), holding its lock (see [`lock`]) for as long as the returned state lives.
+/// Each group's findings come from the same analysis [`check`] runs, and the group then applies
+/// exactly that plan. Refused groups are reported and left closed, as are partitions the
+/// metadata does not list.
 pub fn boot<S: Storage + Clone>(
+    storage: S,
+    data_dir: &Path,
+    mode: Mode,
+) -> Result<(NodeState<S>, Report), RecoveryError> {
+    let lock = lock(&storage, data_dir)?;
+    boot_locked(lock, storage, data_dir, mode)
+}
+
+/// [`boot`] under a lock the caller already holds (`iggy-fsck --repair` takes it before its
+/// check, so that the plan it prints is the plan it applies).
+pub fn boot_locked<S: Storage + Clone>(
+    lock: NodeLock,
     storage: S,
     data_dir: &Path,
     mode: Mode,
@@ -694,48 +1119,64 @@ pub fn boot<S: Storage + Clone>(
         mode != Mode::Check,
         "Check mode is `check()`: it needs only a read-only storage"
     );
-    let Walk {
-        metadata_dir,
-        identity,
-        mut builder,
-        keys,
-        node_findings,
-    } = Walk::start(&storage, data_dir)?;
-    let mut metadata = None;
-    if storage.exists(&metadata_dir)? {
+    let mut walk = Walk::start(&storage, data_dir)?;
+    let metadata_dir = walk.metadata_dir.clone();
+    let has_partitions = !walk.dirs.is_empty();
+    let fresh = fresh_metadata(&storage, &metadata_dir)?;
+    let opened = if storage.exists(&metadata_dir)? {
         // One analysis: open reports what it found as `check` would.
-        let opened = MetadataGroup::open_reporting(
+        MetadataGroup::open_reporting(
             storage.clone(),
             &metadata_dir,
-            &identity.unwrap_or(UNKNOWN_IDENTITY),
+            &walk.identity.unwrap_or(UNKNOWN_IDENTITY),
             metadata_wal_config(),
-        );
-        metadata = record_metadata(&mut builder, &metadata_dir, opened);
-    }
+        )
+    } else {
+        Ok(None)
+    };
+    let (metadata, state) = record_metadata(
+        &mut walk.builder,
+        &metadata_dir,
+        fresh,
+        has_partitions,
+        opened,
+    );
     let mut partitions = BTreeMap::new();
-    for key in keys {
+    for (key, disposition) in walk.plan(state.as_ref()) {
         let dir = data_dir.join(PARTITIONS_DIR).join(key.dir_name());
         let label = key.label();
-        let identity = identity
-            .or_else(|| discover_identity(&storage, &dir))
-            .unwrap_or(UNKNOWN_IDENTITY);
-        let segment_size = metadata.as_ref().and_then(|group: &MetadataGroup<S>| {
-            let stream = group.state().streams.get(&key.stream)?;
-            Some(stream.topics.get(&key.topic)?.segment_size_bytes)
-        });
-        let config = partition_config(identity, key, segment_size);
-        let opened = Partition::open(storage.clone(), &dir, config, mode);
-        if let Some(partition) = builder.partition(&label, &dir, opened) {
-            partitions.insert(key, partition);
+        match disposition {
+            Disposition::Missing => walk.builder.missing(
+                &label,
+                &dir,
+                "is missing though the metadata lists the partition",
+            ),
+            Disposition::Unknown { deleted } => walk.builder.unknown(&label, &dir, deleted),
+            Disposition::Open => {
+                let identity = walk
+                    .identity
+                    .or_else(|| discover_identity(&storage, &dir))
+                    .unwrap_or(UNKNOWN_IDENTITY);
+                let config = partition_config(identity, key, segment_size(state.as_ref(), key));
+                let temp = iggy_superblock::leftover_temp(&storage, &dir)
+                    .ok()
+                    .flatten();
+                let opened = Partition::open(storage.clone(), &dir, config, mode);
+                if let Some(partition) = walk.builder.partition(&label, &dir, temp, opened) {
+                    partitions.insert(key, partition);
+                }
+            }
         }
     }
-    builder.report.findings.extend(node_findings);
+    let identity = walk.identity;
+    let report = walk.finish(&storage, data_dir)?;
     Ok((
         NodeState {
             identity,
             metadata,
             partitions,
+            lock,
         },
-        builder.report,
+        report,
     ))
 }

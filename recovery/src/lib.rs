@@ -13,13 +13,18 @@
 //! - partitions are independent: a refused partition is reported and left closed, and the
 //!   others are checked and opened.
 
+pub mod audit;
 pub mod boot;
+mod inventory;
 pub mod populate;
 pub mod report;
 
 pub use boot::{
-    METADATA_DIR, NodeState, PARTITIONS_DIR, PartitionKey, RecoveryError, boot, check,
-    metadata_wal_config, partition_config,
+    LOCK_FILE, METADATA_DIR, NodeLock, NodeState, PARTITIONS_DIR, PartitionKey, RecoveryError,
+    boot, boot_locked, check, lock, metadata_wal_config, partition_config, wal_finding,
 };
 pub use iggy_wal::Mode;
-pub use report::{Action, Component, Finding, Group, PartitionSummary, Report, Status, exit};
+pub use report::{
+    Action, Component, Finding, Group, InUse, PartitionSummary, Report, Status, Summary, exit,
+    next_step,
+};

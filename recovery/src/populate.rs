@@ -89,6 +89,8 @@ pub fn populate<S: Storage + Clone>(
             .sync_dir(data_dir.parent().unwrap_or(Path::new("")))
             .map_err(|e| error(&e))?;
     }
+    // A writer of the node, like any other: it holds the node's lock while it writes.
+    let _lock = crate::boot::lock_file(storage, data_dir).map_err(|e| error(&e))?;
     let wal = iggy_wal::Config {
         file_size_bytes: options.metadata_file_bytes,
         ..crate::boot::metadata_wal_config()

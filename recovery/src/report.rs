@@ -23,6 +23,23 @@ pub enum Component {
     Install,
 }
 
+impl Component {
+    /// The name the JSON uses.
+    #[must_use]
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Node => "node",
+            Self::Superblock => "superblock",
+            Self::Wal => "wal",
+            Self::Snapshot => "snapshot",
+            Self::Segments => "segments",
+            Self::Index => "index",
+            Self::Offsets => "offsets",
+            Self::Install => "install",
+        }
+    }
+}
+
 /// What boot does about a finding.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -39,7 +56,10 @@ pub enum Action {
     RollbackInstall,
     /// Rewrite a damaged or stale copy (superblock copy, frontier slot) from the good one.
     RepairCopy,
-    /// Published data is damaged in a replicated group: the group must be repaired from peers.
+    /// Create what a crash left uncreated: a group's log, or the first file of an empty log.
+    FinishCreate,
+    /// Published data is damaged or missing in a replicated group: the group must be repaired
+    /// from peers.
     NeedsPeerRepair,
     /// Boot refuses the group.
     Refuse,
@@ -56,7 +76,24 @@ impl Action {
                 | Self::RebuildIndex
                 | Self::RollbackInstall
                 | Self::RepairCopy
+                | Self::FinishCreate
         )
+    }
+
+    /// The one name of the action, in the text reports and the JSON of both tools.
+    #[must_use]
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::None => "none",
+            Self::RemoveLeftover => "remove-leftover",
+            Self::DiscardUnpublished => "discard-unpublished",
+            Self::RebuildIndex => "rebuild-index",
+            Self::RollbackInstall => "rollback-install",
+            Self::RepairCopy => "repair-copy",
+            Self::FinishCreate => "finish-create",
+            Self::NeedsPeerRepair => "needs-peer-repair",
+            Self::Refuse => "refuse",
+        }
     }
 }
 
@@ -64,7 +101,10 @@ impl Action {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Finding {
     pub component: Component,
-    /// `metadata` or `partition <stream>.<topic>.<partition>`.
+    /// What kind of finding, a stable name (`docs/recovery.md` lists every kind, its action and
+    /// what an operator does next).
+    pub kind: &'static str,
+    /// `metadata`, `partition <stream>.<topic>.<partition>` or `node`.
     pub group: String,
     /// Relative to the data directory.
     pub file: PathBuf,
@@ -99,13 +139,37 @@ pub struct Group {
     pub io_error: bool,
 }
 
+/// What a walk looked at.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Summary {
+    /// Consensus groups: the metadata group and every partition, those refused included.
+    pub groups: usize,
+    /// Regular files in the node directory.
+    pub files: u64,
+    /// Their lengths, summed.
+    pub bytes: u64,
+    /// Wall time of the check, in milliseconds.
+    pub elapsed_ms: u64,
+}
+
+/// Who holds the node's lock, when a check found it held (see `iggy_recovery::lock`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct InUse {
+    /// The pid the holder recorded (`None` when it could not be read).
+    pub pid: Option<u32>,
+}
+
 /// What boot found in a node directory.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Report {
     pub schema: u32,
     pub data_dir: PathBuf,
+    /// Set when another process held the node's lock during the check: the node is in use and
+    /// the verdict may already be stale.
+    pub in_use: Option<InUse>,
     pub groups: Vec<Group>,
     pub findings: Vec<Finding>,
+    pub summary: Summary,
     /// Each partition that boots: its segments as boot verified them (for `iggy-inspect node`;
     /// not part of fsck's JSON schema).
     #[serde(skip)]
@@ -130,6 +194,33 @@ pub mod exit {
     pub const USAGE_OR_IO: u8 = 8;
 }
 
+/// What an operator does next, for a verdict (an exit code): the text report's last line, and
+/// the table in `docs/recovery.md`.
+#[must_use]
+pub fn next_step(exit_code: u8) -> &'static str {
+    match exit_code {
+        exit::CLEAN => "start the node.",
+        exit::REPAIR => {
+            "start the node: boot applies this plan and loses no published data; or run \
+             `iggy-fsck --repair` to apply it now and check again."
+        }
+        exit::NEEDS_PEER_REPAIR => {
+            "the groups marked NEEDS REPAIR FROM PEERS lost or damaged published data that the \
+             other replicas hold. Boot keeps them closed and opens the rest; they must be \
+             rebuilt from a healthy replica (state transfer). Do not delete their files: \
+             `iggy-inspect` shows the damage. Check the disk (dmesg, SMART) and that every \
+             volume is mounted."
+        }
+        exit::REFUSE => {
+            "boot will not open the groups marked BOOT REFUSES and changes none of their files. \
+             Read each reason: an unknown version needs a build that reads it; files of another \
+             node, group or log must be moved back where they belong; in a single-replica \
+             cluster damaged data can only come back from a backup."
+        }
+        _ => "fix the error above (a path, permissions, a failing disk) and run iggy-fsck again.",
+    }
+}
+
 impl Report {
     /// The highest applicable exit code.
     #[must_use]
@@ -145,6 +236,12 @@ impl Report {
         }
     }
 
+    /// Whether boot changes nothing and refuses nothing.
+    #[must_use]
+    pub fn is_clean(&self) -> bool {
+        self.exit_code() == exit::CLEAN
+    }
+
     /// The planned actions, in a canonical order (what a check and an open must agree on).
     #[must_use]
     pub fn plan(&self) -> Vec<(String, PathBuf, u64, Action, u64)> {
@@ -158,32 +255,62 @@ impl Report {
         plan
     }
 
+    /// The files boot changes (creates, rewrites or removes) for its plan: each local
+    /// repair's file. A crash test compares them with what a boot really changed.
+    #[must_use]
+    pub fn planned_files(&self) -> Vec<PathBuf> {
+        let mut files: Vec<PathBuf> = self
+            .findings
+            .iter()
+            .filter(|f| f.action.is_local_repair())
+            .map(|f| f.file.clone())
+            .collect();
+        files.sort();
+        files.dedup();
+        files
+    }
+
+    /// The verdict's name in the JSON.
+    fn verdict(&self) -> Status {
+        self.groups
+            .iter()
+            .map(|g| g.status)
+            .max()
+            .unwrap_or(Status::Clean)
+    }
+
     /// The report as JSON in the documented schema, with the verdict and exit code.
     #[must_use]
     pub fn to_json(&self) -> serde_json::Value {
         let mut value = serde_json::to_value(self).unwrap_or_default();
         if let Some(object) = value.as_object_mut() {
             object.insert("exit_code".into(), self.exit_code().into());
-            let verdict = self
-                .groups
-                .iter()
-                .map(|g| g.status)
-                .max()
-                .unwrap_or(Status::Clean);
             object.insert(
                 "verdict".into(),
-                serde_json::to_value(verdict).unwrap_or_default(),
+                serde_json::to_value(self.verdict()).unwrap_or_default(),
             );
         }
         value
     }
 
-    /// The human report.
+    /// The human report: a line per group with its findings, the node's own findings, a
+    /// summary of what was checked, the verdict and what to do next.
     #[must_use]
     pub fn render(&self) -> String {
         use std::fmt::Write;
         let mut out = String::new();
         let _ = writeln!(out, "iggy-fsck {}", self.data_dir.display());
+        if let Some(in_use) = &self.in_use {
+            let holder = in_use.pid.map_or_else(
+                || "another process".to_string(),
+                |pid| format!("process {pid}"),
+            );
+            let _ = writeln!(
+                out,
+                "  IN USE: {holder} holds the node's lock: it may be writing, so this verdict may \
+                 already be stale"
+            );
+        }
         for group in &self.groups {
             let status = match group.status {
                 Status::Clean => "clean",
@@ -204,31 +331,22 @@ impl Report {
                 let _ = writeln!(out, "      {error}");
             }
             for finding in findings {
-                // The line names the file and offset first; a reason that starts with the file
-                // again (an error's own text) is not repeated.
-                let file = finding.file.display().to_string();
-                let what = finding
-                    .what
-                    .strip_prefix(file.as_str())
-                    .and_then(|rest| rest.strip_prefix(": "))
-                    .unwrap_or(&finding.what);
-                let _ = writeln!(
-                    out,
-                    "      {:?} {file} @{}: {what} -> {}{}",
-                    finding.component,
-                    finding.offset,
-                    serde_json::to_value(finding.action)
-                        .ok()
-                        .and_then(|v| v.as_str().map(str::to_owned))
-                        .unwrap_or_default(),
-                    if finding.bytes > 0 {
-                        format!(" ({} bytes)", finding.bytes)
-                    } else {
-                        String::new()
-                    }
-                );
+                render_finding(&mut out, finding);
             }
         }
+        let node: Vec<&Finding> = self.findings.iter().filter(|f| f.group == "node").collect();
+        if !node.is_empty() {
+            let _ = writeln!(out, "  node directory");
+            for finding in node {
+                render_finding(&mut out, finding);
+            }
+        }
+        let summary = &self.summary;
+        let _ = writeln!(
+            out,
+            "checked {} group(s), {} file(s), {} bytes in {} ms",
+            summary.groups, summary.files, summary.bytes, summary.elapsed_ms
+        );
         let verdict = match self.exit_code() {
             exit::CLEAN => "clean: boot changes nothing",
             exit::REPAIR => "boot would repair locally, without losing published data",
@@ -237,6 +355,31 @@ impl Report {
             _ => "an I/O error stopped the check",
         };
         let _ = writeln!(out, "verdict: {verdict} (exit {})", self.exit_code());
+        let _ = writeln!(out, "next: {}", next_step(self.exit_code()));
         out
     }
+}
+
+/// One finding line: `<component> <file> @<offset>: <what> -> <action> (<bytes> bytes)`. A
+/// reason that starts with the file again (an error's own text) is not repeated.
+fn render_finding(out: &mut String, finding: &Finding) {
+    use std::fmt::Write;
+    let file = finding.file.display().to_string();
+    let what = finding
+        .what
+        .strip_prefix(file.as_str())
+        .and_then(|rest| rest.strip_prefix(": "))
+        .unwrap_or(&finding.what);
+    let _ = writeln!(
+        out,
+        "      {} {file} @{}: {what} -> {}{}",
+        finding.component.name(),
+        finding.offset,
+        finding.action.name(),
+        if finding.bytes > 0 {
+            format!(" ({} bytes)", finding.bytes)
+        } else {
+            String::new()
+        }
+    );
 }

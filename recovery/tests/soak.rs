@@ -2,7 +2,8 @@
 //! ops over the populated node, with short I/O and EIO injected on writes and syncs, now and then
 //! a flipped bit at rest in any file, and a process crash or power loss every so often. After
 //! each crash (with faults paused): `check` (what `iggy-fsck` runs) reports exactly the groups,
-//! verdicts and plan that `boot(Open)` then has, boot refuses nothing unless a bit was flipped,
+//! verdicts and plan that `boot(Open)` then has, the files boot changes are the ones that plan
+//! names (`iggy_recovery::audit`), boot refuses nothing unless a bit was flipped,
 //! and after boot only refused groups remain unclean. This reaches states the crash enumeration
 //! of `populate` does not: retention, failed writes, poisoned groups, damage.
 //!
@@ -19,7 +20,7 @@ use iggy_io::soak::{SeedRng, run_seeds};
 use iggy_io::{FaultConfig, ReadOnly, SimStorage};
 use iggy_metadata::Op;
 use iggy_recovery::populate::{Options, client_batch, populate};
-use iggy_recovery::{Mode, NodeState, Status, boot, check, exit};
+use iggy_recovery::{Mode, NodeState, Status, audit, boot, check, exit};
 use iggy_segments::offsets::ConsumerKind;
 
 /// Crashes the node, then checks and boots it with faults paused. `damaged`: a bit was flipped
@@ -39,7 +40,10 @@ fn restart(
     let root = Path::new("");
     let checked =
         check(&ReadOnly::new(storage.clone()), root, |_, _| {}).map_err(|e| e.to_string())?;
+    let files_before = audit::snapshot(storage, root).map_err(|e| e.to_string())?;
     let (node, booted) = boot(storage.clone(), root, Mode::Open).map_err(|e| e.to_string())?;
+    let files_after = audit::snapshot(storage, root).map_err(|e| e.to_string())?;
+    audit::compare(&checked, &audit::changed(&files_before, &files_after))?;
     if checked.plan() != booted.plan() || checked.groups != booted.groups {
         return Err(format!(
             "check and boot disagree:\n{}\n{}",

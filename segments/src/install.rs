@@ -33,7 +33,8 @@ pub const BACKUP_DIR: &str = ".install-backup";
 pub const RETIRED_DIR: &str = ".install-retired";
 /// The directory the received consumer offsets land in.
 pub const OFFSETS_STAGING_DIR: &str = "offsets.staging";
-const FRONTIER_STAGING: &str = "frontier.staging";
+/// The staged frontier an install renames into place.
+pub const FRONTIER_STAGING: &str = "frontier.staging";
 
 /// Where a staged install stood when boot found it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -99,6 +99,13 @@ fn file_name(kind: ConsumerKind, id: u32) -> String {
     format!("{}.{id:010}", kind.prefix())
 }
 
+/// Whether `name` is a name an offsets directory holds: an offset file, or a store's
+/// temporary file.
+#[must_use]
+pub fn is_file_name(name: &str) -> bool {
+    parse_file_name(name.strip_suffix(TEMP_SUFFIX).unwrap_or(name)).is_some()
+}
+
 fn parse_file_name(name: &str) -> Option<(ConsumerKind, u32)> {
     let (prefix, id) = name.split_once('.')?;
     let kind = match prefix {

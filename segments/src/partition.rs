@@ -21,7 +21,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use iggy_format::Header;
 use iggy_format::batch::{self, BATCH_HEADER_SIZE, BatchError, BatchHeader};
 use iggy_format::constants::HEADER_SIZE;
-use iggy_io::{EntryKind, Mapping, OpenMode, ReadFile, ReadStorage, Storage, WriteFile};
+use iggy_io::{EntryKind, ErrorKind, Mapping, OpenMode, ReadFile, ReadStorage, Storage, WriteFile};
 use iggy_superblock::{
     self as superblock, CopyRepair, Identity, Opened, RepairPolicy, Superblock, SuperblockError,
     VsrState,
@@ -145,6 +145,8 @@ pub enum PartitionError {
         log_end: u64,
         offset_frontier: u64,
     },
+    #[error("{dir}: the partition changed while it was being opened (another writer?)")]
+    StateChanged { dir: PathBuf },
     #[error("{file}: the entry at byte {offset} does not verify on read: {reason}")]
     Corrupt {
         file: PathBuf,
@@ -191,6 +193,8 @@ pub enum FindingKind {
     OffsetsLeftover,
     /// The staged install's state on disk and what recovery does.
     Install(InstallFinding),
+    /// A `superblock.tmp` left by a creation whose rename was lost: removed.
+    SuperblockTemp,
 }
 
 impl FindingKind {
@@ -198,7 +202,10 @@ impl FindingKind {
     pub fn action(&self) -> Action {
         match self {
             Self::IndexRebuild { .. } => Action::RebuildIndex,
-            Self::OrphanIndex | Self::StagingLeftover | Self::OffsetsLeftover => Action::RemoveFile,
+            Self::OrphanIndex
+            | Self::StagingLeftover
+            | Self::OffsetsLeftover
+            | Self::SuperblockTemp => Action::RemoveFile,
             Self::Install(InstallFinding::Uncommitted) => Action::RollbackInstall,
             Self::Install(_) => Action::RemoveInstallDir,
         }
@@ -258,6 +265,24 @@ pub fn check<R: ReadStorage>(
     dir: &Path,
     config: &Config,
 ) -> Result<Option<Report>, PartitionError> {
+    Ok(plan(storage, dir, config)?.map(|planned| planned.report))
+}
+
+/// What boot decided about a partition before changing anything: the report (every path where
+/// it will be once an uncommitted install is rolled back) and the WAL's plan.
+struct Planned {
+    report: Report,
+    /// `None`: the WAL does not exist yet; the open creates it.
+    wal: Option<wal::boot::Plan>,
+}
+
+/// The one analysis of a partition, shared by [`check`] and [`Partition::open`]: read-only, and
+/// complete before the open changes anything, so a partition boot refuses is left as it was.
+fn plan<R: ReadStorage>(
+    storage: &R,
+    dir: &Path,
+    config: &Config,
+) -> Result<Option<Planned>, PartitionError> {
     let install_findings = install::plan(storage, dir)?;
     let live = match install_findings
         .iter()
@@ -272,8 +297,12 @@ pub fn check<R: ReadStorage>(
             record, repairs, ..
         } => (record, repairs),
     };
-    let wal_report = wal::check_named(storage, &live, config.group, Naming::ByKey)?
-        .unwrap_or_else(|| fresh_wal_report(&live, config));
+    let superblock_temp = superblock_temp_finding(storage, &live)?;
+    let mut wal_plan = wal::boot::plan(storage, &live, config.group, Naming::ByKey)?;
+    let wal_report = match &wal_plan {
+        Some(plan) => plan.report().clone(),
+        None => fresh_wal_report(&live, config, wal::boot::creation_findings(storage, &live)?),
+    };
     let mut report = analyze(
         storage,
         &live,
@@ -282,13 +311,20 @@ pub fn check<R: ReadStorage>(
         record.state.offset_frontier,
     )?;
     report.superblock_repairs = superblock_repairs;
+    report.findings.extend(superblock_temp);
     if live != dir {
-        // Name the files where they will be once recovery restored them, as `open` does.
+        // Name the files where they will be once recovery restored them.
         rebase_report(&mut report, &live, dir);
+        if let Some(plan) = &mut wal_plan {
+            plan.rebase(&live, dir);
+        }
     }
     report.findings.splice(0..0, install_findings);
     report.dir = dir.to_path_buf();
-    Ok(Some(report))
+    Ok(Some(Planned {
+        report,
+        wal: wal_plan,
+    }))
 }
 
 /// Moves every path of `report` under `from` to the same place under `to`.
@@ -313,8 +349,9 @@ fn rebase_report(report: &mut Report, from: &Path, to: &Path) {
         .for_each(|f| rebase(&mut f.path));
 }
 
-/// The WAL report of a partition whose creation stopped before its WAL existed.
-fn fresh_wal_report(dir: &Path, config: &Config) -> wal::Report {
+/// The WAL report of a partition whose WAL does not exist yet: `findings` say what creating it
+/// does (empty for a partition being created now).
+fn fresh_wal_report(dir: &Path, config: &Config, findings: Vec<wal::Finding>) -> wal::Report {
     wal::Report {
         dir: dir.to_path_buf(),
         group: config.group,
@@ -323,9 +360,23 @@ fn fresh_wal_report(dir: &Path, config: &Config) -> wal::Report {
         head_op: 0,
         durable_bytes: 0,
         discarded_bytes: 0,
-        findings: Vec::new(),
+        findings,
         files: Vec::new(),
     }
+}
+
+/// The finding for a leftover `superblock.tmp` in `dir`, if there is one (the superblock's open
+/// removes it).
+fn superblock_temp_finding<R: ReadStorage>(
+    storage: &R,
+    dir: &Path,
+) -> Result<Option<Finding>, PartitionError> {
+    Ok(
+        superblock::leftover_temp(storage, dir)?.map(|file| Finding {
+            file,
+            kind: FindingKind::SuperblockTemp,
+        }),
+    )
 }
 
 /// Verifies the segments the WAL trusts and derives the rest of the report.
@@ -562,7 +613,15 @@ fn index_disagreement<R: ReadStorage>(
         // An empty segment (a new partition's first) has nothing to index yet.
         return Ok((segment.batches > 0).then(|| "missing".into()));
     }
-    let file = storage.open_read(path)?;
+    let file = match storage.open_read(path) {
+        Ok(file) => file,
+        // A directory, FIFO or device in its place: never read; boot removes it and writes
+        // the index.
+        Err(error) if matches!(error.kind, ErrorKind::NotAFile | ErrorKind::IsADirectory) => {
+            return Ok(Some(format!("is not usable: {}", error.kind)));
+        }
+        Err(error) => return Err(error.into()),
+    };
     let len = file.len()?;
     let expected_len = (index::HEADER_SIZE + segment.index.len() * index::ENTRY_SIZE) as u64;
     if len != expected_len {
@@ -661,15 +720,18 @@ impl<S: Storage + Clone> Partition<S> {
         let superblock =
             Superblock::create(storage.clone(), dir, config.identity, VsrState::default())?;
         let wal = Wal::create_keyed(storage.clone(), dir, config.wal(), 1, 0, 0)?;
-        let report = analyze(&storage, dir, &config, fresh_wal_report(dir, &config), 0)?;
+        let fresh = fresh_wal_report(dir, &config, Vec::new());
+        let report = analyze(&storage, dir, &config, fresh, 0)?;
         Ok(Self::from_parts(
             storage, dir, config, wal, superblock, &report,
         ))
     }
 
-    /// Boots the partition in `dir` (`Open` or `Repair`): rolls back or finishes a staged
-    /// install, opens the superblock, boots the WAL (discarding what lies past its frontier),
-    /// verifies the segments, rebuilds indexes, and sweeps leftovers. `Ok(None)`: no partition.
+    /// Boots the partition in `dir` (`Open` or `Repair`): decides everything first (the
+    /// analysis [`check`] runs), then rolls back or finishes a staged install, repairs the
+    /// superblock, boots the WAL (discarding what lies past its frontier), rebuilds indexes and
+    /// sweeps leftovers. A partition it refuses is left exactly as it was. `Ok(None)`: no
+    /// partition (a leftover `superblock.tmp` of an unfinished creation is removed).
     pub fn open(
         storage: S,
         dir: &Path,
@@ -677,25 +739,29 @@ impl<S: Storage + Clone> Partition<S> {
         mode: Mode,
     ) -> Result<Option<(Self, Report)>, PartitionError> {
         assert!(mode != Mode::Check, "Check mode is `check()`");
-        let install_findings = install::recover(&storage, dir)?;
-        let Some((superblock, superblock_repairs)) =
-            Superblock::open(storage.clone(), dir, &config.identity, RepairPolicy::Repair)?
-        else {
+        let Some(planned) = plan(&storage, dir, &config)? else {
+            Superblock::open(storage.clone(), dir, &config.identity, RepairPolicy::Repair)?;
             return Ok(None);
         };
-        let (wal, wal_report) = match Wal::open(storage.clone(), dir, config.wal(), mode)? {
-            Some(opened) => opened,
-            None => {
-                // Creation stopped after the superblock: finish it.
-                let wal = Wal::create_keyed(storage.clone(), dir, config.wal(), 1, 0, 0)?;
-                (wal, fresh_wal_report(dir, &config))
-            }
+        let report = planned.report;
+        install::recover(&storage, dir)?;
+        let (superblock, superblock_repairs) =
+            Superblock::open(storage.clone(), dir, &config.identity, RepairPolicy::Repair)?
+                .ok_or_else(|| PartitionError::StateChanged {
+                    dir: dir.to_path_buf(),
+                })?;
+        if superblock_repairs != report.superblock_repairs {
+            // The plan decided them; a difference means another writer despite the node lock.
+            return Err(PartitionError::StateChanged {
+                dir: dir.to_path_buf(),
+            });
+        }
+        let wal = match planned.wal {
+            Some(plan) => Wal::open_planned(storage.clone(), dir, config.wal(), plan)?.0,
+            // Creation stopped after the superblock: finish it.
+            None => Wal::create_keyed(storage.clone(), dir, config.wal(), 1, 0, 0)?,
         };
-        let offset_frontier = superblock.state().offset_frontier;
-        let mut report = analyze(&storage, dir, &config, wal_report, offset_frontier)?;
-        report.superblock_repairs = superblock_repairs;
         apply(&storage, dir, &config, &report)?;
-        report.findings.splice(0..0, install_findings);
         let partition = Self::from_parts(storage, dir, config, wal, superblock, &report);
         Ok(Some((partition, report)))
     }
@@ -1117,9 +1183,22 @@ fn apply<S: Storage>(
                     .iter()
                     .find(|s| dir.join(index::file_name(s.start_offset)) == finding.file);
                 if let Some(segment) = start {
+                    match storage.open(&finding.file, OpenMode::Existing) {
+                        Err(e) if e.kind == ErrorKind::IsADirectory => {
+                            storage.remove_dir_all(&finding.file)?;
+                        }
+                        Err(e) if e.kind == ErrorKind::NotAFile => storage.unlink(&finding.file)?,
+                        _ => {}
+                    }
                     write_index_file(storage, dir, segment, config)?;
+                    let file = storage.open(&finding.file, OpenMode::Existing)?;
+                    // Durable before boot (or `iggy-fsck --repair`) reports the partition clean:
+                    // a power loss right after must not bring the old index back.
+                    file.sync_data()?;
+                    removed = true;
                 }
             }
+            FindingKind::SuperblockTemp => {} // removed by the superblock's open
             FindingKind::OrphanIndex
             | FindingKind::StagingLeftover
             | FindingKind::OffsetsLeftover => {
@@ -1135,7 +1214,8 @@ fn apply<S: Storage>(
         }
     }
     if removed {
-        // The sweep durable before new files of those names may appear.
+        // The sweep (and the names of rebuilt indexes) durable before new files of those names
+        // may appear, and before the partition is reported clean.
         storage.sync_dir(dir)?;
         storage.sync_dir(dir.join(offsets::DIR_NAME)).or_else(|e| {
             if storage.exists(dir.join(offsets::DIR_NAME))? {

@@ -186,6 +186,35 @@ pub(crate) fn read_all<R: ReadStorage>(storage: &R, path: &Path) -> Result<Vec<u
     Ok(storage.open_read(path)?.read_all()?)
 }
 
+/// The files a crash can leave beside `snapshot.bin` in `dir`: a `snapshot.bin.tmp` whose
+/// rename never happened, a `snapshot.bin.receiving` of a transfer that never finished. Nothing
+/// reads them; the metadata group's boot removes them ([`remove_leftovers`]).
+pub fn leftovers<R: ReadStorage>(
+    storage: &R,
+    dir: &Path,
+) -> Result<Vec<std::path::PathBuf>, SnapshotError> {
+    let mut found = Vec::new();
+    for name in [TEMP_FILE_NAME, transfer::RECEIVING_FILE_NAME] {
+        if storage.exists(dir.join(name))? {
+            found.push(dir.join(name));
+        }
+    }
+    Ok(found)
+}
+
+/// Removes the [`leftovers`] in `dir`, durably.
+pub fn remove_leftovers<S: Storage>(storage: &S, dir: &Path) -> Result<(), SnapshotError> {
+    let found = leftovers(storage, dir)?;
+    for path in &found {
+        storage.unlink(path)?;
+    }
+    if !found.is_empty() {
+        // Gone durably, so that the next boot does not report them again.
+        storage.sync_dir(dir)?;
+    }
+    Ok(())
+}
+
 /// Atomically replaces `dir/snapshot.bin` with the encoded bytes (which must decode).
 pub fn install<S: Storage>(storage: &S, dir: &Path, bytes: &[u8]) -> Result<(), SnapshotError> {
     assert!(

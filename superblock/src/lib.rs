@@ -195,6 +195,25 @@ pub fn read<R: ReadStorage>(
     })
 }
 
+/// The `superblock.tmp` in `dir`, if one is there: a creation that stopped before its rename
+/// (the group then reads as fresh) or whose rename was lost. Nothing reads it; the open with
+/// [`RepairPolicy::Repair`] removes it, and a creation replaces it.
+pub fn leftover_temp<R: ReadStorage>(storage: &R, dir: &Path) -> iggy_io::Result<Option<PathBuf>> {
+    let temp = dir.join(TEMP_FILE_NAME);
+    Ok(storage.exists(&temp)?.then_some(temp))
+}
+
+/// Removes a leftover `superblock.tmp` (see [`leftover_temp`]), durably.
+fn remove_leftover_temp<S: Storage>(storage: &S, dir: &Path) -> Result<(), SuperblockError> {
+    if let Some(temp) = leftover_temp(storage, dir)? {
+        tracing::warn!(file = %temp.display(), "removing a leftover superblock.tmp");
+        storage.unlink(&temp)?;
+        // Gone durably, so that the next boot does not report it again.
+        storage.sync_dir(dir)?;
+    }
+    Ok(())
+}
+
 /// Turns a copy that verified but may not be used into its refusal.
 fn refusal(path: &Path, slot: Slot, error: CopyError) -> Option<SuperblockError> {
     let path = path.to_path_buf();
@@ -445,14 +464,19 @@ impl<S: Storage> Superblock<S> {
     }
 
     /// Opens the superblock of an existing group, repairing or reporting bad copies.
-    /// Returns `Ok(None)` when the group is [`Opened::Fresh`].
+    /// Returns `Ok(None)` when the group is [`Opened::Fresh`]. With [`RepairPolicy::Repair`] a
+    /// leftover `superblock.tmp` is removed (see [`leftover_temp`]), fresh group or not.
     pub fn open(
         storage: S,
         dir: &Path,
         expected: &Identity,
         policy: RepairPolicy,
     ) -> Result<Option<(Self, Vec<CopyRepair>)>, SuperblockError> {
-        let (record, checksum, repairs) = match read(&storage, dir, expected)? {
+        let opened = read(&storage, dir, expected)?;
+        if policy == RepairPolicy::Repair {
+            remove_leftover_temp(&storage, dir)?;
+        }
+        let (record, checksum, repairs) = match opened {
             Opened::Fresh => return Ok(None),
             Opened::Present {
                 record,

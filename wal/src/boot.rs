@@ -107,6 +107,8 @@ pub enum Action {
     RemoveFile,
     /// Rewrite the frontier (repairing an unreadable slot).
     RepairFrontier,
+    /// Create what a crash left uncreated: the log itself, or its first file.
+    Create,
 }
 
 /// What boot found.
@@ -124,6 +126,12 @@ pub enum FindingKind {
     LeftoverTemp,
     /// A file this log does not know; left alone.
     UnknownFile,
+    /// The log was never created (no frontier: creation stopped before it); the group's open
+    /// creates it.
+    NotCreated,
+    /// The head file of an empty log is missing (a crash after the frontier named it, before
+    /// the file was made durable); open creates it empty.
+    MissingHeadFile,
 }
 
 impl FindingKind {
@@ -134,6 +142,7 @@ impl FindingKind {
             Self::FileBeyondFrontier { .. } | Self::LeftoverTemp => Action::RemoveFile,
             Self::FrontierSlotDamaged { .. } | Self::Adopted { .. } => Action::RepairFrontier,
             Self::UnknownFile => Action::None,
+            Self::NotCreated | Self::MissingHeadFile => Action::Create,
         }
     }
 }
@@ -187,6 +196,61 @@ pub(crate) struct BootFile {
     pub offsets: Vec<u64>,
     /// End of the trusted entries.
     pub end: u64,
+}
+
+/// What boot decided about a log before changing anything: the report and the plan behind it
+/// ([`plan`]). [`crate::Wal::open_planned`] carries it out; a caller that decides to refuse
+/// the group for other reasons drops it, and nothing was changed.
+#[derive(Clone, Debug)]
+pub struct Plan(pub(crate) Analysis);
+
+impl Plan {
+    /// What boot found and will do.
+    #[must_use]
+    pub fn report(&self) -> &Report {
+        &self.0.report
+    }
+
+    /// Moves every path of the plan under `from` to the same place under `to`: a plan made on
+    /// files that will be at `to` when it is carried out (a partition's staged install is
+    /// rolled back between the two).
+    pub fn rebase(&mut self, from: &Path, to: &Path) {
+        let rebase = |path: &mut PathBuf| {
+            if let Ok(rest) = path.strip_prefix(from) {
+                *path = to.join(rest);
+            }
+        };
+        let analysis = &mut self.0;
+        rebase(&mut analysis.report.dir);
+        analysis
+            .report
+            .findings
+            .iter_mut()
+            .for_each(|f| rebase(&mut f.file));
+        analysis
+            .report
+            .files
+            .iter_mut()
+            .for_each(|f| rebase(&mut f.path));
+        analysis.files.iter_mut().for_each(|f| rebase(&mut f.path));
+        analysis.zero.iter_mut().for_each(|z| rebase(&mut z.0));
+        analysis.remove.iter_mut().for_each(rebase);
+        analysis
+            .adopted_files
+            .iter_mut()
+            .for_each(|a| rebase(&mut a.0));
+    }
+}
+
+/// Reads the log in `dir` and decides what boot trusts and does, without writing (the storage
+/// may be read-only). `Ok(None)`: no log (fresh).
+pub fn plan<R: ReadStorage>(
+    storage: &R,
+    dir: &Path,
+    group: u128,
+    naming: Naming,
+) -> Result<Option<Plan>, WalError> {
+    Ok(analyze(storage, dir, group, naming)?.map(Plan))
 }
 
 /// The full result of the analysis: the report and the plan behind it.
@@ -508,7 +572,7 @@ pub(crate) fn analyze<R: ReadStorage>(
                 }
                 analysis.remove.push(finding.file.clone());
             }
-            Action::RepairFrontier | Action::None => {}
+            Action::RepairFrontier | Action::Create | Action::None => {}
         }
     }
     Ok(Some(analysis))
@@ -623,7 +687,14 @@ fn past_the_frontier<R: ReadStorage>(
             .last_mut()
             .unwrap_or_else(|| unreachable!("a head file"));
         if !storage.exists(&head.path)? {
-            break; // the empty log whose first file is missing: nothing past it
+            // The empty log whose first file is missing: nothing past it; open creates it.
+            analysis.report.findings.push(Finding {
+                file: head.path.clone(),
+                offset: 0,
+                bytes: 0,
+                kind: FindingKind::MissingHeadFile,
+            });
+            break;
         }
         let file = storage.open_read(&head.path)?;
         let next_op = head.first_op + head.offsets.len() as u64;
@@ -685,7 +756,18 @@ fn past_the_frontier<R: ReadStorage>(
         .files
         .last()
         .map_or(0, |f| f.first_op + f.offsets.len() as u64);
+    let published_head = analysis.frontier.head_op;
     for ((first_op, path), _) in later {
+        if *first_op != u64::MAX && *first_op <= published_head {
+            // Its first entry verifies and is at or before the published head: it cannot have
+            // been written after the last publication, so it is not this log's unpublished
+            // tail. A file copied in from another log: never delete it as if it were ours.
+            return Err(WalError::ForeignFile {
+                file: path.clone(),
+                first_op: *first_op,
+                head_op: published_head,
+            });
+        }
         let file = storage.open_read(path)?;
         let entries = scan(&file, 0, *first_op, None, None)?.offsets.len() as u64;
         if fallback && entries > 0 {
@@ -809,6 +891,32 @@ fn rewrite<F: WriteFile>(file: &F, from: u64, to: u64) -> iggy_io::Result<()> {
     Ok(())
 }
 
+/// What creating the log in `dir` does, for a group whose log does not exist yet ([`check`]
+/// returned `None`) and that its open will create: a leftover `frontier.tmp` is removed and the
+/// log is created. Reported so that a check names every change the open makes.
+pub fn creation_findings<R: ReadStorage>(
+    storage: &R,
+    dir: &Path,
+) -> Result<Vec<Finding>, WalError> {
+    let mut findings = Vec::new();
+    let temp = dir.join(FRONTIER_TEMP_FILE);
+    if storage.exists(&temp)? {
+        findings.push(Finding {
+            file: temp,
+            offset: 0,
+            bytes: 0,
+            kind: FindingKind::LeftoverTemp,
+        });
+    }
+    findings.push(Finding {
+        file: dir.join(FRONTIER_FILE),
+        offset: 0,
+        bytes: 0,
+        kind: FindingKind::NotCreated,
+    });
+    Ok(findings)
+}
+
 /// Runs boot in `Check` mode: what `Open` would find and do, without writing.
 pub fn check<R: ReadStorage>(
     storage: &R,
@@ -826,6 +934,65 @@ pub fn check_named<R: ReadStorage>(
     naming: Naming,
 ) -> Result<Option<Report>, WalError> {
     Ok(analyze(storage, dir, group, naming)?.map(|analysis| analysis.report))
+}
+
+/// The trusted entries `from..=to`, verified (headers, bodies, chain), read through `report`'s
+/// files without opening the log for writing: what a `Check` replays where `Open` would read
+/// through [`crate::Wal::read`].
+pub fn read_entries<R: ReadStorage>(
+    storage: &R,
+    report: &Report,
+    from: u64,
+    to: u64,
+) -> Result<Vec<crate::Entry>, WalError> {
+    if from < report.first_op || to > report.head_op {
+        return Err(WalError::OutOfRange {
+            what: "read_entries",
+            op: if from < report.first_op { from } else { to },
+            first_op: report.first_op,
+            head_op: report.head_op,
+        });
+    }
+    let mut entries = Vec::new();
+    for file in &report.files {
+        let last = file.first_op + file.entries;
+        if file.entries == 0 || last <= from || file.first_op > to {
+            continue;
+        }
+        let reader = storage.open_read(&file.path)?;
+        let until = to.min(last - 1);
+        let scanned = scan(&reader, 0, file.first_op, None, Some(until))?;
+        let start = from.max(file.first_op);
+        for op in start..=until {
+            let index = usize::try_from(op - file.first_op).unwrap_or(usize::MAX);
+            let Some(&offset) = scanned.offsets.get(index) else {
+                return Err(WalError::Corrupt {
+                    file: file.path.clone(),
+                    offset: scanned.end,
+                    reason: scanned.stop,
+                });
+            };
+            let end = scanned
+                .offsets
+                .get(index + 1)
+                .copied()
+                .unwrap_or(scanned.end);
+            let mut bytes = vec![0u8; usize::try_from(end - offset).unwrap_or(0)];
+            reader.read_exact_at(offset, &mut bytes)?;
+            let corrupt = |reason| WalError::Corrupt {
+                file: file.path.clone(),
+                offset,
+                reason,
+            };
+            let header = Header::decode(&bytes).map_err(|e| corrupt(StopReason::Header(e)))?;
+            let body = bytes.split_off(HEADER_SIZE);
+            if header.op != op || !header.body_matches(&body) {
+                return Err(corrupt(StopReason::Body { op }));
+            }
+            entries.push(crate::Entry { header, body });
+        }
+    }
+    Ok(entries)
 }
 
 /// The verified header of the trusted entry `op`, read through `report`'s files without opening

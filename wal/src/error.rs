@@ -66,6 +66,16 @@ pub enum WalError {
         expected: u64,
         found: u64,
     },
+    #[error(
+        "{file}: a file past the published frontier whose first entry is op {first_op}, at or \
+         before the published head op {head_op}: it is not this log's unpublished tail (copied \
+         in from another log?); move it away"
+    )]
+    ForeignFile {
+        file: PathBuf,
+        first_op: u64,
+        head_op: u64,
+    },
     #[error("{dir}: a log already exists")]
     AlreadyExists { dir: PathBuf },
     #[error("{dir}: a new file's key {key} does not exceed the last file's key {last_key}")]

@@ -300,9 +300,22 @@ impl<S: Storage> Wal<S> {
             mode != Mode::Check,
             "Check mode is `check()`: it must not hold a writable storage"
         );
-        let Some(mut analysis) = boot::analyze(&storage, dir, config.group, config.naming)? else {
+        let Some(plan) = boot::plan(&storage, dir, config.group, config.naming)? else {
             return Ok(None);
         };
+        Self::open_planned(storage, dir, config, plan).map(Some)
+    }
+
+    /// Carries out a boot [`boot::Plan`] made on `dir` (by [`boot::plan`], on this storage) and
+    /// opens the log: what [`Wal::open`] does after deciding. The caller decided between the two
+    /// whether to boot the group at all, so nothing is changed for a group it refuses.
+    pub fn open_planned(
+        storage: S,
+        dir: &Path,
+        config: Config,
+        plan: boot::Plan,
+    ) -> Result<(Self, Report), WalError> {
+        let mut analysis = plan.0;
         boot::apply(&storage, &analysis)?;
         let published = analysis.new_frontier.unwrap_or(analysis.frontier);
         let mut files = Vec::new();
@@ -335,7 +348,7 @@ impl<S: Storage> Wal<S> {
         if let Some((first_op, key)) = missing_head {
             wal.create_file(&mut wal.lock(), first_op, key)?;
         }
-        Ok(Some((wal, analysis.report)))
+        Ok((wal, analysis.report))
     }
 
     fn from_parts(

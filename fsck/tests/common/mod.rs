@@ -146,6 +146,11 @@ pub fn build(kind: &str, root: &Path) -> OsStorage {
         }
         other => panic!("unknown fixture kind {other}"),
     }
+    // The lock file holds the pid of the last writer: left out so that regenerating the
+    // fixtures does not change them (a node that never had a writer has none either).
+    if storage.exists(iggy_recovery::LOCK_FILE).unwrap() {
+        storage.unlink(iggy_recovery::LOCK_FILE).unwrap();
+    }
     storage
 }
 
