@@ -367,6 +367,16 @@ pub fn run_matrix(
     cells
 }
 
+/// What a reader of a one-round table must know; `None` for medians of several rounds.
+#[must_use]
+pub fn caveat(rounds: usize) -> Option<&'static str> {
+    (rounds <= 1).then_some(
+        "(one round: each ratio is a single measurement, not a median; on a shared or virtual \
+         disk one round can be off by several times, even past a baseline an engine cannot beat. \
+         Use --rounds 3 or more for figures to keep.)",
+    )
+}
+
 /// The matrix as a table: one row per scenario, one column per engine, each cell with its
 /// ratio to the raw prefilled baseline.
 #[must_use]

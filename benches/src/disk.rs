@@ -285,6 +285,127 @@ pub fn render(report: &DiskReport) -> String {
     out
 }
 
+/// One figure over several runs: the median, and the smallest and largest run.
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct Spread {
+    pub median: f64,
+    pub min: f64,
+    pub max: f64,
+}
+
+impl Spread {
+    /// Of `values` (at least one).
+    #[must_use]
+    pub fn of(values: &[f64]) -> Self {
+        let mut sorted = values.to_vec();
+        sorted.sort_by(f64::total_cmp);
+        let median = if sorted.is_empty() {
+            0.0
+        } else if sorted.len() % 2 == 1 {
+            sorted[sorted.len() / 2]
+        } else {
+            f64::midpoint(sorted[sorted.len() / 2 - 1], sorted[sorted.len() / 2])
+        };
+        Self {
+            median,
+            min: sorted.first().copied().unwrap_or(0.0),
+            max: sorted.last().copied().unwrap_or(0.0),
+        }
+    }
+}
+
+/// The figures of several runs of `iggy-bench disk`, each with its spread.
+#[derive(Clone, Debug, Serialize)]
+pub struct DiskSummary {
+    pub runs: usize,
+    pub append_grow_records_per_second: Spread,
+    pub append_prefilled_records_per_second: Spread,
+    pub sync_4k_p50_us: Spread,
+    pub sync_4k_p99_us: Spread,
+    pub buffered_write_megabytes_per_second: Spread,
+    pub warm_read_megabytes_per_second: Spread,
+    pub direct_write_megabytes_per_second: Option<Spread>,
+}
+
+/// The median and spread of every figure over `reports`.
+#[must_use]
+pub fn summarize(reports: &[DiskReport]) -> DiskSummary {
+    let of = |figure: &dyn Fn(&DiskReport) -> f64| {
+        Spread::of(&reports.iter().map(figure).collect::<Vec<_>>())
+    };
+    let direct: Vec<f64> = reports
+        .iter()
+        .filter_map(|r| r.direct_write_megabytes_per_second)
+        .collect();
+    DiskSummary {
+        runs: reports.len(),
+        append_grow_records_per_second: of(&|r| r.append_grow.records_per_second),
+        append_prefilled_records_per_second: of(&|r| r.append_prefilled.records_per_second),
+        sync_4k_p50_us: of(&|r| r.sync_4k.p50_us),
+        sync_4k_p99_us: of(&|r| r.sync_4k.p99_us),
+        buffered_write_megabytes_per_second: of(&|r| r.buffered_write_megabytes_per_second),
+        warm_read_megabytes_per_second: of(&|r| r.warm_read_megabytes_per_second),
+        direct_write_megabytes_per_second: (!direct.is_empty()).then(|| Spread::of(&direct)),
+    }
+}
+
+/// The summary as a table: median, then the range of the runs and how wide it is.
+#[must_use]
+pub fn render_summary(summary: &DiskSummary) -> String {
+    use std::fmt::Write;
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "over {} run(s): median (smallest .. largest run; the spread is (max - min) / median)",
+        summary.runs
+    );
+    let mut row = |name: &str, spread: &Spread, unit: &str| {
+        let width = if spread.median > 0.0 {
+            (spread.max - spread.min) / spread.median * 100.0
+        } else {
+            0.0
+        };
+        let _ = writeln!(
+            out,
+            "  {name:<36} {:>12.0} {unit:<10} ({:.0} .. {:.0}; spread {width:.0}%)",
+            spread.median, spread.min, spread.max
+        );
+    };
+    row(
+        "append, growing file",
+        &summary.append_grow_records_per_second,
+        "records/s",
+    );
+    row(
+        "append, prefilled file",
+        &summary.append_prefilled_records_per_second,
+        "records/s",
+    );
+    row("4 KiB write+fdatasync p50", &summary.sync_4k_p50_us, "us");
+    row("4 KiB write+fdatasync p99", &summary.sync_4k_p99_us, "us");
+    row(
+        "buffered write",
+        &summary.buffered_write_megabytes_per_second,
+        "MB/s",
+    );
+    row(
+        "warm sequential read",
+        &summary.warm_read_megabytes_per_second,
+        "MB/s",
+    );
+    if let Some(direct) = &summary.direct_write_megabytes_per_second {
+        row("O_DIRECT sequential write", direct, "MB/s");
+    }
+    if summary.runs == 1 {
+        let _ = writeln!(
+            out,
+            "  (one run: on a shared or virtual disk one run can be off by several times; use \
+             --runs 3 or more)"
+        );
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -316,5 +437,13 @@ mod tests {
                 .is_empty()
         );
         assert!(render(&report).contains("append (prefilled file)"));
+    }
+
+    #[test]
+    fn a_spread_is_the_median_and_the_range() {
+        let spread = Spread::of(&[0.17, 1.19, 0.76]);
+        assert!((spread.median - 0.76).abs() < 1e-9);
+        assert!((spread.min - 0.17).abs() < 1e-9 && (spread.max - 1.19).abs() < 1e-9);
+        assert!((Spread::of(&[1.0, 3.0]).median - 2.0).abs() < 1e-9);
     }
 }

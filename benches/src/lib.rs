@@ -5,6 +5,7 @@ pub mod chart;
 pub mod compare;
 pub mod disk;
 pub mod engines;
+pub mod environment;
 pub mod segments;
 pub mod snapshot;
 pub mod stats;

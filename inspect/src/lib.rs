@@ -1,8 +1,11 @@
 //! `iggy-inspect`: decodes any file of a node for people debugging formats. It never writes (the
 //! storage it opens is a `ReadOnly`, so writing does not type-check), decodes as much as it can
-//! from damaged input, shows damaged bytes as a hexdump with offsets, and prints JSON with
-//! `--json`. Files it knows so far: superblock, WAL frontier, WAL directory, snapshot.bin, plus
-//! the compiled constants.
+//! from damaged input, shows damaged bytes as a hexdump with offsets, names the kind of a file
+//! given to the wrong command by its magic, and prints JSON with `--json`.
+//!
+//! Exit codes: 0 everything inspected verifies; 1 it is the kind asked for, but part of it does
+//! not verify (shown), or boot would change or refuse it (`wal`, `node`); 2 not a file of that
+//! kind (its magic names another, or none); 8 usage or I/O error.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -11,19 +14,41 @@ mod partition;
 
 pub use partition::{decode_index, decode_log, decode_segment};
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 use iggy_io::{OsStorage, ReadFile, ReadOnly, ReadStorage};
 use serde_json::{Value, json};
 
+/// The exit codes, as `-h` and `--help` print them.
+const EXIT_CODES: &str = "\
+Exit codes:
+  0  everything inspected verifies
+  1  it is the kind of file asked for, but part of it does not verify (shown, with its bytes),
+     or boot would change or refuse it (wal, node)
+  2  not a file of that kind: the magic it starts with names another kind (or none)
+  8  usage or I/O error";
+
 /// Read-only decoder of the files of an iggy node.
 #[derive(Parser, Debug)]
-#[command(name = "iggy-inspect", version, about, long_about = None)]
+#[command(
+    name = "iggy-inspect",
+    version,
+    about,
+    long_about = None,
+    after_help = EXIT_CODES,
+    arg_required_else_help = true
+)]
 pub struct Cli {
     /// Print JSON instead of text.
     #[arg(long, global = true)]
     pub json: bool,
+    /// Print a completion script for this shell and exit.
+    #[arg(long, value_name = "SHELL", exclusive = true)]
+    pub completions: Option<clap_complete::Shell>,
+    /// Print the man page (roff) and exit.
+    #[arg(long, exclusive = true)]
+    pub man: bool,
     #[command(subcommand)]
-    pub command: Command,
+    pub command: Option<Command>,
 }
 
 #[derive(Subcommand, Debug)]
@@ -165,9 +190,116 @@ pub(crate) fn hex128(value: u128) -> String {
     format!("{value:#034x}")
 }
 
-/// Runs one command, writing to `out`. Returns the report as JSON (printed as text or JSON).
-pub fn run(cli: &Cli, out: &mut dyn Write) -> Result<(), String> {
-    let (report, text) = match &cli.command {
+/// How what was inspected stands: the exit code's meaning.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Verdict {
+    /// Everything verifies (exit 0).
+    Verified,
+    /// The right kind, but part of it does not verify, or boot would change it (exit 1).
+    Damaged,
+    /// Not a file of this kind (exit 2).
+    WrongKind,
+}
+
+impl Verdict {
+    #[must_use]
+    pub fn exit_code(self) -> u8 {
+        match self {
+            Self::Verified => 0,
+            Self::Damaged => 1,
+            Self::WrongKind => 2,
+        }
+    }
+}
+
+/// What one command produced: the JSON, the text, and the verdict.
+pub(crate) struct Inspected {
+    pub value: Value,
+    pub text: String,
+    pub verdict: Verdict,
+}
+
+/// The kind of node file `bytes` look like, by the magic each kind starts with: the command
+/// that reads it, and where the magic was found. `None`: no magic this build knows.
+#[must_use]
+pub fn sniff(bytes: &[u8]) -> Option<(&'static str, String)> {
+    let magic_at = |offset: usize, magic: u64| {
+        bytes
+            .get(offset..offset + 8)
+            .is_some_and(|b| b == magic.to_le_bytes())
+    };
+    let named = |command: &'static str, offset: usize, magic: u64| {
+        let text = String::from_utf8_lossy(&magic.to_le_bytes()).into_owned();
+        Some((command, format!("magic \"{text}\" at offset {offset}")))
+    };
+    if magic_at(32, iggy_superblock::copy::MAGIC) {
+        return named("superblock", 32, iggy_superblock::copy::MAGIC);
+    }
+    if magic_at(32, iggy_wal::frontier::MAGIC) {
+        return named("frontier", 32, iggy_wal::frontier::MAGIC);
+    }
+    if magic_at(0, iggy_snapshot::MAGIC) {
+        return named("snapshot", 0, iggy_snapshot::MAGIC);
+    }
+    if magic_at(16, iggy_segments::index::MAGIC) {
+        return named("index", 16, iggy_segments::index::MAGIC);
+    }
+    if magic_at(16, iggy_segments::offsets::MAGIC) {
+        return named("offsets", 16, iggy_segments::offsets::MAGIC);
+    }
+    let header = bytes.get(..iggy_format::constants::HEADER_SIZE)?;
+    iggy_format::Header::decode(header)
+        .ok()
+        .map(|_| ("segment", "a WAL entry header at offset 0".to_string()))
+}
+
+/// The verdict on a file that did not decode as `wanted`: another kind when its magic says so
+/// (with the words that say which), else damage.
+pub(crate) fn misread(bytes: &[u8], wanted: &str, text: &mut String) -> Verdict {
+    match sniff(bytes) {
+        Some((kind, evidence)) if kind != wanted => {
+            let hint = if kind == "offsets" {
+                "a consumer offset file (iggy-fsck checks those)".to_string()
+            } else {
+                format!("try `iggy-inspect {kind}`")
+            };
+            text.push_str(&format!(
+                "not a {wanted} file: it looks like a {kind} file ({evidence}); {hint}\n"
+            ));
+            Verdict::WrongKind
+        }
+        _ => Verdict::Damaged,
+    }
+}
+
+/// A batch or index timestamp (microseconds since the Unix epoch) as RFC 3339, UTC.
+#[must_use]
+pub fn timestamp_text(micros: u64) -> String {
+    std::time::UNIX_EPOCH
+        .checked_add(std::time::Duration::from_micros(micros))
+        .map_or_else(
+            || format!("{micros} us"),
+            |at| humantime::format_rfc3339_micros(at).to_string(),
+        )
+}
+
+/// Runs the command line (completions, man page, or one command), writing to `out`; returns
+/// the exit code (see [`Verdict`]). `Err`: usage or I/O error (exit 8).
+pub fn run(cli: &Cli, out: &mut dyn Write) -> Result<u8, String> {
+    if let Some(shell) = cli.completions {
+        clap_complete::generate(shell, &mut Cli::command(), "iggy-inspect", out);
+        return Ok(0);
+    }
+    if cli.man {
+        clap_mangen::Man::new(Cli::command())
+            .render(out)
+            .map_err(|e| e.to_string())?;
+        return Ok(0);
+    }
+    let Some(command) = &cli.command else {
+        return Err("a command is required (see --help)".into());
+    };
+    let inspected = match command {
         Command::Superblock { file } => superblock(file)?,
         Command::Frontier { file } => frontier(file)?,
         Command::Wal { dir, entries } => wal(dir, *entries)?,
@@ -181,24 +313,26 @@ pub fn run(cli: &Cli, out: &mut dyn Write) -> Result<(), String> {
         writeln!(
             out,
             "{}",
-            serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?
+            serde_json::to_string_pretty(&inspected.value).map_err(|e| e.to_string())?
         )
     } else {
-        write!(out, "{text}")
+        write!(out, "{}", inspected.text)
     };
     match written {
         // `| head` closed the pipe: what was wanted has been printed.
-        Err(error) if error.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
-        other => other.map_err(|e| e.to_string()),
+        Err(error) if error.kind() == std::io::ErrorKind::BrokenPipe => {}
+        other => other.map_err(|e| e.to_string())?,
     }
+    Ok(inspected.verdict.exit_code())
 }
 
-fn superblock(path: &Path) -> Result<(Value, String), String> {
+fn superblock(path: &Path) -> Result<Inspected, String> {
     use iggy_superblock::copy::{self, COPY_SIZE, Slot};
     let bytes = read_file(path)?;
     let mut text = format!("superblock {} ({} bytes)\n", path.display(), bytes.len());
     let mut copies = Vec::new();
     let mut identity = None;
+    let mut verdict = Verdict::Verified;
     for slot in Slot::ALL {
         let start = usize::try_from(slot.offset()).unwrap_or(usize::MAX);
         let region = bytes.get(start..).unwrap_or(&[]);
@@ -236,6 +370,7 @@ fn superblock(path: &Path) -> Result<(Value, String), String> {
                 }));
             }
             Err(error) => {
+                verdict = Verdict::Damaged;
                 let shown = &region[..region.len().min(160)];
                 text.push_str(&format!(
                     "copy {slot} (offset {start}): {error}\n{}",
@@ -248,9 +383,12 @@ fn superblock(path: &Path) -> Result<(Value, String), String> {
             }
         }
     }
+    if identity.is_none() {
+        verdict = misread(&bytes, "superblock", &mut text);
+    }
     // What boot decides, through the very function boot calls.
     let dir = path.parent().unwrap_or(Path::new("."));
-    let verdict = match identity {
+    let boot = match identity {
         None => "refuse: no copy is valid".to_string(),
         Some(identity) => {
             let parent = dir
@@ -275,20 +413,25 @@ fn superblock(path: &Path) -> Result<(Value, String), String> {
                     )
                 }
                 Ok(iggy_superblock::Opened::Fresh) => "fresh".into(),
-                Err(error) => format!("refuse: {error}"),
+                Err(error) => {
+                    verdict = verdict.max(Verdict::Damaged);
+                    format!("refuse: {error}")
+                }
             }
         }
     };
-    text.push_str(&format!("boot: {verdict}\n"));
-    Ok((
-        json!({ "file": path.display().to_string(), "copies": copies, "boot": verdict }),
+    text.push_str(&format!("boot: {boot}\n"));
+    Ok(Inspected {
+        value: json!({ "file": path.display().to_string(), "copies": copies, "boot": boot }),
         text,
-    ))
+        verdict,
+    })
 }
 
-fn frontier(path: &Path) -> Result<(Value, String), String> {
+fn frontier(path: &Path) -> Result<Inspected, String> {
     use iggy_wal::frontier::{self, SLOT_SIZE};
     let bytes = read_file(path)?;
+    let mut verdict = Verdict::Verified;
     let mut text = format!("frontier {} ({} bytes)\n", path.display(), bytes.len());
     let decoded = frontier::decode_file(&bytes);
     let mut slots = Vec::new();
@@ -312,6 +455,7 @@ fn frontier(path: &Path) -> Result<(Value, String), String> {
                 }));
             }
             Err(error) => {
+                verdict = Verdict::Damaged;
                 let shown = &region[..region.len().min(160)];
                 text.push_str(&format!(
                     "slot {slot} (offset {start}): {error}\n{}",
@@ -321,28 +465,33 @@ fn frontier(path: &Path) -> Result<(Value, String), String> {
             }
         }
     }
+    if decoded.iter().all(Result::is_err) {
+        verdict = misread(&bytes, "frontier", &mut text);
+    }
     let mut repairs = Vec::new();
-    let verdict = match iggy_wal::boot::choose_frontier(path, decoded, &mut repairs) {
+    let boot = match iggy_wal::boot::choose_frontier(path, decoded, &mut repairs) {
         Ok((f, _)) => {
-            let mut verdict = format!(
+            let mut boot = format!(
                 "boot trusts sequence {} (head op {})",
                 f.sequence, f.head_op
             );
             for finding in &repairs {
-                verdict.push_str(&format!("; repairs {:?}", finding.kind));
+                let finding = iggy_recovery::wal_finding("", finding);
+                boot.push_str(&format!("; {} -> {}", finding.what, finding.action.name()));
             }
-            verdict
+            boot
         }
         Err(error) => format!("refuse: {error}"),
     };
-    text.push_str(&format!("boot: {verdict}\n"));
-    Ok((
-        json!({ "file": path.display().to_string(), "slots": slots, "boot": verdict }),
+    text.push_str(&format!("boot: {boot}\n"));
+    Ok(Inspected {
+        value: json!({ "file": path.display().to_string(), "slots": slots, "boot": boot }),
         text,
-    ))
+        verdict,
+    })
 }
 
-fn wal(dir: &Path, list_entries: bool) -> Result<(Value, String), String> {
+fn wal(dir: &Path, list_entries: bool) -> Result<Inspected, String> {
     // The group is the one named by the frontier slot boot would choose: inspect checks the log
     // against itself.
     let frontier_path = dir.join(iggy_wal::boot::FRONTIER_FILE);
@@ -371,6 +520,7 @@ fn wal(dir: &Path, list_entries: bool) -> Result<(Value, String), String> {
             .map(|report| (frontier.group, report)),
         Err(refusal) => Err(refusal),
     };
+    let mut verdict = Verdict::Verified;
     let report = match checked {
         Ok((_, None)) => json!({ "dir": dir.display().to_string(), "verdict": "fresh" }),
         Ok((group, Some(report))) => {
@@ -378,17 +528,26 @@ fn wal(dir: &Path, list_entries: bool) -> Result<(Value, String), String> {
                 "boot trusts ops {}..={} ({} bytes); discards {} bytes\n",
                 report.first_op, report.head_op, report.durable_bytes, report.discarded_bytes
             ));
+            if !report.is_clean() {
+                verdict = Verdict::Damaged;
+            }
+            // In the words and actions of iggy-fsck.
             let findings: Vec<Value> = report
                 .findings
                 .iter()
                 .map(|f| {
+                    let finding = iggy_recovery::wal_finding("", f);
                     text.push_str(&format!(
-                        "  {} at offset {} ({} bytes): {:?} -> {:?}\n",
-                        f.file.display(), f.offset, f.bytes, f.kind, f.kind.action()
+                        "  {} at offset {} ({} bytes): {} -> {}\n",
+                        f.file.display(),
+                        f.offset,
+                        f.bytes,
+                        finding.what,
+                        finding.action.name()
                     ));
                     json!({
                         "file": f.file.display().to_string(), "offset": f.offset, "bytes": f.bytes,
-                        "finding": format!("{:?}", f.kind), "action": format!("{:?}", f.kind.action()),
+                        "kind": finding.kind, "what": finding.what, "action": finding.action,
                     })
                 })
                 .collect();
@@ -408,13 +567,18 @@ fn wal(dir: &Path, list_entries: bool) -> Result<(Value, String), String> {
             })
         }
         Err(error) => {
+            verdict = Verdict::Damaged;
             text.push_str(&format!("boot refuses: {error}\n"));
             // What each file holds is what the reader of a refusal needs next.
             let files = wal_files(&storage, &name, naming, None, list_entries, &mut text)?;
             json!({ "dir": dir.display().to_string(), "refusal": error.to_string(), "files": files })
         }
     };
-    Ok((report, text))
+    Ok(Inspected {
+        value: report,
+        text,
+        verdict,
+    })
 }
 
 /// Per file of the log: the prefix the frontier vouches for (what boot trusts; unknown when boot
@@ -472,7 +636,7 @@ fn wal_files(
     Ok(files)
 }
 
-fn snapshot(path: &Path) -> Result<(Value, String), String> {
+fn snapshot(path: &Path) -> Result<Inspected, String> {
     let bytes = read_file(path)?;
     let mut text = format!("snapshot {} ({} bytes)\n", path.display(), bytes.len());
     match iggy_snapshot::decode(&path.display().to_string(), &bytes) {
@@ -507,8 +671,8 @@ fn snapshot(path: &Path) -> Result<(Value, String), String> {
                     json!({ "error": error.to_string() })
                 }
             };
-            Ok((
-                json!({
+            Ok(Inspected {
+                value: json!({
                     "file": path.display().to_string(), "valid": true,
                     "checkpoint_op": header.checkpoint_op,
                     "checkpoint_checksum": hex128(header.checkpoint_checksum),
@@ -516,20 +680,27 @@ fn snapshot(path: &Path) -> Result<(Value, String), String> {
                     "metadata": summary,
                 }),
                 text,
-            ))
+                verdict: if summary.get("error").is_some() {
+                    Verdict::Damaged
+                } else {
+                    Verdict::Verified
+                },
+            })
         }
         Err(error) => {
             let shown = &bytes[..bytes.len().min(160)];
             text.push_str(&format!("invalid: {error}\n{}", hexdump(shown, 0)));
-            Ok((
-                json!({ "file": path.display().to_string(), "valid": false, "error": error.to_string() }),
+            let verdict = misread(&bytes, "snapshot", &mut text);
+            Ok(Inspected {
+                value: json!({ "file": path.display().to_string(), "valid": false, "error": error.to_string() }),
                 text,
-            ))
+                verdict,
+            })
         }
     }
 }
 
-fn constants() -> (Value, String) {
+fn constants() -> Inspected {
     let values = json!({
         "sector_size": iggy_format::constants::SECTOR_SIZE,
         "entry_header_size": iggy_format::constants::HEADER_SIZE,
@@ -559,5 +730,9 @@ fn constants() -> (Value, String) {
             text.push_str(&format!("{key:<36} {value}\n"));
         }
     }
-    (values, text)
+    Inspected {
+        value: values,
+        text,
+        verdict: Verdict::Verified,
+    }
 }

@@ -8,7 +8,7 @@ fn main() -> ExitCode {
     let cli = iggy_inspect::Cli::parse();
     let stdout = std::io::stdout();
     match iggy_inspect::run(&cli, &mut stdout.lock()) {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(code) => ExitCode::from(code),
         Err(message) => {
             eprintln!("iggy-inspect: {message}");
             ExitCode::from(8)

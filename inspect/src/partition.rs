@@ -11,7 +11,7 @@ use iggy_io::{OsStorage, ReadOnly};
 use iggy_segments::index::{self, IndexEntry};
 use serde_json::{Value, json};
 
-use crate::{hex128, hexdump, map_file, read_file};
+use crate::{Inspected, Verdict, hex128, hexdump, map_file, misread, read_file, timestamp_text};
 
 /// Most entries a segment listing shows in full (the totals always cover the whole file).
 const SHOWN_ENTRIES_MAX: usize = 100_000;
@@ -124,16 +124,17 @@ pub fn decode_log(bytes: &[u8], batches_in_bodies: bool, messages: bool) -> (Val
                 let h = decoded.header;
                 let _ = write!(
                     line,
-                    ": batch partition {} offsets {}..{} ({} messages) base_timestamp {}",
+                    ": batch partition {} offsets {}..{} ({} messages) at {}",
                     h.partition_id,
                     h.base_offset,
                     h.base_offset + u64::from(h.message_count),
                     h.message_count,
-                    h.base_timestamp
+                    timestamp_text(h.base_timestamp)
                 );
                 entry["batch"] = json!({
                     "partition_id": h.partition_id, "base_offset": h.base_offset,
                     "message_count": h.message_count, "base_timestamp": h.base_timestamp,
+                    "base_time": timestamp_text(h.base_timestamp),
                     "origin_timestamp": h.origin_timestamp, "valid": true,
                 });
                 batches += 1;
@@ -214,9 +215,9 @@ pub fn decode_index(bytes: &[u8], start_offset: u64, log: Option<&[u8]>) -> (Val
                     let verdict = log.map(|log| check_entry(entry, log));
                     let _ = writeln!(
                         text,
-                        "  offset {} timestamp {} position {} op {}{}",
+                        "  offset {} at {} position {} op {}{}",
                         entry.offset,
-                        entry.timestamp,
+                        timestamp_text(entry.timestamp),
                         entry.position,
                         entry.op,
                         verdict.as_ref().map_or(String::new(), |v| format!(": {v}"))
@@ -267,7 +268,10 @@ fn check_entry(entry: &IndexEntry, log: &[u8]) -> String {
             if h.base_timestamp == entry.timestamp {
                 "matches the log".into()
             } else {
-                format!("timestamp differs (log {})", h.base_timestamp)
+                format!(
+                    "timestamp differs (log {})",
+                    timestamp_text(h.base_timestamp)
+                )
             }
         }
         Ok(h) => format!("log has op {} at offset {} there", header.op, h.base_offset),
@@ -276,18 +280,32 @@ fn check_entry(entry: &IndexEntry, log: &[u8]) -> String {
 }
 
 /// `segment <file>`.
-pub fn segment(path: &Path, messages: bool) -> Result<(Value, String), String> {
+pub(crate) fn segment(path: &Path, messages: bool) -> Result<Inspected, String> {
     let bytes = map_file(path)?;
     let (mut value, body) = decode_segment(&bytes, messages);
     value["file"] = path.display().to_string().into();
-    Ok((
+    let mut text = format!("segment {} ({} bytes)\n{body}", path.display(), bytes.len());
+    // Every written byte belongs to an entry that verifies (zeros after them were never
+    // written); anything else is damage, or a file of another kind when not even the first
+    // entry decodes.
+    let verified_to = value["valid_end"].as_u64().unwrap_or(0);
+    let written_to = value["seen_end"].as_u64().unwrap_or(0);
+    let verdict = if value["valid_entries"] == 0 && written_to > 0 {
+        misread(&bytes, "segment", &mut text)
+    } else if written_to <= verified_to {
+        Verdict::Verified
+    } else {
+        Verdict::Damaged
+    };
+    Ok(Inspected {
         value,
-        format!("segment {} ({} bytes)\n{body}", path.display(), bytes.len()),
-    ))
+        text,
+        verdict,
+    })
 }
 
 /// `index <file>`: the `.log` beside it (same start offset) is read to check the entries.
-pub fn index_file(path: &Path) -> Result<(Value, String), String> {
+pub(crate) fn index_file(path: &Path) -> Result<Inspected, String> {
     let bytes = read_file(path)?;
     let name = path
         .file_name()
@@ -303,19 +321,34 @@ pub fn index_file(path: &Path) -> Result<(Value, String), String> {
     } else {
         format!("{} not readable: entries not checked", log_path.display())
     };
-    Ok((
+    let mut text = format!(
+        "index {} ({} bytes); {against}\n{body}",
+        path.display(),
+        bytes.len()
+    );
+    let verdict = if value["valid"] != true {
+        misread(&bytes, "index", &mut text)
+    } else if value["entries"].as_array().is_some_and(|entries| {
+        entries.iter().any(|e| {
+            e["against_log"]
+                .as_str()
+                .is_some_and(|v| v != "matches the log")
+        })
+    }) {
+        Verdict::Damaged
+    } else {
+        Verdict::Verified
+    };
+    Ok(Inspected {
         value,
-        format!(
-            "index {} ({} bytes); {against}\n{body}",
-            path.display(),
-            bytes.len()
-        ),
-    ))
+        text,
+        verdict,
+    })
 }
 
 /// `node <dir>`: boot's verdict on every group (the analysis `iggy-fsck` runs), and each
 /// partition's segments.
-pub fn node(dir: &Path) -> Result<(Value, String), String> {
+pub(crate) fn node(dir: &Path) -> Result<Inspected, String> {
     let storage =
         ReadOnly::new(OsStorage::open(dir).map_err(|e| format!("{}: {e}", dir.display()))?);
     let mut report = iggy_recovery::check(&storage, Path::new(""), |_, _| {})
@@ -358,5 +391,13 @@ pub fn node(dir: &Path) -> Result<(Value, String), String> {
     }
     let mut value = report.to_json();
     value["partitions"] = Value::Array(partitions);
-    Ok((value, text))
+    Ok(Inspected {
+        value,
+        text,
+        verdict: if report.is_clean() {
+            Verdict::Verified
+        } else {
+            Verdict::Damaged
+        },
+    })
 }

@@ -83,6 +83,17 @@ fn run(args: &[&str]) -> String {
     String::from_utf8(out).unwrap()
 }
 
+/// Runs a command; returns its exit code and output.
+fn run_code(args: &[&str]) -> (u8, String) {
+    let cli = iggy_inspect::Cli::try_parse_from(
+        std::iter::once("iggy-inspect").chain(args.iter().copied()),
+    )
+    .unwrap();
+    let mut out = Vec::new();
+    let code = iggy_inspect::run(&cli, &mut out).unwrap();
+    (code, String::from_utf8(out).unwrap())
+}
+
 fn path(dir: &tempfile::TempDir, rel: &str) -> String {
     dir.path().join(rel).display().to_string()
 }
@@ -138,8 +149,9 @@ fn every_command_decodes_a_real_node_and_changes_nothing() {
     let text = run(&["wal", &path(&dir, "metadata/wal")]);
     assert!(text.contains("boot trusts ops 1..=3"), "{text}");
     assert!(
-        text.contains("UnpublishedTail"),
-        "the garbage past the frontier is named: {text}"
+        text.contains("unpublished bytes past the published frontier")
+            && text.contains("-> discard-unpublished"),
+        "the garbage past the frontier is named, in iggy-fsck's words: {text}"
     );
     let json: serde_json::Value =
         serde_json::from_str(&run(&["--json", "wal", &path(&dir, "metadata/wal")])).unwrap();
@@ -199,7 +211,8 @@ fn damaged_files_are_decoded_as_far_as_possible_with_their_bytes() {
     let text = run(&["frontier", &path(&dir, "metadata/wal/frontier")]);
     assert!(
         text.contains("boot: boot trusts sequence")
-            && text.contains("repairs FrontierSlotDamaged { slot: 1"),
+            && text.contains("frontier slot 1 is unusable")
+            && text.contains("-> repair-copy"),
         "{text}"
     );
     let mut slot = [0u8; 4096];
@@ -233,7 +246,7 @@ fn a_closed_pipe_is_not_an_error() {
         }
     }
     let cli = iggy_inspect::Cli::try_parse_from(["iggy-inspect", "constants"]).unwrap();
-    assert_eq!(iggy_inspect::run(&cli, &mut Closed), Ok(()));
+    assert_eq!(iggy_inspect::run(&cli, &mut Closed), Ok(0));
 }
 
 /// The inspect command for a file of a node, by its name.
@@ -379,4 +392,107 @@ fn errors_name_the_path_as_given() {
         text.contains(&format!("{metadata}: not a node data directory")) && !text.contains(": :"),
         "{text}"
     );
+}
+
+/// Exit codes: 0 when what was inspected verifies, 1 when it is damaged (or boot would change
+/// it), 2 when it is not a file of that kind, naming the kind its magic says. Before, a file of
+/// the wrong kind exited 0 with a page of "checksum mismatch".
+#[test]
+fn the_exit_code_says_verified_damaged_or_wrong_kind() {
+    let node = fixtures().join("clean/node");
+    let file = |rel: &str| node.join(rel).display().to_string();
+    let superblock = file("partitions/1.1.1/superblock");
+    let segment = file("partitions/1.1.1/00000000000000000000.log");
+    let index = file("partitions/1.1.1/00000000000000000000.index");
+    let snapshot = file("metadata/snapshot.bin");
+    let frontier = file("partitions/1.1.1/frontier");
+    for args in [
+        vec!["superblock", superblock.as_str()],
+        vec!["frontier", frontier.as_str()],
+        vec!["segment", segment.as_str()],
+        vec!["index", index.as_str()],
+        vec!["snapshot", snapshot.as_str()],
+    ] {
+        assert_eq!(run_code(&args).0, 0, "{args:?}");
+    }
+    for (command, given, kind) in [
+        ("superblock", &segment, "segment"),
+        ("snapshot", &superblock, "superblock"),
+        ("index", &frontier, "frontier"),
+        ("frontier", &index, "index"),
+        ("segment", &snapshot, "snapshot"),
+    ] {
+        let (code, text) = run_code(&[command, given]);
+        assert_eq!(code, 2, "{command} {given}: {text}");
+        assert!(
+            text.contains(&format!(
+                "not a {command} file: it looks like a {kind} file"
+            )),
+            "{text}"
+        );
+        assert!(text.contains("magic") || kind == "segment", "{text}");
+    }
+    let damaged =
+        fixtures().join("needs-peer-repair/node/partitions/1.1.2/00000000000000000000.log");
+    assert_eq!(run_code(&["segment", &damaged.display().to_string()]).0, 1);
+    let repair_copy = fixtures().join("repair-copy/node/partitions/1.1.1/superblock");
+    assert_eq!(
+        run_code(&["superblock", &repair_copy.display().to_string()]).0,
+        1
+    );
+    assert_eq!(run_code(&["node", &node.display().to_string()]).0, 0);
+    let unpublished = fixtures().join("unpublished/node");
+    assert_eq!(run_code(&["node", &unpublished.display().to_string()]).0, 1);
+}
+
+/// The text is for people: no Rust debug forms, timestamps as dates, and the actions in the
+/// words iggy-fsck uses.
+#[test]
+fn the_text_has_no_debug_forms_and_shows_dates() {
+    let node = fixtures().join("unpublished/node");
+    let partition = node.join("partitions/1.1.1");
+    let segment = partition.join("00000000000000000000.log");
+    let index = partition.join("00000000000000000000.index");
+    let wal = run(&["wal", &partition.display().to_string()]);
+    let segment_text = run(&["segment", &segment.display().to_string()]);
+    let index_text = run(&["index", &index.display().to_string()]);
+    for text in [&wal, &segment_text, &index_text] {
+        for debug in ["{ ", "Some(", "UnpublishedTail", "DiscardUnpublished"] {
+            assert!(!text.contains(debug), "{debug:?} in {text}");
+        }
+    }
+    assert!(wal.contains("-> discard-unpublished"), "{wal}");
+    // populate stamps batches from 1_700_000_000_000_000 us.
+    assert!(
+        segment_text.contains("at 2023-11-14T22:13:20"),
+        "{segment_text}"
+    );
+    assert!(
+        index_text.contains("at 2023-11-14T22:13:20"),
+        "{index_text}"
+    );
+}
+
+/// `-h` and `--help` list the exit codes; completions and the man page come from the tool.
+#[test]
+fn help_lists_the_exit_codes_and_completions_and_man_page_are_generated() {
+    use clap::CommandFactory;
+    let mut command = iggy_inspect::Cli::command();
+    let short = command.render_help().to_string();
+    let long = command.render_long_help().to_string();
+    for help in [&short, &long] {
+        assert!(
+            help.contains("Exit codes:") && help.contains("2  not a file of that kind"),
+            "{help}"
+        );
+    }
+    let (code, script) = run_code(&["--completions", "bash"]);
+    assert_eq!(code, 0);
+    assert!(
+        script.contains("iggy-inspect") && script.contains("superblock"),
+        "{script}"
+    );
+    let (code, man) = run_code(&["--man"]);
+    assert_eq!(code, 0);
+    assert!(man.contains(".TH") && man.contains("iggy-inspect"), "{man}");
 }

@@ -23,7 +23,7 @@ mod uring;
 
 pub use enumerate::{CrashFailure, CrashState, Enumeration, EnumerationConfig, enumerate};
 pub use error::{Error, ErrorKind, Op, Result};
-pub use os::{DeviceCounters, IoPath, OsStorage, device_counters};
+pub use os::{DeviceCounters, IoPath, MountInfo, OsStorage, device_counters, mount_info};
 pub use read_only::ReadOnly;
 pub use short::ShortIo;
 pub use sim::{CrashPlan, Fault, FaultConfig, SimStorage, TraceOp, WriteFate};

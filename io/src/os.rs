@@ -50,6 +50,116 @@ pub fn device_counters(path: impl AsRef<Path>) -> Option<DeviceCounters> {
     })
 }
 
+/// The mount that holds a path (from `/proc/self/mountinfo`): what a benchmark measured.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MountInfo {
+    /// Where the file system is mounted.
+    pub mount_point: PathBuf,
+    /// Its type (`ext4`, `xfs`, `tmpfs`, `overlay`, ...).
+    pub file_system: String,
+    /// What is mounted: the device (`/dev/nvme0n1p2`) or a pseudo source (`tmpfs`).
+    pub source: String,
+    /// The mount's options, then the file system's own (`rw,relatime,...`).
+    pub options: String,
+}
+
+impl MountInfo {
+    /// Why figures measured here are not a disk's, if they are not: a file system that keeps
+    /// files in memory, or one layered over another.
+    #[must_use]
+    pub fn warning(&self) -> Option<String> {
+        let why = match self.file_system.as_str() {
+            "tmpfs" | "ramfs" => "keeps files in memory: fdatasync reaches no disk",
+            "overlay" | "overlayfs" | "aufs" => {
+                "is layered over another file system: its figures are not the device's alone"
+            }
+            "9p" | "virtiofs" | "fuse" | "nfs" | "nfs4" | "cifs" => {
+                "is a network or host-shared file system: syncs go through another machine"
+            }
+            other if other.starts_with("fuse.") => {
+                "is a FUSE file system: syncs go through a user-space daemon"
+            }
+            _ => return None,
+        };
+        Some(format!(
+            "{} at {} {why}; these are not disk baselines",
+            self.file_system,
+            self.mount_point.display()
+        ))
+    }
+}
+
+/// The mount holding `path` (the longest mount point above it), or `None` where
+/// `/proc/self/mountinfo` is not available.
+#[must_use]
+pub fn mount_info(path: impl AsRef<Path>) -> Option<MountInfo> {
+    let path = std::fs::canonicalize(path).ok()?;
+    let table = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    let mut best: Option<MountInfo> = None;
+    for line in table.lines() {
+        // id parent major:minor root mount-point options [optional...] - type source super
+        let Some((before, after)) = line.split_once(" - ") else {
+            continue;
+        };
+        let fields: Vec<&str> = before.split(' ').collect();
+        let rest: Vec<&str> = after.split(' ').collect();
+        let (Some(mount_point), Some(options)) = (fields.get(4), fields.get(5)) else {
+            continue;
+        };
+        let mount_point = PathBuf::from(unescape_mount_field(mount_point));
+        if !path.starts_with(&mount_point) {
+            continue;
+        }
+        let longer = best
+            .as_ref()
+            .is_none_or(|b| mount_point.as_os_str().len() >= b.mount_point.as_os_str().len());
+        if longer {
+            best = Some(MountInfo {
+                mount_point,
+                file_system: rest.first().copied().unwrap_or("").to_string(),
+                source: rest.get(1).copied().unwrap_or("").to_string(),
+                options: merge_options(options, rest.get(2).copied().unwrap_or("")),
+            });
+        }
+    }
+    best
+}
+
+/// The mount's options, then those of the file system it does not repeat.
+fn merge_options(mount: &str, file_system: &str) -> String {
+    let mut merged: Vec<&str> = mount.split(',').filter(|o| !o.is_empty()).collect();
+    for option in file_system.split(',').filter(|o| !o.is_empty()) {
+        if !merged.contains(&option) {
+            merged.push(option);
+        }
+    }
+    merged.join(",")
+}
+
+/// `/proc/self/mountinfo` escapes space, tab, newline and backslash as octal (`\040`).
+fn unescape_mount_field(field: &str) -> String {
+    let bytes = field.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut index = 0;
+    while index < bytes.len() {
+        let octal = bytes
+            .get(index + 1..index + 4)
+            .filter(|d| bytes[index] == b'\\' && d.iter().all(|b| (b'0'..=b'7').contains(b)));
+        match octal {
+            Some(digits) => {
+                let value = digits.iter().fold(0u32, |v, d| v * 8 + u32::from(d - b'0'));
+                out.push(u8::try_from(value).unwrap_or(b'?'));
+                index += 4;
+            }
+            None => {
+                out.push(bytes[index]);
+                index += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
 /// Storage on a directory of the real file system. Clones share the root directory's
 /// descriptor (and io_uring rings), as `SimStorage` clones share one disk.
 #[derive(Clone, Debug)]

@@ -83,3 +83,27 @@ fn a_crash_frees_the_simulated_lock() {
     storage.power_loss();
     assert_eq!(storage.lock_holder("lock").unwrap(), None);
 }
+
+/// The mount under a path is named (what a benchmark measured), and a file system that keeps
+/// files in memory is called out.
+#[test]
+fn the_mount_under_a_path_is_found_and_tmpfs_is_called_out() {
+    let dir = tempfile::tempdir().unwrap();
+    let mount = iggy_io::mount_info(dir.path()).unwrap();
+    assert!(
+        dir.path()
+            .canonicalize()
+            .unwrap()
+            .starts_with(&mount.mount_point)
+    );
+    assert!(
+        !mount.file_system.is_empty() && !mount.options.is_empty(),
+        "{mount:?}"
+    );
+    if let Some(shm) = iggy_io::mount_info("/dev/shm").filter(|m| m.file_system == "tmpfs") {
+        let warning = shm.warning().unwrap();
+        assert!(warning.contains("fdatasync reaches no disk"), "{warning}");
+    }
+    let root = iggy_io::mount_info("/").unwrap();
+    assert_eq!(root.mount_point, std::path::Path::new("/"));
+}

@@ -761,7 +761,7 @@ impl<S: Storage + Clone> Partition<S> {
             // Creation stopped after the superblock: finish it.
             None => Wal::create_keyed(storage.clone(), dir, config.wal(), 1, 0, 0)?,
         };
-        apply(&storage, dir, &config, &report)?;
+        apply(&storage, dir, &config, &report, mode)?;
         let partition = Self::from_parts(storage, dir, config, wal, superblock, &report);
         Ok(Some((partition, report)))
     }
@@ -1172,8 +1172,21 @@ fn apply<S: Storage>(
     dir: &Path,
     config: &Config,
     report: &Report,
+    mode: Mode,
 ) -> Result<(), PartitionError> {
-    let mut removed = false;
+    if mode == Mode::Repair {
+        // A repair reports the partition clean when it returns, so that must survive a power
+        // loss: an index that verified may be in the page cache only (written at rotation,
+        // without a sync, by the process that crashed). Rebuilt ones are synced below.
+        for segment in &report.segments {
+            let path = dir.join(index::file_name(segment.start_offset));
+            let rebuilt = report.findings.iter().any(|f| f.file == path);
+            if !rebuilt && storage.exists(&path)? {
+                storage.open(&path, OpenMode::Existing)?.sync_data()?;
+            }
+        }
+    }
+    let mut changed = false;
     for finding in &report.findings {
         match &finding.kind {
             FindingKind::IndexRebuild { reason } => {
@@ -1195,7 +1208,7 @@ fn apply<S: Storage>(
                     // Durable before boot (or `iggy-fsck --repair`) reports the partition clean:
                     // a power loss right after must not bring the old index back.
                     file.sync_data()?;
-                    removed = true;
+                    changed = true;
                 }
             }
             FindingKind::SuperblockTemp => {} // removed by the superblock's open
@@ -1208,12 +1221,12 @@ fn apply<S: Storage>(
                 } else {
                     storage.unlink(&finding.file)?;
                 }
-                removed = true;
+                changed = true;
             }
             FindingKind::Install(_) => {}
         }
     }
-    if removed {
+    if changed {
         // The sweep (and the names of rebuilt indexes) durable before new files of those names
         // may appear, and before the partition is reported clean.
         storage.sync_dir(dir)?;

@@ -35,7 +35,8 @@ enum Command {
     /// (okaywal, raft-engine) in one run, interleaved over rounds; medians and ratios to the
     /// raw prefilled baseline. Scenarios: batches of 250 published; unpublished; single records
     /// published; 64 concurrent appenders each waiting on its own record; boot replay warm and
-    /// cold (cold drops the page cache, which needs root).
+    /// cold (cold runs `sync; echo 3 > /proc/sys/vm/drop_caches`, which needs root and drops the
+    /// page cache of the whole machine, not only this benchmark's files).
     Compare(CompareArgs),
     /// Times boot of an existing iggy WAL directory (for example one written by `iggy-bench wal
     /// --dir D`, whose log is in `D/iggy-bench-wal/wal`): verification of the whole published
@@ -52,11 +53,23 @@ enum Command {
     Segments(SegmentsArgs),
 }
 
-#[derive(clap::Args, Debug)]
-struct SegmentsArgs {
-    /// Directory to benchmark in. Default: a new temporary directory.
+/// Where a benchmark runs.
+#[derive(clap::Args, Debug, Default)]
+struct DirArgs {
+    /// Directory to benchmark in (on the disk to size); it must exist unless --create-dir is
+    /// given. Files are created and removed there. Default: a new temporary directory (on the
+    /// file system of the system temp dir, which may be tmpfs: the report says).
     #[arg(long)]
     dir: Option<PathBuf>,
+    /// Create --dir (and its parents) if it does not exist.
+    #[arg(long, requires = "dir")]
+    create_dir: bool,
+}
+
+#[derive(clap::Args, Debug)]
+struct SegmentsArgs {
+    #[command(flatten)]
+    dir: DirArgs,
     /// Messages per batch.
     #[arg(long, default_value_t = 250)]
     messages_per_batch: u32,
@@ -85,9 +98,8 @@ struct SegmentsArgs {
 
 #[derive(clap::Args, Debug)]
 struct SnapshotArgs {
-    /// Directory to write snapshot.bin in. Default: a new temporary directory.
-    #[arg(long)]
-    dir: Option<PathBuf>,
+    #[command(flatten)]
+    dir: DirArgs,
     /// Streams (each with one topic).
     #[arg(long, default_value_t = 10_000)]
     streams: u32,
@@ -128,9 +140,8 @@ enum IoArg {
 
 #[derive(clap::Args, Debug)]
 struct WalArgs {
-    /// Directory to benchmark in. Default: a new temporary directory.
-    #[arg(long)]
-    dir: Option<PathBuf>,
+    #[command(flatten)]
+    dir: DirArgs,
     /// Bytes per record.
     #[arg(long, default_value_t = 1000)]
     record_bytes: usize,
@@ -167,9 +178,8 @@ struct WalArgs {
 
 #[derive(clap::Args, Debug)]
 struct CompareArgs {
-    /// Directory to benchmark in. Default: a new temporary directory.
-    #[arg(long)]
-    dir: Option<PathBuf>,
+    #[command(flatten)]
+    dir: DirArgs,
     /// Smaller volumes and one round (a few minutes on 2 cores).
     #[arg(long)]
     quick: bool,
@@ -200,10 +210,12 @@ struct CompareArgs {
 
 #[derive(clap::Args, Debug, Default)]
 struct DiskArgs {
-    /// Directory to benchmark in (files are created and removed there). Default: a new
-    /// temporary directory.
-    #[arg(long)]
-    dir: Option<PathBuf>,
+    #[command(flatten)]
+    dir: DirArgs,
+    /// How many times to run every scenario; the report gives the median and the spread (a
+    /// shared or virtual disk can differ several times from one run to the next).
+    #[arg(long, default_value_t = 3)]
+    runs: usize,
     /// Bytes per record.
     #[arg(long, default_value_t = 1000)]
     record_bytes: usize,
@@ -235,6 +247,7 @@ fn main() -> ExitCode {
             batch: 250,
             total_mib: 64,
             sync_iterations: 2000,
+            runs: 3,
             ..DiskArgs::default()
         }),
     };
@@ -254,15 +267,45 @@ fn print_json(value: &impl serde::Serialize) -> Result<(), String> {
     Ok(())
 }
 
-/// The directory to run in: the one given, or a new temp dir kept alive by the guard.
-fn bench_dir(dir: Option<&PathBuf>) -> Result<(PathBuf, Option<tempfile::TempDir>), String> {
-    match dir {
-        Some(dir) => Ok((dir.clone(), None)),
+/// The directory to run in: the one given (which must exist, or is created with
+/// `--create-dir`), or a new temp dir kept alive by the guard. `announce`: print what is
+/// measured there (device, file system, mount options, a warning for tmpfs and the like) on
+/// stderr, for the commands whose own report does not say it.
+fn bench_dir(
+    args: &DirArgs,
+    announce: bool,
+) -> Result<(PathBuf, Option<tempfile::TempDir>), String> {
+    let (dir, guard) = match &args.dir {
+        Some(dir) => {
+            let storage = OsStorage::open(dir);
+            match storage {
+                Ok(_) => {}
+                Err(error) if error.is_not_found() && args.create_dir => {
+                    OsStorage::create(dir).map_err(|e| format!("--dir: {e}"))?;
+                }
+                Err(error) if error.is_not_found() => {
+                    return Err(format!(
+                        "--dir {}: does not exist (give a directory on the disk to measure, or \
+                         add --create-dir)",
+                        dir.display()
+                    ));
+                }
+                Err(error) => return Err(format!("--dir: {error}")),
+            }
+            (dir.clone(), None)
+        }
         None => {
             let temp = tempfile::tempdir().map_err(|e| format!("creating a temp dir: {e}"))?;
-            Ok((temp.path().to_path_buf(), Some(temp)))
+            (temp.path().to_path_buf(), Some(temp))
         }
+    };
+    if announce {
+        eprint!(
+            "{}",
+            iggy_benches::environment::render(&iggy_benches::environment::describe(&dir))
+        );
     }
+    Ok((dir, guard))
 }
 
 fn run_wal(args: &WalArgs) -> Result<(), String> {
@@ -270,7 +313,7 @@ fn run_wal(args: &WalArgs) -> Result<(), String> {
     if args.record_bytes == 0 || args.batch == 0 || total_bytes == 0 || args.writers == 0 {
         return Err("--record-bytes, --batch, --writers and the total must be positive".into());
     }
-    let (dir, _guard) = bench_dir(args.dir.as_ref())?;
+    let (dir, _guard) = bench_dir(&args.dir, true)?;
     let base = iggy_benches::engines::run_dir(&dir, "iggy-bench-wal")?;
     let wal = std::sync::Arc::new(iggy_benches::engines::IggyWal::open_with(
         &base,
@@ -356,7 +399,7 @@ fn run_segments(args: &SegmentsArgs) -> Result<(), String> {
     {
         return Err("every size and --rounds must be positive".into());
     }
-    let (dir, _guard) = bench_dir(args.dir.as_ref())?;
+    let (dir, _guard) = bench_dir(&args.dir, true)?;
     let sizes = iggy_benches::segments::Sizes {
         messages_per_batch: args.messages_per_batch,
         message_bytes: args.message_bytes,
@@ -387,7 +430,7 @@ fn run_segments(args: &SegmentsArgs) -> Result<(), String> {
 }
 
 fn run_snapshot(args: &SnapshotArgs) -> Result<(), String> {
-    let (dir, _guard) = bench_dir(args.dir.as_ref())?;
+    let (dir, _guard) = bench_dir(&args.dir, true)?;
     let sizes = iggy_benches::snapshot::Sizes {
         streams: args.streams,
         partitions_per_topic: args.partitions_per_topic,
@@ -458,7 +501,7 @@ fn parse_scenario(name: &str) -> Result<Scenario, String> {
 }
 
 fn run_compare(args: &CompareArgs) -> Result<(), String> {
-    let (dir, _guard) = bench_dir(args.dir.as_ref())?;
+    let (dir, _guard) = bench_dir(&args.dir, true)?;
     let mut sizes = if args.quick {
         Sizes::quick()
     } else {
@@ -501,36 +544,52 @@ fn run_compare(args: &CompareArgs) -> Result<(), String> {
             sizes.rounds
         );
         print!("{}", compare::render(&cells, &engines));
+        if let Some(caveat) = compare::caveat(sizes.rounds) {
+            println!("{caveat}");
+        }
     }
     Ok(())
 }
 
 fn run_disk(args: &DiskArgs) -> Result<(), String> {
-    if args.record_bytes == 0 || args.batch == 0 || args.total_mib == 0 {
-        return Err("--record-bytes, --batch and --total-mib must be positive".into());
+    if args.record_bytes == 0 || args.batch == 0 || args.total_mib == 0 || args.runs == 0 {
+        return Err("--record-bytes, --batch, --total-mib and --runs must be positive".into());
     }
-    let (dir, _guard) = bench_dir(args.dir.as_ref())?;
-    let storage = OsStorage::create(&dir).map_err(|e| e.to_string())?;
+    let (dir, _guard) = bench_dir(&args.dir, false)?;
+    let storage = OsStorage::open(&dir).map_err(|e| e.to_string())?;
     let config = DiskConfig {
         record_bytes: args.record_bytes,
         batch_records: args.batch,
         total_bytes: args.total_mib << 20,
         sync_iterations: args.sync_iterations,
     };
+    let environment = iggy_benches::environment::describe(&dir);
     if !args.json {
         println!("iggy-bench disk in {}", dir.display());
+        print!("{}", iggy_benches::environment::render(&environment));
     }
-    let bar = progress_bar(5);
-    let report = disk::run(&storage, &config, |step| {
-        bar.set_message(step.to_string());
-        bar.inc(1);
-    })
-    .map_err(|e| e.to_string())?;
+    let bar = progress_bar(5 * args.runs as u64);
+    let mut reports = Vec::with_capacity(args.runs);
+    for run in 0..args.runs {
+        let report = disk::run(&storage, &config, |step| {
+            bar.set_message(format!("run {}/{}: {step}", run + 1, args.runs));
+            bar.inc(1);
+        })
+        .map_err(|e| e.to_string())?;
+        reports.push(report);
+    }
     bar.finish_and_clear();
+    let summary = disk::summarize(&reports);
     if args.json {
-        print_json(&report)?;
+        print_json(&serde_json::json!({
+            "environment": environment, "summary": summary, "runs": reports,
+        }))?;
     } else {
-        print!("{}", disk::render(&report));
+        // The last run in full (latency percentiles, io_uring), then every figure's spread.
+        if let Some(last) = reports.last() {
+            print!("{}", disk::render(last));
+        }
+        print!("{}", disk::render_summary(&summary));
     }
     Ok(())
 }

@@ -164,9 +164,13 @@ pub fn hash_tree(root: &Path) -> BTreeMap<PathBuf, u128> {
             let path = dir.join(&entry.name);
             match entry.kind {
                 EntryKind::Dir => pending.push(path),
-                _ => {
+                EntryKind::File => {
                     let bytes = read_all(&storage, &path);
                     hashes.insert(path, iggy_format::checksum(&bytes));
+                }
+                // A FIFO or device: present, never read.
+                EntryKind::Other => {
+                    hashes.insert(path, 0);
                 }
             }
         }
@@ -192,6 +196,21 @@ pub fn copy_tree(from: &Path, to: &Path) {
             }
         }
     }
+}
+
+/// Runs `iggy-fsck` in process; returns the exit code, stdout and stderr.
+pub fn fsck_all(args: &[&str]) -> (u8, String, String) {
+    let mut out = Vec::new();
+    let mut err = Vec::new();
+    let mut input: &[u8] = b"";
+    let mut argv = vec!["iggy-fsck"];
+    argv.extend_from_slice(args);
+    let code = iggy_fsck::run(argv, &mut out, &mut err, &mut input);
+    (
+        code,
+        String::from_utf8(out).unwrap(),
+        String::from_utf8(err).unwrap(),
+    )
 }
 
 /// Runs `iggy-fsck` in process; returns the exit code and stdout.

@@ -1,0 +1,102 @@
+//! `iggy-bench` tells what it measured and refuses to measure the wrong place: it names the
+//! device and file system (and warns on tmpfs), gives medians and spreads over several runs,
+//! creates `--dir` only when asked, and says when a compare table is one round.
+#![allow(
+    clippy::unwrap_used,
+    reason = "test code: a failed unwrap is a failed test"
+)]
+
+use std::process::Command;
+
+fn bench(args: &[&str]) -> (i32, String, String) {
+    let output = Command::new(env!("CARGO_BIN_EXE_iggy-bench"))
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        output.status.code().unwrap_or(-1),
+        String::from_utf8(output.stdout).unwrap(),
+        String::from_utf8(output.stderr).unwrap(),
+    )
+}
+
+const TINY: [&str; 7] = [
+    "--total-mib",
+    "1",
+    "--sync-iterations",
+    "4",
+    "--batch",
+    "16",
+    "--json",
+];
+
+/// A `--dir` that does not exist is refused and not created (the README's `/your/disk` was
+/// created at the root before); `--create-dir` creates it.
+#[test]
+fn a_missing_dir_is_refused_unless_asked_to_create_it() {
+    let temp = tempfile::tempdir().unwrap();
+    let missing = temp.path().join("your/disk");
+    let missing = missing.to_str().unwrap();
+    let (code, _, err) = bench(&["disk", "--dir", missing, "--runs", "1"]);
+    assert_eq!(code, 8, "{err}");
+    assert!(
+        err.contains("does not exist") && err.contains("--create-dir"),
+        "{err}"
+    );
+    assert!(!temp.path().join("your").exists());
+    let mut args = vec!["disk", "--dir", missing, "--create-dir", "--runs", "1"];
+    args.extend(TINY);
+    let (code, _, err) = bench(&args);
+    assert_eq!(code, 0, "{err}");
+    assert!(temp.path().join("your/disk").is_dir());
+}
+
+/// The report names what was measured, and gives a median and range for every figure over the
+/// runs; on tmpfs it warns that these are not disk figures.
+#[test]
+fn the_report_names_the_file_system_and_spreads_over_runs() {
+    let temp = tempfile::tempdir().unwrap();
+    let mut args = vec![
+        "disk",
+        "--dir",
+        temp.path().to_str().unwrap(),
+        "--runs",
+        "3",
+    ];
+    args.extend(TINY);
+    let (code, out, err) = bench(&args);
+    assert_eq!(code, 0, "{err}");
+    let report: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert!(report["environment"]["file_system"].is_string(), "{report}");
+    assert!(report["environment"]["device"].is_string(), "{report}");
+    assert_eq!(report["runs"].as_array().unwrap().len(), 3);
+    let spread = &report["summary"]["append_prefilled_records_per_second"];
+    assert!(
+        spread["min"].as_f64() <= spread["median"].as_f64(),
+        "{spread}"
+    );
+    assert!(
+        spread["median"].as_f64() <= spread["max"].as_f64(),
+        "{spread}"
+    );
+    let shm = std::path::Path::new("/dev/shm");
+    if iggy_io::mount_info(shm).is_some_and(|m| m.file_system == "tmpfs") {
+        let dir = tempfile::tempdir_in(shm).unwrap();
+        let mut args = vec!["disk", "--dir", dir.path().to_str().unwrap(), "--runs", "1"];
+        args.extend(&TINY[..6]);
+        let (code, out, _) = bench(&args);
+        assert_eq!(code, 0);
+        assert!(
+            out.contains("WARNING: tmpfs") && out.contains("not disk baselines"),
+            "{out}"
+        );
+        assert!(out.contains("one run"), "a single run says so: {out}");
+    }
+}
+
+#[test]
+fn a_one_round_compare_says_so() {
+    let caveat = iggy_benches::compare::caveat(1).unwrap();
+    assert!(caveat.contains("one round") && caveat.contains("--rounds 3"));
+    assert_eq!(iggy_benches::compare::caveat(3), None);
+}
