@@ -597,6 +597,14 @@ fn wal_files(
         if naming.parse(&entry.name).is_none() {
             continue;
         }
+        if entry.kind != iggy_io::EntryKind::File {
+            // Named like a log file, but a directory or a FIFO: never opened (boot skips it).
+            text.push_str(&format!(
+                "  {}: not a regular file; not read\n",
+                entry.name.to_string_lossy()
+            ));
+            continue;
+        }
         let path = dir.join(&entry.name);
         let file = storage.open_read(&path).map_err(|e| e.to_string())?;
         let bytes = FileBytes::of(&file)?;

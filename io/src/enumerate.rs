@@ -7,8 +7,9 @@
 //!
 //! The states at one crash point are the durable images plus:
 //! - every subset of the pending (unsynced) writes crossed with every prefix of the pending
-//!   directory operations, when there are at most `max_states_per_point` of them; otherwise the
-//!   four extremes (nothing, everything, each kind alone) and a seeded sample up to the bound;
+//!   directory operations (every subset of them, with [`DirOrder::Unordered`]), when there are
+//!   at most `max_states_per_point` of them; otherwise the four extremes (nothing, everything,
+//!   each kind alone) and a seeded sample up to the bound;
 //! - `torn_states_per_point` seeded states in which one multi-sector pending write is torn at a
 //!   512-byte or 4 KiB boundary.
 //!
@@ -19,7 +20,7 @@ use std::fmt;
 
 use rand::Rng;
 
-use crate::sim::{CrashPlan, SimState, SimStorage, TraceOp, WriteFate};
+use crate::sim::{CrashPlan, DirOrder, SimState, SimStorage, TraceOp, WriteFate};
 use crate::sim::{FaultConfig, state::SECTOR_SIZES, state::sector_pieces};
 
 /// Bounds of an enumeration.
@@ -35,6 +36,9 @@ pub struct EnumerationConfig {
     pub max_points: Option<usize>,
     /// Skip every crash point before the first mark with this label (a workload's set-up).
     pub start_at_mark: Option<String>,
+    /// Which pending directory operations may survive: a prefix (`Ordered`), or any subset
+    /// (`Unordered`, where every `sync_dir` a protocol relies on shows).
+    pub dir_order: DirOrder,
 }
 
 impl Default for EnumerationConfig {
@@ -45,6 +49,7 @@ impl Default for EnumerationConfig {
             torn_states_per_point: 8,
             max_points: None,
             start_at_mark: None,
+            dir_order: DirOrder::Ordered,
         }
     }
 }
@@ -77,7 +82,8 @@ pub struct CrashFailure {
     pub point: usize,
     pub last_op: Option<String>,
     pub marks: Vec<String>,
-    pub plan: CrashPlan,
+    /// Boxed: every enumeration's `Result` carries this type.
+    pub plan: Box<CrashPlan>,
     pub reason: String,
 }
 
@@ -134,7 +140,7 @@ pub fn enumerate(
                     point,
                     last_op: last_op.map(|op| format!("{op:?}")),
                     marks: marks.to_vec(),
-                    plan: plan.clone(),
+                    plan: Box::new(plan.clone()),
                     reason,
                 })?;
             }
@@ -176,11 +182,87 @@ fn choose_points(
     Some(points)
 }
 
+/// Which pending directory operations survive a plan: the first `kept` entry changes, or the
+/// operations `subset` flags.
+#[derive(Clone)]
+struct DirChoice {
+    kept: usize,
+    subset: Option<Vec<bool>>,
+}
+
+/// The directory side of the crash states at the current point: how many there are, the one
+/// numbered `index` (`0..count`, when they can be listed), a seeded one, and the two extremes.
+struct DirSpace {
+    order: DirOrder,
+    entries: usize,
+    operations: usize,
+}
+
+impl DirSpace {
+    /// How many choices there are (`None`: too many to count).
+    fn count(&self) -> Option<usize> {
+        match self.order {
+            DirOrder::Ordered => Some(self.entries + 1),
+            DirOrder::Unordered => u32::try_from(self.operations)
+                .ok()
+                .and_then(|n| 1usize.checked_shl(n)),
+        }
+    }
+
+    fn nth(&self, index: usize) -> DirChoice {
+        match self.order {
+            DirOrder::Ordered => DirChoice {
+                kept: index,
+                subset: None,
+            },
+            DirOrder::Unordered => DirChoice {
+                kept: 0,
+                subset: Some((0..self.operations).map(|i| index >> i & 1 == 1).collect()),
+            },
+        }
+    }
+
+    /// Nothing (`all` false) or everything.
+    fn extreme(&self, all: bool) -> DirChoice {
+        match self.order {
+            DirOrder::Ordered => DirChoice {
+                kept: if all { self.entries } else { 0 },
+                subset: None,
+            },
+            DirOrder::Unordered => DirChoice {
+                kept: 0,
+                subset: Some(vec![all; self.operations]),
+            },
+        }
+    }
+
+    fn random(&self, state: &mut SimState) -> DirChoice {
+        match self.order {
+            DirOrder::Ordered => DirChoice {
+                kept: state.rng().random_range(0..=self.entries),
+                subset: None,
+            },
+            DirOrder::Unordered => DirChoice {
+                kept: 0,
+                subset: Some(
+                    (0..self.operations)
+                        .map(|_| state.rng().random_bool(0.5))
+                        .collect(),
+                ),
+            },
+        }
+    }
+}
+
 /// The plans to check at the current point, each flagged whether it tears a write.
 fn plans(state: &mut SimState, config: &EnumerationConfig) -> Vec<(CrashPlan, bool)> {
     let writes = state.pending_write_summary();
-    let dir_ops = state.pending_dir_op_count();
-    let subset_plan = |mask: &dyn Fn(usize) -> bool, dir_ops_kept| CrashPlan {
+    let dirs = DirSpace {
+        order: config.dir_order,
+        entries: state.pending_dir_op_count(),
+        operations: state.pending_dir_operations().len(),
+    };
+    let subset_plan = |mask: &dyn Fn(usize) -> bool, dir: DirChoice| CrashPlan {
         writes: (0..writes.len())
             .map(|i| {
                 if mask(i) {
@@ -190,31 +272,36 @@ fn plans(state: &mut SimState, config: &EnumerationConfig) -> Vec<(CrashPlan, bo
                 }
             })
             .collect(),
-        dir_ops_kept,
+        dir_ops_kept: dir.kept,
+        dir_ops_subset: dir.subset,
     };
     let mut plans = Vec::new();
     let exhaustive = u32::try_from(writes.len())
         .ok()
         .and_then(|w| 1usize.checked_shl(w))
-        .and_then(|subsets| subsets.checked_mul(dir_ops + 1))
+        .zip(dirs.count())
+        .and_then(|(subsets, dir_choices)| subsets.checked_mul(dir_choices))
         .is_some_and(|total| total <= config.max_states_per_point);
     if exhaustive {
         for mask in 0..1usize << writes.len() {
-            for kept in 0..=dir_ops {
-                plans.push((subset_plan(&|i| mask >> i & 1 == 1, kept), false));
+            for choice in 0..dirs.count().unwrap_or(0) {
+                plans.push((
+                    subset_plan(&|i| mask >> i & 1 == 1, dirs.nth(choice)),
+                    false,
+                ));
             }
         }
     } else {
-        for (all_writes, kept) in [(false, 0), (true, dir_ops), (false, dir_ops), (true, 0)] {
-            plans.push((subset_plan(&|_| all_writes, kept), false));
+        for (all_writes, all_dirs) in [(false, false), (true, true), (false, true), (true, false)] {
+            plans.push((subset_plan(&|_| all_writes, dirs.extreme(all_dirs)), false));
         }
         while plans.len() < config.max_states_per_point {
             let mask: Vec<bool> = writes
                 .iter()
                 .map(|_| state.rng().random_bool(0.5))
                 .collect();
-            let kept = state.rng().random_range(0..=dir_ops);
-            plans.push((subset_plan(&|i| mask[i], kept), false));
+            let choice = dirs.random(state);
+            plans.push((subset_plan(&|i| mask[i], choice), false));
         }
     }
     let tearable: Vec<usize> = (0..writes.len())
@@ -226,6 +313,7 @@ fn plans(state: &mut SimState, config: &EnumerationConfig) -> Vec<(CrashPlan, bo
         return plans;
     }
     for _ in 0..config.torn_states_per_point {
+        let choice = dirs.random(state);
         let rng = state.rng();
         let target = tearable[rng.random_range(0..tearable.len())];
         let mut sector_bytes = SECTOR_SIZES[rng.random_range(0..SECTOR_SIZES.len())];
@@ -250,7 +338,8 @@ fn plans(state: &mut SimState, config: &EnumerationConfig) -> Vec<(CrashPlan, bo
                     }
                 })
                 .collect(),
-            dir_ops_kept: rng.random_range(0..=dir_ops),
+            dir_ops_kept: choice.kept,
+            dir_ops_subset: choice.subset,
         };
         plan.writes[target] = WriteFate::Torn { sector_bytes, kept };
         plans.push((plan, true));

@@ -149,6 +149,7 @@ fn an_explicit_torn_plan_keeps_exactly_the_named_sectors() {
             kept: vec![true, false, true],
         }],
         dir_ops_kept: 0,
+        dir_ops_subset: None,
     };
     storage.power_loss_with(&plan);
     let contents = storage.read_all("f").unwrap();

@@ -29,6 +29,8 @@ pub struct Options {
     pub metadata_file_bytes: u64,
     /// Messages per batch are 1 to this many.
     pub max_messages: u32,
+    /// Replicas in the cluster (the node is replica 0 of them).
+    pub replicas: u8,
 }
 
 impl Default for Options {
@@ -40,6 +42,7 @@ impl Default for Options {
             segment_size_bytes: 16 << 10,
             metadata_file_bytes: 64 << 10,
             max_messages: 4,
+            replicas: 3,
         }
     }
 }
@@ -47,10 +50,16 @@ impl Default for Options {
 /// The node's identity: replica 0 of a 3-replica cluster.
 #[must_use]
 pub fn identity() -> Identity {
+    identity_of(3)
+}
+
+/// The node's identity in a cluster of `replicas`.
+#[must_use]
+pub fn identity_of(replicas: u8) -> Identity {
     Identity {
         cluster: 0x1667,
         replica: 0,
-        replica_count: 3,
+        replica_count: replicas,
     }
 }
 
@@ -95,13 +104,10 @@ pub fn populate<S: Storage + Clone>(
         file_size_bytes: options.metadata_file_bytes,
         ..crate::boot::metadata_wal_config()
     };
-    let mut metadata = MetadataGroup::create(
-        storage.clone(),
-        &data_dir.join(METADATA_DIR),
-        identity(),
-        wal,
-    )
-    .map_err(|e| error(&e))?;
+    let identity = identity_of(options.replicas);
+    let mut metadata =
+        MetadataGroup::create(storage.clone(), &data_dir.join(METADATA_DIR), identity, wal)
+            .map_err(|e| error(&e))?;
     let submit = |metadata: &mut MetadataGroup<S>, op: Op| -> Result<(), String> {
         metadata
             .submit(&op)
@@ -127,7 +133,7 @@ pub fn populate<S: Storage + Clone>(
                 max_age_seconds: 7 * 24 * 3600,
                 max_bytes: 0,
             },
-            replication_factor: 3,
+            replication_factor: options.replicas.min(3),
         },
     )?;
     for client in 0..8u128 {
@@ -162,7 +168,7 @@ pub fn populate<S: Storage + Clone>(
             partition,
         };
         let dir: PathBuf = partitions_dir.join(key.dir_name());
-        let config = partition_config(identity(), key, Some(options.segment_size_bytes));
+        let config = partition_config(identity, key, Some(options.segment_size_bytes));
         let log = Partition::create(storage.clone(), &dir, config).map_err(|e| error(&e))?;
         let published = options.batches.saturating_sub(options.unpublished_batches);
         for index in 0..options.batches {

@@ -19,6 +19,7 @@ fn options() -> Options {
         segment_size_bytes: 4096,
         metadata_file_bytes: 8192,
         max_messages: 2,
+        replicas: 3,
     }
 }
 

@@ -159,6 +159,7 @@ fn options() -> Options {
         segment_size_bytes: 4096,
         metadata_file_bytes: 8192,
         max_messages: 3,
+        replicas: 3,
     }
 }
 

@@ -28,6 +28,7 @@ fn options() -> Options {
         segment_size_bytes: 4096,
         metadata_file_bytes: 16 << 10,
         max_messages: 3,
+        replicas: 3,
     }
 }
 

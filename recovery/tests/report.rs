@@ -21,6 +21,7 @@ fn an_io_error_during_the_check_exits_8_and_names_its_group() {
         segment_size_bytes: 4096,
         metadata_file_bytes: 8192,
         max_messages: 2,
+        replicas: 3,
     };
     populate(&storage, Path::new(""), &options).unwrap();
     storage
@@ -44,4 +45,46 @@ fn an_io_error_during_the_check_exits_8_and_names_its_group() {
     // Without the fault, the same node is no refusal.
     let again = check(&ReadOnly::new(storage), Path::new(""), |_, _| {}).unwrap();
     assert!(again.exit_code() <= exit::REPAIR, "{}", again.render());
+}
+
+/// Damage to published data is repaired from the peers in a replicated cluster, and refused in
+/// a single-replica one (there is no other copy); either way the report is not clean, and the
+/// finding names the file.
+#[test]
+fn damage_needs_peers_when_replicated_and_refuses_with_one_replica() {
+    for (replicas, status, code) in [
+        (3u8, Status::NeedsPeerRepair, exit::NEEDS_PEER_REPAIR),
+        (1, Status::Refuse, exit::REFUSE),
+    ] {
+        let storage = SimStorage::new(8);
+        let options = Options {
+            partitions: 2,
+            batches: 6,
+            unpublished_batches: 0,
+            segment_size_bytes: 4096,
+            metadata_file_bytes: 8192,
+            max_messages: 2,
+            replicas,
+        };
+        populate(&storage, Path::new(""), &options).unwrap();
+        let segment = "partitions/1.1.1/00000000000000000000.log";
+        storage.rot(segment, 300, 0x01).unwrap();
+        let report = check(&ReadOnly::new(storage.clone()), Path::new(""), |_, _| {}).unwrap();
+        assert!(!report.is_clean());
+        assert_eq!(report.exit_code(), code, "{}", report.render());
+        let group = report
+            .groups
+            .iter()
+            .find(|g| g.group == "partition 1.1.1")
+            .unwrap();
+        assert_eq!(group.status, status);
+        assert!(
+            report
+                .findings
+                .iter()
+                .any(|f| f.kind == "damaged" && f.file == Path::new(segment)),
+            "{}",
+            report.render()
+        );
+    }
 }

@@ -77,6 +77,7 @@ fn run(seed: u64) -> Result<(), String> {
         segment_size_bytes: 4096,
         metadata_file_bytes: 8192,
         max_messages: 3,
+        replicas: 3,
     };
     populate(&storage, Path::new(""), &options)?;
     let mut node = restart(&storage, &mut rng, false)?;

@@ -78,7 +78,8 @@ pub fn recover<S: Storage>(storage: &S, dir: &Path) -> Result<Vec<Finding>, Part
         match kind {
             InstallFinding::Abandoned => {
                 storage.remove_dir_all(&finding.file)?;
-                // Gone durably before a new install builds a directory of that name.
+                // Gone durably: a power loss after boot reported the partition clean does not
+                // bring it back for the next boot to report again.
                 storage.sync_dir(dir)?;
             }
             InstallFinding::Uncommitted => roll_back(storage, dir)?,
@@ -93,7 +94,8 @@ pub fn finish<S: Storage>(storage: &S, dir: &Path) -> Result<(), PartitionError>
     let retired = dir.join(RETIRED_DIR);
     if storage.exists(&retired)? {
         storage.remove_dir_all(&retired)?;
-        // Durably gone before another install may create the name again.
+        // Durably gone (with the rollback's rename, when there was one): a power loss after
+        // boot reported the partition clean does not bring it back.
         storage.sync_dir(dir)?;
     }
     Ok(())
@@ -143,8 +145,9 @@ fn roll_back<S: Storage>(storage: &S, dir: &Path) -> Result<(), PartitionError> 
     // The old files are back durably before the backup stops being the way back.
     storage.sync_dir(dir)?;
     storage.rename(&backup, dir.join(RETIRED_DIR))?;
-    // The rollback is complete once this is durable.
-    storage.sync_dir(dir)?;
+    // `finish` makes the rename durable with its removal of the retired tree (one directory
+    // sync for both): until then a crash finds the backup again and restores again, to the same
+    // result.
     finish(storage, dir)
 }
 
@@ -338,8 +341,9 @@ impl<S: Storage + Clone> Install<S> {
         if !storage.exists(dir.join(OFFSETS_STAGING_DIR))? {
             storage.create_dir(dir.join(OFFSETS_STAGING_DIR))?;
         }
-        // Every staged name durable before the backup exists.
-        storage.sync_dir(dir)?;
+        // The staged names become durable with the directory sync that makes the backup the way
+        // back (below): nothing relies on them before, and a crash before leaves the old
+        // partition live with leftovers the sweep removes.
 
         // 1. The backup: links to every live file, a copy of the superblock.
         let building = dir.join(BUILDING_DIR);

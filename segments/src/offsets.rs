@@ -293,29 +293,6 @@ impl<S: Storage> OffsetStore<S> {
         self.storage.sync_dir(&self.dir)?;
         Ok(record)
     }
-
-    /// Removes leftover temporary files (what boot's repair does).
-    pub fn remove_leftovers(&self) -> Result<usize, OffsetError> {
-        if !self.storage.exists(&self.dir)? {
-            return Ok(0);
-        }
-        // Only the names matter here: the offset files themselves are not read.
-        let leftovers: Vec<PathBuf> = self
-            .storage
-            .list_dir(&self.dir)?
-            .into_iter()
-            .filter(|entry| entry.name.to_string_lossy().ends_with(TEMP_SUFFIX))
-            .map(|entry| self.dir.join(entry.name))
-            .collect();
-        for path in &leftovers {
-            self.storage.unlink(path)?;
-        }
-        if !leftovers.is_empty() {
-            // Durable before a new temporary file of the same name is created.
-            self.storage.sync_dir(&self.dir)?;
-        }
-        Ok(leftovers.len())
-    }
 }
 
 #[cfg(test)]

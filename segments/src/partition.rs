@@ -1174,19 +1174,21 @@ fn apply<S: Storage>(
     report: &Report,
     mode: Mode,
 ) -> Result<(), PartitionError> {
+    let mut changed = false;
     if mode == Mode::Repair {
         // A repair reports the partition clean when it returns, so that must survive a power
-        // loss: an index that verified may be in the page cache only (written at rotation,
-        // without a sync, by the process that crashed). Rebuilt ones are synced below.
+        // loss: an index that verified may be in the page cache only, its name too (written at
+        // rotation or close, without a sync, by the process that crashed). Rebuilt ones are
+        // synced below; the directory sync at the end makes the names durable.
         for segment in &report.segments {
             let path = dir.join(index::file_name(segment.start_offset));
             let rebuilt = report.findings.iter().any(|f| f.file == path);
             if !rebuilt && storage.exists(&path)? {
                 storage.open(&path, OpenMode::Existing)?.sync_data()?;
+                changed = true;
             }
         }
     }
-    let mut changed = false;
     for finding in &report.findings {
         match &finding.kind {
             FindingKind::IndexRebuild { reason } => {
@@ -1227,8 +1229,8 @@ fn apply<S: Storage>(
         }
     }
     if changed {
-        // The sweep (and the names of rebuilt indexes) durable before new files of those names
-        // may appear, and before the partition is reported clean.
+        // The sweep (and the names of rebuilt or synced indexes) durable before new files of
+        // those names may appear, and before the partition is reported clean.
         storage.sync_dir(dir)?;
         storage.sync_dir(dir.join(offsets::DIR_NAME)).or_else(|e| {
             if storage.exists(dir.join(offsets::DIR_NAME))? {

@@ -141,17 +141,22 @@ fn every_crash_state_keeps_the_published_batches_and_the_next_offset() {
     let (trace, snapshots) = record();
     let storage_ops = trace.iter().filter(|op| op.is_storage_op()).count();
     let full = std::env::var_os("SEGMENTS_CRASH_FULL").is_some();
-    let config = EnumerationConfig {
-        max_states_per_point: if full { 256 } else { 16 },
-        torn_states_per_point: if full { 16 } else { 3 },
-        ..EnumerationConfig::default()
-    };
     let snapshots = Mutex::new(snapshots);
-    let counts = enumerate(&trace, &config, |crash| {
-        check_state(crash, &snapshots.lock().unwrap())
-    })
-    .unwrap_or_else(|failure| panic!("{failure}"));
-    assert_eq!(counts.points, storage_ops + 1);
-    assert!(counts.torn_states > 0, "{counts:?}");
-    eprintln!("checked {counts:?} over {storage_ops} storage operations");
+    // Both models of directory changes: in order (ext4, xfs), and any subset (where every
+    // directory sync shows).
+    for dir_order in [iggy_io::DirOrder::Ordered, iggy_io::DirOrder::Unordered] {
+        let config = EnumerationConfig {
+            max_states_per_point: if full { 256 } else { 16 },
+            torn_states_per_point: if full { 16 } else { 3 },
+            dir_order,
+            ..EnumerationConfig::default()
+        };
+        let counts = enumerate(&trace, &config, |crash| {
+            check_state(crash, &snapshots.lock().unwrap())
+        })
+        .unwrap_or_else(|failure| panic!("{dir_order:?}: {failure}"));
+        assert_eq!(counts.points, storage_ops + 1);
+        assert!(counts.torn_states > 0, "{counts:?}");
+        eprintln!("{dir_order:?}: checked {counts:?} over {storage_ops} storage operations");
+    }
 }

@@ -128,12 +128,14 @@ fn enumerate_install(
     trace: &[TraceOp],
     old: &Content,
     new: &Content,
+    dir_order: iggy_io::DirOrder,
 ) -> Result<iggy_io::Enumeration, iggy_io::CrashFailure> {
     let full = std::env::var_os("INSTALL_CRASH_FULL").is_some();
     let config_e = EnumerationConfig {
         max_states_per_point: if full { 256 } else { 8 },
         torn_states_per_point: if full { 8 } else { 1 },
         start_at_mark: Some("install-begin".into()),
+        dir_order,
         ..EnumerationConfig::default()
     };
     enumerate(trace, &config_e, |crash| {
@@ -175,9 +177,14 @@ fn enumerate_install(
 fn every_crash_state_boots_to_the_whole_old_or_the_whole_new_partition() {
     let sim = SimStorage::new(31);
     let (trace, old, new) = record(&sim, &sim);
-    let counts = enumerate_install(&trace, &old, &new).unwrap_or_else(|f| panic!("{f}"));
-    assert!(counts.points > 50, "{counts:?}");
-    eprintln!("checked {counts:?}");
+    // Both models of directory changes: in order (ext4, xfs), and any subset (where every
+    // directory sync of the install shows).
+    for dir_order in [iggy_io::DirOrder::Ordered, iggy_io::DirOrder::Unordered] {
+        let counts = enumerate_install(&trace, &old, &new, dir_order)
+            .unwrap_or_else(|f| panic!("{dir_order:?}: {f}"));
+        assert!(counts.points > 50, "{counts:?}");
+        eprintln!("{dir_order:?}: checked {counts:?}");
+    }
 }
 
 /// A `SimStorage` with one of two faults planted in the install's directory operations.
@@ -295,7 +302,7 @@ fn the_enumeration_catches_a_missing_commit_point_fsync() {
     let sim = SimStorage::new(31);
     let storage = Hooked::new(sim.clone(), Hook::SkipCommitSync, 0);
     let (trace, old, new) = record(&storage, &sim);
-    let failure = enumerate_install(&trace, &old, &new)
+    let failure = enumerate_install(&trace, &old, &new, iggy_io::DirOrder::Ordered)
         .expect_err("without the commit-point fsync a committed install can roll back");
     assert!(failure.reason.contains("committed=true"), "{failure}");
 }
@@ -320,25 +327,28 @@ fn a_recovery_interrupted_by_a_crash_still_restores_the_old_partition() {
         assert_eq!(content(&partition, &report), old, "budget {budget}");
         drop(partition);
         sim.mark("recover-done");
-        let config_e = EnumerationConfig {
-            max_states_per_point: 8,
-            torn_states_per_point: 1,
-            start_at_mark: Some("recover-begin".into()),
-            ..EnumerationConfig::default()
-        };
-        let counts = enumerate(&sim.trace(), &config_e, |crash| {
-            let (partition, report) =
-                Partition::open(crash.storage.clone(), dir(), config(), Mode::Open)
-                    .map_err(|e| format!("open refused: {e}"))?
-                    .ok_or("fresh")?;
-            if content(&partition, &report) == old {
-                Ok(())
-            } else {
-                Err(format!("budget {budget}: not the old partition"))
-            }
-        })
-        .unwrap_or_else(|f| panic!("{f}"));
-        assert!(counts.points > 10, "{counts:?}");
+        for dir_order in [iggy_io::DirOrder::Ordered, iggy_io::DirOrder::Unordered] {
+            let config_e = EnumerationConfig {
+                max_states_per_point: 8,
+                torn_states_per_point: 1,
+                start_at_mark: Some("recover-begin".into()),
+                dir_order,
+                ..EnumerationConfig::default()
+            };
+            let counts = enumerate(&sim.trace(), &config_e, |crash| {
+                let (partition, report) =
+                    Partition::open(crash.storage.clone(), dir(), config(), Mode::Open)
+                        .map_err(|e| format!("open refused: {e}"))?
+                        .ok_or("fresh")?;
+                if content(&partition, &report) == old {
+                    Ok(())
+                } else {
+                    Err(format!("budget {budget}: not the old partition"))
+                }
+            })
+            .unwrap_or_else(|f| panic!("{dir_order:?}: {f}"));
+            assert!(counts.points > 10, "{counts:?}");
+        }
     }
 }
 
@@ -408,4 +418,162 @@ fn a_damaged_segment_is_refused_as_it_lands_and_nothing_live_changes() {
         "{:?}",
         report.findings
     );
+}
+
+/// The install rewrites the superblock's offset frontier to the installed log's end, whatever
+/// the transfer brings (the old partition's frontier may be ahead of the leader's log), and
+/// stages both frontier slots (sequences 0 and 1): the installed partition boots with nothing
+/// to repair but its indexes, the superblock naming exactly the log's end.
+#[test]
+fn an_install_sets_the_offset_frontier_to_the_log_end_and_boots_clean() {
+    for brought in [0, 10_000_000] {
+        let storage = SimStorage::new(41);
+        let (_, new, segments) = old_and_leader(&storage);
+        let mut install = Install::new(storage.clone(), dir(), config());
+        for (start, bytes) in &segments {
+            install.receive_segment(*start, bytes).unwrap();
+        }
+        install
+            .receive_state(StateArtifact {
+                next_offset: new.next_offset,
+                offsets: new.offsets.clone(),
+                dedup: Vec::new(),
+            })
+            .unwrap();
+        install
+            .commit(VsrState {
+                offset_frontier: brought,
+                ..VsrState::default()
+            })
+            .unwrap();
+        install::finish(&storage, dir()).unwrap();
+        let superblock = iggy_superblock::read(&storage, dir(), &config().identity).unwrap();
+        let iggy_superblock::Opened::Present { record, .. } = superblock else {
+            panic!("no superblock")
+        };
+        assert_eq!(
+            record.state.offset_frontier, new.next_offset,
+            "brought {brought}"
+        );
+        let report = check(&ReadOnly::new(storage.clone()), dir(), &config())
+            .unwrap()
+            .unwrap();
+        // Indexes are not shipped (boot builds them); the frontier and the superblock the
+        // install wrote need nothing.
+        assert!(report.wal.is_clean(), "brought {brought}: {:?}", report.wal);
+        assert!(report.superblock_repairs.is_empty());
+        assert!(
+            report
+                .findings
+                .iter()
+                .all(|f| matches!(f.kind, iggy_segments::FindingKind::IndexRebuild { .. })),
+            "{:?}",
+            report.findings
+        );
+        let (partition, _) = Partition::open(storage.clone(), dir(), config(), Mode::Open)
+            .unwrap()
+            .unwrap();
+        assert_eq!(partition.next_offset(), new.next_offset);
+    }
+}
+
+/// An artifact claiming a next offset past the received log's end does not describe these
+/// segments: the commit refuses it and changes nothing live; one at the end is accepted.
+#[test]
+fn an_artifact_past_the_log_end_is_refused_at_commit() {
+    let storage = SimStorage::new(42);
+    let (old, new, segments) = old_and_leader(&storage);
+    let attempt = |next_offset| {
+        let mut install = Install::new(storage.clone(), dir(), config());
+        for (start, bytes) in &segments {
+            install.receive_segment(*start, bytes).unwrap();
+        }
+        install
+            .receive_state(StateArtifact {
+                next_offset,
+                offsets: new.offsets.clone(),
+                dedup: Vec::new(),
+            })
+            .unwrap();
+        install.commit(VsrState::default())
+    };
+    assert!(matches!(
+        attempt(new.next_offset + 1),
+        Err(iggy_segments::PartitionError::BehindOffsetFrontier { .. })
+    ));
+    let (partition, report) = Partition::open(storage.clone(), dir(), config(), Mode::Open)
+        .unwrap()
+        .unwrap();
+    assert_eq!(content(&partition, &report), old, "nothing live changed");
+    drop(partition);
+    attempt(new.next_offset).unwrap();
+}
+
+/// Boot's recovery of each install state is durable before it reports the partition clean: a
+/// power loss right after it brings back neither an abandoned backup under construction, nor a
+/// committed install's retired tree, nor an uncommitted install's backup (which would roll back
+/// again).
+#[test]
+fn recovered_installs_stay_recovered_through_a_power_loss() {
+    // Abandoned: a `.install-building` with a link in it (the rest of the partition durable,
+    // so that its boot has nothing else to sync).
+    let sim = SimStorage::new(51);
+    let (old, _, _) = old_and_leader(&sim);
+    drop(Partition::open(sim.clone(), dir(), config(), Mode::Repair).unwrap());
+    sim.create_dir(dir().join(install::BUILDING_DIR)).unwrap();
+    sim.hard_link(
+        dir().join("superblock"),
+        dir().join(install::BUILDING_DIR).join("superblock"),
+    )
+    .unwrap();
+    sim.sync_dir(dir().join(install::BUILDING_DIR)).unwrap();
+    sim.sync_dir(dir()).unwrap();
+    // Committed: the install returned, `finish` never ran.
+    let committed = SimStorage::new(52);
+    let (_, new, segments) = old_and_leader(&committed);
+    install_from(&committed, &segments, &new).unwrap();
+    // Uncommitted: the install failed after its backup existed (the old partition durable
+    // first, indexes included, so that the rollback brings back durable files).
+    let uncommitted = SimStorage::new(53);
+    let (old_u, new_u, segments_u) = old_and_leader(&uncommitted);
+    drop(Partition::open(uncommitted.clone(), dir(), config(), Mode::Repair).unwrap());
+    let interrupted = Hooked::new(uncommitted.clone(), Hook::FailAfterBackup, 6);
+    assert!(install_from(&interrupted, &segments_u, &new_u).is_err());
+    for (storage, expected) in [(&sim, &old), (&committed, &new), (&uncommitted, &old_u)] {
+        storage.crash_process();
+        let before = check(&ReadOnly::new(storage.clone()), dir(), &config())
+            .unwrap()
+            .unwrap();
+        assert!(
+            before
+                .findings
+                .iter()
+                .any(|f| matches!(f.kind, iggy_segments::FindingKind::Install(_))),
+            "{:?}",
+            before.findings
+        );
+        drop(Partition::open(storage.clone(), dir(), config(), Mode::Open).unwrap());
+        storage.power_loss_durable_only();
+        let after = check(&ReadOnly::new(storage.clone()), dir(), &config())
+            .unwrap()
+            .unwrap();
+        assert!(after.is_clean(), "{:?}", after.findings);
+        let (partition, report) = Partition::open(storage.clone(), dir(), config(), Mode::Open)
+            .unwrap()
+            .unwrap();
+        assert_eq!(&content(&partition, &report), expected);
+    }
+}
+
+/// `finish` (which the server runs off the critical path once an install committed) removes the
+/// retired tree durably.
+#[test]
+fn a_finished_install_leaves_no_retired_tree_after_a_power_loss() {
+    let storage = SimStorage::new(54);
+    let (_, new, segments) = old_and_leader(&storage);
+    install_from(&storage, &segments, &new).unwrap();
+    assert!(storage.exists(dir().join(RETIRED_DIR)).unwrap());
+    install::finish(&storage, dir()).unwrap();
+    storage.power_loss_durable_only();
+    assert!(!storage.exists(dir().join(RETIRED_DIR)).unwrap());
 }

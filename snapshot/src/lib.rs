@@ -112,14 +112,16 @@ pub fn decode<'a>(
 ) -> Result<(SnapshotHeader, &'a [u8]), SnapshotError> {
     let file = file.to_string();
     let len = bytes.len();
-    if len < HEADER_SIZE + TRAILER_SIZE {
+    // Every length below is derived from this one subtraction, checked: no arithmetic on a
+    // length read from (or implied by) untrusted bytes can underflow.
+    let Some(payload_len) = len.checked_sub(HEADER_SIZE + TRAILER_SIZE) else {
         return Err(SnapshotError::Truncated {
             file,
             len: len as u64,
         });
-    }
-    let body = &bytes[..len - TRAILER_SIZE];
-    let stored = le::u128_at(bytes, len - TRAILER_SIZE).unwrap_or_default();
+    };
+    let body = &bytes[..HEADER_SIZE + payload_len];
+    let stored = le::u128_at(bytes, body.len()).unwrap_or_default();
     let computed = checksum(body);
     if stored != computed {
         return Err(SnapshotError::Checksum {
@@ -141,7 +143,7 @@ pub fn decode<'a>(
         return Err(SnapshotError::ReservedNotZero { file, offset });
     }
     let declared = le::u64_at(bytes, PAYLOAD_LENGTH_OFFSET).unwrap_or_default();
-    let actual = (len - HEADER_SIZE - TRAILER_SIZE) as u64;
+    let actual = payload_len as u64;
     if declared != actual {
         return Err(SnapshotError::LengthMismatch {
             file,
@@ -155,7 +157,7 @@ pub fn decode<'a>(
         payload_version: le::u16_at(bytes, PAYLOAD_VERSION_OFFSET).unwrap_or_default(),
         payload_length: declared,
     };
-    Ok((header, &bytes[HEADER_SIZE..len - TRAILER_SIZE]))
+    Ok((header, &body[HEADER_SIZE..]))
 }
 
 /// The checksum trailer of encoded snapshot bytes: the identity of one snapshot version.

@@ -325,4 +325,28 @@ mod tests {
             }))
         );
     }
+
+    /// Every byte of every range that must be zero, set with the checksum made valid again, is
+    /// refused naming its offset: a checksum that verifies is not enough (each range, 56..64
+    /// between the sequence and the parent included, is checked).
+    #[test]
+    fn every_reserved_byte_is_checked_behind_a_valid_checksum() {
+        for (start, end) in ZERO_RANGES {
+            for offset in start..end {
+                let mut bytes = encode(&record(), Slot::A);
+                bytes[offset] = 0x5A;
+                let sum = checksum(&bytes[CHECKSUMMED_OFFSET..]);
+                le::put_u128(&mut bytes, CHECKSUM_OFFSET, sum);
+                assert_eq!(
+                    decode(&bytes, Slot::A),
+                    Err(CopyError::Damaged(Damage::NonZero {
+                        offset,
+                        value: 0x5A
+                    })),
+                    "offset {offset}"
+                );
+            }
+        }
+        assert!(ZERO_RANGES.contains(&(56, 64)));
+    }
 }

@@ -547,3 +547,39 @@ fn open_makes_a_copy_that_is_in_the_page_cache_only_durable() {
         Opened::Fresh => panic!("fresh"),
     }
 }
+
+/// A `superblock.tmp` left by a creation (beside a superblock, or alone in a group that never
+/// got one) is removed by the open that repairs, durably: a power loss right after does not
+/// bring it back for the next boot to report again.
+#[test]
+fn a_leftover_temp_the_repairing_open_removed_stays_removed() {
+    for with_superblock in [true, false] {
+        let storage = SimStorage::new(9);
+        if with_superblock {
+            drop(Superblock::create(storage.clone(), dir(), ID, VsrState::default()).unwrap());
+        } else {
+            storage.create_dir(dir()).unwrap();
+            storage.sync_dir("").unwrap();
+        }
+        let temp = dir().join(iggy_superblock::TEMP_FILE_NAME);
+        let file = storage.open(&temp, iggy_io::OpenMode::CreateNew).unwrap();
+        iggy_io::WriteFile::write_all_and_sync_data(&file, 0, b"half a superblock").unwrap();
+        storage.sync_dir(dir()).unwrap();
+        assert_eq!(
+            iggy_superblock::leftover_temp(&storage, dir()).unwrap(),
+            Some(temp.clone())
+        );
+        let opened = Superblock::open(storage.clone(), dir(), &ID, RepairPolicy::Repair).unwrap();
+        assert_eq!(opened.is_some(), with_superblock);
+        storage.power_loss_durable_only();
+        assert_eq!(
+            iggy_superblock::leftover_temp(&storage, dir()).unwrap(),
+            None
+        );
+        // Reporting only leaves it.
+        let file = storage.open(&temp, iggy_io::OpenMode::CreateNew).unwrap();
+        drop(file);
+        drop(Superblock::open(storage.clone(), dir(), &ID, RepairPolicy::ReportOnly).unwrap());
+        assert!(storage.exists(&temp).unwrap());
+    }
+}

@@ -241,6 +241,29 @@ mod tests {
         assert_eq!(sample(4).offset(), 0);
     }
 
+    /// Every byte of every range that must be zero, set with a valid checksum, is refused
+    /// naming its offset (bytes 42..48 after the version included).
+    #[test]
+    fn every_reserved_byte_is_checked_behind_a_valid_checksum() {
+        for (start, end) in ZERO_RANGES {
+            for offset in start..end {
+                let mut bytes = encode(&sample(4));
+                bytes[offset] = 0xA5;
+                let sum = checksum(&bytes[CHECKSUMMED_OFFSET..]);
+                le::put_u128(&mut bytes, 0, sum);
+                assert_eq!(
+                    decode(&bytes, 0),
+                    Err(SlotError::NonZero {
+                        offset,
+                        value: 0xA5
+                    }),
+                    "offset {offset}"
+                );
+            }
+        }
+        assert!(ZERO_RANGES.contains(&(42, 48)));
+    }
+
     #[test]
     fn every_single_bit_flip_is_detected() {
         let bytes = encode(&sample(5));

@@ -268,17 +268,22 @@ fn enumerate_workload(naming: Naming) {
     let storage_ops = trace.iter().filter(|op| op.is_storage_op()).count();
     assert!(storage_ops >= 200, "only {storage_ops} storage operations");
     let full = std::env::var_os("WAL_CRASH_FULL").is_some();
-    let config = EnumerationConfig {
-        max_states_per_point: if full { 256 } else { 24 },
-        torn_states_per_point: if full { 16 } else { 4 },
-        ..EnumerationConfig::default()
-    };
     let snapshots = Arc::new(Mutex::new(snapshots));
-    let counts = enumerate(&trace, &config, |crash| {
-        check_state(crash, &snapshots.lock().unwrap(), naming)
-    })
-    .unwrap_or_else(|failure| panic!("{failure}"));
-    assert_eq!(counts.points, storage_ops + 1);
-    assert!(counts.torn_states > 0, "{counts:?}");
-    eprintln!("checked {counts:?} over {storage_ops} storage operations");
+    // Both models of directory changes: in order (ext4, xfs), and any subset (where every
+    // directory sync shows).
+    for dir_order in [iggy_io::DirOrder::Ordered, iggy_io::DirOrder::Unordered] {
+        let config = EnumerationConfig {
+            max_states_per_point: if full { 256 } else { 24 },
+            torn_states_per_point: if full { 16 } else { 4 },
+            dir_order,
+            ..EnumerationConfig::default()
+        };
+        let counts = enumerate(&trace, &config, |crash| {
+            check_state(crash, &snapshots.lock().unwrap(), naming)
+        })
+        .unwrap_or_else(|failure| panic!("{dir_order:?}: {failure}"));
+        assert_eq!(counts.points, storage_ops + 1);
+        assert!(counts.torn_states > 0, "{counts:?}");
+        eprintln!("{dir_order:?}: checked {counts:?} over {storage_ops} storage operations");
+    }
 }

@@ -88,17 +88,42 @@ pub enum WriteFate {
     },
 }
 
+/// How the pending directory operations survive a power loss.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum DirOrder {
+    /// A prefix of them, in the order they were made: file systems that journal metadata in
+    /// order (ext4, xfs).
+    #[default]
+    Ordered,
+    /// Any subset, each operation independently (the two entries of a rename together): a
+    /// file system that persists directory changes out of order, or of different directories
+    /// independently. Under it, every `sync_dir` a protocol relies on shows.
+    Unordered,
+}
+
 /// What survives a power loss beyond the durable images: one fate per pending write (in the
-/// order they were issued) and how many of the pending directory operations reached the disk.
+/// order they were issued) and which pending directory operations reached the disk: the first
+/// `dir_ops_kept` entry changes, or, when `dir_ops_subset` is set ([`DirOrder::Unordered`]),
+/// exactly the operations it flags (one flag per pending operation, in order).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct CrashPlan {
     pub writes: Vec<WriteFate>,
     pub dir_ops_kept: usize,
+    pub dir_ops_subset: Option<Vec<bool>>,
 }
 
 impl fmt::Display for CrashPlan {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "dir_ops_kept={} writes=[", self.dir_ops_kept)?;
+        match &self.dir_ops_subset {
+            None => write!(f, "dir_ops_kept={} writes=[", self.dir_ops_kept)?,
+            Some(subset) => {
+                f.write_str("dir_ops=")?;
+                for &kept in subset {
+                    f.write_str(if kept { "1" } else { "0" })?;
+                }
+                f.write_str(" writes=[")?;
+            }
+        }
         for (index, fate) in self.writes.iter().enumerate() {
             if index > 0 {
                 f.write_str(" ")?;
@@ -288,6 +313,11 @@ impl SimStorage {
         self.lock().faults = faults;
     }
 
+    /// How the seeded plans of [`SimStorage::power_loss`] keep pending directory operations.
+    pub fn set_dir_order(&self, order: DirOrder) {
+        self.lock().dir_order = order;
+    }
+
     /// Arms a one-shot fault for the next matching operation on the file at `path`.
     pub fn arm(&self, path: impl AsRef<Path>, fault: Fault) -> Result<()> {
         self.lock().arm(path.as_ref(), fault)
@@ -321,7 +351,7 @@ impl SimStorage {
         self.lock().pending_write_summary()
     }
 
-    /// How many directory operations are not yet durable.
+    /// How many directory entry changes are not yet durable (a rename is two).
     #[must_use]
     pub fn pending_dir_ops(&self) -> usize {
         self.lock().pending_dir_ops.len()

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-use super::{CrashPlan, Fault, FaultConfig, PendingWrite, TraceOp, WriteFate};
+use super::{CrashPlan, DirOrder, Fault, FaultConfig, PendingWrite, TraceOp, WriteFate};
 use crate::error::{Error, ErrorKind, Op, Result};
 use crate::path::{components, split_parent};
 use crate::storage::{DirEntry, EntryKind, OpenMode};
@@ -53,6 +53,9 @@ pub(crate) struct DirOp {
     dir: u64,
     name: OsString,
     node: Option<Node>,
+    /// The operation it belongs to: the two entry changes of a rename share one, so that an
+    /// unordered power loss keeps or loses a rename whole.
+    operation: u64,
 }
 
 #[derive(Clone, Debug)]
@@ -71,6 +74,9 @@ pub(crate) struct SimState {
     /// crash or power loss ends the generation, which frees its locks as a kernel would.
     pub(crate) locks: BTreeMap<std::path::PathBuf, (u64, u32)>,
     pub(crate) next_lock_holder: u32,
+    /// How seeded power losses keep pending directory operations.
+    pub(crate) dir_order: DirOrder,
+    next_dir_operation: u64,
 }
 
 fn apply_change(data: &mut Vec<u8>, change: &FileChange) {
@@ -126,6 +132,8 @@ impl SimState {
             armed: Vec::new(),
             locks: BTreeMap::new(),
             next_lock_holder: 1,
+            dir_order: DirOrder::Ordered,
+            next_dir_operation: 0,
         }
     }
 
@@ -203,8 +211,15 @@ impl SimState {
         }
     }
 
-    /// Changes a buffered directory entry and records the change as pending.
-    fn set_entry(&mut self, dir: u64, name: &OsStr, node: Option<Node>) {
+    /// A new directory operation: the entry changes it makes share its number.
+    fn dir_operation(&mut self) -> u64 {
+        self.next_dir_operation += 1;
+        self.next_dir_operation
+    }
+
+    /// Changes a buffered directory entry and records the change as pending, as part of
+    /// `operation`.
+    fn set_entry(&mut self, dir: u64, name: &OsStr, node: Option<Node>, operation: u64) {
         let entries = &mut self.dir_mut(dir).entries;
         match node {
             Some(node) => entries.insert(name.to_os_string(), node),
@@ -214,7 +229,19 @@ impl SimState {
             dir,
             name: name.to_os_string(),
             node,
+            operation,
         });
+    }
+
+    /// The pending directory operations, in order (each once, however many entries it changed).
+    pub(crate) fn pending_dir_operations(&self) -> Vec<u64> {
+        let mut operations: Vec<u64> = Vec::new();
+        for op in &self.pending_dir_ops {
+            if operations.last() != Some(&op.operation) {
+                operations.push(op.operation);
+            }
+        }
+        operations
     }
 
     // ---- directory operations ----
@@ -231,7 +258,8 @@ impl SimState {
             (None, OpenMode::Create | OpenMode::CreateNew) => {
                 let inode = self.new_id();
                 self.files.insert(inode, FileImage::default());
-                self.set_entry(dir, name, Some(Node::File(inode)));
+                let operation = self.dir_operation();
+                self.set_entry(dir, name, Some(Node::File(inode)), operation);
                 self.trace.push(TraceOp::Create {
                     path: path.to_path_buf(),
                     inode,
@@ -248,7 +276,8 @@ impl SimState {
         }
         let dir = self.new_id();
         self.dirs.insert(dir, DirImage::default());
-        self.set_entry(parent, name, Some(Node::Dir(dir)));
+        let operation = self.dir_operation();
+        self.set_entry(parent, name, Some(Node::Dir(dir)), operation);
         self.trace.push(TraceOp::CreateDir {
             path: path.to_path_buf(),
         });
@@ -319,8 +348,9 @@ impl SimState {
                 }
             }
         }
-        self.set_entry(from_dir, from_name, None);
-        self.set_entry(to_dir, to_name, Some(node));
+        let operation = self.dir_operation();
+        self.set_entry(from_dir, from_name, None, operation);
+        self.set_entry(to_dir, to_name, Some(node), operation);
         self.trace.push(TraceOp::Rename {
             from: from.to_path_buf(),
             to: to.to_path_buf(),
@@ -334,7 +364,8 @@ impl SimState {
         if self.lookup_in(to_dir, to_name).is_some() {
             return Err(Error::new(Op::HardLink, to, ErrorKind::AlreadyExists));
         }
-        self.set_entry(to_dir, to_name, Some(Node::File(inode)));
+        let operation = self.dir_operation();
+        self.set_entry(to_dir, to_name, Some(Node::File(inode)), operation);
         self.trace.push(TraceOp::HardLink {
             from: from.to_path_buf(),
             to: to.to_path_buf(),
@@ -345,7 +376,8 @@ impl SimState {
     pub(crate) fn unlink(&mut self, path: &Path) -> Result<()> {
         self.resolve_file(Op::Unlink, path)?;
         let (dir, name) = self.resolve_parent(Op::Unlink, path)?;
-        self.set_entry(dir, name, None);
+        let operation = self.dir_operation();
+        self.set_entry(dir, name, None, operation);
         self.trace.push(TraceOp::Unlink {
             path: path.to_path_buf(),
         });
@@ -361,7 +393,8 @@ impl SimState {
             }
             None => return Err(Error::new(Op::RemoveDirAll, path, ErrorKind::NotFound)),
         }
-        self.set_entry(parent, name, None);
+        let operation = self.dir_operation();
+        self.set_entry(parent, name, None, operation);
         self.trace.push(TraceOp::RemoveDirAll {
             path: path.to_path_buf(),
         });
@@ -664,6 +697,7 @@ impl SimState {
         CrashPlan {
             writes: vec![WriteFate::Lost; self.pending.len()],
             dir_ops_kept: 0,
+            dir_ops_subset: None,
         }
     }
 
@@ -686,9 +720,18 @@ impl SimState {
             })
             .collect();
         let dir_ops_kept = self.rng.random_range(0..=self.pending_dir_ops.len());
+        let dir_ops_subset = match self.dir_order {
+            DirOrder::Ordered => None,
+            DirOrder::Unordered => Some(
+                (0..self.pending_dir_operations().len())
+                    .map(|_| self.rng.random_bool(0.5))
+                    .collect(),
+            ),
+        };
         CrashPlan {
             writes,
             dir_ops_kept,
+            dir_ops_subset,
         }
     }
 
@@ -703,13 +746,33 @@ impl SimState {
             plan.dir_ops_kept <= self.pending_dir_ops.len(),
             "more directory ops than pending"
         );
+        let operations = self.pending_dir_operations();
+        if let Some(subset) = &plan.dir_ops_subset {
+            assert_eq!(
+                subset.len(),
+                operations.len(),
+                "an unordered plan needs one flag per pending directory operation"
+            );
+        }
         for dir in self.dirs.values_mut() {
             dir.entries.clone_from(&dir.durable);
         }
-        for op in std::mem::take(&mut self.pending_dir_ops)
-            .into_iter()
-            .take(plan.dir_ops_kept)
-        {
+        let kept: Vec<DirOp> = match &plan.dir_ops_subset {
+            None => std::mem::take(&mut self.pending_dir_ops)
+                .into_iter()
+                .take(plan.dir_ops_kept)
+                .collect(),
+            Some(subset) => std::mem::take(&mut self.pending_dir_ops)
+                .into_iter()
+                .filter(|op| {
+                    operations
+                        .iter()
+                        .position(|&o| o == op.operation)
+                        .is_some_and(|index| subset[index])
+                })
+                .collect(),
+        };
+        for op in kept {
             let entries = &mut self.dir_mut(op.dir).entries;
             match op.node {
                 Some(node) => entries.insert(op.name, node),
@@ -785,6 +848,8 @@ impl SimState {
             armed: Vec::new(),
             locks: BTreeMap::new(),
             next_lock_holder: self.next_lock_holder,
+            dir_order: self.dir_order,
+            next_dir_operation: self.next_dir_operation,
         }
     }
 
