@@ -6,6 +6,7 @@ pub mod compare;
 pub mod disk;
 pub mod engines;
 pub mod environment;
+pub mod groups;
 pub mod segments;
 pub mod snapshot;
 pub mod stats;

@@ -26,7 +26,7 @@ pub use error::{Error, ErrorKind, Op, Result};
 pub use os::{DeviceCounters, IoPath, MountInfo, OsStorage, device_counters, mount_info};
 pub use read_only::ReadOnly;
 pub use short::ShortIo;
-pub use sim::{CrashPlan, DirOrder, Fault, FaultConfig, SimStorage, TraceOp, WriteFate};
+pub use sim::{CrashPlan, DirOrder, Fault, FaultConfig, QuietSim, SimStorage, TraceOp, WriteFate};
 pub use storage::{
     DirEntry, EntryKind, FileLock, LockHolder, Mapping, OpenMode, ReadFile, ReadStorage, Storage,
     WriteFile,

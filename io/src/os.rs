@@ -20,7 +20,7 @@ use crate::storage::{
     DirEntry, EntryKind, FileLock, LockHolder, Mapping, OpenMode, ReadFile, ReadStorage, Storage,
     WriteFile, lock_contents, parse_lock_contents, write_sync_then_write_sync_in_steps,
 };
-use crate::uring::{Ring, Step};
+use crate::uring::{Ring, Step, with_thread_ring};
 
 /// Cumulative I/O counters of the block device that holds a path (`/sys/dev/block/M:m/stat`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -161,12 +161,14 @@ fn unescape_mount_field(field: &str) -> String {
 }
 
 /// Storage on a directory of the real file system. Clones share the root directory's
-/// descriptor (and io_uring rings), as `SimStorage` clones share one disk.
+/// descriptor, as `SimStorage` clones share one disk. Durable writes go through the io_uring
+/// of the calling thread, where the kernel allows one.
 #[derive(Clone, Debug)]
 pub struct OsStorage {
     root: Arc<OwnedFd>,
     root_path: PathBuf,
-    ring: Option<Arc<Ring>>,
+    /// Whether durable writes use io_uring (the kernel allowed a ring when this was opened).
+    uring: bool,
 }
 
 /// Which system interface `OsStorage` uses for durable appends.
@@ -220,14 +222,14 @@ impl OsStorage {
         let root_path = root.as_ref().to_path_buf();
         let fd = retry(|| rustix::fs::open(&root_path, DIR_FLAGS, Mode::empty()))
             .map_err(|errno| os_error(Op::Open, &root_path, errno))?;
-        let ring = match io_path {
-            IoPath::Auto => Ring::new().map(Arc::new),
-            IoPath::Syscalls => None,
+        let uring = match io_path {
+            IoPath::Auto => Ring::new().is_some(),
+            IoPath::Syscalls => false,
         };
         Ok(Self {
             root: Arc::new(fd),
             root_path,
-            ring,
+            uring,
         })
     }
 
@@ -247,7 +249,7 @@ impl OsStorage {
     /// Whether durable appends go through io_uring.
     #[must_use]
     pub fn uses_io_uring(&self) -> bool {
-        self.ring.is_some()
+        self.uring
     }
 
     /// Creates the root directory (and its parents) if missing, then opens it.
@@ -327,7 +329,7 @@ impl OsStorage {
         Ok(OsFile {
             fd,
             path: path.to_path_buf(),
-            ring: self.ring.clone(),
+            uring: self.uring,
         })
     }
 
@@ -549,7 +551,8 @@ impl Storage for OsStorage {
 pub struct OsFile {
     fd: OwnedFd,
     path: PathBuf,
-    ring: Option<Arc<Ring>>,
+    /// Durable writes through this thread's io_uring (see [`OsStorage`]).
+    uring: bool,
 }
 
 /// A file of [`OsStorage`] open for reading only (`O_RDONLY`).
@@ -699,11 +702,14 @@ impl WriteFile for OsFile {
     }
 
     fn write_all_and_sync_data(&self, offset: u64, buf: &[u8]) -> Result<()> {
-        let Some(ring) = &self.ring else {
+        let outcome = self
+            .uring
+            .then(|| with_thread_ring(|ring| ring.write_and_sync(self.fd.as_fd(), offset, buf)))
+            .flatten();
+        let Some(outcome) = outcome else {
             self.write_all_at(offset, buf)?;
             return self.sync_data();
         };
-        let outcome = ring.write_and_sync(self.fd.as_fd(), offset, buf);
         let written = self.ring_written(outcome.write, offset)?;
         if written < buf.len() {
             // A short write broke the link (the sync was cancelled): finish with system calls.
@@ -722,7 +728,7 @@ impl WriteFile for OsFile {
         then_buf: &[u8],
         in_flight: &mut dyn FnMut(),
     ) -> Result<()> {
-        let Some(ring) = &self.ring else {
+        if !self.uring {
             in_flight();
             return write_sync_then_write_sync_in_steps(
                 self,
@@ -732,7 +738,7 @@ impl WriteFile for OsFile {
                 then_offset,
                 then_buf,
             );
-        };
+        }
         let mut steps = Vec::with_capacity(4);
         if !buf.is_empty() {
             steps.push(Step::Write {
@@ -752,7 +758,27 @@ impl WriteFile for OsFile {
         steps.push(Step::SyncData {
             fd: then.fd.as_fd(),
         });
-        let results = ring.chain(&steps, in_flight);
+        let mut in_flight = Some(in_flight);
+        let results = with_thread_ring(|ring| {
+            ring.chain(
+                &steps,
+                in_flight.take().unwrap_or_else(|| unreachable!("once")),
+            )
+        });
+        let Some(results) = results else {
+            // No ring on this thread: the steps one by one.
+            if let Some(in_flight) = in_flight {
+                in_flight();
+            }
+            return write_sync_then_write_sync_in_steps(
+                self,
+                offset,
+                buf,
+                then,
+                then_offset,
+                then_buf,
+            );
+        };
         let mut results = results[..steps.len()].iter().copied();
         let mut next = || results.next().unwrap_or(0);
         // Checked in order: a failed step cancelled every later one (`-ECANCELED`), so the

@@ -3,15 +3,31 @@
 //! instead of two. Used when the kernel allows io_uring; `OsStorage` falls back to plain system
 //! calls otherwise (and when asked to, for tests of both paths).
 
+use std::cell::RefCell;
 use std::os::fd::{AsRawFd, BorrowedFd};
-use std::sync::Mutex;
 
 use io_uring::{IoUring, opcode, squeue, types};
 
-/// One ring shared by the files of an `OsStorage` (durable appends are serialized by their
-/// callers anyway: one publication at a time).
+/// One ring per thread: the durable writes of different groups on a node, each publishing from
+/// its own storage thread, never queue behind one another's submission (one shared ring behind
+/// a mutex made them run one at a time: docs/benchmarks.md, "Groups").
 pub(crate) struct Ring {
-    ring: Mutex<IoUring>,
+    ring: IoUring,
+}
+
+thread_local! {
+    /// This thread's ring, made on first use; `None` where the kernel refuses one.
+    static RING: RefCell<Option<Ring>> = RefCell::new(Ring::new());
+}
+
+/// Runs `f` on this thread's ring; `None` when this thread has none (the kernel refused it), or
+/// when `f` would nest inside a chain already running on it (the caller falls back to system
+/// calls).
+pub(crate) fn with_thread_ring<T>(f: impl FnOnce(&mut Ring) -> T) -> Option<T> {
+    RING.with(|cell| {
+        let mut ring = cell.try_borrow_mut().ok()?;
+        ring.as_mut().map(f)
+    })
 }
 
 impl std::fmt::Debug for Ring {
@@ -44,15 +60,18 @@ pub(crate) const MAX_STEPS: usize = 8;
 impl Ring {
     /// A ring, or `None` where the kernel (or a sandbox) does not allow io_uring.
     pub(crate) fn new() -> Option<Self> {
-        IoUring::new(8).ok().map(|ring| Self {
-            ring: Mutex::new(ring),
-        })
+        IoUring::new(8).ok().map(|ring| Self { ring })
     }
 
     /// Writes `buf` at `offset` of `fd`, then `fdatasync`s it, as one linked submission, and
     /// waits for both completions. A short write breaks the link: the sync then reports
     /// `-ECANCELED` and the caller completes the rest with system calls.
-    pub(crate) fn write_and_sync(&self, fd: BorrowedFd<'_>, offset: u64, buf: &[u8]) -> Outcome {
+    pub(crate) fn write_and_sync(
+        &mut self,
+        fd: BorrowedFd<'_>,
+        offset: u64,
+        buf: &[u8],
+    ) -> Outcome {
         let results = self.chain(
             &[Step::Write { fd, offset, buf }, Step::SyncData { fd }],
             &mut || {},
@@ -69,7 +88,7 @@ impl Ring {
     /// `in_flight` runs once the chain is submitted, while the kernel works on it; a panic in it
     /// is resumed only after every step has completed (the kernel still uses the buffers).
     pub(crate) fn chain(
-        &self,
+        &mut self,
         steps: &[Step<'_>],
         in_flight: &mut dyn FnMut(),
     ) -> [i32; MAX_STEPS] {
@@ -102,10 +121,7 @@ impl Ring {
                 }
             })
             .collect();
-        let mut ring = self
-            .ring
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let ring = &mut self.ring;
         // SAFETY: the entries point into buffers borrowed by `steps`, which outlive this call,
         // and this function does not return until the kernel has completed every entry (the
         // loop below reaps exactly that many completions, or aborts the process if the ring

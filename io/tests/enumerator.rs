@@ -21,7 +21,7 @@ struct Protocol {
 
 /// Runs the update protocol and marks the point where it claims `x` durable.
 fn record(protocol: Protocol) -> Vec<iggy_io::TraceOp> {
-    let storage = SimStorage::new(7);
+    let storage = SimStorage::recording(7);
     let file = storage.open("x.tmp", OpenMode::CreateNew).unwrap();
     file.write_all_at(0, CONTENT).unwrap();
     if protocol.sync_file {
@@ -97,7 +97,7 @@ fn omitting_the_file_fsync_is_caught() {
 /// Sampling bounds the work on a long trace and is itself deterministic.
 #[test]
 fn sampling_is_bounded_and_seeded() {
-    let storage = SimStorage::new(3);
+    let storage = SimStorage::recording(3);
     let file = storage.open("log", OpenMode::CreateNew).unwrap();
     for i in 0..40u64 {
         file.write_all_at(i * 100, &[i as u8; 100]).unwrap();
@@ -136,7 +136,7 @@ fn sampling_is_bounded_and_seeded() {
 #[test]
 fn an_unordered_enumeration_catches_a_dir_sync_the_ordered_one_cannot() {
     let record = |sync_data_dir: bool| {
-        let storage = SimStorage::new(8);
+        let storage = SimStorage::recording(8);
         for dir in ["data", "index"] {
             storage.create_dir(dir).unwrap();
         }
@@ -177,7 +177,7 @@ fn an_unordered_enumeration_catches_a_dir_sync_the_ordered_one_cannot() {
 fn an_unordered_power_loss_keeps_operations_independently_and_renames_whole() {
     let mut saw_later_without_earlier = false;
     for seed in 0..64 {
-        let storage = SimStorage::new(seed);
+        let storage = SimStorage::recording(seed);
         storage.set_dir_order(iggy_io::DirOrder::Unordered);
         storage.create_dir("a").unwrap();
         storage.create_dir("b").unwrap();

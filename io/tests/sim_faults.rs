@@ -11,7 +11,7 @@ use iggy_io::{
 };
 
 fn setup() -> (SimStorage, iggy_io::sim::SimFile) {
-    let storage = SimStorage::new(5);
+    let storage = SimStorage::recording(5);
     let file = storage.open("f", OpenMode::CreateNew).unwrap();
     file.write_all_at(0, &[1u8; 8192]).unwrap();
     file.sync_data().unwrap();

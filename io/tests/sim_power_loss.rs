@@ -22,7 +22,7 @@ fn durable_file(storage: &SimStorage, path: &str, contents: &[u8]) -> iggy_io::s
 
 #[test]
 fn power_loss_drops_an_unsynced_write() {
-    let storage = SimStorage::new(1);
+    let storage = SimStorage::recording(1);
     let file = durable_file(&storage, "f", b"old old old");
     file.write_all_at(0, b"NEW").unwrap();
     assert_eq!(
@@ -37,7 +37,7 @@ fn power_loss_drops_an_unsynced_write() {
 #[test]
 fn a_synced_write_survives_every_power_loss() {
     for seed in 0..50 {
-        let storage = SimStorage::new(seed);
+        let storage = SimStorage::recording(seed);
         let file = durable_file(&storage, "f", b"v1");
         file.write_all_at(0, b"v2 synced").unwrap();
         file.sync_data().unwrap();
@@ -50,7 +50,7 @@ fn a_synced_write_survives_every_power_loss() {
 
 #[test]
 fn a_created_file_whose_directory_was_not_synced_vanishes() {
-    let storage = SimStorage::new(1);
+    let storage = SimStorage::recording(1);
     storage.create_dir("d").unwrap();
     storage.sync_dir("").unwrap();
     let file = storage.open("d/new", OpenMode::CreateNew).unwrap();
@@ -79,7 +79,7 @@ fn a_created_file_whose_directory_was_not_synced_vanishes() {
 fn unsynced_directory_operations_survive_only_as_a_prefix() {
     // create a, create b, create c: after any power loss, c present implies b and a present.
     for seed in 0..100 {
-        let storage = SimStorage::new(seed);
+        let storage = SimStorage::recording(seed);
         for name in ["a", "b", "c"] {
             storage.open(name, OpenMode::CreateNew).unwrap();
         }
@@ -103,7 +103,7 @@ fn a_torn_write_changes_only_whole_sectors_of_the_unsynced_range() {
     let (start, end) = (1000usize, 9000usize);
     let mut torn_seen = 0;
     for seed in 0..64 {
-        let storage = SimStorage::new(seed);
+        let storage = SimStorage::recording(seed);
         let file = durable_file(&storage, "f", &[0xAA; 12_288]);
         file.write_all_at(start as u64, &[0x55; 8000]).unwrap();
         storage.power_loss();
@@ -140,7 +140,7 @@ fn a_torn_write_changes_only_whole_sectors_of_the_unsynced_range() {
 
 #[test]
 fn an_explicit_torn_plan_keeps_exactly_the_named_sectors() {
-    let storage = SimStorage::new(9);
+    let storage = SimStorage::recording(9);
     let file = durable_file(&storage, "f", &[0u8; 2048]);
     file.write_all_at(256, &[1u8; 1024]).unwrap(); // pieces [256,512) [512,1024) [1024,1280)
     let plan = CrashPlan {
@@ -160,7 +160,7 @@ fn an_explicit_torn_plan_keeps_exactly_the_named_sectors() {
 }
 
 fn workload(seed: u64) -> (Vec<TraceOp>, Vec<Vec<u8>>) {
-    let storage = SimStorage::new(seed);
+    let storage = SimStorage::recording(seed);
     durable_file(&storage, "f", &[0u8; 65_536]);
     let mut images = Vec::new();
     for round in 0..4u8 {
@@ -203,7 +203,7 @@ fn a_different_seed_tears_different_sectors() {
 
 #[test]
 fn handles_from_before_a_crash_are_stale() {
-    let storage = SimStorage::new(1);
+    let storage = SimStorage::recording(1);
     let file = durable_file(&storage, "f", b"x");
     file.write_all_at(0, b"y").unwrap();
     storage.crash_process();

@@ -84,7 +84,7 @@ fn replay(ops: &[Op]) -> State {
 /// at least every acknowledged op.
 #[test]
 fn every_crash_state_restores_the_replayed_state() {
-    let storage = SimStorage::new(8);
+    let storage = SimStorage::recording(8);
     let ops = ops();
     let mut group = MetadataGroup::create(storage.clone(), dir(), ID, wal_config()).unwrap();
     storage.mark("created 0".to_string());
@@ -156,7 +156,7 @@ fn every_crash_state_restores_the_replayed_state() {
 
 /// A group after two checkpoints, with the snapshot bytes of the first kept aside.
 fn two_checkpoints() -> (SimStorage, Vec<u8>) {
-    let storage = SimStorage::new(9);
+    let storage = SimStorage::recording(9);
     let mut group = MetadataGroup::create(storage.clone(), dir(), ID, wal_config()).unwrap();
     let ops = ops();
     for op in &ops[..10] {
@@ -304,7 +304,7 @@ fn a_log_that_no_longer_reaches_the_snapshot_refuses() {
 /// stays within its 1024-op journal.
 #[test]
 fn checkpoints_happen_every_960_ops() {
-    let storage = SimStorage::new(10);
+    let storage = SimStorage::recording(10);
     let mut group = MetadataGroup::create(storage.clone(), dir(), ID, wal_config()).unwrap();
     for index in 0..2000u64 {
         group

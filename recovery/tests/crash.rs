@@ -34,7 +34,7 @@ fn options() -> Options {
 
 #[test]
 fn fsck_verdict_and_plan_equal_what_boot_does_in_every_crash_state() {
-    let storage = SimStorage::new(77);
+    let storage = SimStorage::recording(77);
     populate(&storage, Path::new(""), &options()).unwrap();
     let trace = storage.trace();
     let storage_ops = trace.iter().filter(|op| op.is_storage_op()).count();

@@ -27,7 +27,7 @@ type Model = BTreeMap<u64, Vec<u8>>;
 
 /// Marks: `"<event> <phase> <next offset> #<snapshot>"`.
 fn record() -> (Vec<TraceOp>, Vec<Model>) {
-    let storage = SimStorage::new(21);
+    let storage = SimStorage::recording(21);
     let partition = Partition::create(storage.clone(), dir(), config()).unwrap();
     let mut snapshots: Vec<Model> = Vec::new();
     let mut model = Model::new();

@@ -175,7 +175,7 @@ fn enumerate_install(
 
 #[test]
 fn every_crash_state_boots_to_the_whole_old_or_the_whole_new_partition() {
-    let sim = SimStorage::new(31);
+    let sim = SimStorage::recording(31);
     let (trace, old, new) = record(&sim, &sim);
     // Both models of directory changes: in order (ext4, xfs), and any subset (where every
     // directory sync of the install shows).
@@ -299,7 +299,7 @@ impl Storage for Hooked {
 
 #[test]
 fn the_enumeration_catches_a_missing_commit_point_fsync() {
-    let sim = SimStorage::new(31);
+    let sim = SimStorage::recording(31);
     let storage = Hooked::new(sim.clone(), Hook::SkipCommitSync, 0);
     let (trace, old, new) = record(&storage, &sim);
     let failure = enumerate_install(&trace, &old, &new, iggy_io::DirOrder::Ordered)
@@ -314,7 +314,7 @@ fn the_enumeration_catches_a_missing_commit_point_fsync() {
 #[test]
 fn a_recovery_interrupted_by_a_crash_still_restores_the_old_partition() {
     for budget in [1usize, 6, 13, 21] {
-        let sim = SimStorage::new(41);
+        let sim = SimStorage::recording(41);
         let (old, new, segments) = old_and_leader(&sim);
         let interrupted = Hooked::new(sim.clone(), Hook::FailAfterBackup, budget);
         assert!(install_from(&interrupted, &segments, &new).is_err());
@@ -357,7 +357,7 @@ fn a_recovery_interrupted_by_a_crash_still_restores_the_old_partition() {
 #[test]
 fn check_of_an_uncommitted_install_reports_what_open_does() {
     for budget in [0usize, 4, 9, 17] {
-        let sim = SimStorage::new(43);
+        let sim = SimStorage::recording(43);
         let (_, new, segments) = old_and_leader(&sim);
         let interrupted = Hooked::new(sim.clone(), Hook::FailAfterBackup, budget);
         assert!(install_from(&interrupted, &segments, &new).is_err());
@@ -384,7 +384,7 @@ fn check_of_an_uncommitted_install_reports_what_open_does() {
 /// flips) refuses it, the live partition is untouched, and boot sweeps what was staged.
 #[test]
 fn a_damaged_segment_is_refused_as_it_lands_and_nothing_live_changes() {
-    let sim = SimStorage::new(44);
+    let sim = SimStorage::recording(44);
     let (old, _, segments) = old_and_leader(&sim);
     let mut rng = iggy_io::soak::SeedRng::new(7);
     for _ in 0..40 {
@@ -427,7 +427,7 @@ fn a_damaged_segment_is_refused_as_it_lands_and_nothing_live_changes() {
 #[test]
 fn an_install_sets_the_offset_frontier_to_the_log_end_and_boots_clean() {
     for brought in [0, 10_000_000] {
-        let storage = SimStorage::new(41);
+        let storage = SimStorage::recording(41);
         let (_, new, segments) = old_and_leader(&storage);
         let mut install = Install::new(storage.clone(), dir(), config());
         for (start, bytes) in &segments {
@@ -481,7 +481,7 @@ fn an_install_sets_the_offset_frontier_to_the_log_end_and_boots_clean() {
 /// segments: the commit refuses it and changes nothing live; one at the end is accepted.
 #[test]
 fn an_artifact_past_the_log_end_is_refused_at_commit() {
-    let storage = SimStorage::new(42);
+    let storage = SimStorage::recording(42);
     let (old, new, segments) = old_and_leader(&storage);
     let attempt = |next_offset| {
         let mut install = Install::new(storage.clone(), dir(), config());
@@ -517,7 +517,7 @@ fn an_artifact_past_the_log_end_is_refused_at_commit() {
 fn recovered_installs_stay_recovered_through_a_power_loss() {
     // Abandoned: a `.install-building` with a link in it (the rest of the partition durable,
     // so that its boot has nothing else to sync).
-    let sim = SimStorage::new(51);
+    let sim = SimStorage::recording(51);
     let (old, _, _) = old_and_leader(&sim);
     drop(Partition::open(sim.clone(), dir(), config(), Mode::Repair).unwrap());
     sim.create_dir(dir().join(install::BUILDING_DIR)).unwrap();
@@ -529,12 +529,12 @@ fn recovered_installs_stay_recovered_through_a_power_loss() {
     sim.sync_dir(dir().join(install::BUILDING_DIR)).unwrap();
     sim.sync_dir(dir()).unwrap();
     // Committed: the install returned, `finish` never ran.
-    let committed = SimStorage::new(52);
+    let committed = SimStorage::recording(52);
     let (_, new, segments) = old_and_leader(&committed);
     install_from(&committed, &segments, &new).unwrap();
     // Uncommitted: the install failed after its backup existed (the old partition durable
     // first, indexes included, so that the rollback brings back durable files).
-    let uncommitted = SimStorage::new(53);
+    let uncommitted = SimStorage::recording(53);
     let (old_u, new_u, segments_u) = old_and_leader(&uncommitted);
     drop(Partition::open(uncommitted.clone(), dir(), config(), Mode::Repair).unwrap());
     let interrupted = Hooked::new(uncommitted.clone(), Hook::FailAfterBackup, 6);
@@ -569,7 +569,7 @@ fn recovered_installs_stay_recovered_through_a_power_loss() {
 /// retired tree durably.
 #[test]
 fn a_finished_install_leaves_no_retired_tree_after_a_power_loss() {
-    let storage = SimStorage::new(54);
+    let storage = SimStorage::recording(54);
     let (_, new, segments) = old_and_leader(&storage);
     install_from(&storage, &segments, &new).unwrap();
     assert!(storage.exists(dir().join(RETIRED_DIR)).unwrap());

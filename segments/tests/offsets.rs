@@ -19,7 +19,7 @@ fn dir() -> &'static Path {
 }
 
 fn partition() -> SimStorage {
-    let storage = SimStorage::new(1);
+    let storage = SimStorage::recording(1);
     storage.create_dir("partition").unwrap();
     storage.sync_dir("").unwrap();
     storage

@@ -19,7 +19,7 @@ fn dir() -> &'static Path {
 }
 
 fn node() -> SimStorage {
-    let storage = SimStorage::new(4);
+    let storage = SimStorage::recording(4);
     storage.create_dir("metadata").unwrap();
     storage.sync_dir("").unwrap();
     storage

@@ -19,7 +19,7 @@ const UPDATES: usize = 50;
 #[test]
 fn every_crash_state_boots_to_the_acknowledged_or_the_in_flight_state() {
     let states = states(0x5EED, UPDATES + 1);
-    let storage = SimStorage::new(1);
+    let storage = SimStorage::recording(1);
     storage.mark("writing 0");
     let mut superblock = Superblock::create(storage.clone(), dir(), ID, states[0]).unwrap();
     storage.mark("written 0");
@@ -88,6 +88,6 @@ fn every_crash_state_boots_to_the_acknowledged_or_the_in_flight_state() {
     }
     assert!(counts.points > 4 * UPDATES, "{counts:?}");
     assert!(counts.torn_states > 0, "{counts:?}");
-    assert!(SimStorage::new(0).trace().is_empty());
+    assert!(SimStorage::recording(0).trace().is_empty());
     assert_eq!(DIR, "g");
 }

@@ -29,7 +29,7 @@ fn dir() -> &'static Path {
 
 #[test]
 fn append_publish_read_reopen_across_rotations() {
-    let storage = SimStorage::new(1);
+    let storage = SimStorage::recording(1);
     let wal = Wal::create(storage.clone(), dir(), config(), 1, 0).unwrap();
     for op in 1..=40 {
         assert_eq!(wal.append_body(&body(op), 1, op).unwrap(), op);
@@ -66,7 +66,7 @@ fn append_publish_read_reopen_across_rotations() {
 
 #[test]
 fn unpublished_entries_are_discarded_at_boot_and_reported() {
-    let storage = SimStorage::new(2);
+    let storage = SimStorage::recording(2);
     let wal = Wal::create(storage.clone(), dir(), config(), 1, 0).unwrap();
     for op in 1..=10 {
         wal.append_body(&body(op), 1, op).unwrap();
@@ -95,7 +95,7 @@ fn unpublished_entries_are_discarded_at_boot_and_reported() {
 
 #[test]
 fn append_validation() {
-    let storage = SimStorage::new(3);
+    let storage = SimStorage::recording(3);
     let wal = Wal::create(storage, dir(), config(), 5, 0xFEED).unwrap();
     let first = next_header(5, 0xFEED, 1, 0, b"a");
     assert_eq!(
@@ -137,7 +137,7 @@ fn append_validation() {
 
 #[test]
 fn back_pressure_refuses_rather_than_drops() {
-    let storage = SimStorage::new(4);
+    let storage = SimStorage::recording(4);
     let config = Config {
         unpublished_bytes_max: 4096,
         ..config()
@@ -172,7 +172,7 @@ fn back_pressure_refuses_rather_than_drops() {
 
 #[test]
 fn truncate_after_and_drop_prefix() {
-    let storage = SimStorage::new(5);
+    let storage = SimStorage::recording(5);
     let wal = Wal::create(storage.clone(), dir(), config(), 1, 0).unwrap();
     for op in 1..=30 {
         wal.append_body(&body(op), 1, op).unwrap();
@@ -224,7 +224,7 @@ fn truncate_after_and_drop_prefix() {
 /// and a boot without it refuses (`LostPublishedFile`).
 #[test]
 fn drop_prefix_keeps_the_file_holding_the_published_head() {
-    let storage = SimStorage::new(9);
+    let storage = SimStorage::recording(9);
     let wal = Wal::create(storage.clone(), dir(), config(), 1, 0).unwrap();
     let wal_files = || {
         wal.storage()
@@ -265,7 +265,7 @@ fn drop_prefix_keeps_the_file_holding_the_published_head() {
 #[test]
 fn small_publications_write_zeros_ahead_once_per_megabyte() {
     use iggy_io::TraceOp;
-    let storage = SimStorage::new(9);
+    let storage = SimStorage::recording(9);
     let config = Config {
         file_size_bytes: 4 << 20,
         ..Config::new(7)

@@ -58,7 +58,7 @@ fn record(seed: u64, naming: Naming) -> (Vec<TraceOp>, Vec<Model>) {
         x ^= x << 17;
         x % bound
     };
-    let storage = SimStorage::new(seed);
+    let storage = SimStorage::recording(seed);
     let mut snapshots: Vec<Model> = Vec::new();
     let mut model = Model::new();
     let mut mark = |storage: &SimStorage, label: String, model: &Model| {

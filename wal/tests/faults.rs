@@ -76,7 +76,7 @@ fn run_appenders(wal: &Arc<Wal<SimStorage>>, rounds: usize, barrier: bool) -> Ve
 #[test]
 fn sixty_four_appenders_share_syncs_and_every_acknowledged_record_survives() {
     const ROUNDS: usize = 10;
-    let storage = SimStorage::new(21);
+    let storage = SimStorage::recording(21);
     let wal = Arc::new(Wal::create(storage.clone(), dir(), config(), 1, 0).unwrap());
     let before = frontier_syncs(&storage);
     let mut acknowledged = run_appenders(&wal, ROUNDS, true);
@@ -108,7 +108,7 @@ fn sixty_four_appenders_share_syncs_and_every_acknowledged_record_survives() {
 
 #[test]
 fn a_failed_sync_poisons_the_log_until_it_is_reopened() {
-    let storage = SimStorage::new(22);
+    let storage = SimStorage::recording(22);
     let wal = Wal::create(storage.clone(), dir(), config(), 1, 0).unwrap();
     wal.append_body(b"durable", 1, 0).unwrap();
     wal.publish().unwrap();
@@ -145,7 +145,7 @@ fn a_failed_sync_poisons_the_log_until_it_is_reopened() {
 
 #[test]
 fn a_short_write_is_completed() {
-    let storage = SimStorage::new(23);
+    let storage = SimStorage::recording(23);
     let config = Config {
         flush_bytes: 1,
         ..config()
@@ -166,7 +166,7 @@ fn a_short_write_is_completed() {
 
 #[test]
 fn a_failed_write_is_reported_and_never_half_trusted() {
-    let storage = SimStorage::new(24);
+    let storage = SimStorage::recording(24);
     let config = Config {
         flush_bytes: 1,
         ..config()
@@ -200,7 +200,7 @@ fn a_failed_write_is_reported_and_never_half_trusted() {
 /// durable, or a later power loss takes back entries that a booted node already relied on.
 #[test]
 fn what_a_boot_trusts_survives_a_later_power_loss_even_after_a_failed_frontier_sync() {
-    let storage = SimStorage::new(23);
+    let storage = SimStorage::recording(23);
     let wal = Wal::create(storage.clone(), dir(), config(), 1, 0).unwrap();
     wal.append_body(b"durable", 1, 0).unwrap();
     wal.publish().unwrap();
@@ -237,7 +237,7 @@ fn what_a_boot_trusts_survives_a_later_power_loss_even_after_a_failed_frontier_s
 fn a_sync_failing_under_sixty_four_appenders_wakes_everyone_and_keeps_every_acknowledgment() {
     const THREADS: usize = 64;
     for seed in 0..8u64 {
-        let storage = SimStorage::new(100 + seed);
+        let storage = SimStorage::recording(100 + seed);
         let wal = Arc::new(Wal::create(storage.clone(), dir(), config(), 1, 0).unwrap());
         let acknowledged = Arc::new(Mutex::new(Vec::new()));
         let refused = Arc::new(Mutex::new(0usize));

@@ -46,6 +46,10 @@ enum Command {
     /// partitions, 8,192 clients), then times writing snapshot.bin (encode, write, fdatasync,
     /// rename, directory fsync) and loading it (read, verify, decode), and reports its size.
     Snapshot(SnapshotArgs),
+    /// Many consensus groups on one node: 1, 4 and 25 WALs in one storage, each publishing single
+    /// records from its own thread (each record durable before the next). The aggregate rate
+    /// against one group's shows whether groups share the device or queue in the toolkit.
+    Groups(GroupsArgs),
     /// A partition through `segments`: append throughput (validate, stamp, WAL entry, sparse
     /// index) against the bare keyed WAL with the same batches, published per batch and
     /// unpublished; then read throughput of a whole partition by offset from a warm page cache,
@@ -64,6 +68,27 @@ struct DirArgs {
     /// Create --dir (and its parents) if it does not exist.
     #[arg(long, requires = "dir")]
     create_dir: bool,
+}
+
+#[derive(clap::Args, Debug)]
+struct GroupsArgs {
+    #[command(flatten)]
+    dir: DirArgs,
+    /// Group counts to run, comma-separated.
+    #[arg(long, value_delimiter = ',', default_values_t = [1usize, 4, 25])]
+    groups: Vec<usize>,
+    /// Records each group publishes.
+    #[arg(long, default_value_t = 2000)]
+    records: u64,
+    /// Bytes per record.
+    #[arg(long, default_value_t = 1000)]
+    record_bytes: usize,
+    /// How durable writes reach the disk (see `wal --io`).
+    #[arg(long, value_enum, default_value_t = IoArg::Uring)]
+    io: IoArg,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(clap::Args, Debug)]
@@ -242,6 +267,7 @@ fn main() -> ExitCode {
         Some(Command::Replay(args)) => run_replay(&args),
         Some(Command::Snapshot(args)) => run_snapshot(&args),
         Some(Command::Segments(args)) => run_segments(&args),
+        Some(Command::Groups(args)) => run_groups(&args),
         None => run_disk(&DiskArgs {
             record_bytes: 1000,
             batch: 250,
@@ -385,6 +411,45 @@ fn run_wal(args: &WalArgs) -> Result<(), String> {
             "  {publications} publications, {:.1} records each",
             records as f64 / publications.max(1) as f64
         );
+    }
+    Ok(())
+}
+
+fn run_groups(args: &GroupsArgs) -> Result<(), String> {
+    if args.groups.is_empty() || args.groups.contains(&0) || args.records == 0 {
+        return Err("--groups must be positive counts and --records positive".into());
+    }
+    let (dir, _guard) = bench_dir(&args.dir, true)?;
+    let io_path = match args.io {
+        IoArg::Uring => iggy_io::IoPath::Auto,
+        IoArg::Syscalls => iggy_io::IoPath::Syscalls,
+    };
+    let sizes = iggy_benches::groups::Sizes {
+        groups: args.groups.clone(),
+        records_per_group: args.records,
+        record_bytes: args.record_bytes,
+        io_path: if io_path == iggy_io::IoPath::Auto {
+            "uring"
+        } else {
+            "syscalls"
+        },
+    };
+    let bar = progress_bar(args.groups.len() as u64);
+    let runs = iggy_benches::groups::run(&dir, &sizes, io_path, |step| {
+        bar.set_message(step.to_string());
+        bar.inc(1);
+    })?;
+    bar.finish_and_clear();
+    if args.json {
+        print_json(&serde_json::json!({ "sizes": sizes, "runs": runs }))?;
+    } else {
+        println!(
+            "iggy-bench groups in {}: each group publishes {} records of {} bytes, one at a time",
+            dir.display(),
+            args.records,
+            args.record_bytes
+        );
+        print!("{}", iggy_benches::groups::render(&runs));
     }
     Ok(())
 }

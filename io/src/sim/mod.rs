@@ -33,6 +33,7 @@
 //! workload's trace can be replayed by the crash-state enumerator ([`crate::enumerate`]). The same
 //! seed and the same workload give the same trace and the same crash images.
 
+mod content;
 pub(crate) mod state;
 
 use std::fmt;
@@ -288,6 +289,24 @@ impl SimStorage {
         Self::from_state(SimState::new(seed, faults))
     }
 
+    /// An empty disk that records every mutation in its [`SimStorage::trace`], for the crash
+    /// enumerator. The trace holds every byte ever written, so a disk does not record unless
+    /// asked to.
+    #[must_use]
+    pub fn recording(seed: u64) -> Self {
+        let storage = Self::new(seed);
+        storage.lock().recording = true;
+        storage
+    }
+
+    /// Bytes this disk holds in memory: every distinct page of every file image (pages that the
+    /// buffered and durable images of a file share count once), the pending writes, and the
+    /// trace. What a simulated cluster costs.
+    #[must_use]
+    pub fn memory_bytes(&self) -> u64 {
+        self.lock().memory_bytes()
+    }
+
     pub(crate) fn from_state(state: SimState) -> Self {
         Self {
             shared: Arc::new(Mutex::new(state)),
@@ -336,13 +355,19 @@ impl SimStorage {
 
     /// Puts a label in the trace, for the enumerator's check closure to read.
     pub fn mark(&self, label: impl Into<String>) {
-        self.lock().trace.push(TraceOp::Mark(label.into()));
+        self.lock().record(TraceOp::Mark(label.into()));
     }
 
-    /// The operations recorded so far.
+    /// The operations recorded so far. Panics on a disk that does not record (make it with
+    /// [`SimStorage::recording`]): an empty trace would make an enumeration check nothing.
     #[must_use]
     pub fn trace(&self) -> Vec<TraceOp> {
-        self.lock().trace.clone()
+        let state = self.lock();
+        assert!(
+            state.recording,
+            "SimStorage::trace: this disk does not record; create it with SimStorage::recording"
+        );
+        state.trace.clone()
     }
 
     /// The pending (unsynced) writes, in issue order.
@@ -359,9 +384,7 @@ impl SimStorage {
 
     /// A process crash: buffered state survives, every open handle becomes stale.
     pub fn crash_process(&self) {
-        let mut state = self.lock();
-        state.generation += 1;
-        state.trace.push(TraceOp::ProcessCrash);
+        self.lock().apply(TraceOp::ProcessCrash);
     }
 
     /// A power loss with a seeded plan; returns the plan that was applied.
@@ -384,6 +407,14 @@ impl SimStorage {
         state.apply_power_loss(&plan);
     }
 
+    /// A read-only view for checkers: its reads see what the disk's readers see, but inject no
+    /// fault and draw no random number, so looking at a simulated disk never changes what
+    /// happens to it next.
+    #[must_use]
+    pub fn quiet(&self) -> QuietSim {
+        QuietSim(self.clone())
+    }
+
     /// The buffered contents of a file (a test convenience; errors if it does not exist).
     pub fn read_all(&self, path: impl AsRef<Path>) -> Result<Vec<u8>> {
         let file = self.open_read(path)?;
@@ -400,6 +431,7 @@ impl ReadStorage for SimStorage {
         let path = path.as_ref();
         let mut state = self.lock();
         let inode = state.open(path, OpenMode::Existing)?;
+        state.hold(inode);
         let generation = state.generation;
         drop(state);
         Ok(SimReader(SimFile {
@@ -407,6 +439,7 @@ impl ReadStorage for SimStorage {
             inode,
             path: path.to_path_buf(),
             generation,
+            quiet: false,
         }))
     }
 
@@ -437,6 +470,7 @@ impl Storage for SimStorage {
         let path = path.as_ref();
         let mut state = self.lock();
         let inode = state.open(path, mode)?;
+        state.hold(inode);
         let generation = state.generation;
         drop(state);
         Ok(SimFile {
@@ -444,6 +478,7 @@ impl Storage for SimStorage {
             inode,
             path: path.to_path_buf(),
             generation,
+            quiet: false,
         })
     }
 
@@ -515,12 +550,41 @@ impl Drop for SimLock {
     }
 }
 
+/// A read-only view of a [`SimStorage`] that injects no fault and draws no random number
+/// ([`SimStorage::quiet`]).
+#[derive(Clone, Debug)]
+pub struct QuietSim(SimStorage);
+
+impl ReadStorage for QuietSim {
+    type Reader = SimReader;
+
+    fn open_read(&self, path: impl AsRef<Path>) -> Result<SimReader> {
+        let mut reader = self.0.open_read(path)?;
+        reader.0.quiet = true;
+        Ok(reader)
+    }
+
+    fn list_dir(&self, path: impl AsRef<Path>) -> Result<Vec<DirEntry>> {
+        self.0.list_dir(path)
+    }
+
+    fn exists(&self, path: impl AsRef<Path>) -> Result<bool> {
+        self.0.exists(path)
+    }
+
+    fn lock_holder(&self, path: impl AsRef<Path>) -> Result<Option<LockHolder>> {
+        self.0.lock_holder(path)
+    }
+}
+
 /// A file of [`SimStorage`] open for reading and writing.
 pub struct SimFile {
     shared: Arc<Mutex<SimState>>,
     inode: u64,
     path: PathBuf,
     generation: u64,
+    /// Reads draw no random number and inject no fault ([`SimStorage::quiet`]).
+    quiet: bool,
 }
 
 /// A file of [`SimStorage`] open for reading only.
@@ -530,6 +594,15 @@ pub struct SimReader(SimFile);
 impl fmt::Debug for SimFile {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "SimFile({}, inode {})", self.path.display(), self.inode)
+    }
+}
+
+impl Drop for SimFile {
+    fn drop(&mut self) {
+        self.shared
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .release(self.inode, self.generation);
     }
 }
 
@@ -552,12 +625,16 @@ impl ReadFile for SimFile {
     }
 
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<usize> {
-        self.state(Op::Read)?
-            .read(self.inode, &self.path, offset, buf)
+        let state = self.state(Op::Read)?;
+        if self.quiet {
+            return Ok(state.file(self.inode).data.read(offset, buf));
+        }
+        let mut state = state;
+        state.read(self.inode, &self.path, offset, buf)
     }
 
     fn len(&self) -> Result<u64> {
-        Ok(self.state(Op::Len)?.file(self.inode).data.len() as u64)
+        Ok(self.state(Op::Len)?.file(self.inode).data.len())
     }
 }
 
@@ -589,7 +666,7 @@ impl WriteFile for SimFile {
     fn allocate(&self, offset: u64, len: u64) -> Result<()> {
         let mut state = self.state(Op::Allocate)?;
         let end = offset.saturating_add(len);
-        if end > state.file(self.inode).data.len() as u64 {
+        if end > state.file(self.inode).data.len() {
             state.set_len(self.inode, &self.path, end);
         }
         Ok(())

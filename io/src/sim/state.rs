@@ -9,6 +9,7 @@ use std::sync::Arc;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
+use super::content::Content;
 use super::{CrashPlan, DirOrder, Fault, FaultConfig, PendingWrite, TraceOp, WriteFate};
 use crate::error::{Error, ErrorKind, Op, Result};
 use crate::path::{components, split_parent};
@@ -26,8 +27,10 @@ enum Node {
 
 #[derive(Clone, Debug, Default)]
 pub(crate) struct FileImage {
-    pub(crate) data: Vec<u8>,
-    durable: Vec<u8>,
+    /// What reads see (the page cache).
+    pub(crate) data: Content,
+    /// What survives a power loss. Shares its pages with `data` where they agree.
+    durable: Content,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -77,29 +80,28 @@ pub(crate) struct SimState {
     /// How seeded power losses keep pending directory operations.
     pub(crate) dir_order: DirOrder,
     next_dir_operation: u64,
+    /// Whether every mutation is kept in `trace` (for the enumerator; it holds every byte ever
+    /// written, so it is off unless asked for).
+    pub(crate) recording: bool,
+    /// Open handles of the current process life, per inode: an unlinked file they hold stays.
+    handles: BTreeMap<u64, usize>,
+    /// Set when an inode or directory may have become unreachable (an unlink, a rename over a
+    /// name, a removal, a dropped handle): the next collection looks.
+    garbage: bool,
 }
 
-fn apply_change(data: &mut Vec<u8>, change: &FileChange) {
+fn apply_change(data: &mut Content, change: &FileChange) {
     match change {
         FileChange::Write {
             offset,
             data: bytes,
-        } => write_into(data, *offset, bytes),
-        FileChange::SetLen(len) => data.resize(to_usize(*len), 0),
+        } => data.write(*offset, bytes),
+        FileChange::SetLen(len) => data.set_len(*len),
     }
 }
 
 fn to_usize(value: u64) -> usize {
     usize::try_from(value).unwrap_or(usize::MAX)
-}
-
-fn write_into(data: &mut Vec<u8>, offset: u64, bytes: &[u8]) {
-    let start = to_usize(offset);
-    let end = start + bytes.len();
-    if data.len() < end {
-        data.resize(end, 0);
-    }
-    data[start..end].copy_from_slice(bytes);
 }
 
 /// The sector-aligned pieces `[start, end)` of a write, at the given sector size.
@@ -134,7 +136,105 @@ impl SimState {
             next_lock_holder: 1,
             dir_order: DirOrder::Ordered,
             next_dir_operation: 0,
+            recording: false,
+            handles: BTreeMap::new(),
+            garbage: false,
         }
+    }
+
+    /// Bytes held in memory (see `SimStorage::memory_bytes`).
+    pub(crate) fn memory_bytes(&self) -> u64 {
+        let mut pages = std::collections::BTreeSet::new();
+        for file in self.files.values() {
+            for page in file.data.pages().chain(file.durable.pages()) {
+                pages.insert(std::sync::Arc::as_ptr(page) as usize);
+            }
+        }
+        let pending: u64 = self
+            .pending
+            .iter()
+            .map(|p| match &p.change {
+                FileChange::Write { data, .. } => data.len() as u64,
+                FileChange::SetLen(_) => 0,
+            })
+            .sum();
+        let traced: u64 = self
+            .trace
+            .iter()
+            .map(|op| match op {
+                TraceOp::Write { data, .. } => data.len() as u64,
+                _ => 0,
+            })
+            .sum();
+        pages.len() as u64 * super::content::PAGE as u64 + pending + traced
+    }
+
+    /// Keeps `op` in the trace, when recording.
+    pub(crate) fn record(&mut self, op: TraceOp) {
+        if self.recording {
+            self.trace.push(op);
+        }
+    }
+
+    /// A handle on `inode` was opened.
+    pub(crate) fn hold(&mut self, inode: u64) {
+        *self.handles.entry(inode).or_default() += 1;
+    }
+
+    /// A handle on `inode` of process life `generation` was dropped.
+    pub(crate) fn release(&mut self, inode: u64, generation: u64) {
+        if generation != self.generation {
+            return; // a stale handle: its life's counts were reset by the crash
+        }
+        if let Some(count) = self.handles.get_mut(&inode) {
+            *count -= 1;
+            if *count == 0 {
+                self.handles.remove(&inode);
+                self.garbage = true;
+                self.collect_garbage();
+            }
+        }
+    }
+
+    /// Frees every inode and directory nothing can reach any more: no entry (buffered or
+    /// durable), no pending directory change, no open handle, and (for a file) no pending write
+    /// (a power loss plan counts those). Memory then tracks what the disk holds, not its history.
+    pub(crate) fn collect_garbage(&mut self) {
+        use std::collections::BTreeSet;
+        if !std::mem::take(&mut self.garbage) {
+            return;
+        }
+        // What a name can reach, now or after a power loss.
+        let mut dirs = BTreeSet::new();
+        let mut reachable = BTreeSet::new();
+        let mut stack = vec![Node::Dir(ROOT)];
+        stack.extend(self.pending_dir_ops.iter().filter_map(|op| op.node));
+        while let Some(node) = stack.pop() {
+            match node {
+                Node::File(inode) => {
+                    reachable.insert(inode);
+                }
+                Node::Dir(dir) if dirs.insert(dir) => {
+                    if let Some(image) = self.dirs.get(&dir) {
+                        stack.extend(image.entries.values().chain(image.durable.values()));
+                    }
+                }
+                Node::Dir(_) => {}
+            }
+        }
+        // What no name reaches but a handle or a pending write still holds.
+        let held: BTreeSet<u64> = self
+            .handles
+            .keys()
+            .copied()
+            .chain(self.pending.iter().map(|p| p.inode))
+            .filter(|inode| !reachable.contains(inode))
+            .collect();
+        self.dirs.retain(|dir, _| dirs.contains(dir));
+        self.files
+            .retain(|inode, _| reachable.contains(inode) || held.contains(inode));
+        // Those go once their handles and writes do: look again then.
+        self.garbage = !held.is_empty();
     }
 
     pub(crate) fn file(&self, inode: u64) -> &FileImage {
@@ -143,10 +243,10 @@ impl SimState {
             .unwrap_or_else(|| panic!("inode {inode} missing: handle outlived it"))
     }
 
+    /// The image of `inode`, recreated empty if it was collected: a replayed trace has no open
+    /// handles, so an unlinked file its recording kept open for writing may be gone there.
     fn file_mut(&mut self, inode: u64) -> &mut FileImage {
-        self.files
-            .get_mut(&inode)
-            .unwrap_or_else(|| panic!("inode {inode} missing"))
+        self.files.entry(inode).or_default()
     }
 
     fn dir_mut(&mut self, dir: u64) -> &mut DirImage {
@@ -260,7 +360,7 @@ impl SimState {
                 self.files.insert(inode, FileImage::default());
                 let operation = self.dir_operation();
                 self.set_entry(dir, name, Some(Node::File(inode)), operation);
-                self.trace.push(TraceOp::Create {
+                self.record(TraceOp::Create {
                     path: path.to_path_buf(),
                     inode,
                 });
@@ -278,7 +378,7 @@ impl SimState {
         self.dirs.insert(dir, DirImage::default());
         let operation = self.dir_operation();
         self.set_entry(parent, name, Some(Node::Dir(dir)), operation);
-        self.trace.push(TraceOp::CreateDir {
+        self.record(TraceOp::CreateDir {
             path: path.to_path_buf(),
         });
         Ok(())
@@ -292,15 +392,19 @@ impl SimState {
             .partition(|op| op.dir == dir);
         self.pending_dir_ops = others;
         let durable = &mut self.dir_mut(dir).durable;
+        let mut replaced = false;
         for op in mine {
-            match op.node {
-                Some(node) => durable.insert(op.name, node),
-                None => durable.remove(&op.name),
+            // A durable removal or replacement may leave an inode no name reaches any more.
+            replaced |= match op.node {
+                Some(node) => durable.insert(op.name, node).is_some(),
+                None => durable.remove(&op.name).is_some(),
             };
         }
-        self.trace.push(TraceOp::SyncDir {
+        self.record(TraceOp::SyncDir {
             path: path.to_path_buf(),
         });
+        self.garbage |= replaced;
+        self.collect_garbage();
         Ok(())
     }
 
@@ -351,10 +455,13 @@ impl SimState {
         let operation = self.dir_operation();
         self.set_entry(from_dir, from_name, None, operation);
         self.set_entry(to_dir, to_name, Some(node), operation);
-        self.trace.push(TraceOp::Rename {
+        self.record(TraceOp::Rename {
             from: from.to_path_buf(),
             to: to.to_path_buf(),
         });
+        // A rename over a name unlinks what was there.
+        self.garbage = true;
+        self.collect_garbage();
         Ok(())
     }
 
@@ -366,7 +473,7 @@ impl SimState {
         }
         let operation = self.dir_operation();
         self.set_entry(to_dir, to_name, Some(Node::File(inode)), operation);
-        self.trace.push(TraceOp::HardLink {
+        self.record(TraceOp::HardLink {
             from: from.to_path_buf(),
             to: to.to_path_buf(),
         });
@@ -378,9 +485,11 @@ impl SimState {
         let (dir, name) = self.resolve_parent(Op::Unlink, path)?;
         let operation = self.dir_operation();
         self.set_entry(dir, name, None, operation);
-        self.trace.push(TraceOp::Unlink {
+        self.record(TraceOp::Unlink {
             path: path.to_path_buf(),
         });
+        self.garbage = true;
+        self.collect_garbage();
         Ok(())
     }
 
@@ -395,9 +504,11 @@ impl SimState {
         }
         let operation = self.dir_operation();
         self.set_entry(parent, name, None, operation);
-        self.trace.push(TraceOp::RemoveDirAll {
+        self.record(TraceOp::RemoveDirAll {
             path: path.to_path_buf(),
         });
+        self.garbage = true;
+        self.collect_garbage();
         Ok(())
     }
 
@@ -450,17 +561,14 @@ impl SimState {
         if armed == Some(Fault::ReadError) || self.chance(eio) {
             return Err(Error::new(Op::Read, path, ErrorKind::Injected("EIO on read")).at(offset));
         }
-        let data = &self.file(inode).data;
-        let start = to_usize(offset).min(data.len());
-        let mut count = buf.len().min(data.len() - start);
+        let len = self.file(inode).data.len();
+        let mut count = to_usize(len.saturating_sub(offset)).min(buf.len());
         if let Some(Fault::ShortRead(max)) = armed {
             count = count.min(max.max(1));
         } else if count > 1 && self.chance(self.faults.short_read_probability) {
             count = self.rng.random_range(1..count);
         }
-        let data = &self.file(inode).data;
-        buf[..count].copy_from_slice(&data[start..start + count]);
-        Ok(count)
+        Ok(self.file(inode).data.read(offset, &mut buf[..count]))
     }
 
     pub(crate) fn write(
@@ -501,7 +609,7 @@ impl SimState {
                 (self.resolve_file(Op::Write, &other)?, other, offset)
             }
             _ if self.chance(self.faults.misdirect_probability) => {
-                let sectors = (self.file(inode).data.len() as u64 / 512).max(1);
+                let sectors = (self.file(inode).data.len() / 512).max(1);
                 let other = self.rng.random_range(0..sectors) * 512;
                 (inode, path.to_path_buf(), other)
             }
@@ -544,7 +652,7 @@ impl SimState {
 
     pub(crate) fn rot(&mut self, path: &Path, offset: u64, mask: u8) -> Result<()> {
         let inode = self.resolve_file(Op::Write, path)?;
-        let len = self.file(inode).data.len() as u64;
+        let len = self.file(inode).data.len();
         if offset >= len {
             return Err(Error::new(Op::Write, path, ErrorKind::UnexpectedEof).at(offset));
         }
@@ -559,7 +667,7 @@ impl SimState {
 
     pub(crate) fn rot_random(&mut self, path: &Path) -> Result<(u64, u8)> {
         let inode = self.resolve_file(Op::Write, path)?;
-        let len = self.file(inode).data.len() as u64;
+        let len = self.file(inode).data.len();
         if len == 0 {
             return Err(Error::new(Op::Write, path, ErrorKind::UnexpectedEof).at(0));
         }
@@ -610,6 +718,8 @@ impl SimState {
                 for pending in mine {
                     apply_change(&mut file.durable, &pending.change);
                 }
+                // An unlinked file kept for its pending writes may go now.
+                self.collect_garbage();
             }
             TraceOp::SyncFailed { inode, .. } => {
                 // The kernel may mark the pages clean after a write-back error: the writes stay
@@ -623,15 +733,15 @@ impl SimState {
                 ..
             } => {
                 let file = self.file_mut(*inode);
-                let at = to_usize(*offset);
-                if let Some(byte) = file.data.get_mut(at) {
-                    *byte ^= mask;
-                }
-                if let Some(byte) = file.durable.get_mut(at) {
-                    *byte ^= mask;
-                }
+                file.data.flip(*offset, *mask);
+                file.durable.flip(*offset, *mask);
             }
-            TraceOp::ProcessCrash => self.generation += 1,
+            TraceOp::ProcessCrash => {
+                self.generation += 1;
+                self.handles.clear();
+                self.garbage = true;
+                self.collect_garbage();
+            }
             TraceOp::PowerLoss(plan) => self.power_loss_state(plan),
             TraceOp::Mark(_) => {}
             TraceOp::Create { .. }
@@ -644,7 +754,7 @@ impl SimState {
                 unreachable!("directory operations are applied by replay(), not apply()")
             }
         }
-        self.trace.push(op);
+        self.record(op);
     }
 
     /// Replays a recorded operation on this state (used by the enumerator).
@@ -806,7 +916,7 @@ impl SimState {
                     for ((start, end), _) in pieces.into_iter().zip(kept).filter(|(_, k)| **k) {
                         let from = to_usize(start - offset);
                         let to = to_usize(end - offset);
-                        write_into(data, start, &bytes[from..to]);
+                        data.write(start, &bytes[from..to]);
                     }
                 }
             }
@@ -816,6 +926,10 @@ impl SimState {
         }
         self.armed.clear();
         self.generation += 1;
+        // Every handle went with the process; what no name reaches is gone.
+        self.handles.clear();
+        self.garbage = true;
+        self.collect_garbage();
     }
 
     pub(crate) fn apply_power_loss(&mut self, plan: &CrashPlan) {
@@ -850,6 +964,9 @@ impl SimState {
             next_lock_holder: self.next_lock_holder,
             dir_order: self.dir_order,
             next_dir_operation: self.next_dir_operation,
+            recording: self.recording,
+            handles: BTreeMap::new(),
+            garbage: true,
         }
     }
 
