@@ -49,18 +49,20 @@ fn build(sizes: &Sizes) -> Result<State, String> {
         };
         state.apply(&topic).map_err(|e| e.to_string())?;
     }
-    for client in 0..sizes.clients {
-        let client = u128::from(client) << 64 | 0xC11E;
-        state
-            .apply(&Op::RegisterClient { client, session: 1 })
-            .map_err(|e| e.to_string())?;
-        let reply = Op::RecordReply {
+    for index in 0..sizes.clients {
+        let client = u128::from(index) << 64 | 0xC11E;
+        let op_number = 2 * u64::from(index);
+        state.execute(
+            op_number,
             client,
-            session: 1,
-            request: 42,
-            reply_checksum: client ^ 0xFF,
+            0,
+            &Op::RegisterClient { client, session: 1 },
+        );
+        // A request answered: the session keeps its reply bytes.
+        let request = Op::CreateStream {
+            name: "stream-000000".into(),
         };
-        state.apply(&reply).map_err(|e| e.to_string())?;
+        state.execute(op_number + 1, client, 42, &request);
     }
     Ok(state)
 }

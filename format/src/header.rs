@@ -6,14 +6,19 @@
 //! - `checksum_body` covers exactly `size - 256` body bytes;
 //! - `parent` is the `checksum` of the previous entry's header: the log is a hash chain, and an
 //!   entry cannot be moved, dropped or replaced without breaking the link after it;
-//! - `size >= 256`, `version == 1`, `command != 0`, and the reserved bytes are zero.
+//! - `size >= 256`, `version == 2`, `command != 0`, and the reserved bytes are zero;
+//! - the header is the VSR prepare: a primary builds it once, every replica journals it byte
+//!   for byte, so `client`, `request` and `request_checksum` match a replayed request to its
+//!   original reply and `group` names the consensus group the entry belongs to.
 //!
 //! Layout (little-endian; see `docs/format.md`, "Entry header"):
 //!
 //! ```text
 //!   0 checksum u128 | 16 checksum_body u128 | 32 parent u128 | 48 cluster u128
 //!  64 op u64 | 72 commit u64 | 80 timestamp_ns u64 | 88 view u32 | 92 size u32
-//!  96 version u16 | 98 command u8 | 99 replica u8 | 100 operation u32 | 104..256 reserved (zero)
+//!  96 version u16 | 98 command u8 | 99 replica u8 | 100 operation u32
+//! 104 client u128 | 120 request_checksum u128 | 136 group u128 | 152 request u64
+//! 160..256 reserved (zero)
 //! ```
 
 use crate::checksum::{Checksum, checksum};
@@ -33,7 +38,11 @@ pub const VERSION_OFFSET: usize = SIZE_OFFSET + size_of::<u32>();
 pub const COMMAND_OFFSET: usize = VERSION_OFFSET + size_of::<u16>();
 pub const REPLICA_OFFSET: usize = COMMAND_OFFSET + size_of::<u8>();
 pub const OPERATION_OFFSET: usize = REPLICA_OFFSET + size_of::<u8>();
-pub const RESERVED_OFFSET: usize = OPERATION_OFFSET + size_of::<u32>();
+pub const CLIENT_OFFSET: usize = OPERATION_OFFSET + size_of::<u32>();
+pub const REQUEST_CHECKSUM_OFFSET: usize = CLIENT_OFFSET + size_of::<u128>();
+pub const GROUP_OFFSET: usize = REQUEST_CHECKSUM_OFFSET + size_of::<u128>();
+pub const REQUEST_OFFSET: usize = GROUP_OFFSET + size_of::<u128>();
+pub const RESERVED_OFFSET: usize = REQUEST_OFFSET + size_of::<u64>();
 /// The first byte covered by the header checksum.
 pub const CHECKSUMMED_OFFSET: usize = CHECKSUM_BODY_OFFSET;
 
@@ -45,7 +54,11 @@ const _: () = assert!(VIEW_OFFSET == 88);
 const _: () = assert!(SIZE_OFFSET == 92);
 const _: () = assert!(VERSION_OFFSET == 96);
 const _: () = assert!(OPERATION_OFFSET == 100);
-const _: () = assert!(RESERVED_OFFSET == 104);
+const _: () = assert!(CLIENT_OFFSET == 104);
+const _: () = assert!(REQUEST_CHECKSUM_OFFSET == 120);
+const _: () = assert!(GROUP_OFFSET == 136);
+const _: () = assert!(REQUEST_OFFSET == 152);
+const _: () = assert!(RESERVED_OFFSET == 160);
 const _: () = assert!(RESERVED_OFFSET < HEADER_SIZE);
 const _: () = assert!(HEADER_SIZE == 256);
 
@@ -53,8 +66,33 @@ const _: () = assert!(HEADER_SIZE == 256);
 const HEADER_SIZE_U32: u32 = 256;
 const _: () = assert!(HEADER_SIZE_U32 as usize == HEADER_SIZE);
 
-/// The only header version this build reads and writes.
-pub const HEADER_VERSION: u16 = 1;
+/// The only header version this build reads and writes. Version 1 (no client, request or
+/// group) is refused: nothing was deployed with it.
+pub const HEADER_VERSION: u16 = 2;
+
+/// What an entry's body is (the `operation` field): the state machine operation it carries.
+pub mod operation {
+    /// Nothing: the empty op a new primary commits to start its view.
+    pub const NOOP: u32 = 1;
+    /// A message batch appended to a partition.
+    pub const MESSAGES: u32 = 2;
+    /// A consumer's (or consumer group's) offset stored in a partition.
+    pub const CONSUMER_OFFSET: u32 = 3;
+    /// An operation of the metadata state machine.
+    pub const METADATA: u32 = 4;
+
+    /// The name of an operation, for tools.
+    #[must_use]
+    pub fn name(operation: u32) -> &'static str {
+        match operation {
+            NOOP => "noop",
+            MESSAGES => "messages",
+            CONSUMER_OFFSET => "consumer-offset",
+            METADATA => "metadata",
+            _ => "unknown",
+        }
+    }
+}
 
 /// What an entry is. `0` is never valid, so an all-zero (never written) region never decodes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -96,8 +134,18 @@ pub struct Header {
     /// Header plus body, in bytes.
     pub size: u32,
     pub command: Command,
+    /// The replica that built the prepare (the primary of `view`).
     pub replica: u8,
+    /// What the body is ([`operation`]).
     pub operation: u32,
+    /// The client session the request came from (0: none, e.g. a primary's no-op).
+    pub client: u128,
+    /// The client's request number: a replay under the same number gets the original reply.
+    pub request: u64,
+    /// The checksum of the client's request message (what the client wire echoes).
+    pub request_checksum: Checksum,
+    /// The consensus group the entry belongs to (0: the metadata group).
+    pub group: u128,
 }
 
 /// Why 256 bytes are not a valid header. Each reason is distinct so tools can say which.
@@ -120,7 +168,64 @@ pub enum HeaderError {
     ReservedNotZero { offset: usize, value: u8 },
 }
 
+/// The fields of a prepare that come from the replica and the client rather than from the log
+/// it joins (its op, parent and group).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct PrepareMeta {
+    pub view: u32,
+    /// The primary's commit point when it prepared (piggybacked to the backups).
+    pub commit: u64,
+    /// The replica preparing (the primary of `view`).
+    pub replica: u8,
+    pub client: u128,
+    pub request: u64,
+    pub request_checksum: Checksum,
+    /// The primary's clock, in microseconds.
+    pub now_us: u64,
+}
+
+/// Where a prepare joins a log: the log's cluster and group, and the op and checksum of the
+/// entry it follows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Position {
+    pub cluster: u128,
+    pub group: u128,
+    /// The op of the entry before (the new prepare is `after + 1`).
+    pub after: u64,
+    /// That entry's header checksum.
+    pub parent: Checksum,
+}
+
 impl Header {
+    /// The prepare of `operation` with `body` at `position`, stamped with `meta` (its timestamp
+    /// in nanoseconds: `meta.now_us * 1000`). `None` when the body is too large for a header's
+    /// `size`.
+    #[must_use]
+    pub fn prepare(
+        position: Position,
+        operation: u32,
+        meta: &PrepareMeta,
+        body: &[u8],
+    ) -> Option<Self> {
+        Some(Self {
+            checksum_body: crate::checksum(body),
+            parent: position.parent,
+            cluster: position.cluster,
+            op: position.after + 1,
+            commit: meta.commit,
+            timestamp_ns: meta.now_us.saturating_mul(1000),
+            view: meta.view,
+            size: u32::try_from(HEADER_SIZE + body.len()).ok()?,
+            command: Command::Prepare,
+            replica: meta.replica,
+            operation,
+            client: meta.client,
+            request: meta.request,
+            request_checksum: meta.request_checksum,
+            group: position.group,
+        })
+    }
+
     /// Length of the body that follows this header.
     #[must_use]
     pub fn body_size(&self) -> u32 {
@@ -152,6 +257,10 @@ impl Header {
         bytes[COMMAND_OFFSET] = self.command.to_u8();
         bytes[REPLICA_OFFSET] = self.replica;
         le::put_u32(&mut bytes, OPERATION_OFFSET, self.operation);
+        le::put_u128(&mut bytes, CLIENT_OFFSET, self.client);
+        le::put_u128(&mut bytes, REQUEST_CHECKSUM_OFFSET, self.request_checksum);
+        le::put_u128(&mut bytes, GROUP_OFFSET, self.group);
+        le::put_u64(&mut bytes, REQUEST_OFFSET, self.request);
         let sum = checksum(&bytes[CHECKSUMMED_OFFSET..]);
         le::put_u128(&mut bytes, CHECKSUM_OFFSET, sum);
         bytes
@@ -221,6 +330,10 @@ impl Header {
             command: Command::from_u8(bytes[COMMAND_OFFSET]),
             replica: bytes[REPLICA_OFFSET],
             operation: field_u32(OPERATION_OFFSET),
+            client: field(CLIENT_OFFSET),
+            request: field_u64(REQUEST_OFFSET),
+            request_checksum: field(REQUEST_CHECKSUM_OFFSET),
+            group: field(GROUP_OFFSET),
         })
     }
 
@@ -255,6 +368,10 @@ mod tests {
             command: Command::Prepare,
             replica: 1,
             operation: 9,
+            client: 0xC11E_0001,
+            request: 77,
+            request_checksum: 0xFACE,
+            group: 1 << 96 | 3,
         }
     }
 
@@ -280,12 +397,14 @@ mod tests {
             le::put_u128(&mut bytes, CHECKSUM_OFFSET, sum);
             bytes
         };
-        let mut bytes = good;
-        le::put_u16(&mut bytes, VERSION_OFFSET, 2);
-        assert_eq!(
-            Header::decode(&reseal(bytes)),
-            Err(HeaderError::UnknownVersion { version: 2 })
-        );
+        for version in [1, 3] {
+            let mut bytes = good;
+            le::put_u16(&mut bytes, VERSION_OFFSET, version);
+            assert_eq!(
+                Header::decode(&reseal(bytes)),
+                Err(HeaderError::UnknownVersion { version })
+            );
+        }
         let mut bytes = good;
         bytes[COMMAND_OFFSET] = 0;
         assert_eq!(

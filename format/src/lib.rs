@@ -15,4 +15,4 @@ pub mod header;
 pub mod le;
 
 pub use checksum::{Checksum, checksum};
-pub use header::{Command, Header, HeaderError};
+pub use header::{Command, Header, HeaderError, Position, PrepareMeta, operation};

@@ -28,11 +28,13 @@ fn any_header() -> impl Strategy<Value = Header> {
             any::<u8>(),
             any::<u32>(),
         ),
+        (any::<u128>(), any::<u64>(), any::<u128>(), any::<u128>()),
     )
         .prop_map(
             |(
                 (checksum_body, parent, cluster, op, commit, timestamp_ns),
                 (view, size, command, replica, operation),
+                (client, request, request_checksum, group),
             )| Header {
                 checksum_body,
                 parent,
@@ -45,6 +47,10 @@ fn any_header() -> impl Strategy<Value = Header> {
                 command: Command::from_u8(command),
                 replica,
                 operation,
+                client,
+                request,
+                request_checksum,
+                group,
             },
         )
 }

@@ -220,9 +220,14 @@ fn fsck(
         }
         // Everything boot writes is synced before it returns: the verdict below survives a
         // power loss.
-        let (node, _) =
-            iggy_recovery::boot_locked(lock, storage.clone(), Path::new(""), Mode::Repair)
-                .map_err(|e| format!("{}: {e}", data_dir.display()))?;
+        let (node, _) = iggy_recovery::boot_locked(
+            lock,
+            storage.clone(),
+            Path::new(""),
+            Mode::Repair,
+            &iggy_recovery::BootConfig::fresh(),
+        )
+        .map_err(|e| format!("{}: {e}", data_dir.display()))?;
         // Closes every group; the lock goes with it, after the check below.
         let after = check(&storage, data_dir, true)?;
         drop(node);

@@ -712,6 +712,8 @@ fn constants() -> Inspected {
     let values = json!({
         "sector_size": iggy_format::constants::SECTOR_SIZE,
         "entry_header_size": iggy_format::constants::HEADER_SIZE,
+        "entry_header_version": iggy_format::header::HEADER_VERSION,
+        "consumer_offset_entry_body_size": iggy_segments::entry::CONSUMER_OFFSET_BODY_SIZE,
         "superblock_copy_size": iggy_superblock::copy::COPY_SIZE,
         "superblock_copies": iggy_superblock::copy::COPIES,
         "superblock_version": iggy_superblock::copy::VERSION,
@@ -731,6 +733,9 @@ fn constants() -> Inspected {
         "segment_size_default": iggy_segments::Config::new(0, 0, iggy_recovery::populate::identity()).segment_size_bytes,
         "segment_index_interval_default": iggy_segments::Config::new(0, 0, iggy_recovery::populate::identity()).index_interval_bytes,
         "consumer_offset_file_size": iggy_segments::offsets::FILE_SIZE,
+        "consumer_offset_file_version": iggy_segments::offsets::VERSION,
+        "metadata_reply_bytes_max": iggy_metadata::REPLY_BYTES_MAX,
+        "metadata_clients_max": iggy_metadata::CLIENTS_MAX,
     });
     let mut text = String::new();
     if let Value::Object(map) = &values {

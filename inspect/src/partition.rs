@@ -4,9 +4,9 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
-use iggy_format::Header;
 use iggy_format::batch::{self, BATCH_HEADER_SIZE};
 use iggy_format::constants::HEADER_SIZE;
+use iggy_format::{Header, operation};
 use iggy_io::{OsStorage, ReadOnly};
 use iggy_segments::index::{self, IndexEntry};
 use serde_json::{Value, json};
@@ -105,8 +105,11 @@ pub fn decode_log(bytes: &[u8], batches_in_bodies: bool, messages: bool) -> (Val
             valid_end = offset + size;
         }
         let mut line = format!(
-            "@{offset} op {} size {size}{}{}",
+            "@{offset} op {} size {size} view {} {}{}{}{}",
             header.op,
+            header.view,
+            operation_text(header.operation),
+            client_text(&header),
             if body_ok {
                 ""
             } else {
@@ -117,8 +120,17 @@ pub fn decode_log(bytes: &[u8], batches_in_bodies: bool, messages: bool) -> (Val
         let mut entry = json!({
             "offset": offset, "op": header.op, "size": size, "body_ok": body_ok,
             "linked": linked, "checksum": hex128(header.checksum()),
+            "view": header.view, "commit": header.commit, "replica": header.replica,
+            "operation": operation_text(header.operation), "group": hex128(header.group),
+            "client": hex128(header.client), "request": header.request,
+            "request_checksum": hex128(header.request_checksum),
+            "timestamp_ns": header.timestamp_ns,
         });
-        match batches_in_bodies.then(|| batch::decode(body)) {
+        let is_batch = header.operation == operation::MESSAGES;
+        if !is_batch {
+            describe_other(&header, body, batches_in_bodies, &mut line, &mut entry);
+        }
+        match (batches_in_bodies && is_batch).then(|| batch::decode(body)) {
             None => {}
             Some(Ok(decoded)) => {
                 let h = decoded.header;
@@ -192,6 +204,78 @@ pub fn decode_log(bytes: &[u8], batches_in_bodies: bool, messages: bool) -> (Val
                 "valid_end": valid_end, "seen_end": seen_end }),
         text,
     )
+}
+
+/// An operation's name, or its number when this build does not know it.
+fn operation_text(code: u32) -> String {
+    match operation::name(code) {
+        "unknown" => format!("operation {code}"),
+        name => name.to_string(),
+    }
+}
+
+/// The client and request of a prepare that came from a client, in words (empty otherwise).
+fn client_text(header: &Header) -> String {
+    if header.client == 0 {
+        String::new()
+    } else {
+        format!(
+            " client {} request {}",
+            hex128(header.client),
+            header.request
+        )
+    }
+}
+
+/// What an entry that is not a message batch holds: a partition's consumer offset store or
+/// no-op, or a metadata op (by its name).
+fn describe_other(
+    header: &Header,
+    body: &[u8],
+    partition: bool,
+    line: &mut String,
+    entry: &mut Value,
+) {
+    if partition {
+        match iggy_segments::entry::peek(header, body) {
+            Ok(iggy_segments::Kind::ConsumerOffset { kind, id, offset }) => {
+                let _ = write!(line, ": {} {id} stores offset {offset}", kind.name());
+                entry["consumer_offset"] =
+                    json!({ "kind": kind.name(), "id": id, "offset": offset });
+            }
+            Ok(_) => {}
+            Err(error) => {
+                let _ = write!(line, ": not a valid partition entry: {error}");
+                entry["invalid"] = json!(error.to_string());
+            }
+        }
+    } else if header.operation == operation::METADATA {
+        match iggy_metadata::codec::decode_op(body) {
+            Ok(op) => {
+                let _ = write!(line, ": {}", op_name(&op));
+                entry["metadata_op"] = json!(op_name(&op));
+            }
+            Err(error) => {
+                let _ = write!(line, ": the op does not decode: {error}");
+                entry["invalid"] = json!(error.to_string());
+            }
+        }
+    }
+}
+
+/// A metadata op's name, as an operator reads it.
+fn op_name(op: &iggy_metadata::Op) -> &'static str {
+    use iggy_metadata::Op;
+    match op {
+        Op::CreateStream { .. } => "create stream",
+        Op::DeleteStream { .. } => "delete stream",
+        Op::CreateTopic { .. } => "create topic",
+        Op::DeleteTopic { .. } => "delete topic",
+        Op::CreatePartitions { .. } => "create partitions",
+        Op::CreateConsumerGroup { .. } => "create consumer group",
+        Op::DeleteConsumerGroup { .. } => "delete consumer group",
+        Op::RegisterClient { .. } => "register client",
+    }
 }
 
 /// Decodes an index file and, given the `.log` beside it, checks every entry against it.

@@ -131,7 +131,7 @@ fn every_command_decodes_a_real_node_and_changes_nothing() {
     let text = run(&["superblock", &path(&dir, "metadata/superblock")]);
     assert!(text.contains("copy A (offset 0): valid"), "{text}");
     assert!(
-        text.contains("boot: boot uses sequence 2; repairs: none"),
+        text.contains("boot: boot uses sequence 5; repairs: none"),
         "{text}"
     );
     let json: serde_json::Value = serde_json::from_str(&run(&[

@@ -23,7 +23,9 @@ mod uring;
 
 pub use enumerate::{CrashFailure, CrashState, Enumeration, EnumerationConfig, enumerate};
 pub use error::{Error, ErrorKind, Op, Result};
-pub use os::{DeviceCounters, IoPath, MountInfo, OsStorage, device_counters, mount_info};
+pub use os::{
+    DeviceCounters, IoPath, MountInfo, OsStorage, device_counters, mount_info, resident_bytes,
+};
 pub use read_only::ReadOnly;
 pub use short::ShortIo;
 pub use sim::{CrashPlan, DirOrder, Fault, FaultConfig, QuietSim, SimStorage, TraceOp, WriteFate};

@@ -50,6 +50,25 @@ pub fn device_counters(path: impl AsRef<Path>) -> Option<DeviceCounters> {
     })
 }
 
+/// This process's resident memory and its peak, in bytes (`VmRSS` and `VmHWM` of
+/// `/proc/self/status`), or `None` where the kernel does not expose them.
+#[must_use]
+pub fn resident_bytes() -> Option<(u64, u64)> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|line| line.strip_prefix(name))?
+            .trim()
+            .strip_suffix("kB")?
+            .trim()
+            .parse::<u64>()
+            .ok()
+            .map(|kib| kib * 1024)
+    };
+    Some((field("VmRSS:")?, field("VmHWM:")?))
+}
+
 /// The mount that holds a path (from `/proc/self/mountinfo`): what a benchmark measured.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MountInfo {

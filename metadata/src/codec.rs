@@ -1,4 +1,5 @@
-//! The metadata state's encoding inside `snapshot.bin` (payload version 1). Little-endian,
+//! The metadata state's encoding inside `snapshot.bin` (payload version 2: sessions keep their
+//! reply bytes), the encoding of ops as WAL entry bodies, and of replies. Little-endian,
 //! fixed-width integers; strings as a u16 length and UTF-8 bytes; collections as a u32 count
 //! and their elements in id order (see `docs/format.md`, "Metadata payload").
 //!
@@ -10,12 +11,12 @@
 use std::collections::BTreeMap;
 
 use crate::{
-    ClientSession, ConsumerGroup, Durability, NAME_BYTES_MAX, Partition, Retention, State, Stream,
-    Topic,
+    Applied, ApplyError, ClientSession, ConsumerGroup, Durability, NAME_BYTES_MAX, Partition,
+    REPLY_BYTES_MAX, Retention, State, Stream, Topic,
 };
 
 /// The payload version this build writes and reads.
-pub const PAYLOAD_VERSION: u16 = 1;
+pub const PAYLOAD_VERSION: u16 = 2;
 
 /// Why bytes are not a valid metadata payload.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -47,6 +48,12 @@ impl Writer {
     fn count(&mut self, len: usize) {
         self.u32(u32::try_from(len).unwrap_or_else(|_| panic!("{len} elements exceed u32")));
     }
+    /// At most [`REPLY_BYTES_MAX`] bytes, with a u16 length.
+    fn bytes(&mut self, bytes: &[u8]) {
+        assert!(bytes.len() <= REPLY_BYTES_MAX, "a reply is bounded");
+        self.u16(u16::try_from(bytes.len()).unwrap_or(u16::MAX));
+        self.0.extend_from_slice(bytes);
+    }
     fn name(&mut self, name: &str) {
         assert!(
             name.len() <= NAME_BYTES_MAX,
@@ -57,7 +64,7 @@ impl Writer {
     }
 }
 
-/// Encodes `state` as payload version 1.
+/// Encodes `state` as payload version 2.
 #[must_use]
 pub fn encode(state: &State) -> Vec<u8> {
     let mut w = Writer(Vec::new());
@@ -98,7 +105,8 @@ pub fn encode(state: &State) -> Vec<u8> {
         w.u128(*client);
         w.u64(session.session);
         w.u64(session.last_request);
-        w.u128(session.reply_checksum);
+        w.u64(session.last_op);
+        w.bytes(&session.reply);
     }
     w.0
 }
@@ -162,6 +170,16 @@ impl<'a> Reader<'a> {
             ));
         }
         Ok(count)
+    }
+
+    fn bytes(&mut self) -> Result<Vec<u8>, DecodeError> {
+        let len = usize::from(self.u16()?);
+        if len > REPLY_BYTES_MAX {
+            return self.fail(format!(
+                "a reply of {len} bytes (at most {REPLY_BYTES_MAX})"
+            ));
+        }
+        Ok(self.take(len)?.to_vec())
     }
 
     fn name(&mut self) -> Result<String, DecodeError> {
@@ -243,7 +261,7 @@ pub fn decode(version: u16, bytes: &[u8]) -> Result<State, DecodeError> {
         return r.fail("more partitions than the limit");
     }
     let mut last_client = None;
-    for _ in 0..r.count(48, crate::CLIENTS_MAX)? {
+    for _ in 0..r.count(42, crate::CLIENTS_MAX)? {
         let client = r.u128()?;
         if last_client.is_some_and(|last| last >= client) {
             return r.fail("client ids out of order or repeated");
@@ -252,7 +270,8 @@ pub fn decode(version: u16, bytes: &[u8]) -> Result<State, DecodeError> {
         let session = ClientSession {
             session: r.u64()?,
             last_request: r.u64()?,
-            reply_checksum: r.u128()?,
+            last_op: r.u64()?,
+            reply: r.bytes()?,
         };
         state.clients.insert(client, session);
     }
@@ -409,18 +428,6 @@ pub fn encode_op(op: &crate::Op) -> Result<Vec<u8>, crate::ApplyError> {
             w.u128(*client);
             w.u64(*session);
         }
-        Op::RecordReply {
-            client,
-            session,
-            request,
-            reply_checksum,
-        } => {
-            w.u8(9);
-            w.u128(*client);
-            w.u64(*session);
-            w.u64(*request);
-            w.u128(*reply_checksum);
-        }
     }
     Ok(w.0)
 }
@@ -471,12 +478,6 @@ pub fn decode_op(bytes: &[u8]) -> Result<crate::Op, DecodeError> {
             client: r.u128()?,
             session: r.u64()?,
         },
-        9 => Op::RecordReply {
-            client: r.u128()?,
-            session: r.u64()?,
-            request: r.u64()?,
-            reply_checksum: r.u128()?,
-        },
         tag => {
             return Err(DecodeError::Invalid {
                 offset: 0,
@@ -488,4 +489,107 @@ pub fn decode_op(bytes: &[u8]) -> Result<crate::Op, DecodeError> {
         return r.fail(format!("{} trailing bytes", bytes.len() - r.at));
     }
     Ok(op)
+}
+
+/// A reply as a client decodes it: what the op produced, or the refusal's code and message.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Reply {
+    Applied(Applied),
+    Refused { code: u8, message: String },
+}
+
+/// The code of a refusal in a reply.
+fn error_code(error: &ApplyError) -> u8 {
+    match error {
+        ApplyError::NameLength { .. } => 1,
+        ApplyError::DuplicateName { .. } => 2,
+        ApplyError::UnknownStream(_) => 3,
+        ApplyError::UnknownTopic(..) => 4,
+        ApplyError::UnknownGroup(..) => 5,
+        ApplyError::Limit { .. } => 6,
+        ApplyError::ReplicationFactor { .. } => 7,
+        ApplyError::SegmentSize => 8,
+        ApplyError::StaleSession { .. } => 9,
+        ApplyError::NoSession { .. } => 10,
+        ApplyError::StaleRequest { .. } => 11,
+    }
+}
+
+/// Encodes an op's outcome as the reply a client gets (and a session keeps): `0` and the
+/// result's tag and fields, or `1`, the refusal's code and its message (cut at a character
+/// boundary to keep the reply within [`REPLY_BYTES_MAX`]).
+#[must_use]
+pub fn encode_reply(result: &Result<Applied, ApplyError>) -> Vec<u8> {
+    let mut w = Writer(Vec::new());
+    match result {
+        Ok(applied) => {
+            w.u8(0);
+            match applied {
+                Applied::Stream(id) => {
+                    w.u8(1);
+                    w.u32(*id);
+                }
+                Applied::Topic(id) => {
+                    w.u8(2);
+                    w.u32(*id);
+                }
+                Applied::Partitions { first, count } => {
+                    w.u8(3);
+                    w.u32(*first);
+                    w.u32(*count);
+                }
+                Applied::Group(id) => {
+                    w.u8(4);
+                    w.u32(*id);
+                }
+                Applied::Deleted => w.u8(5),
+                Applied::Client => w.u8(6),
+            }
+        }
+        Err(error) => {
+            w.u8(1);
+            w.u8(error_code(error));
+            let message = error.to_string();
+            let mut len = message.len().min(REPLY_BYTES_MAX - 4);
+            while !message.is_char_boundary(len) {
+                len -= 1;
+            }
+            w.u16(u16::try_from(len).unwrap_or(0));
+            w.0.extend_from_slice(&message.as_bytes()[..len]);
+        }
+    }
+    w.0
+}
+
+/// Decodes a reply; refuses unknown tags and trailing bytes.
+pub fn decode_reply(bytes: &[u8]) -> Result<Reply, DecodeError> {
+    let mut r = Reader { bytes, at: 0 };
+    let reply = match r.u8()? {
+        0 => Reply::Applied(match r.u8()? {
+            1 => Applied::Stream(r.u32()?),
+            2 => Applied::Topic(r.u32()?),
+            3 => Applied::Partitions {
+                first: r.u32()?,
+                count: r.u32()?,
+            },
+            4 => Applied::Group(r.u32()?),
+            5 => Applied::Deleted,
+            6 => Applied::Client,
+            tag => return r.fail(format!("unknown reply tag {tag}")),
+        }),
+        1 => {
+            let code = r.u8()?;
+            let len = usize::from(r.u16()?);
+            let message = match std::str::from_utf8(r.take(len)?) {
+                Ok(message) => message.to_string(),
+                Err(_) => return r.fail("message is not UTF-8"),
+            };
+            Reply::Refused { code, message }
+        }
+        tag => return r.fail(format!("unknown reply kind {tag}")),
+    };
+    if r.at != bytes.len() {
+        return r.fail(format!("{} trailing bytes", bytes.len() - r.at));
+    }
+    Ok(reply)
 }

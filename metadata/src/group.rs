@@ -1,4 +1,12 @@
-//! The metadata consensus group on disk: its superblock, its WAL of ops, and `snapshot.bin`.
+//! The metadata consensus group on disk: its superblock, its WAL of prepares, and
+//! `snapshot.bin`, as a replicated state machine. A primary prepares an op
+//! ([`MetadataGroup::prepare`]), every backup journals the primary's bytes
+//! ([`MetadataGroup::journal`]); each is durable before it returns (metadata is persisted).
+//! [`MetadataGroup::commit`] executes journaled prepares in order and returns their replies;
+//! [`MetadataGroup::truncate_after`] cuts an uncommitted suffix and never reaches the commit
+//! point. Boot restores the snapshot and replays only up to the superblock's `commit_max` (with
+//! one replica, every journaled op: a quorum of one): the uncommitted suffix stays journaled,
+//! unapplied.
 //!
 //! Checkpoint order (each step durable before the next): the snapshot of the state at op `n`,
 //! then the superblock's checkpoint (`n` and the checksum of the prepare at `n`), then the WAL
@@ -20,7 +28,9 @@ use iggy_superblock::{Identity, RepairPolicy, Superblock, SuperblockError, VsrSt
 use iggy_wal::{Config, Wal, WalError};
 
 use crate::codec::{self, DecodeError, PAYLOAD_VERSION};
-use crate::{Applied, ApplyError, Op, State};
+use iggy_format::{Header, Position, PrepareMeta, operation};
+
+use crate::{Applied, ApplyError, Executed, Op, State};
 
 /// The WAL's directory inside the metadata directory.
 pub const WAL_DIR: &str = "wal";
@@ -73,6 +83,27 @@ pub enum GroupError {
     Payload(DecodeError),
     #[error(transparent)]
     Refused(#[from] ApplyError),
+    #[error("{dir}: prepare of op {op} refused: {reason}")]
+    BadPrepare {
+        dir: PathBuf,
+        op: u64,
+        reason: String,
+    },
+    #[error("{dir}: {what} op {op} is below the commit point {commit}")]
+    BelowCommit {
+        dir: PathBuf,
+        what: &'static str,
+        op: u64,
+        commit: u64,
+    },
+    #[error(
+        "{dir}: op {op} does not fit the journal ({JOURNAL_OPS} ops past checkpoint {checkpoint_op})"
+    )]
+    JournalFull {
+        dir: PathBuf,
+        op: u64,
+        checkpoint_op: u64,
+    },
 }
 
 impl From<SuperblockError> for GroupError {
@@ -160,6 +191,10 @@ pub struct Checked {
     pub leftovers: Vec<PathBuf>,
     /// The op of the snapshot the restore starts from (0: no snapshot).
     pub base_op: u64,
+    /// The op the restored state is applied through: the commit point.
+    pub commit_op: u64,
+    /// The journaled head (past `commit_op`: prepares journaled but not committed).
+    pub head_op: u64,
     /// The state the restore yields (what a node's partitions are checked against).
     pub state: State,
 }
@@ -174,13 +209,13 @@ fn leftovers<R: ReadStorage>(storage: &R, dir: &Path) -> Result<Vec<PathBuf>, Gr
     Ok(found)
 }
 
-/// The state at `base_op` (the snapshot's payload, or a new state), then every op after it up
-/// to `head`, read in bounded batches by `read(from, to)`.
+/// The state at `base_op` (the snapshot's payload, or a new state), then every prepare after
+/// it through `through` executed in order, read in bounded batches by `read(from, to)`.
 fn restore(
     replica_count: u8,
     snapshot: Option<&(iggy_snapshot::SnapshotHeader, Vec<u8>)>,
     base_op: u64,
-    head: u64,
+    through: u64,
     mut read: impl FnMut(u64, u64) -> Result<Vec<iggy_wal::Entry>, GroupError>,
 ) -> Result<State, GroupError> {
     let mut state = match snapshot {
@@ -190,19 +225,36 @@ fn restore(
         }
     };
     let mut op = base_op + 1;
-    while op <= head {
-        let last = head.min(op + 1023);
+    while op <= through {
+        let last = through.min(op + 1023);
         for entry in read(op, last)? {
-            let decoded = codec::decode_op(&entry.body).map_err(|error| GroupError::Decode {
-                op: entry.header.op,
-                error,
-            })?;
-            // A refused op is a deterministic no-op: it was refused the first time too.
-            let _ = state.apply(&decoded);
+            execute(&mut state, &entry)?;
         }
         op = last + 1;
     }
     Ok(state)
+}
+
+/// Executes one committed prepare on `state`. A refused op is a deterministic no-op: it was
+/// refused the first time too, with the same reply.
+fn execute(state: &mut State, entry: &iggy_wal::Entry) -> Result<Executed, GroupError> {
+    let decoded = codec::decode_op(&entry.body).map_err(|error| GroupError::Decode {
+        op: entry.header.op,
+        error,
+    })?;
+    let header = &entry.header;
+    Ok(state.execute(header.op, header.client, header.request, &decoded))
+}
+
+/// The op a boot restores the state through: the superblock's commit point (never below the
+/// snapshot, which is taken only at a committed op), or with a single replica every journaled
+/// op (a quorum of one commits what it journals).
+fn commit_point(replica_count: u8, vsr: &VsrState, base_op: u64, head_op: u64) -> u64 {
+    if replica_count == 1 {
+        head_op.max(base_op)
+    } else {
+        vsr.commit_max.min(head_op).max(base_op)
+    }
 }
 
 /// Runs the restore's decisions without writing (the storage may be read-only): superblock
@@ -244,6 +296,8 @@ fn plan<R: ReadStorage>(
                 wal_creation: iggy_wal::boot::creation_findings(storage, &wal_dir)?,
                 leftovers,
                 base_op: 0,
+                commit_op: 0,
+                head_op: 0,
                 state: State::new(identity.replica_count),
             };
             return Ok(Some((checked, None)));
@@ -265,12 +319,18 @@ fn plan<R: ReadStorage>(
         log,
         |op| Ok(iggy_wal::boot::header_at(storage, report, op)?.checksum()),
     )?;
-    // Every published op after the snapshot, in order.
+    // Every committed op after the snapshot, in order.
+    let commit_op = commit_point(
+        identity.replica_count,
+        &record.state,
+        base_op,
+        report.head_op,
+    );
     let state = restore(
         identity.replica_count,
         snapshot.as_ref(),
         base_op,
-        report.head_op,
+        commit_op,
         |from, to| Ok(iggy_wal::boot::read_entries(storage, report, from, to)?),
     )?;
     let checked = Checked {
@@ -279,19 +339,35 @@ fn plan<R: ReadStorage>(
         wal_creation: Vec::new(),
         leftovers,
         base_op,
+        commit_op,
+        head_op: report.head_op,
         state,
     };
     Ok(Some((checked, Some(wal))))
+}
+
+/// One committed prepare and its reply.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Committed {
+    pub op: u64,
+    pub client: u128,
+    pub request: u64,
+    /// The reply bytes the client gets (a duplicate's are its first execution's).
+    pub reply: Vec<u8>,
+    /// The op's outcome; `None` for a duplicate request.
+    pub result: Option<Result<Applied, ApplyError>>,
 }
 
 /// The metadata group: state, log and checkpoint, on one storage.
 pub struct MetadataGroup<S: Storage + Clone> {
     storage: S,
     dir: PathBuf,
+    identity: Identity,
     wal: Wal<S>,
     superblock: Superblock<S>,
     state: State,
-    applied_op: u64,
+    /// The op the state is applied through (the commit point): a cut never goes below it.
+    commit_op: u64,
 }
 
 impl<S: Storage + Clone> MetadataGroup<S> {
@@ -309,10 +385,11 @@ impl<S: Storage + Clone> MetadataGroup<S> {
         Ok(Self {
             storage,
             dir: dir.to_path_buf(),
+            identity,
             wal,
             superblock,
             state,
-            applied_op: 0,
+            commit_op: 0,
         })
     }
 
@@ -352,39 +429,211 @@ impl<S: Storage + Clone> MetadataGroup<S> {
             Some(plan) => Wal::open_planned(storage.clone(), &wal_dir, wal, plan)?.0,
             None => Wal::create(storage.clone(), &wal_dir, wal, 1, 0)?,
         };
-        let applied_op = wal.head().0.max(checked.base_op);
         let group = Self {
             storage,
             dir: dir.to_path_buf(),
+            identity: *identity,
             wal,
             superblock,
             state: checked.state.clone(),
-            applied_op,
+            commit_op: checked.commit_op,
         };
         Ok(Some((group, checked)))
     }
 
-    /// Logs `op`, makes it durable (metadata is published before it is acknowledged), and
-    /// applies it. The outer error is a storage failure; the inner one the op's refusal.
-    pub fn submit(&mut self, op: &Op) -> Result<Result<Applied, ApplyError>, GroupError> {
+    /// The primary's half: builds the prepare of `op` at the head (stamped with `meta`: view,
+    /// commit, client and request) and journals it; returns it for the backups. The outer
+    /// error is a storage failure; the inner one refuses an op the log cannot hold (a name
+    /// out of bounds).
+    pub fn prepare(
+        &mut self,
+        op: &Op,
+        meta: &PrepareMeta,
+    ) -> Result<Result<(Header, Vec<u8>), ApplyError>, GroupError> {
         let body = match codec::encode_op(op) {
             Ok(body) => body,
             Err(refused) => return Ok(Err(refused)),
         };
-        let number = self.wal.append_body(&body, 0, 0)?;
-        self.wal.wait_published(number)?;
-        self.applied_op = number;
-        let result = self.state.apply(op);
-        if number - self.superblock.state().checkpoint_op >= CHECKPOINT_INTERVAL_OPS {
-            self.checkpoint()?;
-        }
-        Ok(result)
+        let (head, parent) = self.wal.head();
+        let position = Position {
+            cluster: self.identity.cluster,
+            group: GROUP_ID,
+            after: head,
+            parent,
+        };
+        let header =
+            Header::prepare(position, operation::METADATA, meta, &body).ok_or_else(|| {
+                GroupError::BadPrepare {
+                    dir: self.dir.clone(),
+                    op: head + 1,
+                    reason: format!("a body of {} bytes", body.len()),
+                }
+            })?;
+        self.journal(&header, &body)?;
+        Ok(Ok((header, body)))
     }
 
-    /// Checkpoints the state at the last applied op: snapshot, then superblock, then the WAL
+    /// A backup's half: checks the primary's prepare (this cluster's, a metadata op that
+    /// decodes, the head's successor by op and parent, within the journal) and journals its
+    /// bytes; durable before it returns. Journaling the head again is a no-op.
+    pub fn journal(&mut self, header: &Header, body: &[u8]) -> Result<(), GroupError> {
+        let refuse = |reason: String| GroupError::BadPrepare {
+            dir: self.dir.clone(),
+            op: header.op,
+            reason,
+        };
+        if header.cluster != self.identity.cluster {
+            return Err(refuse(format!(
+                "another cluster's prepare ({:#x})",
+                header.cluster
+            )));
+        }
+        if header.operation != operation::METADATA {
+            return Err(refuse(format!(
+                "operation {} ({}) is not a metadata operation",
+                header.operation,
+                operation::name(header.operation)
+            )));
+        }
+        if let Err(error) = codec::decode_op(body) {
+            return Err(refuse(format!("the op does not decode: {error}")));
+        }
+        let checkpoint_op = self.superblock.state().checkpoint_op;
+        if header.op > checkpoint_op + JOURNAL_OPS {
+            return Err(GroupError::JournalFull {
+                dir: self.dir.clone(),
+                op: header.op,
+                checkpoint_op,
+            });
+        }
+        if let iggy_wal::Appended::Queued { op } = self.wal.append(header, body)? {
+            self.wal.wait_published(op)?;
+        }
+        Ok(())
+    }
+
+    /// Executes every journaled prepare up to `op` in order and returns their replies; takes a
+    /// checkpoint when the interval is reached. At or below the commit point it does nothing;
+    /// `op` must be journaled. The durable commit point is the superblock's (`write_vsr`).
+    pub fn commit(&mut self, op: u64) -> Result<Vec<Committed>, GroupError> {
+        if op <= self.commit_op {
+            return Ok(Vec::new());
+        }
+        let head = self.wal.head().0;
+        if op > head {
+            return Err(GroupError::BadPrepare {
+                dir: self.dir.clone(),
+                op,
+                reason: format!("commit past the journaled head {head}"),
+            });
+        }
+        let mut committed = Vec::new();
+        while self.commit_op < op {
+            let from = self.commit_op + 1;
+            let to = op.min(from + 1023);
+            for entry in self.wal.read(from, to)? {
+                let executed = execute(&mut self.state, &entry)?;
+                self.commit_op = entry.header.op;
+                committed.push(Committed {
+                    op: entry.header.op,
+                    client: entry.header.client,
+                    request: entry.header.request,
+                    reply: executed.reply,
+                    result: executed.result,
+                });
+            }
+        }
+        if self.commit_op - self.superblock.state().checkpoint_op >= CHECKPOINT_INTERVAL_OPS {
+            self.checkpoint()?;
+        }
+        Ok(committed)
+    }
+
+    /// Drops every journaled prepare after `op` (an uncommitted suffix a view change
+    /// replaced); `op` at or above the commit point. Durable before it returns.
+    pub fn truncate_after(&mut self, op: u64) -> Result<(), GroupError> {
+        if op < self.commit_op {
+            return Err(GroupError::BelowCommit {
+                dir: self.dir.clone(),
+                what: "truncate after",
+                op,
+                commit: self.commit_op,
+            });
+        }
+        if op >= self.wal.head().0 {
+            return Ok(());
+        }
+        self.wal.truncate_after(op)?;
+        Ok(())
+    }
+
+    /// Makes `state` the durable VSR state (view, log_view, commit_max; both superblock copies
+    /// synced before it returns). The checkpoint is the group's own: kept, whatever `state`
+    /// says.
+    pub fn write_vsr(&mut self, state: VsrState) -> Result<(), GroupError> {
+        let current = *self.superblock.state();
+        self.superblock.write(VsrState {
+            checkpoint_op: current.checkpoint_op,
+            checkpoint_checksum: current.checkpoint_checksum,
+            offset_frontier: current.offset_frontier,
+            ..state
+        })?;
+        Ok(())
+    }
+
+    /// The durable VSR state.
+    pub fn vsr_state(&self) -> VsrState {
+        *self.superblock.state()
+    }
+
+    /// A single node's (or a test's) whole round, the caller acting as the whole cluster:
+    /// prepares `op`, commits it, and with more than one replica also makes the commit point
+    /// durable in the superblock, so a boot replays it. Prepares a crash left journaled past the
+    /// commit point were never acknowledged: the caller decides they did not commit, and they
+    /// are cut first. The outer error is a storage failure; the inner one the op's refusal.
+    pub fn submit(&mut self, op: &Op) -> Result<Result<Applied, ApplyError>, GroupError> {
+        Ok(self
+            .submit_with(op, &PrepareMeta::default())?
+            .and_then(|committed| {
+                committed.result.unwrap_or_else(|| {
+                    unreachable!("a prepare with no client is never a duplicate")
+                })
+            }))
+    }
+
+    /// [`MetadataGroup::submit`] of a client's request (`meta` names the client and request):
+    /// returns what the commit gave, the reply bytes included.
+    pub fn submit_with(
+        &mut self,
+        op: &Op,
+        meta: &PrepareMeta,
+    ) -> Result<Result<Committed, ApplyError>, GroupError> {
+        if self.head_op() > self.commit_op {
+            self.truncate_after(self.commit_op)?;
+        }
+        let (header, _) = match self.prepare(op, meta)? {
+            Ok(prepared) => prepared,
+            Err(refused) => return Ok(Err(refused)),
+        };
+        let committed = self.commit(header.op)?;
+        if self.identity.replica_count > 1 {
+            let current = self.vsr_state();
+            self.write_vsr(VsrState {
+                commit_max: current.commit_max.max(header.op),
+                ..current
+            })?;
+        }
+        let last = committed
+            .into_iter()
+            .last()
+            .unwrap_or_else(|| unreachable!("the commit of a new prepare executes it"));
+        Ok(Ok(last))
+    }
+
+    /// Checkpoints the state at the commit point: snapshot, then superblock, then the WAL
     /// prefix (each durable before the next).
     pub fn checkpoint(&mut self) -> Result<(), GroupError> {
-        let op = self.applied_op;
+        let op = self.commit_op;
         if op == 0 || op == self.superblock.state().checkpoint_op {
             return Ok(());
         }
@@ -413,11 +662,22 @@ impl<S: Storage + Clone> MetadataGroup<S> {
         &self.state
     }
 
+    /// The op the state is applied through: the commit point.
     pub fn applied_op(&self) -> u64 {
-        self.applied_op
+        self.commit_op
+    }
+
+    /// The journaled head (prepares past [`MetadataGroup::applied_op`] are not committed).
+    pub fn head_op(&self) -> u64 {
+        self.wal.head().0
     }
 
     pub fn superblock(&self) -> &Superblock<S> {
         &self.superblock
+    }
+
+    /// The WAL of prepares (what a primary reads to repair a lagging backup's journal).
+    pub fn wal(&self) -> &Wal<S> {
+        &self.wal
     }
 }

@@ -8,8 +8,11 @@
 //! - an op that fails validation changes nothing;
 //! - names are 1 to [`NAME_BYTES_MAX`] bytes and unique among their siblings; counts are bounded
 //!   by the `*_MAX` constants, so a state (and its snapshot) has a bounded size;
-//! - the client table keeps one session per client with its last request number and reply
-//!   checksum; a request at or below the last is a duplicate and is not applied again.
+//! - the client table keeps one session per client with its last request number and the bytes
+//!   of its reply ([`State::execute`]); a request at or below the last is a duplicate, is not
+//!   applied again, and the latest gets its original reply bytes; the table holds at most
+//!   [`CLIENTS_MAX`] sessions and a registration past it evicts the least recently used one
+//!   (the one whose last request is the oldest op), so registering never fails for room.
 
 pub mod codec;
 pub mod group;
@@ -22,7 +25,10 @@ pub const TOPICS_PER_STREAM_MAX: usize = 10_000;
 pub const PARTITIONS_PER_TOPIC_MAX: u32 = 100_000;
 pub const PARTITIONS_MAX: usize = 1_000_000;
 pub const GROUPS_PER_TOPIC_MAX: usize = 10_000;
-pub const CLIENTS_MAX: usize = 100_000;
+/// Sessions in the client table (each holds up to [`REPLY_BYTES_MAX`] of reply).
+pub const CLIENTS_MAX: usize = 16_384;
+/// The largest reply a session keeps (a metadata reply is an id or an error message).
+pub const REPLY_BYTES_MAX: usize = 512;
 
 /// How a topic's partitions make writes durable (see DESIGN §4, rule 1).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -76,11 +82,16 @@ pub struct Stream {
 }
 
 /// One client's session in the client table.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct ClientSession {
     pub session: u64,
+    /// The request number of the last request executed (0: only the registration).
     pub last_request: u64,
-    pub reply_checksum: u128,
+    /// The op that last executed a request of this session (its registration, at first): the
+    /// least recently used session is evicted first.
+    pub last_op: u64,
+    /// The reply to the last request, as sent ([`codec::encode_reply`]).
+    pub reply: Vec<u8>,
 }
 
 /// The whole metadata state.
@@ -137,13 +148,6 @@ pub enum Op {
         client: u128,
         session: u64,
     },
-    /// Records that request `request` of `client`'s `session` was answered with `reply_checksum`.
-    RecordReply {
-        client: u128,
-        session: u64,
-        request: u64,
-        reply_checksum: u128,
-    },
 }
 
 /// What a successful op produced.
@@ -151,17 +155,20 @@ pub enum Op {
 pub enum Applied {
     Stream(u32),
     Topic(u32),
-    Partitions {
-        first: u32,
-        count: u32,
-    },
+    Partitions { first: u32, count: u32 },
     Group(u32),
     Deleted,
     Client,
-    /// The request was answered before: the stored reply stands.
-    Duplicate {
-        reply_checksum: u128,
-    },
+}
+
+/// What executing a committed request did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Executed {
+    /// The reply bytes the client gets ([`codec::encode_reply`]).
+    pub reply: Vec<u8>,
+    /// The op's outcome; `None` for a duplicate, which got the stored reply of its first
+    /// execution instead.
+    pub result: Option<Result<Applied, ApplyError>>,
 }
 
 /// Why an op was refused (the state is unchanged).
@@ -183,10 +190,16 @@ pub enum ApplyError {
     ReplicationFactor { factor: u8, replicas: u8 },
     #[error("segment size must be positive")]
     SegmentSize,
-    #[error("client {client:#x} has no session {session}")]
-    UnknownSession { client: u128, session: u64 },
     #[error("session {session} of client {client:#x} is older than its current one")]
     StaleSession { client: u128, session: u64 },
+    #[error("client {client:#x} has no session (never registered, or evicted)")]
+    NoSession { client: u128 },
+    #[error("request {request} of client {client:#x} is older than its last one ({last})")]
+    StaleRequest {
+        client: u128,
+        request: u64,
+        last: u64,
+    },
 }
 
 fn check_name(name: &str) -> Result<(), ApplyError> {
@@ -421,46 +434,87 @@ impl State {
                         });
                     }
                     Some(current) if current.session == *session => return Ok(Applied::Client),
-                    None if self.clients.len() >= CLIENTS_MAX => {
-                        return Err(ApplyError::Limit {
-                            what: "clients",
-                            max: CLIENTS_MAX,
-                        });
-                    }
                     _ => {}
+                }
+                if !self.clients.contains_key(client) && self.clients.len() >= CLIENTS_MAX {
+                    self.evict_least_recently_used();
                 }
                 let entry = ClientSession {
                     session: *session,
                     last_request: 0,
-                    reply_checksum: 0,
+                    last_op: 0,
+                    reply: Vec::new(),
                 };
                 self.clients.insert(*client, entry);
                 Ok(Applied::Client)
             }
-            Op::RecordReply {
-                client,
-                session,
-                request,
-                reply_checksum,
-            } => {
-                let entry = self
-                    .clients
-                    .get_mut(client)
-                    .filter(|entry| entry.session == *session)
-                    .ok_or(ApplyError::UnknownSession {
-                        client: *client,
-                        session: *session,
-                    })?;
-                if *request <= entry.last_request {
-                    return Ok(Applied::Duplicate {
-                        reply_checksum: entry.reply_checksum,
-                    });
-                }
-                entry.last_request = *request;
-                entry.reply_checksum = *reply_checksum;
-                Ok(Applied::Client)
-            }
         }
+    }
+
+    /// Evicts the session whose last request is the oldest op (the lowest client id among
+    /// equals): deterministic, so every replica evicts the same one.
+    fn evict_least_recently_used(&mut self) {
+        let oldest = self
+            .clients
+            .iter()
+            .min_by_key(|(client, session)| (session.last_op, **client))
+            .map(|(client, _)| *client);
+        if let Some(client) = oldest {
+            self.clients.remove(&client);
+        }
+    }
+
+    /// Executes the committed prepare `op_number`, the request `request` of `client`
+    /// (`client` 0: no session, e.g. a single node's own op). A client's request is executed
+    /// once: the same request again gets the reply it got (byte for byte) without applying
+    /// anything, an older one is refused, and a client without a session gets an error.
+    /// Executing and recording the reply are one step, so a replica that executed a request
+    /// also remembers its reply.
+    pub fn execute(&mut self, op_number: u64, client: u128, request: u64, op: &Op) -> Executed {
+        let executed = |result: Result<Applied, ApplyError>| Executed {
+            reply: codec::encode_reply(&result),
+            result: Some(result),
+        };
+        if client == 0 {
+            return executed(self.apply(op));
+        }
+        if let Op::RegisterClient {
+            client: registered, ..
+        } = op
+        {
+            let done = executed(self.apply(op));
+            if done.result.as_ref().is_some_and(Result::is_ok)
+                && let Some(session) = self.clients.get_mut(registered)
+            {
+                session.last_op = op_number;
+                session.reply.clone_from(&done.reply);
+            }
+            return done;
+        }
+        let Some(session) = self.clients.get(&client) else {
+            return executed(Err(ApplyError::NoSession { client }));
+        };
+        if request == session.last_request {
+            return Executed {
+                reply: session.reply.clone(),
+                result: None,
+            };
+        }
+        if request < session.last_request {
+            let last = session.last_request;
+            return executed(Err(ApplyError::StaleRequest {
+                client,
+                request,
+                last,
+            }));
+        }
+        let done = executed(self.apply(op));
+        if let Some(session) = self.clients.get_mut(&client) {
+            session.last_request = request;
+            session.last_op = op_number;
+            session.reply.clone_from(&done.reply);
+        }
+        done
     }
 
     fn check_partition_budget(&self, adding: u32, existing: u32) -> Result<(), ApplyError> {

@@ -1,5 +1,5 @@
 //! A golden `snapshot.bin` holding a real metadata state, format version 1 with payload
-//! version 1: it must decode to the state below and re-encode byte for byte, so changing the
+//! version 2: it must decode to the state below and re-encode byte for byte, so changing the
 //! container or the state encoding without a version bump breaks this test.
 //! Regenerate (only with a version bump): `IGGY_REGENERATE_GOLDEN=1 cargo test -p iggy-metadata --test golden`.
 #![allow(
@@ -48,20 +48,27 @@ fn golden_state() -> State {
             topic: 1,
             name: "billing".into(),
         },
-        Op::RegisterClient {
-            client: 0x00C1_1E47,
-            session: 7,
-        },
-        Op::RecordReply {
-            client: 0x00C1_1E47,
-            session: 7,
-            request: 3,
-            reply_checksum: 0xFEED,
-        },
     ];
     for op in &ops {
         state.apply(op).unwrap();
     }
+    // A session that registered (op 6) and whose request 3 was answered (op 7): the table keeps
+    // its reply bytes.
+    let client = 0x00C1_1E47;
+    let registered = state.execute(6, client, 0, &Op::RegisterClient { client, session: 7 });
+    assert_eq!(registered.result, Some(Ok(iggy_metadata::Applied::Client)));
+    let request = Op::CreateConsumerGroup {
+        stream: 1,
+        topic: 1,
+        name: "analytics".into(),
+    };
+    assert!(
+        state
+            .execute(7, client, 3, &request)
+            .result
+            .unwrap()
+            .is_ok()
+    );
     state
 }
 
@@ -90,7 +97,7 @@ fn the_golden_metadata_snapshot_decodes_and_re_encodes_byte_for_byte() {
     let (header, body) = iggy_snapshot::decode("snapshot-v1.bin", golden).unwrap();
     assert_eq!(header.checkpoint_op, CHECKPOINT_OP);
     assert_eq!(header.checkpoint_checksum, CHECKPOINT_CHECKSUM);
-    assert_eq!(header.payload_version, 1);
+    assert_eq!(header.payload_version, 2);
     assert_eq!(
         codec::decode(header.payload_version, body).unwrap(),
         golden_state()

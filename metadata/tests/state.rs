@@ -8,8 +8,8 @@
 
 use std::path::Path;
 
-use iggy_metadata::codec::{self, DecodeError, PAYLOAD_VERSION};
-use iggy_metadata::{Applied, ApplyError, Durability, Op, Retention, State};
+use iggy_metadata::codec::{self, DecodeError, PAYLOAD_VERSION, Reply};
+use iggy_metadata::{Applied, ApplyError, CLIENTS_MAX, Durability, Op, Retention, State};
 use proptest::prelude::*;
 
 fn topic(stream: u32, name: &str, partitions: u32) -> Op {
@@ -87,15 +87,6 @@ fn refused_ops_change_nothing_and_each_has_its_reason() {
             },
             "unknown group",
         ),
-        (
-            Op::RecordReply {
-                client: 7,
-                session: 1,
-                request: 1,
-                reply_checksum: 0,
-            },
-            "no session",
-        ),
     ];
     for (op, why) in refusals {
         assert!(state.apply(&op).is_err(), "{why} was accepted");
@@ -132,50 +123,113 @@ fn partition_leaders_are_spread_over_the_replicas() {
 #[test]
 fn the_client_table_makes_requests_at_most_once() {
     let mut state = State::new(1);
-    state
-        .apply(&Op::RegisterClient {
-            client: 7,
-            session: 2,
-        })
-        .unwrap();
-    let reply = Op::RecordReply {
-        client: 7,
-        session: 2,
-        request: 1,
-        reply_checksum: 0xAB,
-    };
-    assert_eq!(state.apply(&reply), Ok(Applied::Client));
+    let register = |session| Op::RegisterClient { client: 7, session };
+    assert!(state.execute(1, 7, 0, &register(2)).result.unwrap().is_ok());
+    let first = state.execute(2, 7, 1, &Op::CreateStream { name: "a".into() });
+    assert_eq!(first.result, Some(Ok(Applied::Stream(1))));
     assert_eq!(
-        state.apply(&Op::RecordReply {
-            client: 7,
-            session: 2,
-            request: 1,
-            reply_checksum: 0xCD
-        }),
-        Ok(Applied::Duplicate {
-            reply_checksum: 0xAB
-        }),
-        "a retried request gets the first reply, not a second execution"
+        codec::decode_reply(&first.reply),
+        Ok(Reply::Applied(Applied::Stream(1)))
+    );
+    // The same request number again, even carrying another op: the first reply, byte for
+    // byte, and nothing applied.
+    let before = state.clone();
+    let again = state.execute(3, 7, 1, &Op::CreateStream { name: "b".into() });
+    assert_eq!(again.reply, first.reply);
+    assert_eq!(again.result, None, "a duplicate is not executed");
+    assert_eq!(state, before, "a duplicate changes nothing");
+    // An older request is refused, changing nothing.
+    state.execute(4, 7, 2, &Op::CreateStream { name: "c".into() });
+    let stale = state.execute(5, 7, 1, &Op::DeleteStream { stream: 1 });
+    assert!(matches!(
+        stale.result,
+        Some(Err(ApplyError::StaleRequest { .. }))
+    ));
+    assert_eq!(state.streams.len(), 2);
+    assert_ne!(stale.reply, first.reply);
+    // A refused op is still the answer to its request: replayed as it was.
+    let refused = state.execute(6, 7, 3, &Op::DeleteStream { stream: 99 });
+    assert!(matches!(
+        refused.result,
+        Some(Err(ApplyError::UnknownStream(99)))
+    ));
+    assert_eq!(
+        state
+            .execute(7, 7, 3, &Op::DeleteStream { stream: 1 })
+            .reply,
+        refused.reply
+    );
+    assert_eq!(state.streams.len(), 2, "the replay did not delete stream 1");
+    // A client without a session is told so.
+    let unknown = state.execute(8, 8, 1, &Op::CreateStream { name: "d".into() });
+    assert_eq!(
+        unknown.result,
+        Some(Err(ApplyError::NoSession { client: 8 }))
     );
     assert_eq!(
-        state.apply(&Op::RegisterClient {
-            client: 7,
-            session: 1
-        }),
+        state.apply(&register(1)),
         Err(ApplyError::StaleSession {
             client: 7,
             session: 1
         })
     );
-    state
-        .apply(&Op::RegisterClient {
-            client: 7,
-            session: 3,
-        })
-        .unwrap();
+    state.execute(9, 7, 0, &register(3));
     assert_eq!(
         state.clients[&7].last_request, 0,
         "a new session starts afresh"
+    );
+}
+
+/// A full client table evicts the session whose last request is the oldest op, instead of
+/// refusing the registration; the evicted client is told it has no session.
+#[test]
+fn a_full_client_table_evicts_the_least_recently_used_session() {
+    let mut state = State::new(1);
+    let max = u128::try_from(CLIENTS_MAX).unwrap();
+    let mut op = 0u64;
+    for client in 1..=max {
+        op += 1;
+        let done = state.execute(op, client, 0, &Op::RegisterClient { client, session: 1 });
+        assert_eq!(done.result, Some(Ok(Applied::Client)));
+    }
+    // Client 1 registered first but is the most recent to send a request.
+    op += 1;
+    state.execute(op, 1, 1, &Op::CreateStream { name: "s".into() });
+    op += 1;
+    let newcomer = max + 1;
+    let done = state.execute(
+        op,
+        newcomer,
+        0,
+        &Op::RegisterClient {
+            client: newcomer,
+            session: 1,
+        },
+    );
+    assert_eq!(
+        done.result,
+        Some(Ok(Applied::Client)),
+        "registration never fails for room"
+    );
+    assert_eq!(state.clients.len(), CLIENTS_MAX);
+    assert!(
+        state.clients.contains_key(&1),
+        "a recently used session stays"
+    );
+    assert!(
+        !state.clients.contains_key(&2),
+        "the least recently used one goes"
+    );
+    op += 1;
+    let evicted = state.execute(op, 2, 1, &Op::CreateStream { name: "t".into() });
+    assert_eq!(
+        evicted.result,
+        Some(Err(ApplyError::NoSession { client: 2 }))
+    );
+    // Deterministic: the same ops give the same table (and snapshot) elsewhere.
+    assert_eq!(
+        codec::decode(PAYLOAD_VERSION, &codec::encode(&state)).unwrap(),
+        state
     );
 }
 
@@ -193,20 +247,25 @@ fn decode_refuses_with_the_offset() {
     let bytes = codec::encode(&state);
     assert_eq!(codec::decode(PAYLOAD_VERSION, &bytes).unwrap(), state);
     assert_eq!(
-        codec::decode(2, &bytes),
-        Err(DecodeError::UnknownVersion(2))
+        codec::decode(1, &bytes),
+        Err(DecodeError::UnknownVersion(1)),
+        "payload version 1 (sessions without reply bytes) is refused"
+    );
+    assert_eq!(
+        codec::decode(3, &bytes),
+        Err(DecodeError::UnknownVersion(3))
     );
     let mut trailing = bytes.clone();
     trailing.push(0);
     assert!(matches!(
-        codec::decode(1, &trailing),
+        codec::decode(PAYLOAD_VERSION, &trailing),
         Err(DecodeError::Invalid { .. })
     ));
-    assert!(codec::decode(1, &bytes[..bytes.len() - 1]).is_err());
+    assert!(codec::decode(PAYLOAD_VERSION, &bytes[..bytes.len() - 1]).is_err());
     // A count far larger than the bytes could hold is refused before anything is built.
     let mut huge = bytes.clone();
     huge[5..9].copy_from_slice(&u32::MAX.to_le_bytes());
-    match codec::decode(1, &huge) {
+    match codec::decode(PAYLOAD_VERSION, &huge) {
         Err(DecodeError::Invalid { offset: 9, reason }) => {
             assert!(reason.contains("cannot fit"), "{reason}")
         }
@@ -256,16 +315,6 @@ fn any_op() -> impl Strategy<Value = Op> {
             group
         }),
         (0u128..4, 1u64..4).prop_map(|(client, session)| Op::RegisterClient { client, session }),
-        (0u128..4, 1u64..4, 1u64..10, any::<u128>()).prop_map(
-            |(client, session, request, reply_checksum)| {
-                Op::RecordReply {
-                    client,
-                    session,
-                    request,
-                    reply_checksum,
-                }
-            }
-        ),
     ]
 }
 
@@ -273,18 +322,19 @@ proptest! {
     /// Any op sequence gives a state that survives encoding and a snapshot.bin round trip, and
     /// replaying the same ops gives the same state (determinism).
     #[test]
-    fn states_survive_a_snapshot_round_trip(ops in proptest::collection::vec(any_op(), 0..60)) {
+    fn states_survive_a_snapshot_round_trip(ops in proptest::collection::vec((any_op(), 0u128..4, 0u64..6), 0..60)) {
         let mut state = State::new(3);
         let mut again = State::new(3);
-        for op in &ops {
-            let first = state.apply(op);
-            prop_assert_eq!(first, again.apply(op));
+        for (number, (op, client, request)) in ops.iter().enumerate() {
+            let number = number as u64 + 1;
+            let first = state.execute(number, *client, *request, op);
+            prop_assert_eq!(first, again.execute(number, *client, *request, op));
         }
         prop_assert_eq!(&state, &again);
         let payload = codec::encode(&state);
         prop_assert_eq!(&codec::decode(PAYLOAD_VERSION, &payload).unwrap(), &state);
 
-        prop_assert!(ops.iter().all(|op| codec::encode_op(op).map(|body| codec::decode_op(&body) == Ok(op.clone())).unwrap_or(true)));
+        prop_assert!(ops.iter().all(|(op, _, _)| codec::encode_op(op).map(|body| codec::decode_op(&body) == Ok(op.clone())).unwrap_or(true)));
         let storage = iggy_io::SimStorage::new(1);
         iggy_io::Storage::create_dir(&storage, "metadata").unwrap();
         iggy_snapshot::write(&storage, Path::new("metadata"), ops.len() as u64, 9, PAYLOAD_VERSION, &payload).unwrap();

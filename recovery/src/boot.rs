@@ -77,24 +77,98 @@ impl PartitionKey {
     }
 }
 
-/// The configuration a partition boots with.
+/// What a boot opens the groups with: the sizes and budgets a server sets (tests set small
+/// ones), and this boot's incarnation, stamped on every publication of every group.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BootConfig {
+    /// This boot's incarnation (fresh per boot: [`BootConfig::fresh`]; a simulator derives it
+    /// from its seed).
+    pub incarnation: u64,
+    /// The metadata WAL's file size.
+    pub metadata_file_size_bytes: u64,
+    /// The segment size of a partition whose topic the metadata does not give (a topic's own
+    /// segment size wins).
+    pub segment_size_bytes: u64,
+    /// An index entry at least every this many bytes of a partition's log.
+    pub index_interval_bytes: u64,
+    /// Bytes a group may append unpublished before appends fail with `Backpressure`: at least
+    /// a checkpoint interval and the largest prepare.
+    pub unpublished_bytes_max: u64,
+}
+
+impl BootConfig {
+    /// Production sizes (64 MiB metadata WAL files, 1 GiB segments, an index entry every
+    /// 4 KiB, a checkpoint interval plus the largest prepare unpublished) with `incarnation`.
+    #[must_use]
+    pub fn new(incarnation: u64) -> Self {
+        let wal = iggy_wal::Config::new(metadata_group::GROUP_ID);
+        let partition = iggy_segments::Config::new(0, 0, UNKNOWN_IDENTITY);
+        Self {
+            incarnation,
+            metadata_file_size_bytes: wal.file_size_bytes,
+            segment_size_bytes: partition.segment_size_bytes,
+            index_interval_bytes: partition.index_interval_bytes,
+            unpublished_bytes_max: partition.unpublished_bytes_max,
+        }
+    }
+
+    /// Production sizes with a fresh incarnation: a nonce from the process's randomly keyed
+    /// hasher, so two boots of a node (or two nodes) never share one but by chance.
+    #[must_use]
+    pub fn fresh() -> Self {
+        use std::hash::{BuildHasher, Hasher};
+        let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+        hasher.write_u32(std::process::id());
+        Self::new(hasher.finish())
+    }
+
+    /// The configuration partition `key` boots with; `segment_size_bytes` is its topic's (from
+    /// the metadata), when known. A partition of a cluster of more than one replica is one
+    /// replica of its group (`replicated`: it commits when its consensus says so).
+    #[must_use]
+    pub fn partition(
+        &self,
+        identity: Identity,
+        key: PartitionKey,
+        segment_size_bytes: Option<u64>,
+    ) -> iggy_segments::Config {
+        let mut config =
+            iggy_segments::Config::new(key.group_id(), u64::from(key.partition), identity);
+        config.segment_size_bytes = segment_size_bytes.unwrap_or(self.segment_size_bytes);
+        config.index_interval_bytes = self.index_interval_bytes;
+        config.unpublished_bytes_max = self.unpublished_bytes_max;
+        config.incarnation = self.incarnation;
+        config.replicated = identity.replica_count > 1;
+        config
+    }
+
+    /// The configuration of the metadata group's WAL.
+    #[must_use]
+    pub fn metadata_wal(&self) -> iggy_wal::Config {
+        iggy_wal::Config {
+            incarnation: self.incarnation,
+            file_size_bytes: self.metadata_file_size_bytes,
+            unpublished_bytes_max: self.unpublished_bytes_max,
+            ..iggy_wal::Config::new(metadata_group::GROUP_ID)
+        }
+    }
+}
+
+/// The configuration a partition boots with, at production sizes and incarnation 0 (what
+/// `populate` and the tests build nodes with).
 #[must_use]
 pub fn partition_config(
     identity: Identity,
     key: PartitionKey,
     segment_size_bytes: Option<u64>,
 ) -> iggy_segments::Config {
-    let mut config = iggy_segments::Config::new(key.group_id(), u64::from(key.partition), identity);
-    if let Some(size) = segment_size_bytes {
-        config.segment_size_bytes = size;
-    }
-    config
+    BootConfig::new(0).partition(identity, key, segment_size_bytes)
 }
 
-/// The configuration of the metadata group's WAL.
+/// The configuration of the metadata group's WAL, at production sizes and incarnation 0.
 #[must_use]
 pub fn metadata_wal_config() -> iggy_wal::Config {
-    iggy_wal::Config::new(metadata_group::GROUP_ID)
+    BootConfig::new(0).metadata_wal()
 }
 
 /// What boot opened, and the node's lock: no other process may open the node for writing
@@ -301,6 +375,9 @@ fn classify_wal(error: &WalError) -> Classified {
         }
         WalError::GroupMismatch { path, .. } => (Refusal::Refuse, Some(path.clone()), 0),
         WalError::ForeignFile { file, .. } => (Refusal::Refuse, Some(file.clone()), 0),
+        WalError::UnknownEntryVersion { file, offset, .. } => {
+            (Refusal::Refuse, Some(file.clone()), *offset)
+        }
         WalError::LostPublishedBytes { file, len, .. } => {
             (Refusal::Damage, Some(file.clone()), *len)
         }
@@ -909,6 +986,20 @@ fn partition_findings(label: &str, dir: &Path, report: &iggy_segments::Report) -
                 "a leftover superblock.tmp (a creation whose rename was lost)".into(),
                 Action::RemoveLeftover,
             ),
+            FindingKind::OffsetNotApplied {
+                kind,
+                id,
+                offset,
+                op,
+            } => (
+                Component::Offsets,
+                "offset-not-applied",
+                format!(
+                    "the committed store of offset {offset} for {} {id} (op {op}) is not in its file",
+                    kind.name()
+                ),
+                Action::ApplyCommitted,
+            ),
             FindingKind::Install(InstallFinding::Uncommitted) => (
                 Component::Install,
                 "install-uncommitted",
@@ -1028,6 +1119,17 @@ fn record_metadata<T>(
 pub fn check<R: ReadStorage>(
     storage: &R,
     data_dir: &Path,
+    progress: impl FnMut(usize, usize),
+) -> Result<Report, RecoveryError> {
+    check_with(storage, data_dir, &BootConfig::new(0), progress)
+}
+
+/// [`check`] of a node the server boots with `config` (its index interval decides whether an
+/// index needs rebuilding).
+pub fn check_with<R: ReadStorage>(
+    storage: &R,
+    data_dir: &Path,
+    config: &BootConfig,
     mut progress: impl FnMut(usize, usize),
 ) -> Result<Report, RecoveryError> {
     let mut walk = Walk::start(storage, data_dir)?;
@@ -1075,10 +1177,10 @@ pub fn check<R: ReadStorage>(
                     .identity
                     .or_else(|| discover_identity(storage, &dir))
                     .unwrap_or(UNKNOWN_IDENTITY);
-                let config = partition_config(identity, key, segment_size(state.as_ref(), key));
+                let partition = config.partition(identity, key, segment_size(state.as_ref(), key));
                 let temp = iggy_superblock::leftover_temp(storage, &dir).ok().flatten();
                 let checked =
-                    iggy_segments::check(storage, &dir, &config).map(|r| r.map(|r| ((), r)));
+                    iggy_segments::check(storage, &dir, &partition).map(|r| r.map(|r| ((), r)));
                 walk.builder.partition(&label, &dir, temp, checked);
             }
         }
@@ -1098,22 +1200,34 @@ fn segment_size(state: Option<&iggy_metadata::State>, key: PartitionKey) -> Opti
 /// Each group's findings come from the same analysis [`check`] runs, and the group then applies
 /// exactly that plan. Refused groups are reported and left closed, as are partitions the
 /// metadata does not list.
+/// Production sizes and a fresh incarnation ([`BootConfig::fresh`]); [`boot_with`] takes them.
 pub fn boot<S: Storage + Clone>(
     storage: S,
     data_dir: &Path,
     mode: Mode,
 ) -> Result<(NodeState<S>, Report), RecoveryError> {
-    let lock = lock(&storage, data_dir)?;
-    boot_locked(lock, storage, data_dir, mode)
+    boot_with(storage, data_dir, mode, &BootConfig::fresh())
 }
 
-/// [`boot`] under a lock the caller already holds (`iggy-fsck --repair` takes it before its
-/// check, so that the plan it prints is the plan it applies).
+/// [`boot`] with the caller's sizes, budgets and incarnation.
+pub fn boot_with<S: Storage + Clone>(
+    storage: S,
+    data_dir: &Path,
+    mode: Mode,
+    config: &BootConfig,
+) -> Result<(NodeState<S>, Report), RecoveryError> {
+    let lock = lock(&storage, data_dir)?;
+    boot_locked(lock, storage, data_dir, mode, config)
+}
+
+/// [`boot_with`] under a lock the caller already holds (`iggy-fsck --repair` takes it before
+/// its check, so that the plan it prints is the plan it applies).
 pub fn boot_locked<S: Storage + Clone>(
     lock: NodeLock,
     storage: S,
     data_dir: &Path,
     mode: Mode,
+    config: &BootConfig,
 ) -> Result<(NodeState<S>, Report), RecoveryError> {
     assert!(
         mode != Mode::Check,
@@ -1129,7 +1243,7 @@ pub fn boot_locked<S: Storage + Clone>(
             storage.clone(),
             &metadata_dir,
             &walk.identity.unwrap_or(UNKNOWN_IDENTITY),
-            metadata_wal_config(),
+            config.metadata_wal(),
         )
     } else {
         Ok(None)
@@ -1157,11 +1271,11 @@ pub fn boot_locked<S: Storage + Clone>(
                     .identity
                     .or_else(|| discover_identity(&storage, &dir))
                     .unwrap_or(UNKNOWN_IDENTITY);
-                let config = partition_config(identity, key, segment_size(state.as_ref(), key));
+                let partition = config.partition(identity, key, segment_size(state.as_ref(), key));
                 let temp = iggy_superblock::leftover_temp(&storage, &dir)
                     .ok()
                     .flatten();
-                let opened = Partition::open(storage.clone(), &dir, config, mode);
+                let opened = Partition::open(storage.clone(), &dir, partition, mode);
                 if let Some(partition) = walk.builder.partition(&label, &dir, temp, opened) {
                     partitions.insert(key, partition);
                 }

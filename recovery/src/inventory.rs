@@ -71,7 +71,7 @@ fn expected(level: Level, name: &str) -> Option<(EntryKind, Option<Level>)> {
             _ if numbered(iggy_wal::boot::KEYED_EXTENSION)
                 || numbered("index")
                 || name
-                    .strip_suffix(iggy_segments::partition::STAGING_SUFFIX)
+                    .strip_suffix(iggy_segments::STAGING_SUFFIX)
                     .is_some_and(|log| {
                         log.strip_suffix(".log").is_some_and(|digits| {
                             digits.len() == 20 && digits.bytes().all(|b| b.is_ascii_digit())

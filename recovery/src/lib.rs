@@ -20,8 +20,9 @@ pub mod populate;
 pub mod report;
 
 pub use boot::{
-    LOCK_FILE, METADATA_DIR, NodeLock, NodeState, PARTITIONS_DIR, PartitionKey, RecoveryError,
-    boot, boot_locked, check, lock, metadata_wal_config, partition_config, wal_finding,
+    BootConfig, LOCK_FILE, METADATA_DIR, NodeLock, NodeState, PARTITIONS_DIR, PartitionKey,
+    RecoveryError, boot, boot_locked, boot_with, check, check_with, lock, metadata_wal_config,
+    partition_config, wal_finding,
 };
 pub use iggy_wal::Mode;
 pub use report::{

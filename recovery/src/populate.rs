@@ -5,13 +5,14 @@
 
 use std::path::{Path, PathBuf};
 
+use iggy_format::PrepareMeta;
 use iggy_format::batch::{self, NewMessage};
 use iggy_io::Storage;
 use iggy_metadata::group::MetadataGroup;
 use iggy_metadata::{Durability, Op, Retention};
-use iggy_segments::Partition;
 use iggy_segments::offsets::ConsumerKind;
-use iggy_superblock::Identity;
+use iggy_segments::{Partition, Request};
+use iggy_superblock::{Identity, VsrState};
 
 use crate::boot::{METADATA_DIR, PARTITIONS_DIR, PartitionKey, partition_config};
 
@@ -146,14 +147,26 @@ pub fn populate<S: Storage + Clone>(
         )?;
     }
     metadata.checkpoint().map_err(|e| error(&e))?;
-    submit(
-        &mut metadata,
-        Op::CreateConsumerGroup {
-            stream: 1,
-            topic: 1,
-            name: "billing".into(),
-        },
-    )?;
+    // A client's request: its prepare names the client and request, and its session keeps the
+    // reply.
+    let request = PrepareMeta {
+        client: 0xC11E,
+        request: 1,
+        request_checksum: 0x00C1_1E00_0000_0001,
+        now_us: 1_700_000_000_000_000,
+        ..PrepareMeta::default()
+    };
+    metadata
+        .submit_with(
+            &Op::CreateConsumerGroup {
+                stream: 1,
+                topic: 1,
+                name: "billing".into(),
+            },
+            &request,
+        )
+        .map_err(|e| error(&e))?
+        .map_err(|e| error(&e))?;
     drop(metadata);
 
     let partitions_dir = data_dir.join(PARTITIONS_DIR);
@@ -175,7 +188,28 @@ pub fn populate<S: Storage + Clone>(
             let mut bytes = client_batch(key, index, options.max_messages);
             log.append(&mut bytes, 1_700_000_000_000_000 + index * 1_000)
                 .map_err(|e| error(&e))?;
-            if index + 1 == published || (index + 1 < published && index % 7 == 6) {
+            if index + 1 == published {
+                // Entries of the other kinds: a consumer offset store (committed, so stored
+                // with its op) and a new primary's no-op.
+                let store = Request::StoreOffset {
+                    kind: ConsumerKind::Consumer,
+                    id: 2,
+                    offset: u64::from(partition) * 4,
+                };
+                let meta = PrepareMeta {
+                    now_us: 1_700_000_000_000_000 + index * 1_000,
+                    ..PrepareMeta::default()
+                };
+                let stored = log.prepare(store, &meta).map_err(|e| error(&e))?;
+                log.prepare(Request::Noop, &meta).map_err(|e| error(&e))?;
+                log.publish().map_err(|e| error(&e))?;
+                log.commit(stored.appended.op).map_err(|e| error(&e))?;
+                log.write_vsr(VsrState {
+                    commit_max: stored.appended.op,
+                    ..log.vsr_state()
+                })
+                .map_err(|e| error(&e))?;
+            } else if index + 1 < published && index % 7 == 6 {
                 log.publish().map_err(|e| error(&e))?;
             }
         }

@@ -58,6 +58,9 @@ pub enum Action {
     RepairCopy,
     /// Create what a crash left uncreated: a group's log, or the first file of an empty log.
     FinishCreate,
+    /// Carry out a committed entry the crashed process had not applied yet (a consumer offset
+    /// store).
+    ApplyCommitted,
     /// Published data is damaged or missing in a replicated group: the group must be repaired
     /// from peers.
     NeedsPeerRepair,
@@ -77,6 +80,7 @@ impl Action {
                 | Self::RollbackInstall
                 | Self::RepairCopy
                 | Self::FinishCreate
+                | Self::ApplyCommitted
         )
     }
 
@@ -91,6 +95,7 @@ impl Action {
             Self::RollbackInstall => "rollback-install",
             Self::RepairCopy => "repair-copy",
             Self::FinishCreate => "finish-create",
+            Self::ApplyCommitted => "apply-committed",
             Self::NeedsPeerRepair => "needs-peer-repair",
             Self::Refuse => "refuse",
         }

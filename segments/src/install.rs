@@ -24,9 +24,12 @@ use iggy_superblock::{RepairPolicy, Superblock, VsrState};
 use iggy_wal::Naming;
 use iggy_wal::frontier::{self, Frontier};
 
+use crate::config::{Config, STAGING_SUFFIX};
+use crate::entry::{self, Kind};
+use crate::error::PartitionError;
 use crate::index;
 use crate::offsets::{self, ConsumerKind};
-use crate::partition::{Config, Finding, FindingKind, PartitionError, STAGING_SUFFIX};
+use crate::report::{Finding, FindingKind};
 
 pub const BUILDING_DIR: &str = ".install-building";
 pub const BACKUP_DIR: &str = ".install-backup";
@@ -195,10 +198,11 @@ impl<S: Storage + Clone> Install<S> {
     }
 
     /// Receives one whole segment (the sender's `.log` up to its trusted end), oldest first.
-    /// Every entry and batch is verified as it lands: WAL header and body checksums, ops and
-    /// parent links continuing the previous segment, every message checksum, the partition id,
-    /// and offsets continuing the previous segment from the one the file is named by. The file
-    /// is synced: it must be durable before the commit renames it into place.
+    /// Every entry is verified as it lands: WAL header and body checksums, ops and parent links
+    /// continuing the previous segment, the group, the entry's kind, and for a batch every
+    /// message checksum, the partition id, and offsets continuing the previous segment from the
+    /// one the file is named by. The file is synced: it must be durable before the commit
+    /// renames it into place.
     pub fn receive_segment(
         &mut self,
         start_offset: u64,
@@ -253,28 +257,42 @@ impl<S: Storage + Clone> Install<S> {
                     format!("op {} does not link to its predecessor", header.op),
                 ));
             }
-            let batch = batch::decode(body).map_err(|error| PartitionError::BadBatch {
+            if header.group != self.config.group {
+                return Err(bad(
+                    at,
+                    format!("op {} belongs to group {:#x}", header.op, header.group),
+                ));
+            }
+            let kind = entry::peek(&header, body).map_err(|error| PartitionError::BadEntry {
                 file: path.clone(),
                 offset: at,
-                error,
+                op: header.op,
+                reason: error.to_string(),
             })?;
-            if batch.header.partition_id != self.config.partition_id {
-                return Err(PartitionError::PartitionMismatch {
+            if let Kind::Messages(_) = kind {
+                let batch = batch::decode(body).map_err(|error| PartitionError::BadBatch {
                     file: path.clone(),
                     offset: at,
-                    expected: self.config.partition_id,
-                    found: batch.header.partition_id,
-                });
+                    error,
+                })?;
+                if batch.header.partition_id != self.config.partition_id {
+                    return Err(PartitionError::PartitionMismatch {
+                        file: path.clone(),
+                        offset: at,
+                        expected: self.config.partition_id,
+                        found: batch.header.partition_id,
+                    });
+                }
+                if batch.header.base_offset != next_offset {
+                    return Err(PartitionError::OffsetGap {
+                        file: path.clone(),
+                        offset: at,
+                        expected: next_offset,
+                        found: batch.header.base_offset,
+                    });
+                }
+                next_offset += u64::from(batch.header.message_count);
             }
-            if batch.header.base_offset != next_offset {
-                return Err(PartitionError::OffsetGap {
-                    file: path.clone(),
-                    offset: at,
-                    expected: next_offset,
-                    found: batch.header.base_offset,
-                });
-            }
-            next_offset += u64::from(batch.header.message_count);
             first_op.get_or_insert(header.op);
             last_checksum = header.checksum();
             op = Some(header.op + 1);

@@ -15,7 +15,7 @@
 //! ```text
 //!  0 checksum u128 (XXH3-128 of bytes [16, 64)) | 16 magic "IGGYCOFF" u64 | 24 version u16
 //! 26 kind u8 (1 consumer, 2 group) | 27 zero u8 | 28 id u32 | 32 offset u64 | 40 sequence u64
-//! 48..64 zero
+//! 48 op u64 (the partition log's entry that stored it; 0: stored directly) | 56..64 zero
 //! ```
 
 use std::path::{Path, PathBuf};
@@ -25,7 +25,7 @@ use iggy_io::{OpenMode, ReadFile, ReadStorage, Storage, WriteFile};
 
 pub const FILE_SIZE: usize = 64;
 pub const MAGIC: u64 = u64::from_le_bytes(*b"IGGYCOFF");
-pub const VERSION: u16 = 1;
+pub const VERSION: u16 = 2;
 /// The directory of a partition that holds its offsets.
 pub const DIR_NAME: &str = "offsets";
 /// The suffix of the temporary file a store writes before its rename.
@@ -38,9 +38,11 @@ const KIND_OFFSET: usize = 26;
 const ID_OFFSET: usize = 28;
 const OFFSET_OFFSET: usize = 32;
 const SEQUENCE_OFFSET: usize = 40;
-const RESERVED_OFFSET: usize = 48;
+const OP_OFFSET: usize = 48;
+const RESERVED_OFFSET: usize = 56;
 
-const _: () = assert!(RESERVED_OFFSET + 16 == FILE_SIZE);
+const _: () = assert!(RESERVED_OFFSET + 8 == FILE_SIZE);
+const _: () = assert!(OP_OFFSET == SEQUENCE_OFFSET + 8);
 const _: () = assert!(OFFSET_OFFSET == ID_OFFSET + 4);
 
 /// Whose offset it is.
@@ -51,14 +53,28 @@ pub enum ConsumerKind {
 }
 
 impl ConsumerKind {
-    fn code(self) -> u8 {
+    /// The byte that stands for the kind on disk.
+    #[must_use]
+    pub fn code(self) -> u8 {
         match self {
             Self::Consumer => 1,
             Self::Group => 2,
         }
     }
 
-    fn prefix(self) -> &'static str {
+    /// The kind a byte stands for.
+    #[must_use]
+    pub fn from_code(code: u8) -> Option<Self> {
+        match code {
+            1 => Some(Self::Consumer),
+            2 => Some(Self::Group),
+            _ => None,
+        }
+    }
+
+    /// The kind in words (and the prefix of its offset files).
+    #[must_use]
+    pub fn name(self) -> &'static str {
         match self {
             Self::Consumer => "consumer",
             Self::Group => "group",
@@ -74,6 +90,8 @@ pub struct ConsumerOffset {
     pub offset: u64,
     /// How many times this consumer's offset was stored (for forensics).
     pub sequence: u64,
+    /// The partition log's op whose commit stored it (0: stored directly, not through the log).
+    pub op: u64,
 }
 
 /// Why an offset file cannot be trusted, or a store failed.
@@ -95,8 +113,10 @@ pub enum OffsetError {
     Io(#[from] iggy_io::Error),
 }
 
-fn file_name(kind: ConsumerKind, id: u32) -> String {
-    format!("{}.{id:010}", kind.prefix())
+/// The name of `kind` `id`'s offset file.
+#[must_use]
+pub fn file_name(kind: ConsumerKind, id: u32) -> String {
+    format!("{}.{id:010}", kind.name())
 }
 
 /// Whether `name` is a name an offsets directory holds: an offset file, or a store's
@@ -127,6 +147,7 @@ pub fn encode(offset: &ConsumerOffset) -> [u8; FILE_SIZE] {
     le::put_u32(&mut bytes, ID_OFFSET, offset.id);
     le::put_u64(&mut bytes, OFFSET_OFFSET, offset.offset);
     le::put_u64(&mut bytes, SEQUENCE_OFFSET, offset.sequence);
+    le::put_u64(&mut bytes, OP_OFFSET, offset.op);
     let sum = checksum::checksum(&bytes[CHECKSUMMED_OFFSET..]);
     le::put_u128(&mut bytes, 0, sum);
     bytes
@@ -174,6 +195,7 @@ pub fn decode(file: &Path, bytes: &[u8]) -> Result<ConsumerOffset, OffsetError> 
         id: le::u32_at(bytes, ID_OFFSET).unwrap_or_default(),
         offset: le::u64_at(bytes, OFFSET_OFFSET).unwrap_or_default(),
         sequence: le::u64_at(bytes, SEQUENCE_OFFSET).unwrap_or_default(),
+        op: le::u64_at(bytes, OP_OFFSET).unwrap_or_default(),
     })
 }
 
@@ -256,12 +278,25 @@ impl<S: Storage> OffsetStore<S> {
         }
     }
 
-    /// Durably stores `offset` for the consumer; returns the stored record.
+    /// Durably stores `offset` for the consumer, directly (not through the partition's log);
+    /// returns the stored record.
     pub fn store(
         &self,
         kind: ConsumerKind,
         id: u32,
         offset: u64,
+    ) -> Result<ConsumerOffset, OffsetError> {
+        self.store_committed(kind, id, offset, 0)
+    }
+
+    /// Durably stores `offset` for the consumer as the commit of the partition log's entry `op`
+    /// (recorded in the file, so a boot can tell a committed store it has not applied yet).
+    pub fn store_committed(
+        &self,
+        kind: ConsumerKind,
+        id: u32,
+        offset: u64,
+        op: u64,
     ) -> Result<ConsumerOffset, OffsetError> {
         if !self.storage.exists(&self.dir)? {
             self.storage.create_dir(&self.dir)?;
@@ -280,6 +315,7 @@ impl<S: Storage> OffsetStore<S> {
             id,
             offset,
             sequence,
+            op,
         };
         let name = file_name(kind, id);
         let temp = self.dir.join(format!("{name}{TEMP_SUFFIX}"));

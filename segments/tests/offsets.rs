@@ -165,7 +165,7 @@ proptest! {
     #[test]
     fn encode_decode_round_trip(group in any::<bool>(), id in any::<u32>(), offset in any::<u64>(), sequence in any::<u64>()) {
         let kind = if group { ConsumerKind::Group } else { ConsumerKind::Consumer };
-        let record = ConsumerOffset { kind, id, offset, sequence };
+        let record = ConsumerOffset { kind, id, offset, sequence, op: sequence ^ 0x55 };
         let bytes = offsets::encode(&record);
         prop_assert_eq!(offsets::decode(Path::new("f"), &bytes), Ok(record));
         for bit in [0usize, 130, 200, 260, 400, 511] {

@@ -266,7 +266,10 @@ fn raw_partition(bodies: &[(u64, Vec<u8>)]) -> SimStorage {
     let wal = Wal::create_keyed(storage.clone(), dir(), wal_config, 1, 0, bodies[0].0).unwrap();
     for (key, body) in bodies {
         let (head, parent) = wal.head();
-        let header = iggy_wal::next_header(head + 1, parent, 0, 0, body);
+        let header = iggy_format::Header {
+            operation: iggy_format::operation::MESSAGES,
+            ..iggy_wal::next_header(GROUP, head + 1, parent, 0, 0, body)
+        };
         wal.append_keyed(&header, body, *key).unwrap();
     }
     wal.publish().unwrap();

@@ -80,3 +80,27 @@ proptest! {
         let _ = copy::decode(&bytes, Slot::A);
     }
 }
+
+/// The words `iggy-fsck` and `iggy-inspect` print for a repair name the copy and why.
+#[test]
+fn repairs_and_slots_are_named_in_words() {
+    use iggy_superblock::{CopyRepair, RepairReason, copy::Damage};
+    assert_eq!(Slot::A.to_string(), "A");
+    assert_eq!(Slot::B.to_string(), "B");
+    let stale = CopyRepair {
+        slot: Slot::B,
+        reason: RepairReason::Stale { sequence: 4 },
+    };
+    assert_eq!(stale.to_string(), "copy B stale (sequence 4)");
+    let damaged = CopyRepair {
+        slot: Slot::A,
+        reason: RepairReason::Damaged(Damage::Misplaced {
+            slot: Slot::A,
+            found: 1,
+        }),
+    };
+    assert_eq!(
+        damaged.to_string(),
+        "copy A damaged: copy index 1 in slot A (a misdirected write)"
+    );
+}

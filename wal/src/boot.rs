@@ -27,7 +27,7 @@ use iggy_io::{EntryKind, ReadFile, ReadStorage, Storage, WriteFile};
 
 use crate::error::WalError;
 use crate::frontier::{self, Frontier, SlotError};
-use crate::scan::{Scan, StopReason, last_nonzero_end, scan};
+use crate::scan::{From, Scan, StopReason, last_nonzero_end, scan};
 
 pub const FRONTIER_FILE: &str = "frontier";
 pub const FRONTIER_TEMP_FILE: &str = "frontier.tmp";
@@ -434,7 +434,7 @@ pub(crate) fn analyze<R: ReadStorage>(
     }
     // Each file is verified as its own chain, in parallel; the links between files and every
     // refusal are then checked in file order, so the error named is the first one on disk.
-    let scans = scan_in_parallel(storage, retained, &until);
+    let scans = scan_in_parallel(storage, retained, &until, group);
     for (index, ((first_op, path), result)) in retained.iter().zip(scans).enumerate() {
         let key = keys[index];
         if let Some(expected) = next_op
@@ -466,18 +466,10 @@ pub(crate) fn analyze<R: ReadStorage>(
         {
             // The link into this file: its first entry must name the previous file's last.
             let reason = StopReason::Parent { op: *first_op };
-            return Err(WalError::Corrupt {
-                file: path.clone(),
-                offset: 0,
-                reason,
-            });
+            return Err(corrupt(path.clone(), 0, reason));
         }
         if result.stop != StopReason::Reached {
-            return Err(WalError::Corrupt {
-                file: path.clone(),
-                offset: result.end,
-                reason: result.stop,
-            });
+            return Err(corrupt(path.clone(), result.end, result.stop));
         }
         parent = result.last_checksum.or(parent);
         next_op = Some(until(index) + 1);
@@ -489,19 +481,16 @@ pub(crate) fn analyze<R: ReadStorage>(
             end: result.end,
         });
     }
-    match head_index {
-        Some(_) => {}
-        None if empty_log => {
-            // Created, but the first file never made it: an empty log; open recreates the file.
-            files.push(BootFile {
-                first_op: frontier.head_file,
-                key: frontier.head_file_key,
-                path: dir.join(naming.file_name(frontier.head_file_key)),
-                offsets: Vec::new(),
-                end: 0,
-            });
-        }
-        None => unreachable!("a missing head file of a non-empty log was refused above"),
+    if head_index.is_none() {
+        // Created, but the first file never made it: an empty log (a missing head file of a
+        // non-empty log was refused above); open recreates the file.
+        files.push(BootFile {
+            first_op: frontier.head_file,
+            key: frontier.head_file_key,
+            path: dir.join(naming.file_name(frontier.head_file_key)),
+            offsets: Vec::new(),
+            end: 0,
+        });
     }
     let head_file = files
         .last()
@@ -578,6 +567,26 @@ pub(crate) fn analyze<R: ReadStorage>(
     Ok(Some(analysis))
 }
 
+/// The refusal for a retained entry that does not verify at `offset` of `file`: an entry of a
+/// header version this build does not read is a refusal of its own (nothing is damaged), the
+/// rest is damage.
+pub(crate) fn corrupt(file: PathBuf, offset: u64, reason: StopReason) -> WalError {
+    match reason {
+        StopReason::Header(iggy_format::HeaderError::UnknownVersion { version }) => {
+            WalError::UnknownEntryVersion {
+                file,
+                offset,
+                version,
+            }
+        }
+        reason => WalError::Corrupt {
+            file,
+            offset,
+            reason,
+        },
+    }
+}
+
 /// Pairs each listed file (sorted by key) with its first op. Op-named files say it in their
 /// name. A keyed log's head file has it in the frontier; a file before the head (published
 /// history) must start with a verified header, or boot refuses naming offset 0; a file after
@@ -602,11 +611,7 @@ fn first_ops<R: ReadStorage>(
         match first_header_op(&file)? {
             Ok(op) => resolved.push((op, path)),
             Err(reason) if index < retained_count => {
-                return Err(WalError::Corrupt {
-                    file: path,
-                    offset: 0,
-                    reason,
-                });
+                return Err(corrupt(path, 0, reason));
             }
             Err(_) => resolved.push((u64::MAX, path)),
         }
@@ -616,6 +621,11 @@ fn first_ops<R: ReadStorage>(
 
 /// The op of a file's first entry, from its header alone (the scan verifies the rest).
 fn first_header_op<F: ReadFile>(file: &F) -> iggy_io::Result<Result<u64, StopReason>> {
+    Ok(first_header(file)?.map(|header| header.op))
+}
+
+/// A file's first entry header, verified on its own (the scan verifies the rest).
+fn first_header<F: ReadFile>(file: &F) -> iggy_io::Result<Result<Header, StopReason>> {
     if file.len()? < HEADER_SIZE as u64 {
         return Ok(Err(StopReason::EndOfFile));
     }
@@ -624,9 +634,7 @@ fn first_header_op<F: ReadFile>(file: &F) -> iggy_io::Result<Result<u64, StopRea
     if bytes.iter().all(|b| *b == 0) {
         return Ok(Err(StopReason::Zeros));
     }
-    Ok(Header::decode(&bytes)
-        .map(|header| header.op)
-        .map_err(StopReason::Header))
+    Ok(Header::decode(&bytes).map_err(StopReason::Header))
 }
 
 /// Scans `files[i]` from its start up to `until(i)` (first link unchecked), on one thread per
@@ -635,11 +643,21 @@ fn scan_in_parallel<R: ReadStorage>(
     storage: &R,
     files: &[(u64, PathBuf)],
     until: &(dyn Fn(usize) -> u64 + Sync),
+    group: u128,
 ) -> Vec<iggy_io::Result<Scan>> {
     let scan_one = |index: usize| -> iggy_io::Result<Scan> {
         let (first_op, path) = &files[index];
         let file = storage.open_read(path)?;
-        scan(&file, 0, *first_op, None, Some(until(index)))
+        scan(
+            &file,
+            From {
+                start: 0,
+                first_op: *first_op,
+                parent: None,
+                until_op: Some(until(index)),
+                group,
+            },
+        )
     };
     let threads = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
     let threads = threads.clamp(1, files.len().max(1));
@@ -698,7 +716,16 @@ fn past_the_frontier<R: ReadStorage>(
         }
         let file = storage.open_read(&head.path)?;
         let next_op = head.first_op + head.offsets.len() as u64;
-        let tail: Scan = scan(&file, head.end, next_op, Some(analysis.head_checksum), None)?;
+        let tail: Scan = scan(
+            &file,
+            From {
+                start: head.end,
+                first_op: next_op,
+                parent: Some(analysis.head_checksum),
+                until_op: None,
+                group: analysis.report.group,
+            },
+        )?;
         if fallback && !tail.offsets.is_empty() {
             adopted += tail.offsets.len() as u64;
             let from = head.end;
@@ -730,11 +757,7 @@ fn past_the_frontier<R: ReadStorage>(
         if fallback && !matches!(tail.stop, StopReason::EndOfFile | StopReason::Zeros) {
             // Behind an unreadable slot, boot cannot tell an entry that does not verify from a
             // published one that rotted: refuse rather than discard it (rule 6).
-            return Err(WalError::Corrupt {
-                file: head_path,
-                offset: tail.end,
-                reason: tail.stop,
-            });
+            return Err(corrupt(head_path, tail.end, tail.stop));
         }
         let seen_end = last_nonzero_end(&file, head_end)?;
         if seen_end > head_end {
@@ -758,18 +781,33 @@ fn past_the_frontier<R: ReadStorage>(
         .map_or(0, |f| f.first_op + f.offsets.len() as u64);
     let published_head = analysis.frontier.head_op;
     for ((first_op, path), _) in later {
-        if *first_op != u64::MAX && *first_op <= published_head {
-            // Its first entry verifies and is at or before the published head: it cannot have
-            // been written after the last publication, so it is not this log's unpublished
-            // tail. A file copied in from another log: never delete it as if it were ours.
+        let file = storage.open_read(path)?;
+        // A first entry that verifies but belongs to another group, or is at or before the
+        // published head, cannot have been written by this log after its last publication: it
+        // is not an unpublished tail but a file copied in from another log. Never delete it as
+        // if it were ours.
+        if let Ok(header) = first_header(&file)?
+            && (header.group != analysis.report.group || header.op <= published_head)
+        {
             return Err(WalError::ForeignFile {
                 file: path.clone(),
-                first_op: *first_op,
+                first_op: header.op,
+                group: header.group,
                 head_op: published_head,
             });
         }
-        let file = storage.open_read(path)?;
-        let entries = scan(&file, 0, *first_op, None, None)?.offsets.len() as u64;
+        let entries = scan(
+            &file,
+            From {
+                start: 0,
+                first_op: *first_op,
+                parent: None,
+                until_op: None,
+                group: analysis.report.group,
+            },
+        )?
+        .offsets
+        .len() as u64;
         if fallback && entries > 0 {
             // Entries the adopted chain does not reach: behind an unreadable slot they may be
             // published history (the newest slot may have named them). Refuse (rule 6).
@@ -961,16 +999,21 @@ pub fn read_entries<R: ReadStorage>(
         }
         let reader = storage.open_read(&file.path)?;
         let until = to.min(last - 1);
-        let scanned = scan(&reader, 0, file.first_op, None, Some(until))?;
+        let scanned = scan(
+            &reader,
+            From {
+                start: 0,
+                first_op: file.first_op,
+                parent: None,
+                until_op: Some(until),
+                group: report.group,
+            },
+        )?;
         let start = from.max(file.first_op);
         for op in start..=until {
             let index = usize::try_from(op - file.first_op).unwrap_or(usize::MAX);
             let Some(&offset) = scanned.offsets.get(index) else {
-                return Err(WalError::Corrupt {
-                    file: file.path.clone(),
-                    offset: scanned.end,
-                    reason: scanned.stop,
-                });
+                return Err(corrupt(file.path.clone(), scanned.end, scanned.stop));
             };
             let end = scanned
                 .offsets
@@ -1014,17 +1057,22 @@ pub fn header_at<R: ReadStorage>(
         .find(|f| f.first_op <= op && op < f.first_op + f.entries)
         .ok_or_else(out_of_range)?;
     let reader = storage.open_read(&file.path)?;
-    let scanned = scan(&reader, 0, file.first_op, None, Some(op))?;
+    let scanned = scan(
+        &reader,
+        From {
+            start: 0,
+            first_op: file.first_op,
+            parent: None,
+            until_op: Some(op),
+            group: report.group,
+        },
+    )?;
     let offset = scanned
         .offsets
         .last()
         .copied()
         .filter(|_| scanned.first_op + scanned.offsets.len() as u64 - 1 == op)
-        .ok_or(WalError::Corrupt {
-            file: file.path.clone(),
-            offset: scanned.end,
-            reason: scanned.stop,
-        })?;
+        .ok_or(corrupt(file.path.clone(), scanned.end, scanned.stop))?;
     let mut bytes = [0u8; HEADER_SIZE];
     reader.read_exact_at(offset, &mut bytes)?;
     Header::decode(&bytes).map_err(|error| WalError::Corrupt {

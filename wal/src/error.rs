@@ -43,6 +43,16 @@ pub enum WalError {
     },
     #[error("{file}: lost published file: the frontier's head op {head_op} lives in it")]
     LostPublishedFile { file: PathBuf, head_op: u64 },
+    #[error(
+        "{file}: the entry at offset {offset} has header version {version}; this build reads \
+         version {current} only (version 1 logs predate the replicated header)",
+        current = iggy_format::header::HEADER_VERSION
+    )]
+    UnknownEntryVersion {
+        file: PathBuf,
+        offset: u64,
+        version: u16,
+    },
     #[error("{file}: published entry at offset {offset} is damaged: {reason}")]
     Corrupt {
         file: PathBuf,
@@ -67,13 +77,14 @@ pub enum WalError {
         found: u64,
     },
     #[error(
-        "{file}: a file past the published frontier whose first entry is op {first_op}, at or \
-         before the published head op {head_op}: it is not this log's unpublished tail (copied \
-         in from another log?); move it away"
+        "{file}: a file past the published frontier whose first entry (op {first_op} of group \
+         {group:#x}) this log did not write after its published head op {head_op}: it is not \
+         an unpublished tail (copied in from another log?); move it away"
     )]
     ForeignFile {
         file: PathBuf,
         first_op: u64,
+        group: u128,
         head_op: u64,
     },
     #[error("{dir}: a log already exists")]

@@ -32,6 +32,16 @@ pub use scan::StopReason;
 
 use boot::{FRONTIER_FILE, FRONTIER_TEMP_FILE};
 
+/// The default bound on unpublished bytes: a replica's checkpoint interval (it publishes
+/// whatever a backup acknowledged only at checkpoints, DESIGN §4) plus the largest prepare.
+pub const UNPUBLISHED_BYTES_MAX: u64 = CHECKPOINT_INTERVAL_BYTES + PREPARE_BYTES_MAX;
+
+/// Bytes a replica appends between checkpoints.
+pub const CHECKPOINT_INTERVAL_BYTES: u64 = 128 << 20;
+
+/// The largest prepare (header and body) a group takes.
+pub const PREPARE_BYTES_MAX: u64 = 16 << 20;
+
 /// How a log is laid out and bounded.
 #[derive(Clone, Debug)]
 pub struct Config {
@@ -53,7 +63,8 @@ pub struct Config {
 
 impl Config {
     /// Defaults for a group: 64 MiB files preallocated with `fallocate` (not zero-filled: see
-    /// `docs/benchmarks.md`, "Zero-fill"), 1 MiB flushes, 64 MiB unpublished.
+    /// `docs/benchmarks.md`, "Zero-fill"), 1 MiB flushes, and [`UNPUBLISHED_BYTES_MAX`]
+    /// unpublished.
     #[must_use]
     pub fn new(group: u128) -> Self {
         Self {
@@ -62,7 +73,7 @@ impl Config {
             file_size_bytes: 64 << 20,
             zero_fill: false,
             flush_bytes: 1 << 20,
-            unpublished_bytes_max: 64 << 20,
+            unpublished_bytes_max: UNPUBLISHED_BYTES_MAX,
             naming: Naming::ByOp,
         }
     }
@@ -523,6 +534,12 @@ impl<S: Storage> Wal<S> {
                 reason: "body does not match the header's size and body checksum",
             });
         }
+        if header.group != self.config.group {
+            return Err(WalError::BadEntry {
+                op: header.op,
+                reason: "the entry belongs to another group",
+            });
+        }
         self.append_locked(&mut state, header.op, &encoded, checksum, body, key)
     }
 
@@ -546,10 +563,14 @@ impl<S: Storage> Wal<S> {
                 budget_bytes: self.config.unpublished_bytes_max,
             });
         }
-        let needs_new_file = state
-            .files
-            .last()
-            .is_none_or(|head| head.end > 0 && head.end + size > self.config.file_size_bytes);
+        // A keyed file is named by the key when it starts; one whose key would not grow (a
+        // partition segment with no batch yet: only offset stores and no-ops) keeps growing
+        // past its size instead of taking a second file of the same name.
+        let needs_new_file = state.files.last().is_none_or(|head| {
+            head.end > 0
+                && head.end + size > self.config.file_size_bytes
+                && (self.config.naming == Naming::ByOp || key > head.key)
+        });
         if needs_new_file {
             self.create_file(state, op, key)?;
         }
@@ -625,6 +646,7 @@ impl<S: Storage> Wal<S> {
         }
         let op = state.head_op + 1;
         let header = header_with(
+            self.config.group,
             op,
             state.head_checksum,
             view,
@@ -897,6 +919,13 @@ impl<S: Storage> Wal<S> {
     /// The latest durable publication.
     pub fn published(&self) -> Frontier {
         self.lock().published
+    }
+
+    /// Bytes appended but not yet published (what the next publication makes durable; a
+    /// replica publishes at its checkpoint once this reaches the checkpoint interval).
+    pub fn unpublished_bytes(&self) -> u64 {
+        let state = self.lock();
+        state.appended_bytes - state.published_bytes
     }
 
     /// The appended head: op and header checksum.
@@ -1202,11 +1231,19 @@ fn mark_dirty<F>(dirty: &mut Vec<(u64, Arc<F>)>, first_op: u64, file: &Arc<F>) {
     }
 }
 
-/// Builds the header of the entry after `parent_op`/`parent` for `body`: a convenience for
-/// callers and tests that append opaque bodies.
+/// Builds the header of group `group`'s entry `op` after `parent` for `body` (no client, an
+/// opaque body): a convenience for callers and tests that append opaque bodies.
 #[must_use]
-pub fn next_header(op: u64, parent: Checksum, view: u32, timestamp_ns: u64, body: &[u8]) -> Header {
+pub fn next_header(
+    group: u128,
+    op: u64,
+    parent: Checksum,
+    view: u32,
+    timestamp_ns: u64,
+    body: &[u8],
+) -> Header {
     header_with(
+        group,
         op,
         parent,
         view,
@@ -1218,6 +1255,7 @@ pub fn next_header(op: u64, parent: Checksum, view: u32, timestamp_ns: u64, body
 
 /// [`next_header`] with the body's checksum already computed.
 fn header_with(
+    group: u128,
     op: u64,
     parent: Checksum,
     view: u32,
@@ -1238,6 +1276,10 @@ fn header_with(
         command: iggy_format::Command::Prepare,
         replica: 0,
         operation: 0,
+        client: 0,
+        request: 0,
+        request_checksum: 0,
+        group,
     }
 }
 

@@ -29,6 +29,8 @@ pub enum StopReason {
     Op { expected: u64, found: u64 },
     /// A verified header whose parent is not the previous entry's checksum.
     Parent { op: u64 },
+    /// A verified header of another consensus group's entry.
+    Group { op: u64, found: u128 },
 }
 
 impl std::fmt::Display for StopReason {
@@ -44,6 +46,7 @@ impl std::fmt::Display for StopReason {
             Self::Body { op } => write!(f, "body checksum mismatch in op {op}"),
             Self::Op { expected, found } => write!(f, "op {found} where {expected} was expected"),
             Self::Parent { op } => write!(f, "op {op} does not link to the previous entry"),
+            Self::Group { op, found } => write!(f, "op {op} belongs to group {found:#x}"),
         }
     }
 }
@@ -96,16 +99,30 @@ impl<'f, F: ReadFile> Window<'f, F> {
     }
 }
 
-/// Scans `file` from `start`, expecting op `first_op` whose parent is `parent` (not checked when
-/// `None`: the first retained entry after a dropped prefix), up to and including `until_op` (or
-/// as far as entries verify when `None`).
-pub(crate) fn scan<F: ReadFile>(
-    file: &F,
-    start: u64,
-    first_op: u64,
-    parent: Option<Checksum>,
-    until_op: Option<u64>,
-) -> iggy_io::Result<Scan> {
+/// Where a scan starts, what it expects there, and how far it goes.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct From {
+    /// The byte offset of the first entry.
+    pub start: u64,
+    /// Its op.
+    pub first_op: u64,
+    /// Its parent (not checked when `None`: the first retained entry after a dropped prefix).
+    pub parent: Option<Checksum>,
+    /// The last op to verify (as far as entries verify when `None`).
+    pub until_op: Option<u64>,
+    /// The consensus group every entry must belong to.
+    pub group: u128,
+}
+
+/// Scans `file` as `from` says.
+pub(crate) fn scan<F: ReadFile>(file: &F, from: From) -> iggy_io::Result<Scan> {
+    let From {
+        start,
+        first_op,
+        parent,
+        until_op,
+        group,
+    } = from;
     let map = file.map()?;
     // The scan stays inside what was mapped, even if the file grew since.
     let len = map.as_ref().map_or(file.len()?, |map| map.len() as u64);
@@ -148,6 +165,12 @@ pub(crate) fn scan<F: ReadFile>(
         }
         if expected_parent.is_some_and(|parent| parent != header.parent) {
             break StopReason::Parent { op: header.op };
+        }
+        if header.group != group {
+            break StopReason::Group {
+                op: header.op,
+                found: header.group,
+            };
         }
         let size = u64::from(header.size);
         if offset + size > len {

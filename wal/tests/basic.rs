@@ -97,7 +97,7 @@ fn unpublished_entries_are_discarded_at_boot_and_reported() {
 fn append_validation() {
     let storage = SimStorage::recording(3);
     let wal = Wal::create(storage, dir(), config(), 5, 0xFEED).unwrap();
-    let first = next_header(5, 0xFEED, 1, 0, b"a");
+    let first = next_header(7, 5, 0xFEED, 1, 0, b"a");
     assert_eq!(
         wal.append(&first, b"a").unwrap(),
         Appended::Queued { op: 5 }
@@ -106,22 +106,22 @@ fn append_validation() {
         wal.append(&first, b"a").unwrap(),
         Appended::Duplicate { op: 5 }
     );
-    let conflicting = next_header(5, 0xFEED, 1, 0, b"b");
+    let conflicting = next_header(7, 5, 0xFEED, 1, 0, b"b");
     assert!(matches!(
         wal.append(&conflicting, b"b"),
         Err(WalError::Conflict { op: 5 })
     ));
-    let gap = next_header(7, first.checksum(), 1, 0, b"c");
+    let gap = next_header(7, 7, first.checksum(), 1, 0, b"c");
     assert!(matches!(
         wal.append(&gap, b"c"),
         Err(WalError::OpGap { head: 5, found: 7 })
     ));
-    let unlinked = next_header(6, 0xBAD, 1, 0, b"c");
+    let unlinked = next_header(7, 6, 0xBAD, 1, 0, b"c");
     assert!(matches!(
         wal.append(&unlinked, b"c"),
         Err(WalError::ParentMismatch { op: 6, .. })
     ));
-    let good = next_header(6, first.checksum(), 1, 0, b"c");
+    let good = next_header(7, 6, first.checksum(), 1, 0, b"c");
     assert!(matches!(
         wal.append(&good, b"not c"),
         Err(WalError::BadEntry { op: 6, .. })

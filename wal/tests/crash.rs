@@ -80,7 +80,7 @@ fn record(seed: u64, naming: Naming) -> (Vec<TraceOp>, Vec<Model>) {
             Naming::ByOp => wal.append_body(&body, 1, step).unwrap(),
             Naming::ByKey => {
                 let (head, parent) = wal.head();
-                let header = next_header(head + 1, parent, 1, step, &body);
+                let header = next_header(GROUP, head + 1, parent, 1, step, &body);
                 wal.append_keyed(&header, &body, key_of(head + 1)).unwrap();
                 head + 1
             }

@@ -341,7 +341,7 @@ fn a_keyed_log_refuses_a_retained_file_whose_first_header_is_rotten() {
     for i in 0..30u64 {
         let body = vec![i as u8; 300 + i as usize * 11];
         let (head, parent) = wal.head();
-        let header = iggy_wal::next_header(head + 1, parent, 1, 0, &body);
+        let header = iggy_wal::next_header(GROUP, head + 1, parent, 1, 0, &body);
         wal.append_keyed(&header, &body, 100 + (head + 1) * 10)
             .unwrap();
     }

@@ -31,6 +31,9 @@ pub(crate) struct FileImage {
     pub(crate) data: Content,
     /// What survives a power loss. Shares its pages with `data` where they agree.
     durable: Content,
+    /// Writes were dropped by a failed sync: `data` holds bytes `durable` never will, so a
+    /// later sync applies its pending writes one by one instead of adopting `data`.
+    diverged: bool,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -231,6 +234,9 @@ impl SimState {
             .filter(|inode| !reachable.contains(inode))
             .collect();
         self.dirs.retain(|dir, _| dirs.contains(dir));
+        // A pending change to a directory no name reaches (one created and removed again
+        // before its parent's sync) cannot matter after a power loss either.
+        self.pending_dir_ops.retain(|op| dirs.contains(&op.dir));
         self.files
             .retain(|inode, _| reachable.contains(inode) || held.contains(inode));
         // Those go once their handles and writes do: look again then.
@@ -715,8 +721,15 @@ impl SimState {
                         .partition(|p| p.inode == *inode);
                 self.pending = others;
                 let file = self.file_mut(*inode);
-                for pending in mine {
-                    apply_change(&mut file.durable, &pending.change);
+                if file.diverged {
+                    for pending in mine {
+                        apply_change(&mut file.durable, &pending.change);
+                    }
+                } else {
+                    // Every write since the durable image is now durable: the images agree, and
+                    // share every page (applying the writes again would copy each page the
+                    // write had unshared).
+                    file.durable.clone_from(&file.data);
                 }
                 // An unlinked file kept for its pending writes may go now.
                 self.collect_garbage();
@@ -724,7 +737,11 @@ impl SimState {
             TraceOp::SyncFailed { inode, .. } => {
                 // The kernel may mark the pages clean after a write-back error: the writes stay
                 // visible until evicted but will never reach the disk.
+                let before = self.pending.len();
                 self.pending.retain(|p| p.inode != *inode);
+                if self.pending.len() != before {
+                    self.file_mut(*inode).diverged = true;
+                }
             }
             TraceOp::Rot {
                 inode,
@@ -883,6 +900,9 @@ impl SimState {
                 .collect(),
         };
         for op in kept {
+            if !self.dirs.contains_key(&op.dir) {
+                continue; // unreachable (see `collect_garbage`)
+            }
             let entries = &mut self.dir_mut(op.dir).entries;
             match op.node {
                 Some(node) => entries.insert(op.name, node),
@@ -923,6 +943,7 @@ impl SimState {
         }
         for file in self.files.values_mut() {
             file.durable.clone_from(&file.data);
+            file.diverged = false;
         }
         self.armed.clear();
         self.generation += 1;

@@ -1,0 +1,585 @@
+//! A partition's boot analysis, shared by [`check`] (read-only) and `Partition::open`: the staged
+//! install's state, the superblock, the WAL's plan, every trusted entry of every segment (its
+//! kind, and for batches partition, naming and offset continuity), the sparse indexes, the
+//! leftovers, the consumer offsets, and the committed consumer offset stores not applied yet.
+//! The analysis is complete before anything is changed; [`apply`] then carries out the
+//! partition's own findings.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use iggy_format::Header;
+use iggy_format::batch::BATCH_HEADER_SIZE;
+use iggy_format::constants::HEADER_SIZE;
+use iggy_io::{EntryKind, ErrorKind, OpenMode, ReadFile, ReadStorage, Storage, WriteFile};
+use iggy_superblock::{self as superblock, Opened};
+use iggy_wal::{self as wal, FileInfo, Mode, Naming};
+
+use crate::config::{Config, STAGING_SUFFIX};
+use crate::entry::{self, Kind, OffsetEntry};
+use crate::error::PartitionError;
+use crate::index::{self, IndexEntry};
+use crate::install::{self, InstallFinding};
+use crate::offsets::{self, ConsumerKind};
+use crate::report::{Finding, FindingKind, Report, SegmentInfo};
+
+/// Reads the partition in `dir` and says what boot would find and do, without writing (the
+/// storage may be read-only). `Ok(None)`: nothing of the partition exists. When an install did
+/// not commit, the partition analysed is the one recovery restores (`.install-backup`).
+pub fn check<R: ReadStorage>(
+    storage: &R,
+    dir: &Path,
+    config: &Config,
+) -> Result<Option<Report>, PartitionError> {
+    Ok(plan(storage, dir, config)?.map(|planned| planned.report))
+}
+
+/// What boot decided about a partition before changing anything: the report (every path where
+/// it will be once an uncommitted install is rolled back) and the WAL's plan.
+pub(crate) struct Planned {
+    pub report: Report,
+    /// `None`: the WAL does not exist yet; the open creates it.
+    pub wal: Option<wal::boot::Plan>,
+}
+
+/// The one analysis of a partition, shared by [`check`] and `Partition::open`: read-only, and
+/// complete before the open changes anything, so a partition boot refuses is left as it was.
+pub(crate) fn plan<R: ReadStorage>(
+    storage: &R,
+    dir: &Path,
+    config: &Config,
+) -> Result<Option<Planned>, PartitionError> {
+    let install_findings = install::plan(storage, dir)?;
+    let live = match install_findings
+        .iter()
+        .find(|f| f.kind == FindingKind::Install(InstallFinding::Uncommitted))
+    {
+        Some(_) => dir.join(install::BACKUP_DIR),
+        None => dir.to_path_buf(),
+    };
+    let (record, superblock_repairs) = match superblock::read(storage, &live, &config.identity)? {
+        Opened::Fresh => return Ok(None),
+        Opened::Present {
+            record, repairs, ..
+        } => (record, repairs),
+    };
+    let superblock_temp = superblock_temp_finding(storage, &live)?;
+    let mut wal_plan = wal::boot::plan(storage, &live, config.group, Naming::ByKey)?;
+    let wal_report = match &wal_plan {
+        Some(plan) => plan.report().clone(),
+        None => fresh_wal_report(&live, config, wal::boot::creation_findings(storage, &live)?),
+    };
+    let mut report = analyze(storage, &live, config, wal_report, &record.state)?;
+    report.superblock_repairs = superblock_repairs;
+    report.findings.extend(superblock_temp);
+    if live != dir {
+        // Name the files where they will be once recovery restored them.
+        rebase_report(&mut report, &live, dir);
+        if let Some(plan) = &mut wal_plan {
+            plan.rebase(&live, dir);
+        }
+    }
+    report.findings.splice(0..0, install_findings);
+    report.dir = dir.to_path_buf();
+    Ok(Some(Planned {
+        report,
+        wal: wal_plan,
+    }))
+}
+
+/// Moves every path of `report` under `from` to the same place under `to`.
+fn rebase_report(report: &mut Report, from: &Path, to: &Path) {
+    let rebase = |path: &mut PathBuf| {
+        if let Ok(rest) = path.strip_prefix(from) {
+            *path = to.join(rest);
+        }
+    };
+    report.findings.iter_mut().for_each(|f| rebase(&mut f.file));
+    report.segments.iter_mut().for_each(|s| rebase(&mut s.path));
+    rebase(&mut report.wal.dir);
+    report
+        .wal
+        .findings
+        .iter_mut()
+        .for_each(|f| rebase(&mut f.file));
+    report
+        .wal
+        .files
+        .iter_mut()
+        .for_each(|f| rebase(&mut f.path));
+}
+
+/// The WAL report of a partition whose WAL does not exist yet: `findings` say what creating it
+/// does (empty for a partition being created now).
+pub(crate) fn fresh_wal_report(
+    dir: &Path,
+    config: &Config,
+    findings: Vec<wal::Finding>,
+) -> wal::Report {
+    wal::Report {
+        dir: dir.to_path_buf(),
+        group: config.group,
+        incarnation: config.incarnation,
+        first_op: 1,
+        head_op: 0,
+        durable_bytes: 0,
+        discarded_bytes: 0,
+        findings,
+        files: Vec::new(),
+    }
+}
+
+/// The finding for a leftover `superblock.tmp` in `dir`, if there is one (the superblock's open
+/// removes it).
+pub(crate) fn superblock_temp_finding<R: ReadStorage>(
+    storage: &R,
+    dir: &Path,
+) -> Result<Option<Finding>, PartitionError> {
+    Ok(
+        superblock::leftover_temp(storage, dir)?.map(|file| Finding {
+            file,
+            kind: FindingKind::SuperblockTemp,
+        }),
+    )
+}
+
+/// The consumer offset stores of the log, split at the superblock's commit point.
+pub(crate) struct Stores {
+    commit_max: u64,
+    /// The newest committed store of each consumer: `(offset, op)`.
+    committed: BTreeMap<(ConsumerKind, u32), (u64, u64)>,
+    /// Every store past the commit point, oldest first.
+    uncommitted: Vec<OffsetEntry>,
+}
+
+impl Stores {
+    pub(crate) fn new(commit_max: u64) -> Self {
+        Self {
+            commit_max,
+            committed: BTreeMap::new(),
+            uncommitted: Vec::new(),
+        }
+    }
+
+    fn add(&mut self, store: OffsetEntry) {
+        if store.op <= self.commit_max {
+            self.committed
+                .insert((store.kind, store.id), (store.offset, store.op));
+        } else {
+            self.uncommitted.push(store);
+        }
+    }
+}
+
+/// Verifies the segments the WAL trusts and derives the rest of the report. `vsr` is the
+/// superblock's state: its offset frontier bounds the log from below, and its commit point says
+/// which consumer offset stores are committed.
+pub(crate) fn analyze<R: ReadStorage>(
+    storage: &R,
+    dir: &Path,
+    config: &Config,
+    wal_report: wal::Report,
+    vsr: &superblock::VsrState,
+) -> Result<Report, PartitionError> {
+    let mut findings = Vec::new();
+    let mut segments: Vec<SegmentInfo> = Vec::new();
+    let mut stores = Stores::new(vsr.commit_max);
+    let count = wal_report.files.len();
+    for (i, file) in wal_report.files.iter().enumerate() {
+        let expected = segments.last().map(|s| s.next_offset);
+        let segment = if storage.exists(&file.path)? {
+            let reader = storage.open_read(&file.path)?;
+            scan_segment(&reader, file, config, expected, &mut stores)?
+        } else {
+            // The first file of a partition whose creation stopped before it was made.
+            empty_segment(file, expected.unwrap_or(file.key))
+        };
+        if segment.entries == 0 && i + 1 < count {
+            return Err(PartitionError::EmptySegment {
+                file: file.path.clone(),
+            });
+        }
+        let index_path = dir.join(index::file_name(segment.start_offset));
+        if let Some(reason) = index_disagreement(storage, &index_path, &segment, config)? {
+            findings.push(Finding {
+                file: index_path,
+                kind: FindingKind::IndexRebuild { reason },
+            });
+        }
+        segments.push(segment);
+    }
+    if storage.exists(dir)? {
+        for entry in storage.list_dir(dir)? {
+            let name = entry.name.to_string_lossy();
+            let path = dir.join(&*name);
+            let staged_file = entry.kind == EntryKind::File && name.ends_with(STAGING_SUFFIX);
+            let staged_offsets =
+                entry.kind == EntryKind::Dir && name == crate::install::OFFSETS_STAGING_DIR;
+            if staged_file || staged_offsets {
+                findings.push(Finding {
+                    file: path,
+                    kind: FindingKind::StagingLeftover,
+                });
+            } else if let Some(start) = index::parse_file_name(&name)
+                && !segments.iter().any(|s| s.start_offset == start)
+            {
+                findings.push(Finding {
+                    file: path,
+                    kind: FindingKind::OrphanIndex,
+                });
+            }
+        }
+    }
+    let offsets_dir = dir.join(offsets::DIR_NAME);
+    let offsets_scan = offsets::scan(storage, &offsets_dir)?;
+    if let Some(damaged) = offsets_scan.damaged.into_iter().next() {
+        return Err(damaged.into());
+    }
+    for leftover in offsets_scan.leftovers {
+        findings.push(Finding {
+            file: leftover,
+            kind: FindingKind::OffsetsLeftover,
+        });
+    }
+    // Committed stores whose file is older: a crash between the commit and the store.
+    for ((kind, id), (offset, op)) in stores.committed {
+        let stored = offsets_scan
+            .offsets
+            .iter()
+            .find(|o| o.kind == kind && o.id == id);
+        if stored.is_none_or(|stored| stored.op < op) {
+            findings.push(Finding {
+                file: offsets_dir.join(offsets::file_name(kind, id)),
+                kind: FindingKind::OffsetNotApplied {
+                    kind,
+                    id,
+                    offset,
+                    op,
+                },
+            });
+        }
+    }
+    let derived = segments.last().map_or(0, |s| s.next_offset);
+    if derived < vsr.offset_frontier {
+        return Err(PartitionError::BehindOffsetFrontier {
+            dir: dir.to_path_buf(),
+            log_end: derived,
+            offset_frontier: vsr.offset_frontier,
+        });
+    }
+    Ok(Report {
+        dir: dir.to_path_buf(),
+        superblock_repairs: Vec::new(),
+        wal: wal_report,
+        findings,
+        segments,
+        next_offset: derived,
+        offsets: offsets_scan.offsets,
+        uncommitted_offsets: stores.uncommitted,
+    })
+}
+
+/// A segment with no entries (yet): named `file.key`, its offsets starting at `next_offset`.
+pub(crate) fn empty_segment(file: &FileInfo, next_offset: u64) -> SegmentInfo {
+    SegmentInfo {
+        path: file.path.clone(),
+        start_offset: file.key,
+        next_offset,
+        first_op: file.first_op,
+        entries: 0,
+        batches: 0,
+        bytes: 0,
+        min_timestamp: 0,
+        max_timestamp: 0,
+        index: Vec::new(),
+    }
+}
+
+/// Reads the WAL header and the first bytes of the body of every trusted entry of one segment
+/// (their checksums were verified by the WAL's boot) and checks its kind, and for a batch its
+/// partition, naming and offset continuity; builds the sparse index on the way and records the
+/// consumer offset stores in `stores`.
+pub(crate) fn scan_segment<F: ReadFile>(
+    reader: &F,
+    file: &FileInfo,
+    config: &Config,
+    expected: Option<u64>,
+    stores: &mut Stores,
+) -> Result<SegmentInfo, PartitionError> {
+    let map = reader.map()?;
+    let mut segment = empty_segment(file, expected.unwrap_or(file.key));
+    let mut position = 0u64;
+    let mut next = expected;
+    let mut buffer = [0u8; HEADER_SIZE + BATCH_HEADER_SIZE];
+    for _ in 0..file.entries {
+        let bytes: &[u8] = match &map {
+            Some(map) => {
+                let from = usize::try_from(position).unwrap_or(usize::MAX);
+                map.get(from..(from + buffer.len()).min(map.len()))
+                    .unwrap_or(&[])
+            }
+            None => {
+                let len = (file.end - position).min(buffer.len() as u64);
+                let len = usize::try_from(len).unwrap_or(0);
+                reader.read_exact_at(position, &mut buffer[..len])?;
+                &buffer[..len]
+            }
+        };
+        let header = Header::decode(bytes.get(..HEADER_SIZE).unwrap_or(&[])).map_err(|e| {
+            PartitionError::Corrupt {
+                file: file.path.clone(),
+                offset: position,
+                reason: e.to_string(),
+            }
+        })?;
+        let kind =
+            entry::peek(&header, bytes.get(HEADER_SIZE..).unwrap_or(&[])).map_err(|error| {
+                match error {
+                    entry::EntryError::Batch(error) => PartitionError::BadBatch {
+                        file: file.path.clone(),
+                        offset: position,
+                        error,
+                    },
+                    entry::EntryError::Invalid(reason) => PartitionError::BadEntry {
+                        file: file.path.clone(),
+                        offset: position,
+                        op: header.op,
+                        reason,
+                    },
+                }
+            })?;
+        match kind {
+            Kind::Messages(batch) => {
+                check_batch(&file.path, position, &batch, config, &mut next, &segment)?;
+                if segment.batches == 0 {
+                    segment.min_timestamp = batch.base_timestamp;
+                }
+                add_to_index(
+                    &mut segment.index,
+                    IndexEntry {
+                        offset: batch.base_offset,
+                        timestamp: batch.base_timestamp,
+                        position,
+                        op: header.op,
+                    },
+                    config.index_interval_bytes,
+                );
+                segment.batches += 1;
+                segment.max_timestamp = segment.max_timestamp.max(batch.base_timestamp);
+                segment.next_offset = batch.base_offset + u64::from(batch.message_count);
+            }
+            Kind::ConsumerOffset { kind, id, offset } => stores.add(OffsetEntry {
+                op: header.op,
+                kind,
+                id,
+                offset,
+            }),
+            Kind::Noop => {}
+        }
+        segment.entries += 1;
+        position += u64::from(header.size);
+    }
+    segment.bytes = position;
+    if segment.batches == 0
+        && let Some(expected) = expected
+        && expected != file.key
+    {
+        return Err(PartitionError::NameMismatch {
+            file: file.path.clone(),
+            key: file.key,
+            found: expected,
+        });
+    }
+    Ok(segment)
+}
+
+/// The continuity checks of one stored batch.
+fn check_batch(
+    path: &Path,
+    position: u64,
+    batch: &iggy_format::batch::BatchHeader,
+    config: &Config,
+    next: &mut Option<u64>,
+    segment: &SegmentInfo,
+) -> Result<(), PartitionError> {
+    if batch.partition_id != config.partition_id {
+        return Err(PartitionError::PartitionMismatch {
+            file: path.to_path_buf(),
+            offset: position,
+            expected: config.partition_id,
+            found: batch.partition_id,
+        });
+    }
+    if segment.batches == 0 && batch.base_offset != segment.start_offset {
+        return Err(PartitionError::NameMismatch {
+            file: path.to_path_buf(),
+            key: segment.start_offset,
+            found: batch.base_offset,
+        });
+    }
+    if let Some(expected) = *next
+        && batch.base_offset != expected
+    {
+        return Err(PartitionError::OffsetGap {
+            file: path.to_path_buf(),
+            offset: position,
+            expected,
+            found: batch.base_offset,
+        });
+    }
+    *next = Some(batch.base_offset + u64::from(batch.message_count));
+    Ok(())
+}
+
+/// Adds `entry` if it is the segment's first or lies `interval` bytes past the last entry.
+pub(crate) fn add_to_index(index: &mut Vec<IndexEntry>, entry: IndexEntry, interval: u64) {
+    if index
+        .last()
+        .is_none_or(|last| entry.position >= last.position + interval)
+    {
+        index.push(entry);
+    }
+}
+
+/// Why the index file of `segment` cannot be used as it is, if it cannot.
+fn index_disagreement<R: ReadStorage>(
+    storage: &R,
+    path: &Path,
+    segment: &SegmentInfo,
+    config: &Config,
+) -> Result<Option<String>, PartitionError> {
+    if !storage.exists(path)? {
+        // A segment without batches (a new partition's first) has nothing to index yet.
+        return Ok((segment.batches > 0).then(|| "missing".into()));
+    }
+    let file = match storage.open_read(path) {
+        Ok(file) => file,
+        // A directory, FIFO or device in its place: never read; boot removes it and writes
+        // the index.
+        Err(error) if matches!(error.kind, ErrorKind::NotAFile | ErrorKind::IsADirectory) => {
+            return Ok(Some(format!("is not usable: {}", error.kind)));
+        }
+        Err(error) => return Err(error.into()),
+    };
+    let len = file.len()?;
+    let expected_len = (index::HEADER_SIZE + segment.index.len() * index::ENTRY_SIZE) as u64;
+    if len != expected_len {
+        return Ok(Some(format!(
+            "{len} bytes where the log gives {expected_len}"
+        )));
+    }
+    let mut bytes = vec![0u8; usize::try_from(len).unwrap_or(0)];
+    file.read_exact_at(0, &mut bytes)?;
+    Ok(match index::decode(&bytes, segment.start_offset) {
+        Err(error) => Some(error.to_string()),
+        Ok(file) if file.entries != segment.index => Some("disagrees with the log".into()),
+        Ok(file) if file.interval_bytes != config.index_interval_bytes => Some(format!(
+            "interval {} where the partition uses {}",
+            file.interval_bytes, config.index_interval_bytes
+        )),
+        Ok(_) => None,
+    })
+}
+
+/// Writes a segment's index file (derived data: no sync; boot checks it against the log).
+pub(crate) fn write_index_file<S: Storage>(
+    storage: &S,
+    dir: &Path,
+    info: &SegmentInfo,
+    config: &Config,
+) -> Result<(), PartitionError> {
+    let bytes = index::encode(info.start_offset, config.index_interval_bytes, &info.index);
+    let path = dir.join(index::file_name(info.start_offset));
+    let file = storage.open(&path, OpenMode::Create)?;
+    file.set_len(0)?;
+    file.write_all_at(0, &bytes)?;
+    Ok(())
+}
+
+/// Carries out boot's plan for the partition's own findings (Open and Repair).
+pub(crate) fn apply<S: Storage + Clone>(
+    storage: &S,
+    dir: &Path,
+    config: &Config,
+    report: &Report,
+    mode: Mode,
+) -> Result<(), PartitionError> {
+    let mut changed = false;
+    if mode == Mode::Repair {
+        // A repair reports the partition clean when it returns, so that must survive a power
+        // loss: an index that verified may be in the page cache only, its name too (written at
+        // rotation or close, without a sync, by the process that crashed). Rebuilt ones are
+        // synced below; the directory sync at the end makes the names durable.
+        for segment in &report.segments {
+            let path = dir.join(index::file_name(segment.start_offset));
+            let rebuilt = report.findings.iter().any(|f| f.file == path);
+            if !rebuilt && storage.exists(&path)? {
+                storage.open(&path, OpenMode::Existing)?.sync_data()?;
+                changed = true;
+            }
+        }
+    }
+    for finding in &report.findings {
+        match &finding.kind {
+            FindingKind::IndexRebuild { reason } => {
+                tracing::info!(file = %finding.file.display(), %reason, "rebuilding segment index");
+                let start = report
+                    .segments
+                    .iter()
+                    .find(|s| dir.join(index::file_name(s.start_offset)) == finding.file);
+                if let Some(segment) = start {
+                    match storage.open(&finding.file, OpenMode::Existing) {
+                        Err(e) if e.kind == ErrorKind::IsADirectory => {
+                            storage.remove_dir_all(&finding.file)?;
+                        }
+                        Err(e) if e.kind == ErrorKind::NotAFile => storage.unlink(&finding.file)?,
+                        _ => {}
+                    }
+                    write_index_file(storage, dir, segment, config)?;
+                    let file = storage.open(&finding.file, OpenMode::Existing)?;
+                    // Durable before boot (or `iggy-fsck --repair`) reports the partition clean:
+                    // a power loss right after must not bring the old index back.
+                    file.sync_data()?;
+                    changed = true;
+                }
+            }
+            FindingKind::SuperblockTemp => {} // removed by the superblock's open
+            FindingKind::OffsetNotApplied {
+                kind,
+                id,
+                offset,
+                op,
+            } => {
+                tracing::warn!(file = %finding.file.display(), op, "storing a committed consumer offset");
+                // Durable when it returns (the store syncs its file and the directory).
+                offsets::OffsetStore::new(storage.clone(), &dir.join(offsets::DIR_NAME))
+                    .store_committed(*kind, *id, *offset, *op)?;
+            }
+            FindingKind::OrphanIndex
+            | FindingKind::StagingLeftover
+            | FindingKind::OffsetsLeftover => {
+                tracing::warn!(file = %finding.file.display(), "removing a leftover file");
+                if finding.file.ends_with(crate::install::OFFSETS_STAGING_DIR) {
+                    storage.remove_dir_all(&finding.file)?;
+                } else {
+                    storage.unlink(&finding.file)?;
+                }
+                changed = true;
+            }
+            FindingKind::Install(_) => {}
+        }
+    }
+    if changed {
+        // The sweep (and the names of rebuilt or synced indexes) durable before new files of
+        // those names may appear, and before the partition is reported clean.
+        storage.sync_dir(dir)?;
+        storage.sync_dir(dir.join(offsets::DIR_NAME)).or_else(|e| {
+            if storage.exists(dir.join(offsets::DIR_NAME))? {
+                Err(e)
+            } else {
+                Ok(())
+            }
+        })?;
+    }
+    Ok(())
+}

@@ -1,0 +1,83 @@
+//! How a partition is laid out and bounded.
+
+use iggy_superblock::Identity;
+use iggy_wal::{self as wal, Naming};
+
+/// The suffix of files received for a staged install (swept by boot).
+pub const STAGING_SUFFIX: &str = ".staging";
+
+/// Bytes a replicated partition appends between checkpoints, when its WAL publishes whatever a
+/// backup acknowledged (DESIGN §4, rule 1).
+pub const CHECKPOINT_BYTES: u64 = wal::CHECKPOINT_INTERVAL_BYTES;
+
+/// The largest prepare a partition takes (a batch of 1 MB messages, say, plus headers).
+pub const PREPARE_BYTES_MAX: u64 = wal::PREPARE_BYTES_MAX;
+
+/// How a partition is laid out and bounded.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// The partition's consensus group (checked against its WAL frontier and every entry).
+    pub group: u128,
+    /// Stamped on every batch and checked at boot.
+    pub partition_id: u64,
+    /// Checked against the superblock.
+    pub identity: Identity,
+    /// This boot's incarnation, stamped on every publication.
+    pub incarnation: u64,
+    /// The view a new partition starts in (so primaries can be spread across nodes: the
+    /// primary of a view is `view % replicas`). Used by `create` only.
+    pub initial_view: u32,
+    /// A segment is rotated once the next entry would not fit (the topic's segment size).
+    pub segment_size_bytes: u64,
+    /// An index entry at least every this many bytes of log.
+    pub index_interval_bytes: u64,
+    /// Bytes appended but not published before appends fail with `Backpressure`: at least a
+    /// checkpoint's worth and the largest prepare.
+    pub unpublished_bytes_max: u64,
+    /// How reads of sealed segments get their bytes.
+    pub read_path: ReadPath,
+    /// One replica of a group: an entry commits when the caller says so
+    /// ([`crate::Partition::commit`], a quorum's decision), and retention keeps everything past
+    /// the commit point. Otherwise (a single node) an entry commits once published.
+    pub replicated: bool,
+}
+
+impl Config {
+    /// Defaults: 1 GiB segments, an index entry every 4 KiB, a checkpoint plus the largest
+    /// prepare unpublished, view 0, reads through memory maps of sealed segments, a single
+    /// node.
+    #[must_use]
+    pub fn new(group: u128, partition_id: u64, identity: Identity) -> Self {
+        Self {
+            group,
+            partition_id,
+            identity,
+            incarnation: 0,
+            initial_view: 0,
+            segment_size_bytes: 1 << 30,
+            index_interval_bytes: 4096,
+            unpublished_bytes_max: CHECKPOINT_BYTES + PREPARE_BYTES_MAX,
+            read_path: ReadPath::Mapped,
+            replicated: false,
+        }
+    }
+
+    pub(crate) fn wal(&self) -> wal::Config {
+        wal::Config {
+            incarnation: self.incarnation,
+            file_size_bytes: self.segment_size_bytes,
+            unpublished_bytes_max: self.unpublished_bytes_max,
+            naming: Naming::ByKey,
+            ..wal::Config::new(self.group)
+        }
+    }
+}
+
+/// How sealed segments are read (the head segment is always read with `read_at`: it grows).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReadPath {
+    /// `read_at` into a buffer per batch.
+    ReadAt,
+    /// A read-only memory map per sealed segment, where the storage offers one.
+    Mapped,
+}

@@ -1,0 +1,273 @@
+//! Reading a partition: verified batches by offset, up to the published head (a single node)
+//! or up to a commit point the caller passes (a replica: under `replicated` durability a
+//! committed entry may be unpublished until the next checkpoint, and consumers must see it).
+//! Entries of other kinds (consumer offset stores, no-ops) are stepped over.
+
+use std::sync::Arc;
+
+use iggy_format::Header;
+use iggy_format::batch::{self, BatchHeader};
+use iggy_format::constants::HEADER_SIZE;
+use iggy_format::operation;
+use iggy_io::{Mapping, ReadFile, Storage};
+
+use crate::config::ReadPath;
+use crate::error::PartitionError;
+use crate::index::IndexEntry;
+use crate::partition::Partition;
+
+/// One batch read back: verified, the bytes as stored.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StoredBatch {
+    pub op: u64,
+    pub header: BatchHeader,
+    pub bytes: Vec<u8>,
+}
+
+impl StoredBatch {
+    /// One past the last message's offset.
+    #[must_use]
+    pub fn next_offset(&self) -> u64 {
+        self.header.base_offset + u64::from(self.header.message_count)
+    }
+}
+
+/// One entry of a segment, read at a position.
+enum Read {
+    /// The segment ends here (zeros or the end of the file).
+    End,
+    /// An entry of another kind, `size` bytes in all, verified by its header checksum.
+    Other {
+        size: u64,
+    },
+    Batch(StoredBatch),
+}
+
+impl<S: Storage + Clone> Partition<S> {
+    /// The published batches holding `offset` and after, up to `max_bytes` of batch bytes (at
+    /// least one batch when any is there). Each batch is verified (WAL header and body
+    /// checksums) as it is read. An offset before the first retained one reads from the first.
+    pub fn read(&self, offset: u64, max_bytes: u64) -> Result<Vec<StoredBatch>, PartitionError> {
+        let published = self.wal.published().head_op;
+        self.read_until(offset, max_bytes, published)
+    }
+
+    /// Like [`Partition::read`], but serving every entry up to op `through` (the caller's
+    /// commit point), published or not. Entries past the head are not there to read.
+    pub fn read_through(
+        &self,
+        offset: u64,
+        max_bytes: u64,
+        through: u64,
+    ) -> Result<Vec<StoredBatch>, PartitionError> {
+        let through = through.min(self.wal.head().0);
+        if through > self.wal.published().head_op {
+            // Unpublished entries may still be in the WAL's buffer: written out (not synced) so
+            // the segment files hold them.
+            self.wal.write_buffered()?;
+        }
+        self.read_until(offset, max_bytes, through)
+    }
+
+    fn read_until(
+        &self,
+        offset: u64,
+        max_bytes: u64,
+        through: u64,
+    ) -> Result<Vec<StoredBatch>, PartitionError> {
+        let mut out = Vec::new();
+        let mut total = 0u64;
+        let mut from = offset;
+        loop {
+            let Some((reader, map, start)) = self.locate_read(from)? else {
+                return Ok(out);
+            };
+            let before = from;
+            let mut position = start.position;
+            let mut op = start.op;
+            let end = reader.len()?;
+            while op <= through {
+                let stored = match read_entry(&*reader, map.as_deref(), position, op, end)? {
+                    Read::End => break,
+                    Read::Other { size } => {
+                        position += size;
+                        op += 1;
+                        continue;
+                    }
+                    Read::Batch(stored) => stored,
+                };
+                position += (HEADER_SIZE + stored.bytes.len()) as u64;
+                op += 1;
+                if stored.next_offset() <= from {
+                    continue;
+                }
+                total += stored.bytes.len() as u64;
+                from = stored.next_offset();
+                out.push(stored);
+                if total >= max_bytes {
+                    return Ok(out);
+                }
+            }
+            if op > through || from == before {
+                // Past what may be served, or a segment that gave nothing new.
+                return Ok(out);
+            }
+        }
+    }
+
+    /// The reader, mapping (sealed segments, when `ReadPath::Mapped`) and starting index entry
+    /// for reading `offset`. `None` when nothing is stored at or after it.
+    #[allow(
+        clippy::type_complexity,
+        reason = "a private triple, named at its one use"
+    )]
+    fn locate_read(
+        &self,
+        offset: u64,
+    ) -> Result<Option<(Arc<S::Reader>, Option<Arc<Mapping>>, IndexEntry)>, PartitionError> {
+        let mut state = self.lock();
+        if offset >= state.next_offset {
+            return Ok(None);
+        }
+        let count = state.segments.len();
+        let index = state
+            .segments
+            .partition_point(|s| s.info.start_offset <= offset)
+            .saturating_sub(1);
+        let sealed = index + 1 < count;
+        let mapped = self.config.read_path == ReadPath::Mapped;
+        let segment = &mut state.segments[index];
+        let Some(start) = segment
+            .info
+            .index
+            .get(
+                segment
+                    .info
+                    .index
+                    .partition_point(|e| e.offset <= offset)
+                    .saturating_sub(1),
+            )
+            .copied()
+        else {
+            return Ok(None);
+        };
+        let reader = match &segment.reader {
+            Some(reader) => Arc::clone(reader),
+            None => {
+                let reader = Arc::new(self.storage.open_read(&segment.info.path)?);
+                segment.reader = Some(Arc::clone(&reader));
+                reader
+            }
+        };
+        if sealed && mapped && segment.map.is_none() {
+            segment.map = reader.map()?.map(Arc::new);
+        }
+        let map = if sealed { segment.map.clone() } else { None };
+        Ok(Some((reader, map, start)))
+    }
+
+    /// The offset of the first message whose timestamp is at or after `timestamp` (published
+    /// batches only); `None` if every message is older.
+    pub fn find_by_timestamp(&self, timestamp: u64) -> Result<Option<u64>, PartitionError> {
+        let start = {
+            let state = self.lock();
+            let Some(segment) = state
+                .segments
+                .iter()
+                .find(|s| s.info.batches > 0 && s.info.max_timestamp >= timestamp)
+            else {
+                return Ok(None);
+            };
+            let index = &segment.info.index;
+            let at = index
+                .partition_point(|e| e.timestamp < timestamp)
+                .saturating_sub(1);
+            index.get(at).map(|e| e.offset)
+        };
+        let Some(mut from) = start else {
+            return Ok(None);
+        };
+        loop {
+            let batches = self.read(from, 1 << 20)?;
+            if batches.is_empty() {
+                return Ok(None);
+            }
+            for stored in &batches {
+                let decoded = batch::decode(&stored.bytes)?;
+                for message in decoded.messages() {
+                    let at = stored.header.base_timestamp + u64::from(message.timestamp_delta);
+                    if at >= timestamp {
+                        return Ok(Some(
+                            stored.header.base_offset + u64::from(message.offset_delta),
+                        ));
+                    }
+                }
+                from = stored.next_offset();
+            }
+        }
+    }
+}
+
+/// Reads and verifies the entry at `position` of a segment, expected to be `op`.
+fn read_entry<F: ReadFile>(
+    reader: &F,
+    map: Option<&Mapping>,
+    position: u64,
+    op: u64,
+    end: u64,
+) -> Result<Read, PartitionError> {
+    if position + HEADER_SIZE as u64 > end {
+        return Ok(Read::End);
+    }
+    let corrupt = |reason: String| PartitionError::Corrupt {
+        file: reader.path().to_path_buf(),
+        offset: position,
+        reason,
+    };
+    let mut header_bytes = [0u8; HEADER_SIZE];
+    let from = usize::try_from(position).unwrap_or(usize::MAX);
+    match map {
+        Some(map) if from + HEADER_SIZE <= map.len() => {
+            header_bytes.copy_from_slice(&map[from..from + HEADER_SIZE]);
+        }
+        _ => reader.read_exact_at(position, &mut header_bytes)?,
+    }
+    if header_bytes.iter().all(|b| *b == 0) {
+        return Ok(Read::End);
+    }
+    let header = Header::decode(&header_bytes).map_err(|e| corrupt(e.to_string()))?;
+    if header.op != op {
+        return Err(corrupt(format!("op {} where {op} was expected", header.op)));
+    }
+    if header.operation != operation::MESSAGES {
+        return Ok(Read::Other {
+            size: u64::from(header.size),
+        });
+    }
+    let body_len = usize::try_from(header.body_size()).unwrap_or(0);
+    let body_from = from + HEADER_SIZE;
+    let body = match map {
+        Some(map) if body_from + body_len <= map.len() => {
+            map[body_from..body_from + body_len].to_vec()
+        }
+        _ => {
+            let mut body = vec![0u8; body_len];
+            reader.read_exact_at(position + HEADER_SIZE as u64, &mut body)?;
+            body
+        }
+    };
+    if !header.body_matches(&body) {
+        return Err(corrupt("body checksum mismatch".into()));
+    }
+    let batch =
+        batch::peek_header(&body, body.len()).map_err(|error| PartitionError::BadBatch {
+            file: reader.path().to_path_buf(),
+            offset: position,
+            error,
+        })?;
+    Ok(Read::Batch(StoredBatch {
+        op,
+        header: batch,
+        bytes: body,
+    }))
+}

@@ -1,0 +1,84 @@
+//! Retention: whole sealed, published (and, on a replica, committed) segments are deleted from
+//! the oldest, after the superblock's offset frontier is raised past them.
+
+use iggy_io::Storage;
+use iggy_superblock::VsrState;
+
+use crate::error::PartitionError;
+use crate::index;
+use crate::partition::{Partition, Segment};
+
+impl<S: Storage + Clone> Partition<S> {
+    /// Deletes whole sealed, published segments from the oldest: those whose newest batch is
+    /// older than `max_age_us` before `now_us`, and then as many as it takes to bring the
+    /// partition's bytes to `max_bytes` or below. Returns how many were deleted. A segment
+    /// holding an entry past the commit point of a replicated partition stays (a view change
+    /// may still cut it). The superblock's offset frontier is raised past them first, so the
+    /// next offset cannot go back.
+    pub fn apply_retention(
+        &self,
+        now_us: u64,
+        max_age_us: Option<u64>,
+        max_bytes: Option<u64>,
+    ) -> Result<usize, PartitionError> {
+        let published = self.wal.published();
+        let mut state = self.lock();
+        let mut total: u64 = state.segments.iter().map(|s| s.info.bytes).sum();
+        let mut count = 0;
+        let replicated = self.config.replicated;
+        let committed = state.committed;
+        for segment in &state.segments[..state.segments.len().saturating_sub(1)] {
+            let info = &segment.info;
+            let last_op = info.first_op + info.entries - 1;
+            let expired =
+                max_age_us.is_some_and(|age| info.max_timestamp.saturating_add(age) < now_us);
+            let oversize = max_bytes.is_some_and(|max| total > max);
+            // Only fully published segments, and never the one the frontier names as holding
+            // the published head (the WAL keeps that file: see `Wal::drop_prefix`).
+            let deletable = last_op <= published.head_op
+                && info.first_op < published.head_file
+                && (!replicated || last_op <= committed);
+            if !deletable || !(expired || oversize) {
+                break;
+            }
+            total -= info.bytes;
+            count += 1;
+        }
+        if count == 0 {
+            return Ok(0);
+        }
+        let last = &state.segments[count - 1].info;
+        let frontier = last.next_offset;
+        let last_op = last.first_op + last.entries - 1;
+        {
+            let mut superblock = self.lock_superblock();
+            if superblock.state().offset_frontier < frontier {
+                let next = VsrState {
+                    offset_frontier: frontier,
+                    ..*superblock.state()
+                };
+                // Durable before any segment goes: boot's next offset never falls below it.
+                superblock.write(next)?;
+            }
+        }
+        // Only now do the segments leave the partition: a failed superblock write above leaves
+        // everything as it was.
+        let deleted: Vec<Segment<S::Reader>> = state.segments.drain(..count).collect();
+        drop(state);
+        let removed = self.wal.drop_prefix(last_op)?;
+        // Paired with the rule above: the partition and its WAL delete the same files.
+        assert_eq!(
+            removed, count,
+            "retention and the WAL disagree on what to delete"
+        );
+        for segment in &deleted {
+            let path = self.dir.join(index::file_name(segment.info.start_offset));
+            if self.storage.exists(&path)? {
+                self.storage.unlink(&path)?;
+            }
+        }
+        // The index removals durable (an orphan index is harmless: boot removes it).
+        self.storage.sync_dir(&self.dir)?;
+        Ok(count)
+    }
+}
