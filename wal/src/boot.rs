@@ -409,6 +409,19 @@ pub(crate) fn analyze<R: ReadStorage>(
             head_op: frontier.head_op,
         });
     }
+    if head_index.is_none()
+        && let Some((_, path)) = wal_files.first().filter(|_| retained_count > 0)
+    {
+        // An empty log has no history: a file ordered before its head file is not this log's
+        // (nor an unpublished tail, which follows the head). Never delete it as one.
+        let header = first_header(&storage.open_read(path)?)?.ok();
+        return Err(WalError::ForeignFile {
+            file: path.clone(),
+            first_op: header.map_or(0, |h| h.op),
+            group: header.map_or(group, |h| h.group),
+            head_op: frontier.head_op,
+        });
+    }
     let keys: Vec<u64> = wal_files.iter().map(|(key, _)| *key).collect();
     let wal_files = first_ops(storage, naming, &frontier, wal_files, retained_count)?;
     let retained = &wal_files[..retained_count];

@@ -579,3 +579,36 @@ fn another_groups_entries_are_refused_where_they_appear() {
         other => panic!("{other:?}"),
     }
 }
+
+/// An empty log whose head file is gone, beside a file of a lower key that holds entries (a
+/// file of another log put there): an empty log has no history, so the file is foreign; boot
+/// refuses and never deletes it as if it were an unpublished tail (a mutation test found boot
+/// taking it for a retained file of no entries).
+#[test]
+fn a_lower_keyed_file_beside_an_empty_log_is_never_deleted() {
+    let storage = SimStorage::new(15);
+    let config = keyed();
+    drop(Wal::create_keyed(storage.clone(), dir(), config.clone(), 1, 0, 500).unwrap());
+    let head = dir().join(Naming::ByKey.file_name(500));
+    storage.unlink(&head).unwrap();
+    // Another log's published file, under a lower key.
+    let other = SimStorage::new(16);
+    let bodies: Vec<Vec<u8>> = (0..3u8).map(|i| vec![i; 100]).collect();
+    drop(keyed_log(&other, &config, &bodies));
+    let theirs = files(&other, "log").remove(0);
+    let bytes = other.read_all(&theirs).unwrap();
+    let planted = dir().join(Naming::ByKey.file_name(300));
+    let file = storage.open(&planted, OpenMode::CreateNew).unwrap();
+    file.write_all_at(0, &bytes).unwrap();
+    drop(file);
+    let checked = check_named(&storage, dir(), GROUP, Naming::ByKey).unwrap_err();
+    let opened = Wal::open(storage.clone(), dir(), config, Mode::Open).unwrap_err();
+    assert_eq!(checked, opened);
+    match checked {
+        WalError::ForeignFile { file, first_op, .. } => {
+            assert_eq!((file, first_op), (planted.clone(), 1));
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(storage.exists(&planted).unwrap(), "the file was deleted");
+}
