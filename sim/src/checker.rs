@@ -1,0 +1,248 @@
+//! The checkers: they read replica state and completions, never inject a fault or draw a random
+//! number. One canonical commit history per group (op, checksum, client, request) that every
+//! replica's commits must match; no reply a client received is ever lost or changed; view,
+//! log_view and commit_max never go back on a replica, across restarts.
+
+use std::collections::BTreeMap;
+
+use iggy_format::Checksum;
+use iggy_vsr::Durable;
+
+/// One committed op as the history holds it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Committed {
+    pub checksum: Checksum,
+    pub client: u128,
+    pub request: u64,
+}
+
+/// What the checkers found.
+#[derive(Debug, Default)]
+pub struct Checker {
+    /// The canonical commit history of each group.
+    pub history: BTreeMap<u128, BTreeMap<u64, Committed>>,
+    /// The committed reply each client received for each request.
+    pub replies: BTreeMap<(u128, u64), (u128, u64, Vec<u8>)>,
+    durable: BTreeMap<(u8, u128), Durable>,
+    /// The op (and its checksum) each replica's log reached when its superblock last named a
+    /// new log_view: that log must survive any crash (it was published first).
+    vouched: BTreeMap<(u8, u128), (u32, u64, Checksum)>,
+    /// What each replica holds in this life under a log_view: it booted with, journaled or
+    /// started the view with its log through the op.
+    held: BTreeMap<(u8, u128), (u32, u64)>,
+    /// The first failure, with the checker that found it.
+    pub failure: Option<(String, String)>,
+}
+
+impl Checker {
+    fn fail(&mut self, checker: &str, what: String) {
+        if self.failure.is_none() {
+            self.failure = Some((checker.to_string(), what));
+        }
+    }
+
+    /// Replica `node` of `group` executed `op` whose entry is `committed`.
+    pub fn committed(&mut self, node: u8, group: u128, op: u64, committed: Committed) {
+        let history = self.history.entry(group).or_default();
+        match history.get(&op) {
+            None => {
+                history.insert(op, committed);
+            }
+            Some(canonical) if *canonical == committed => {}
+            Some(canonical) => {
+                let what = format!(
+                    "group {group:#x} op {op}: node {node} committed {:#x} (client {:#x} request \
+                     {}), the history has {:#x} (client {:#x} request {})",
+                    committed.checksum,
+                    committed.client,
+                    committed.request,
+                    canonical.checksum,
+                    canonical.client,
+                    canonical.request
+                );
+                self.fail("commit history", what);
+            }
+        }
+        if committed.client != 0
+            && let Some((g, reply_op, _)) = self.replies.get(&(committed.client, committed.request))
+            && *g == group
+            && *reply_op != op
+        {
+            let what = format!(
+                "group {group:#x}: client {:#x} request {} was answered as op {reply_op}, op \
+                 {op} commits it again",
+                committed.client, committed.request
+            );
+            self.fail("replies", what);
+        }
+    }
+
+    /// A client received the committed reply `(op, body)` for `request`.
+    pub fn reply(&mut self, group: u128, client: u128, request: u64, op: u64, body: &[u8]) {
+        match self.replies.get(&(client, request)) {
+            None => {
+                self.replies
+                    .insert((client, request), (group, op, body.to_vec()));
+            }
+            Some((g, o, b)) if *g == group && *o == op && b == body => {}
+            Some((_, o, _)) => {
+                let what = format!(
+                    "client {client:#x} request {request}: first answered as op {o}, now as op \
+                     {op} (or another reply)"
+                );
+                self.fail("replies", what);
+            }
+        }
+        if let Some(committed) = self.history.get(&group).and_then(|h| h.get(&op))
+            && (committed.client != client || committed.request != request)
+        {
+            let what = format!(
+                "client {client:#x} request {request} answered as op {op}, which is client \
+                 {:#x} request {} in the history",
+                committed.client, committed.request
+            );
+            self.fail("replies", what);
+        }
+    }
+
+    /// Replica `node` of `group` holds `durable` in its superblock.
+    pub fn durable(&mut self, node: u8, group: u128, durable: Durable) {
+        if let Some(before) = self.durable.get(&(node, group))
+            && (durable.view < before.view
+                || durable.log_view < before.log_view
+                || durable.commit_max < before.commit_max)
+        {
+            let what = format!(
+                "node {node} group {group:#x}: superblock went back from view {} log_view {} \
+                 commit {} to view {} log_view {} commit {}",
+                before.view,
+                before.log_view,
+                before.commit_max,
+                durable.view,
+                durable.log_view,
+                durable.commit_max
+            );
+            self.fail("monotonic", what);
+        }
+        self.durable.insert((node, group), durable);
+    }
+
+    /// Replica `node` of `group` made `log_view` durable while its log reached `op`.
+    pub fn log_view_written(
+        &mut self,
+        node: u8,
+        group: u128,
+        log_view: u32,
+        op: u64,
+        checksum: Checksum,
+    ) {
+        self.vouched.insert((node, group), (log_view, op, checksum));
+        self.held.insert((node, group), (log_view, op));
+    }
+
+    /// Replica `node` of `group` journaled `op` while its superblock named `log_view`.
+    pub fn journaled(&mut self, node: u8, group: u128, log_view: u32, op: u64) {
+        let held = self.held.entry((node, group)).or_insert((log_view, op));
+        if held.0 < log_view {
+            *held = (log_view, op);
+        } else if held.0 == log_view {
+            held.1 = held.1.max(op);
+        }
+    }
+
+    /// Replica `node` of `group` is cutting its log after `after` (recorded as the cut reaches
+    /// storage: a cut that fails half done may still have taken effect). Only the start of a
+    /// later view than the one its superblock vouches for may cut what that log_view vouched
+    /// for: within the view, this replica's acknowledgments counted on those ops.
+    pub fn truncating(
+        &mut self,
+        node: u8,
+        group: u128,
+        after: u64,
+        checksum: Option<Checksum>,
+        starting: Option<u32>,
+    ) {
+        if let Some(&(log_view, op)) = self.held.get(&(node, group))
+            && op > after
+        {
+            if starting.is_none_or(|view| view <= log_view) {
+                let what = format!(
+                    "node {node} group {group:#x}: cuts its log after op {after} though it holds \
+                     its log through op {op} under log_view {log_view} (booted with it or \
+                     journaled it) and no later view is starting: a log_view's log only grows"
+                );
+                self.fail("held log", what);
+                return;
+            }
+            self.held.insert((node, group), (log_view, after));
+        }
+        let Some(&(log_view, op, _)) = self.vouched.get(&(node, group)) else {
+            return;
+        };
+        if op <= after {
+            return;
+        }
+        if starting.is_none_or(|view| view <= log_view) {
+            let what = format!(
+                "node {node} group {group:#x}: cuts its log after op {after} while its \
+                 superblock's log_view {log_view} vouches for its log through op {op}, and no \
+                 later view is starting: ops it acknowledged in that view would be gone"
+            );
+            self.fail("durable log_view", what);
+            return;
+        }
+        match checksum {
+            Some(checksum) => {
+                self.vouched
+                    .insert((node, group), (log_view, after, checksum));
+            }
+            None => {
+                self.vouched.remove(&(node, group));
+            }
+        }
+    }
+
+    /// Replica `node` of `group` booted: the log its superblock's log_view vouched for is there
+    /// (its head reaches the op and the entry is the same one).
+    pub fn booted(
+        &mut self,
+        node: u8,
+        group: u128,
+        (log_view, head): (u32, u64),
+        applied: u64,
+        checksum: impl Fn(u64) -> Option<Checksum>,
+    ) {
+        self.held.insert((node, group), (log_view, head));
+        let Some(&(vouched_view, op, expected)) = self.vouched.get(&(node, group)) else {
+            return;
+        };
+        let log_view = vouched_view;
+        let held = op <= applied || (head >= op && checksum(op) == Some(expected));
+        if !held {
+            let what = format!(
+                "node {node} group {group:#x}: its superblock names log_view {log_view}, whose \
+                 log reached op {op}, but after the crash its log ends at {head}: the log was \
+                 not on disk when the log_view was written"
+            );
+            self.fail("durable log_view", what);
+        }
+    }
+
+    /// At the end: every reply a client received is an op of the history (nothing was lost).
+    pub fn final_replies(&mut self) {
+        let mut lost = None;
+        for (&(client, request), (group, op, _)) in &self.replies {
+            let found = self.history.get(group).and_then(|h| h.get(op));
+            if found.is_none_or(|c| c.client != client || c.request != request) {
+                lost = Some(format!(
+                    "client {client:#x} request {request} was answered as op {op} of group \
+                     {group:#x}, which no replica committed"
+                ));
+                break;
+            }
+        }
+        if let Some(what) = lost {
+            self.fail("replies", what);
+        }
+    }
+}

@@ -1,0 +1,1003 @@
+//! A whole cluster from one seed: nodes on their own `SimStorage`, the packet simulator,
+//! clients, a fault placer and the checkers, run as discrete events ordered by (simulated time,
+//! sequence). Every storage effect of a group completes after a seeded latency, in order on the
+//! group's lane. A run has a fault phase (crashes, power losses, storage and network faults) and
+//! then a liveness phase that heals everything and requires every client request to complete and
+//! every replica of every group to converge.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::time::{Duration, Instant};
+
+use iggy_io::{FaultConfig, SimStorage};
+use iggy_vsr::{Config, Destination, Effect, Message, Outcome, Safeguards, Status, TICK_MS};
+
+use crate::checker::{Checker, Committed};
+use crate::client::{self, Client};
+use crate::network::{Endpoint, Network, NetworkConfig};
+use crate::node::{GroupKind, Layout, Node, execute};
+use crate::rng::Stream;
+
+const TICK_US: u64 = TICK_MS * 1000;
+
+/// Which faults a run injects during its fault phase.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Faults {
+    pub crashes: bool,
+    pub power_loss: bool,
+    pub storage: bool,
+    pub network: bool,
+}
+
+impl Faults {
+    #[must_use]
+    pub fn all() -> Self {
+        Self {
+            crashes: true,
+            power_loss: true,
+            storage: true,
+            network: true,
+        }
+    }
+
+    #[must_use]
+    pub fn none() -> Self {
+        Self {
+            crashes: false,
+            power_loss: false,
+            storage: false,
+            network: false,
+        }
+    }
+}
+
+/// What to run.
+#[derive(Clone, Debug)]
+pub struct Options {
+    pub seed: u64,
+    /// Partitions with replicated durability, and with persisted durability.
+    pub replicated: u32,
+    pub persisted: u32,
+    pub clients_per_group: usize,
+    pub requests_per_client: u64,
+    /// A client waits up to this long after a reply before its next request (so requests keep
+    /// coming through the fault phase).
+    pub think_us: u64,
+    /// How long the fault phase lasts, in simulated microseconds.
+    pub fault_phase_us: u64,
+    /// The most the liveness phase may take.
+    pub liveness_us: u64,
+    pub faults: Faults,
+    pub network: NetworkConfig,
+    pub vsr: Config,
+    pub safeguards: Safeguards,
+    /// Events kept for the trace printed on a failure.
+    pub trace_events: usize,
+    /// A group whose every delivered message and storage effect goes into the trace.
+    pub watch: Option<u128>,
+}
+
+impl Options {
+    /// The default run of a seed: a metadata group and 4 partitions (2 of each durability), 2
+    /// clients per group, every fault.
+    #[must_use]
+    pub fn new(seed: u64) -> Self {
+        Self {
+            seed,
+            replicated: 2,
+            persisted: 2,
+            clients_per_group: 2,
+            requests_per_client: 40,
+            think_us: 800_000,
+            fault_phase_us: 20_000_000,
+            liveness_us: 60_000_000,
+            faults: Faults::all(),
+            network: NetworkConfig::default(),
+            vsr: Config::default(),
+            safeguards: Safeguards::default(),
+            trace_events: 64,
+            watch: None,
+        }
+    }
+}
+
+/// How a run ended.
+#[derive(Debug)]
+pub struct Report {
+    pub seed: u64,
+    pub simulated_us: u64,
+    pub wall: Duration,
+    pub committed_ops: u64,
+    pub replies: u64,
+    pub not_committed: u64,
+    pub crashes: u64,
+    pub view_changes: u64,
+    pub behind_ring: u64,
+    /// The first checker that fired, what it found, and the state then.
+    pub failure: Option<Failure>,
+}
+
+/// A checker failure.
+#[derive(Debug)]
+pub struct Failure {
+    pub checker: String,
+    pub what: String,
+    /// The last events, one per line.
+    pub trace: Vec<String>,
+    /// One status line per replica.
+    pub status: Vec<String>,
+}
+
+impl Failure {
+    /// The failure, its status lines and trace, for a terminal.
+    #[must_use]
+    pub fn render(&self) -> String {
+        let mut out = format!("checker `{}` fired: {}\n", self.checker, self.what);
+        out.push_str("replicas:\n");
+        for line in &self.status {
+            out.push_str("  ");
+            out.push_str(line);
+            out.push('\n');
+        }
+        out.push_str("last events:\n");
+        for line in &self.trace {
+            out.push_str("  ");
+            out.push_str(line);
+            out.push('\n');
+        }
+        out
+    }
+}
+
+#[derive(Clone, Debug)]
+enum Event {
+    Tick { node: u8, life: u64 },
+    Deliver { to: Endpoint, bytes: Vec<u8> },
+    Lane { node: u8, life: u64, group: u128 },
+    Client { client: usize },
+    Fault,
+    Restart { node: u8 },
+    NetworkRepair,
+    StorageCalm { node: u8 },
+}
+
+/// A running cluster.
+pub struct Cluster {
+    options: Options,
+    layout: Layout,
+    now: u64,
+    seq: u64,
+    events: BTreeMap<(u64, u64), Event>,
+    nodes: Vec<Node>,
+    clients: Vec<Client>,
+    network: Network,
+    latency: Stream,
+    faults: Stream,
+    workload: Stream,
+    pub checker: Checker,
+    trace: VecDeque<String>,
+    healing: bool,
+    crashes: u64,
+    view_changes: u64,
+    restart_pending: Vec<bool>,
+    storage_faulty: Vec<bool>,
+}
+
+impl Cluster {
+    /// Creates the cluster of `options` (every node writes the same genesis and boots).
+    pub fn new(options: Options) -> Result<Self, String> {
+        let seed = options.seed;
+        let layout = Layout {
+            cluster: 0x1667_0000 | u128::from(seed % 0xFFFF),
+            replicas: 3,
+            replicated: options.replicated,
+            persisted: options.persisted,
+            segment_size_bytes: 64 << 10,
+            vsr: options.vsr.clone(),
+            safeguards: options.safeguards,
+        };
+        let mut disks = Stream::new(seed, "disks");
+        let mut nodes = Vec::new();
+        for index in 0..layout.replicas {
+            let storage = SimStorage::new(disks.draw());
+            nodes.push(Node::create(&layout, index, storage)?);
+        }
+        let mut clients = Vec::new();
+        for kind in layout.groups() {
+            for _ in 0..options.clients_per_group {
+                // Unique across groups: the client tables and the reply checker key on it.
+                let id = 0x0C11_E000 + clients.len() as u128;
+                let client_kind = match kind {
+                    GroupKind::Metadata => client::Kind::Metadata,
+                    GroupKind::Partition { .. } => client::Kind::Partition,
+                };
+                clients.push(Client::new(
+                    id | 1 << 100,
+                    kind.id(),
+                    client_kind,
+                    layout.cluster,
+                    layout.replicas,
+                    options.requests_per_client,
+                ));
+            }
+        }
+        let replicas = usize::from(layout.replicas);
+        let mut cluster = Self {
+            network: Network::new(options.network.clone(), Stream::new(seed, "network")),
+            latency: Stream::new(seed, "storage-latency"),
+            faults: Stream::new(seed, "faults"),
+            workload: Stream::new(seed, "workload"),
+            trace: VecDeque::new(),
+            options,
+            layout,
+            now: 0,
+            seq: 0,
+            events: BTreeMap::new(),
+            nodes,
+            clients,
+            checker: Checker::default(),
+            healing: false,
+            crashes: 0,
+            view_changes: 0,
+            restart_pending: vec![false; replicas],
+            storage_faulty: vec![false; replicas],
+        };
+        for node in 0..cluster.layout.replicas {
+            let life = cluster.nodes[usize::from(node)].life;
+            cluster.schedule(TICK_US, Event::Tick { node, life });
+            let groups: Vec<u128> = cluster.nodes[usize::from(node)]
+                .hosts
+                .keys()
+                .copied()
+                .collect();
+            for group in groups {
+                cluster.drain(node, group);
+            }
+        }
+        for client in 0..cluster.clients.len() {
+            let at = 1_000 + cluster.workload.below(200_000);
+            cluster.schedule(at, Event::Client { client });
+        }
+        if cluster.options.faults != Faults::none() {
+            let at = cluster.faults.between(500_000, 2_000_000);
+            cluster.schedule(at, Event::Fault);
+        }
+        Ok(cluster)
+    }
+
+    fn schedule(&mut self, after_us: u64, event: Event) {
+        self.seq += 1;
+        self.events.insert((self.now + after_us, self.seq), event);
+    }
+
+    fn note(&mut self, line: String) {
+        if self.options.trace_events == 0 {
+            return;
+        }
+        if self.trace.len() >= self.options.trace_events {
+            self.trace.pop_front();
+        }
+        self.trace
+            .push_back(format!("{:>10.3}s {line}", self.now as f64 / 1e6));
+    }
+
+    /// Runs to the end: the fault phase, then the liveness phase.
+    pub fn run(mut self) -> Report {
+        let started = Instant::now();
+        let deadline = self.options.fault_phase_us + self.options.liveness_us;
+        while let Some(((at, _), event)) = self.events.pop_first() {
+            self.now = at;
+            if !self.healing && self.now >= self.options.fault_phase_us {
+                self.heal();
+            }
+            self.handle(event);
+            if self.checker.failure.is_some() {
+                break;
+            }
+            if self.healing && self.converged() {
+                break;
+            }
+            if self.now >= deadline {
+                let what = self.stuck();
+                self.checker.failure = Some(("liveness".into(), what));
+                break;
+            }
+        }
+        if self.checker.failure.is_none() {
+            self.checker.final_replies();
+        }
+        let failure = self.checker.failure.take().map(|(checker, what)| Failure {
+            checker,
+            what,
+            trace: self.trace.iter().cloned().collect(),
+            status: self.status_lines(),
+        });
+        Report {
+            seed: self.options.seed,
+            simulated_us: self.now,
+            wall: started.elapsed(),
+            committed_ops: self.checker.history.values().map(|h| h.len() as u64).sum(),
+            replies: self.checker.replies.len() as u64,
+            not_committed: self.clients.iter().map(|c| c.not_committed).sum(),
+            crashes: self.crashes,
+            view_changes: self.view_changes,
+            behind_ring: self
+                .nodes
+                .iter()
+                .flat_map(|n| n.hosts.values())
+                .filter(|h| h.replica.behind_ring())
+                .count() as u64,
+            failure,
+        }
+    }
+
+    /// Why the liveness phase did not converge.
+    fn stuck(&self) -> String {
+        let busy: Vec<String> = self
+            .clients
+            .iter()
+            .filter(|c| !c.done())
+            .map(|c| format!("client {:#x} (group {:#x})", c.id, c.group))
+            .take(3)
+            .collect();
+        let behind = self
+            .nodes
+            .iter()
+            .flat_map(|n| n.hosts.values())
+            .any(|h| h.replica.behind_ring());
+        format!(
+            "the healed cluster did not converge within {} s{}; waiting: {}",
+            self.options.liveness_us / 1_000_000,
+            if behind {
+                " (a replica is behind every peer's ring)"
+            } else {
+                " (stuck: a real bug, every committed op is on a quorum)"
+            },
+            if busy.is_empty() {
+                "replicas only".to_string()
+            } else {
+                busy.join(", ")
+            }
+        )
+    }
+
+    fn status_lines(&self) -> Vec<String> {
+        let mut lines = Vec::new();
+        for node in &self.nodes {
+            if !node.up {
+                lines.push(format!("replica {}: CRASHED", node.index));
+                continue;
+            }
+            for host in node.hosts.values() {
+                lines.push(format!(
+                    "replica {}: live | {} {}",
+                    node.index,
+                    host.kind.label(),
+                    host.replica.describe()
+                ));
+            }
+        }
+        lines
+    }
+
+    fn heal(&mut self) {
+        self.healing = true;
+        self.network.heal();
+        self.note("heal: network healed, faults stopped".into());
+        for node in 0..self.layout.replicas {
+            self.nodes[usize::from(node)]
+                .storage
+                .set_faults(FaultConfig::default());
+            self.storage_faulty[usize::from(node)] = false;
+            if !self.nodes[usize::from(node)].up && !self.restart_pending[usize::from(node)] {
+                self.restart_pending[usize::from(node)] = true;
+                self.schedule(1_000, Event::Restart { node });
+            }
+        }
+        for client in 0..self.clients.len() {
+            self.schedule(1_000, Event::Client { client });
+        }
+    }
+
+    fn converged(&self) -> bool {
+        if !self.clients.iter().all(Client::done) {
+            return false;
+        }
+        for kind in self.layout.groups() {
+            let mut heads = Vec::new();
+            for node in &self.nodes {
+                let Some(host) = node.hosts.get(&kind.id()) else {
+                    return false;
+                };
+                let r = &host.replica;
+                if !node.up
+                    || r.status() != Status::Normal
+                    || r.commit_min() != r.head()
+                    || r.commit_max() != r.head()
+                {
+                    return false;
+                }
+                heads.push((r.view(), r.head(), r.checksum(r.head())));
+            }
+            if heads.windows(2).any(|w| w[0] != w[1]) {
+                return false;
+            }
+        }
+        true
+    }
+
+    fn handle(&mut self, event: Event) {
+        match event {
+            Event::Tick { node, life } => {
+                let n = &self.nodes[usize::from(node)];
+                if !n.up || n.life != life {
+                    return;
+                }
+                let groups: Vec<u128> = n.hosts.keys().copied().collect();
+                for group in groups {
+                    if let Some(host) = self.nodes[usize::from(node)].hosts.get_mut(&group) {
+                        let before = (host.replica.status(), host.replica.view());
+                        host.replica.tick();
+                        let after = (host.replica.status(), host.replica.view());
+                        if before != after {
+                            self.view_changed(node, group, before, after);
+                        }
+                    }
+                    self.drain(node, group);
+                }
+                self.schedule(TICK_US, Event::Tick { node, life });
+            }
+            Event::Deliver { to, bytes } => self.deliver(to, &bytes),
+            Event::Lane { node, life, group } => self.lane(node, life, group),
+            Event::Client { client } => self.client(client),
+            Event::Fault => self.fault(),
+            Event::Restart { node } => self.restart(node),
+            Event::NetworkRepair => {
+                if !self.healing {
+                    self.network.repair();
+                    self.note("network: links restored".into());
+                }
+            }
+            Event::StorageCalm { node } => {
+                self.nodes[usize::from(node)]
+                    .storage
+                    .set_faults(FaultConfig::default());
+                self.storage_faulty[usize::from(node)] = false;
+            }
+        }
+    }
+
+    fn view_changed(&mut self, node: u8, group: u128, before: (Status, u32), after: (Status, u32)) {
+        if after.1 > before.1 {
+            self.view_changes += 1;
+        }
+        self.note(format!(
+            "replica {node} group {group:#x}: {} view {} -> {} view {}",
+            before.0.name(),
+            before.1,
+            after.0.name(),
+            after.1
+        ));
+    }
+
+    /// Routes a replica's new effects: sends to the network, storage effects to its lane.
+    fn drain(&mut self, node: u8, group: u128) {
+        let Some(host) = self.nodes[usize::from(node)].hosts.get_mut(&group) else {
+            return;
+        };
+        let effects = host.replica.take_effects();
+        let mut schedule_lane = false;
+        for effect in effects {
+            match effect {
+                Effect::Send { to, message } => {
+                    let bytes = message.encode();
+                    let to = match to {
+                        Destination::Replica(r) => Endpoint::Node(r),
+                        Destination::Client(c) => match self.client_index(c) {
+                            Some(i) => Endpoint::Client(i),
+                            None => continue,
+                        },
+                    };
+                    for delay in self.network.route(Endpoint::Node(node), to) {
+                        self.schedule(
+                            delay,
+                            Event::Deliver {
+                                to,
+                                bytes: bytes.clone(),
+                            },
+                        );
+                    }
+                }
+                storage => {
+                    let host = self.nodes[usize::from(node)]
+                        .hosts
+                        .get_mut(&group)
+                        .unwrap_or_else(|| unreachable!("the host drained"));
+                    host.lane.push_back(storage);
+                    if !host.lane_scheduled {
+                        host.lane_scheduled = true;
+                        schedule_lane = true;
+                    }
+                }
+            }
+        }
+        if schedule_lane {
+            let life = self.nodes[usize::from(node)].life;
+            let latency = self.latency.between(20, 2_000);
+            self.schedule(latency, Event::Lane { node, life, group });
+        }
+    }
+
+    fn client_index(&self, id: u128) -> Option<usize> {
+        self.clients.iter().position(|c| c.id == id)
+    }
+
+    /// Carries out the head of a group's lane and hands the replica its completion.
+    fn lane(&mut self, node: u8, life: u64, group: u128) {
+        let now = self.now;
+        let n = &mut self.nodes[usize::from(node)];
+        if !n.up || n.life != life {
+            return;
+        }
+        let Some(host) = n.hosts.get_mut(&group) else {
+            return;
+        };
+        let Some(effect) = host.lane.pop_front() else {
+            host.lane_scheduled = false;
+            return;
+        };
+        let id = effect.id().unwrap_or(0);
+        let name = effect.name();
+        let commit = match &effect {
+            Effect::Commit { through, .. } => Some((host.replica.commit_min(), *through)),
+            _ => None,
+        };
+        let durable = match &effect {
+            Effect::WriteSuperblock { durable, .. } => Some(*durable),
+            _ => None,
+        };
+        if let Effect::Truncate { after, .. } = &effect {
+            let checksum = host.replica.checksum(*after);
+            let starting = host.replica.starting_view();
+            self.checker
+                .truncating(node, group, *after, checksum, starting);
+        }
+        let log_view_before = host.replica.durable().log_view;
+        let watched = (self.options.watch == Some(group)).then(|| match &effect {
+            Effect::WriteSuperblock { durable, .. } => format!(
+                "replica {node}: superblock view {} log_view {} commit {}",
+                durable.view, durable.log_view, durable.commit_max
+            ),
+            Effect::Prepare { .. } => format!("replica {node}: prepare"),
+            Effect::Journal { header, .. } => {
+                format!(
+                    "replica {node}: journal op {} view {}",
+                    header.op, header.view
+                )
+            }
+            Effect::Truncate { after, .. } => format!("replica {node}: truncate after {after}"),
+            Effect::Publish { through, .. } => format!("replica {node}: publish {through}"),
+            Effect::Commit { through, .. } => format!("replica {node}: commit {through}"),
+            Effect::Send { .. } => String::new(),
+        });
+        let journal_op = match &effect {
+            Effect::Journal { header, .. } => Some(header.op),
+            _ => None,
+        };
+        let outcome = execute(&mut host.store, effect, now);
+        let journal_op = match &outcome {
+            Outcome::Prepared { header, .. } => Some(header.op),
+            Outcome::Done => journal_op,
+            _ => None,
+        };
+        if let Some(line) = watched {
+            let described = host.replica.describe();
+            self.note(format!("{line}: {} | {described}", outcome_name(&outcome)));
+        }
+        let n = &mut self.nodes[usize::from(node)];
+        let Some(host) = n.hosts.get_mut(&group) else {
+            return;
+        };
+        let failed = matches!(outcome, Outcome::Failed(_));
+        if !failed {
+            if let Some((from, through)) = commit {
+                for op in from + 1..=through {
+                    if let Some(header) = host.replica.header(op) {
+                        self.checker.committed(
+                            node,
+                            group,
+                            op,
+                            Committed {
+                                checksum: header.checksum(),
+                                client: header.client,
+                                request: header.request,
+                            },
+                        );
+                    }
+                }
+            }
+            if let Some(durable) = durable {
+                self.checker.durable(node, group, durable);
+            }
+        }
+        let n = &mut self.nodes[usize::from(node)];
+        let Some(host) = n.hosts.get_mut(&group) else {
+            return;
+        };
+        if let Outcome::Failed(reason) = &outcome {
+            let line = format!("replica {node} group {group:#x}: {name} failed: {reason}");
+            host.replica.on_completion(id, outcome);
+            self.note(line);
+            // The replica stopped: the node restarts (its process dies with the error).
+            if !self.restart_pending[usize::from(node)] {
+                self.crash(node, false);
+                self.restart_pending[usize::from(node)] = true;
+                self.schedule(100_000, Event::Restart { node });
+            }
+            return;
+        }
+        let before = (host.replica.status(), host.replica.view());
+        host.replica.on_completion(id, outcome);
+        let after = (host.replica.status(), host.replica.view());
+        if let Some(op) = journal_op {
+            let log_view = host.replica.durable().log_view;
+            self.checker.journaled(node, group, log_view, op);
+        }
+        if let Some(durable) = durable
+            && durable.log_view > log_view_before
+        {
+            let op = host.replica.journaled_head();
+            let checksum = host.replica.checksum(op).unwrap_or(0);
+            self.checker
+                .log_view_written(node, group, durable.log_view, op, checksum);
+        }
+        let more = !host.lane.is_empty();
+        if !more {
+            host.lane_scheduled = false;
+        }
+        if before != after {
+            self.view_changed(node, group, before, after);
+        }
+        self.drain(node, group);
+        let host = self.nodes[usize::from(node)].hosts.get_mut(&group);
+        if more && host.is_some() {
+            let latency = self.latency.between(20, 2_000);
+            self.schedule(latency, Event::Lane { node, life, group });
+        }
+    }
+
+    fn deliver(&mut self, to: Endpoint, bytes: &[u8]) {
+        let message = match Message::decode(bytes) {
+            Ok(message) => message,
+            Err(error) => {
+                self.note(format!("dropped a frame that does not verify: {error}"));
+                return;
+            }
+        };
+        match to {
+            Endpoint::Client(index) => {
+                let group = self.clients[index].group;
+                let client_id = self.clients[index].id;
+                let think = if self.healing {
+                    0
+                } else {
+                    self.workload.below(self.options.think_us)
+                };
+                if let Some((request, op, body)) =
+                    self.clients[index].on_reply(self.now, think, &message)
+                {
+                    self.checker.reply(group, client_id, request, op, &body);
+                }
+                let wake = self.clients[index].wake_us.saturating_sub(self.now).max(1);
+                self.schedule(wake, Event::Client { client: index });
+            }
+            Endpoint::Node(node) => {
+                let group = message.group();
+                if self.options.watch == Some(group) && self.nodes[usize::from(node)].up {
+                    self.note(format!("to replica {node}: {}", message.summary()));
+                }
+                let n = &mut self.nodes[usize::from(node)];
+                if !n.up {
+                    return;
+                }
+                let Some(host) = n.hosts.get_mut(&group) else {
+                    return;
+                };
+                let before = (host.replica.status(), host.replica.view());
+                host.replica.on_message(message);
+                let after = (host.replica.status(), host.replica.view());
+                if before != after {
+                    self.view_changed(node, group, before, after);
+                }
+                self.drain(node, group);
+            }
+        }
+    }
+
+    fn client(&mut self, index: usize) {
+        let patient = self.healing;
+        let now = self.now;
+        let client = &mut self.clients[index];
+        if now < client.wake_us {
+            return;
+        }
+        let sent = client.wake(now, &mut self.workload, patient);
+        let wake = client.wake_us;
+        if let Some((replica, message)) = sent {
+            let bytes = message.encode();
+            for delay in self
+                .network
+                .route(Endpoint::Client(index), Endpoint::Node(replica))
+            {
+                self.schedule(
+                    delay,
+                    Event::Deliver {
+                        to: Endpoint::Node(replica),
+                        bytes: bytes.clone(),
+                    },
+                );
+            }
+        }
+        if !self.clients[index].done() {
+            let after = wake.saturating_sub(now).max(1);
+            self.schedule(after, Event::Client { client: index });
+        }
+    }
+
+    /// Every node up and every replica of every group in normal status holding every op its
+    /// group committed: a node may fail now without a committed op falling below a quorum.
+    fn healthy(&self) -> bool {
+        if self.nodes.iter().any(|n| !n.up) || self.restart_pending.iter().any(|p| *p) {
+            return false;
+        }
+        if self.storage_faulty.iter().any(|f| *f) {
+            return false;
+        }
+        if self.layout.replicated == 0 {
+            // Every group journals durably before it acknowledges: with every node up, one
+            // may fail at any moment, view changes included.
+            return true;
+        }
+        for kind in self.layout.groups() {
+            let replicas: Vec<&iggy_vsr::Replica> = self
+                .nodes
+                .iter()
+                .filter_map(|n| n.hosts.get(&kind.id()).map(|h| &h.replica))
+                .collect();
+            let commit = replicas.iter().map(|r| r.commit_max()).max().unwrap_or(0);
+            if replicas
+                .iter()
+                .any(|r| r.status() != Status::Normal || r.journaled_head() < commit)
+            {
+                return false;
+            }
+        }
+        true
+    }
+
+    fn fault(&mut self) {
+        if self.healing {
+            return;
+        }
+        let next = self.faults.between(300_000, 2_000_000);
+        self.schedule(next, Event::Fault);
+        let faults = self.options.faults;
+        let choice = self.faults.below(4);
+        let node = u8::try_from(self.faults.below(u64::from(self.layout.replicas))).unwrap_or(0);
+        match choice {
+            0 | 1 if (faults.crashes || faults.power_loss) && self.healthy() => {
+                let power = faults.power_loss && (!faults.crashes || self.faults.chance(0.5));
+                self.crash(node, power);
+                self.restart_pending[usize::from(node)] = true;
+                let after = self.faults.between(200_000, 4_000_000);
+                self.schedule(after, Event::Restart { node });
+            }
+            2 if faults.network && !self.network.is_partitioned() => {
+                if self.faults.chance(0.5) {
+                    let one_way = self.faults.chance(0.3);
+                    self.network.isolate(node, self.layout.replicas, one_way);
+                    self.note(format!(
+                        "network: node {node} isolated{}",
+                        if one_way { " (outgoing only)" } else { "" }
+                    ));
+                } else {
+                    let extra = self.faults.between(20_000, 400_000);
+                    self.network.clog(node, self.layout.replicas, extra);
+                    self.note(format!("network: node {node} clogged (+{extra} us)"));
+                }
+                let after = self.faults.between(500_000, 5_000_000);
+                self.schedule(after, Event::NetworkRepair);
+            }
+            3 if faults.storage && self.healthy() => {
+                self.nodes[usize::from(node)]
+                    .storage
+                    .set_faults(iggy_io::soak::faults());
+                self.storage_faulty[usize::from(node)] = true;
+                self.note(format!("storage: faults on node {node}"));
+                let after = self.faults.between(200_000, 2_000_000);
+                self.schedule(after, Event::StorageCalm { node });
+            }
+            _ => {}
+        }
+    }
+
+    fn crash(&mut self, node: u8, power_loss: bool) {
+        self.crashes += 1;
+        self.nodes[usize::from(node)].crash(power_loss);
+        self.note(format!(
+            "node {node}: {}",
+            if power_loss {
+                "power loss"
+            } else {
+                "process crash"
+            }
+        ));
+    }
+
+    fn restart(&mut self, node: u8) {
+        self.restart_pending[usize::from(node)] = false;
+        let n = &mut self.nodes[usize::from(node)];
+        if n.up {
+            return;
+        }
+        // Boot runs without injected faults: a fault during boot would only restart it again.
+        let faulty = self.storage_faulty[usize::from(node)];
+        if faulty {
+            n.storage.set_faults(FaultConfig::default());
+        }
+        if let Err(error) = n.boot(&self.layout, true) {
+            self.checker.failure = Some(("boot".into(), error));
+            return;
+        }
+        if faulty && !self.healing {
+            n.storage.set_faults(iggy_io::soak::faults());
+        }
+        let life = n.life;
+        for (&group, host) in &n.hosts {
+            let r = &host.replica;
+            self.checker.booted(
+                node,
+                group,
+                (r.durable().log_view, r.journaled_head()),
+                r.commit_min(),
+                |op| r.checksum(op),
+            );
+        }
+        self.note(format!("node {node}: restarted (life {life})"));
+        self.schedule(TICK_US, Event::Tick { node, life });
+        let groups: Vec<u128> = self.nodes[usize::from(node)]
+            .hosts
+            .keys()
+            .copied()
+            .collect();
+        for group in groups {
+            self.drain(node, group);
+        }
+    }
+
+    // ---- for scenario tests ----
+
+    /// Advances the simulation until `until_us` (or a checker fires).
+    pub fn run_until(&mut self, until_us: u64) {
+        while let Some((&(at, _), _)) = self.events.first_key_value() {
+            if at > until_us || self.checker.failure.is_some() {
+                break;
+            }
+            let Some(((at, _), event)) = self.events.pop_first() else {
+                break;
+            };
+            self.now = at;
+            self.handle(event);
+        }
+        self.now = self.now.max(until_us);
+    }
+
+    #[must_use]
+    pub fn now(&self) -> u64 {
+        self.now
+    }
+
+    #[must_use]
+    pub fn nodes(&self) -> &[Node] {
+        &self.nodes
+    }
+
+    pub fn nodes_mut(&mut self) -> &mut [Node] {
+        &mut self.nodes
+    }
+
+    #[must_use]
+    pub fn layout(&self) -> &Layout {
+        &self.layout
+    }
+
+    /// Crashes node `node` now (a power loss, or a process crash).
+    pub fn crash_node(&mut self, node: u8, power_loss: bool) {
+        self.crash(node, power_loss);
+    }
+
+    /// Restarts node `node` now.
+    pub fn restart_node(&mut self, node: u8) {
+        self.restart(node);
+    }
+
+    /// The network, for scripted partitions.
+    pub fn network(&mut self) -> &mut Network {
+        &mut self.network
+    }
+
+    /// Stops the fault placer and heals the network: what the liveness phase does.
+    pub fn heal_now(&mut self) {
+        self.heal();
+    }
+
+    /// Whether every client finished and every group converged.
+    #[must_use]
+    pub fn is_converged(&self) -> bool {
+        self.converged()
+    }
+
+    /// The status lines of every replica.
+    #[must_use]
+    pub fn status(&self) -> Vec<String> {
+        self.status_lines()
+    }
+
+    /// The trace kept so far.
+    #[must_use]
+    pub fn trace(&self) -> Vec<String> {
+        self.trace.iter().cloned().collect()
+    }
+
+    /// The clients.
+    #[must_use]
+    pub fn clients(&self) -> &[Client] {
+        &self.clients
+    }
+
+    /// The replica of `group` on `node`, when the node is up.
+    #[must_use]
+    pub fn replica(&self, node: u8, group: u128) -> Option<&iggy_vsr::Replica> {
+        let n = &self.nodes[usize::from(node)];
+        n.up.then(|| n.hosts.get(&group).map(|h| &h.replica))
+            .flatten()
+    }
+
+    /// The first checker failure, if one fired.
+    #[must_use]
+    pub fn failure(&self) -> Option<&(String, String)> {
+        self.checker.failure.as_ref()
+    }
+}
+
+/// Runs seed `options.seed` to its end.
+pub fn run(options: Options) -> Report {
+    let seed = options.seed;
+    match Cluster::new(options) {
+        Ok(cluster) => cluster.run(),
+        Err(error) => Report {
+            seed,
+            simulated_us: 0,
+            wall: Duration::ZERO,
+            committed_ops: 0,
+            replies: 0,
+            not_committed: 0,
+            crashes: 0,
+            view_changes: 0,
+            behind_ring: 0,
+            failure: Some(Failure {
+                checker: "setup".into(),
+                what: error,
+                trace: Vec::new(),
+                status: Vec::new(),
+            }),
+        },
+    }
+}
+
+fn outcome_name(outcome: &Outcome) -> String {
+    match outcome {
+        Outcome::Failed(reason) => format!("failed ({reason})"),
+        Outcome::Refused(reason) => format!("refused ({reason})"),
+        _ => "done".into(),
+    }
+}

@@ -1,0 +1,171 @@
+//! `iggy-sim`: runs seeds of the cluster simulator and prints what each did; a failing seed
+//! prints the checker that fired, every replica's status, the last events, and the command that
+//! replays it.
+
+use std::io::Write;
+use std::process::ExitCode;
+
+use clap::Parser;
+use iggy_sim::{Options, run};
+
+/// Deterministic cluster simulator: three nodes of real VSR replicas on the real storage crates,
+/// simulated disks and network, crashes, power losses, storage and network faults, then a
+/// liveness phase that heals everything and requires every request to complete.
+#[derive(Debug, Parser)]
+#[command(
+    version,
+    after_help = "Exit codes:\n  0  every seed passed\n  1  a checker fired (the seed and the command replaying it are printed)\n  2  usage error"
+)]
+struct Cli {
+    /// Run this one seed.
+    #[arg(long, conflicts_with = "seeds")]
+    seed: Option<u64>,
+    /// Run the seeds A..B (B excluded).
+    #[arg(long, value_parser = parse_range)]
+    seeds: Option<(u64, u64)>,
+    /// Partitions with replicated durability.
+    #[arg(long, default_value_t = 2)]
+    replicated: u32,
+    /// Partitions with persisted durability.
+    #[arg(long, default_value_t = 2)]
+    persisted: u32,
+    /// Requests each client sends.
+    #[arg(long, default_value_t = 40)]
+    requests: u64,
+    /// Simulated seconds of the fault phase.
+    #[arg(long, default_value_t = 20)]
+    fault_seconds: u64,
+    /// Events kept for the trace of a failure.
+    #[arg(long, default_value_t = 64)]
+    trace: usize,
+    /// Turn one protocol safeguard off (to show the simulator finds the bug it prevents):
+    /// durable-view-gate, publish-before-log-view, nack-header-without-body, body-fetch,
+    /// hole-check-lower-bound, incarnation-echo, same-view-keeps-log,
+    /// forgotten-acknowledgments.
+    #[arg(long)]
+    without: Option<String>,
+    /// Put every message delivered to and every storage effect of this group into the trace
+    /// (the group id in hex, as failures print it; 0 is the metadata group).
+    #[arg(long, value_parser = parse_group)]
+    watch: Option<u128>,
+}
+
+fn parse_group(text: &str) -> Result<u128, String> {
+    let digits = text.trim_start_matches("0x");
+    u128::from_str_radix(digits, 16).map_err(|_| format!("{text:?} is not a group id in hex"))
+}
+
+fn safeguards(without: Option<&str>) -> Result<iggy_vsr::Safeguards, String> {
+    match without {
+        None => Ok(iggy_vsr::Safeguards::default()),
+        Some(name) => iggy_vsr::Safeguards::without(name).ok_or_else(|| {
+            format!(
+                "no safeguard named {name:?} (there are: {})",
+                iggy_vsr::Safeguards::NAMES.join(", ")
+            )
+        }),
+    }
+}
+
+fn parse_range(text: &str) -> Result<(u64, u64), String> {
+    let (a, b) = text
+        .split_once("..")
+        .ok_or_else(|| format!("{text:?} is not A..B"))?;
+    let a = a.parse().map_err(|_| format!("{a:?} is not a number"))?;
+    let b = b.parse().map_err(|_| format!("{b:?} is not a number"))?;
+    if b <= a {
+        return Err(format!("{text:?} is empty"));
+    }
+    Ok((a, b))
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let safeguards = match safeguards(cli.without.as_deref()) {
+        Ok(s) => s,
+        Err(error) => {
+            eprintln!("iggy-sim: {error}");
+            return ExitCode::from(2);
+        }
+    };
+    let (from, to) = match (cli.seed, cli.seeds) {
+        (Some(seed), _) => (seed, seed + 1),
+        (None, Some(range)) => range,
+        (None, None) => (0, 1),
+    };
+    let mut failed = 0u64;
+    let mut simulated = 0u64;
+    let mut wall = std::time::Duration::ZERO;
+    for seed in from..to {
+        let options = Options {
+            replicated: cli.replicated,
+            persisted: cli.persisted,
+            requests_per_client: cli.requests,
+            fault_phase_us: cli.fault_seconds * 1_000_000,
+            trace_events: cli.trace,
+            watch: cli.watch,
+            safeguards,
+            ..Options::new(seed)
+        };
+        let report = run(options);
+        simulated += report.simulated_us;
+        wall += report.wall;
+        let line = format!(
+            "seed {seed}: {} simulated s in {:.2} wall s; {} ops committed, {} replies, {} \
+             unknown outcomes, {} crashes, {} view changes, {} behind the ring: {}",
+            report.simulated_us / 1_000_000,
+            report.wall.as_secs_f64(),
+            report.committed_ops,
+            report.replies,
+            report.not_committed,
+            report.crashes,
+            report.view_changes,
+            report.behind_ring,
+            if report.failure.is_some() {
+                "FAILED"
+            } else {
+                "ok"
+            }
+        );
+        let mut text = line + "\n";
+        if let Some(failure) = report.failure {
+            failed += 1;
+            text += &failure.render();
+            let without = cli
+                .without
+                .as_deref()
+                .map_or(String::new(), |w| format!(" --without {w}"));
+            text += &format!(
+                "replay: cargo run --release -p iggy-sim -- --seed {seed} --replicated {} \
+                 --persisted {} --requests {} --fault-seconds {}{without}\n",
+                cli.replicated, cli.persisted, cli.requests, cli.fault_seconds
+            );
+        }
+        if !say(&text) {
+            // The reader went away (`| head`): stop quietly with what is known so far.
+            return exit(failed);
+        }
+    }
+    let seeds = to - from;
+    say(&format!(
+        "{seeds} seeds, {failed} failed; {:.0} simulated s per wall s\n",
+        simulated as f64 / 1e6 / wall.as_secs_f64().max(1e-9)
+    ));
+    exit(failed)
+}
+
+/// Writes `text` to stdout; false when stdout is closed.
+fn say(text: &str) -> bool {
+    let mut out = std::io::stdout().lock();
+    out.write_all(text.as_bytes())
+        .and_then(|()| out.flush())
+        .is_ok()
+}
+
+fn exit(failed: u64) -> ExitCode {
+    if failed == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    }
+}

@@ -1,0 +1,544 @@
+//! One simulated node: a `SimStorage` holding a real node directory (the metadata group and the
+//! partitions, booted through `recovery::boot`), one VSR replica per group, and the executor that
+//! carries out each replica's storage effects on the group's ordered lane through the storage
+//! crates' replicated entry points.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::path::{Path, PathBuf};
+
+use iggy_format::Header;
+use iggy_format::operation;
+use iggy_io::{SimStorage, Storage};
+use iggy_metadata::group::{GROUP_ID, MetadataGroup};
+use iggy_metadata::{Durability, Op, Retention, codec};
+use iggy_recovery::{BootConfig, Mode, NodeLock, PartitionKey};
+use iggy_segments::offsets::ConsumerKind;
+use iggy_segments::{Partition, Request};
+use iggy_superblock::{Identity, VsrState};
+use iggy_vsr::{Boot, Config, Durable, Effect, Outcome, Replica, Safeguards};
+
+/// Bytes a replicated partition appends before it publishes (its checkpoint, small here).
+const CHECKPOINT_BYTES: u64 = 256 << 10;
+
+/// The cluster's layout, the same on every node.
+#[derive(Clone, Debug)]
+pub struct Layout {
+    pub cluster: u128,
+    pub replicas: u8,
+    /// Partitions of topic 1 (replicated durability: acknowledged once queued in the WAL).
+    pub replicated: u32,
+    /// Partitions of topic 2 (persisted: published before acknowledged).
+    pub persisted: u32,
+    pub segment_size_bytes: u64,
+    pub vsr: Config,
+    pub safeguards: Safeguards,
+}
+
+impl Layout {
+    /// Every group of the cluster: the metadata group, then the partitions.
+    #[must_use]
+    pub fn groups(&self) -> Vec<GroupKind> {
+        let mut groups = vec![GroupKind::Metadata];
+        for partition in 1..=self.replicated {
+            groups.push(GroupKind::Partition {
+                key: PartitionKey {
+                    stream: 1,
+                    topic: 1,
+                    partition,
+                },
+                persisted: false,
+            });
+        }
+        for partition in 1..=self.persisted {
+            groups.push(GroupKind::Partition {
+                key: PartitionKey {
+                    stream: 1,
+                    topic: 2,
+                    partition,
+                },
+                persisted: true,
+            });
+        }
+        groups
+    }
+
+    fn boot_config(&self, incarnation: u64) -> BootConfig {
+        BootConfig {
+            metadata_file_size_bytes: 64 << 10,
+            segment_size_bytes: self.segment_size_bytes,
+            index_interval_bytes: 1024,
+            unpublished_bytes_max: 16 << 20,
+            ..BootConfig::new(incarnation)
+        }
+    }
+
+    fn identity(&self, replica: u8) -> Identity {
+        Identity {
+            cluster: self.cluster,
+            replica,
+            replica_count: self.replicas,
+        }
+    }
+}
+
+/// What a group is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GroupKind {
+    Metadata,
+    Partition { key: PartitionKey, persisted: bool },
+}
+
+impl GroupKind {
+    #[must_use]
+    pub fn id(self) -> u128 {
+        match self {
+            Self::Metadata => GROUP_ID,
+            Self::Partition { key, .. } => key.group_id(),
+        }
+    }
+
+    #[must_use]
+    pub fn label(self) -> String {
+        match self {
+            Self::Metadata => "metadata".into(),
+            Self::Partition { key, persisted } => format!(
+                "partition {}{}",
+                key.dir_name(),
+                if persisted { " (persisted)" } else { "" }
+            ),
+        }
+    }
+}
+
+/// A group's storage.
+pub enum Store {
+    Metadata(MetadataGroup<SimStorage>),
+    Partition {
+        partition: Partition<SimStorage>,
+        persisted: bool,
+    },
+}
+
+/// One group on one node: its replica, its storage and its lane of storage effects.
+pub struct Host {
+    pub kind: GroupKind,
+    pub replica: Replica,
+    pub store: Store,
+    /// Storage effects not yet carried out, in the order the replica emitted them.
+    pub lane: VecDeque<Effect>,
+    /// Whether the lane's head has a completion scheduled.
+    pub lane_scheduled: bool,
+}
+
+/// A simulated node.
+pub struct Node {
+    pub index: u8,
+    pub storage: SimStorage,
+    /// Incremented at every boot: events of an earlier life are stale.
+    pub life: u64,
+    pub up: bool,
+    pub hosts: BTreeMap<u128, Host>,
+    lock: Option<NodeLock>,
+}
+
+fn partition_dir(key: PartitionKey) -> PathBuf {
+    Path::new(iggy_recovery::PARTITIONS_DIR).join(key.dir_name())
+}
+
+impl Node {
+    /// Creates node `index` of a new cluster: every node writes the same genesis (the metadata
+    /// group's first two ops, identical bytes everywhere, and the empty partitions), then boots.
+    pub fn create(layout: &Layout, index: u8, storage: SimStorage) -> Result<Self, String> {
+        let config = layout.boot_config(0);
+        let identity = layout.identity(index);
+        let err = |e: &dyn std::fmt::Display| format!("node {index}: {e}");
+        let mut metadata = MetadataGroup::create(
+            storage.clone(),
+            Path::new(iggy_recovery::METADATA_DIR),
+            identity,
+            config.metadata_wal(),
+        )
+        .map_err(|e| err(&e))?;
+        let topic = |name: &str, partitions: u32, durability| Op::CreateTopic {
+            stream: 1,
+            name: name.into(),
+            partitions,
+            durability,
+            segment_size_bytes: layout.segment_size_bytes,
+            retention: Retention::default(),
+            replication_factor: layout.replicas,
+        };
+        let genesis = [
+            Op::CreateStream { name: "sim".into() },
+            topic("replicated", layout.replicated, Durability::Replicated),
+            topic("persisted", layout.persisted, Durability::Persisted),
+        ];
+        for op in &genesis {
+            metadata
+                .submit(op)
+                .map_err(|e| err(&e))?
+                .map_err(|e| err(&e))?;
+        }
+        drop(metadata);
+        storage
+            .create_dir(iggy_recovery::PARTITIONS_DIR)
+            .map_err(|e| err(&e))?;
+        storage.sync_dir("").map_err(|e| err(&e))?;
+        for kind in layout.groups() {
+            if let GroupKind::Partition { key, .. } = kind {
+                let config = config.partition(identity, key, Some(layout.segment_size_bytes));
+                drop(
+                    Partition::create(storage.clone(), &partition_dir(key), config)
+                        .map_err(|e| err(&e))?,
+                );
+            }
+        }
+        let mut node = Self {
+            index,
+            storage,
+            life: 0,
+            up: false,
+            hosts: BTreeMap::new(),
+            lock: None,
+        };
+        node.boot(layout, false)?;
+        Ok(node)
+    }
+
+    /// Boots the node from its disk through `recovery::boot` (a restart after a crash when
+    /// `restarted`), one replica per group.
+    pub fn boot(&mut self, layout: &Layout, restarted: bool) -> Result<(), String> {
+        self.life += 1;
+        let incarnation = u64::from(self.index) << 48 | self.life;
+        let config = layout.boot_config(incarnation);
+        let (state, report) =
+            iggy_recovery::boot_with(self.storage.clone(), Path::new(""), Mode::Open, &config)
+                .map_err(|e| format!("node {}: boot: {e}", self.index))?;
+        if let Some(refused) = report
+            .groups
+            .iter()
+            .find(|g| g.status == iggy_recovery::Status::Refuse || g.error.is_some())
+        {
+            return Err(format!(
+                "node {}: boot refused {}: {}",
+                self.index,
+                refused.group,
+                refused.error.clone().unwrap_or_default()
+            ));
+        }
+        let mut metadata = state.metadata;
+        let mut partitions = state.partitions;
+        self.lock = Some(state.lock);
+        self.hosts.clear();
+        for kind in layout.groups() {
+            let id = iggy_vsr::Identity {
+                cluster: layout.cluster,
+                group: kind.id(),
+                replica: self.index,
+                replicas: layout.replicas,
+            };
+            let (store, boot) = match kind {
+                GroupKind::Metadata => {
+                    let group = metadata
+                        .take()
+                        .ok_or_else(|| format!("node {}: no metadata group", self.index))?;
+                    let boot = metadata_boot(&group, restarted, incarnation, &layout.vsr)?;
+                    (Store::Metadata(group), boot)
+                }
+                GroupKind::Partition { key, persisted } => {
+                    let partition = partitions.remove(&key).ok_or_else(|| {
+                        format!(
+                            "node {}: partition {} not booted",
+                            self.index,
+                            key.dir_name()
+                        )
+                    })?;
+                    let boot =
+                        partition_boot(&partition, persisted, restarted, incarnation, &layout.vsr)?;
+                    (
+                        Store::Partition {
+                            partition,
+                            persisted,
+                        },
+                        boot,
+                    )
+                }
+            };
+            let replica = Replica::new(layout.vsr.clone(), layout.safeguards, id, boot);
+            self.hosts.insert(
+                kind.id(),
+                Host {
+                    kind,
+                    replica,
+                    store,
+                    lane: VecDeque::new(),
+                    lane_scheduled: false,
+                },
+            );
+        }
+        self.up = true;
+        Ok(())
+    }
+
+    /// The process dies: replicas, their pending effects and every handle go; the disk keeps
+    /// what the kernel has (a power loss also loses what was not synced).
+    pub fn crash(&mut self, power_loss: bool) {
+        self.hosts.clear();
+        self.lock = None;
+        self.up = false;
+        if power_loss {
+            self.storage.power_loss();
+        } else {
+            self.storage.crash_process();
+        }
+    }
+}
+
+/// A log's head op, its checksum, and its tail of entries.
+type Tail = (u64, u128, Vec<(Header, Vec<u8>)>);
+
+fn entries_of(
+    wal: &iggy_wal::Wal<SimStorage>,
+    applied: u64,
+    config: &Config,
+) -> Result<Tail, String> {
+    let (head, head_checksum) = wal.head();
+    let first = wal.first_op().max(1);
+    // Everything above what storage executed, and a tail below it for the ring (bounded: the
+    // rest of the log stays on disk).
+    let tail = u64::try_from(config.ring_entries_max.min(1024)).unwrap_or(1024);
+    let from = first
+        .max(head.saturating_sub(tail) + 1)
+        .min(applied + 1)
+        .max(first);
+    let entries = if head >= from {
+        wal.read(from, head)
+            .map_err(|e| format!("reading the journal back: {e}"))?
+            .into_iter()
+            .map(|e| (e.header, e.body))
+            .collect()
+    } else {
+        Vec::new()
+    };
+    Ok((head, head_checksum, entries))
+}
+
+fn durable_of(state: &VsrState) -> Durable {
+    Durable {
+        view: state.view,
+        log_view: state.log_view,
+        commit_max: state.commit_max,
+    }
+}
+
+fn metadata_boot(
+    group: &MetadataGroup<SimStorage>,
+    restarted: bool,
+    incarnation: u64,
+    config: &Config,
+) -> Result<Boot, String> {
+    let applied = group.applied_op();
+    let (head, head_checksum, entries) = entries_of(group.wal(), applied, config)?;
+    Ok(Boot {
+        durable: durable_of(&group.vsr_state()),
+        applied,
+        head,
+        head_checksum,
+        entries,
+        restarted,
+        // Journaled and synced before it is acknowledged.
+        forgot_acknowledged: false,
+        incarnation,
+    })
+}
+
+fn partition_boot(
+    partition: &Partition<SimStorage>,
+    persisted: bool,
+    restarted: bool,
+    incarnation: u64,
+    config: &Config,
+) -> Result<Boot, String> {
+    let applied = partition.committed();
+    let (head, head_checksum, entries) = entries_of(partition.wal(), applied, config)?;
+    Ok(Boot {
+        durable: durable_of(&partition.vsr_state()),
+        applied,
+        head,
+        head_checksum,
+        entries,
+        restarted,
+        // Replicated durability acknowledges what the WAL queued; boot keeps only what it
+        // published. Persisted publishes before it acknowledges.
+        forgot_acknowledged: !persisted,
+        incarnation,
+    })
+}
+
+/// Carries out one storage effect on `store` (`now_us`: the simulated clock, for a primary's
+/// stamps). A storage error is `Outcome::Failed`: the replica stops, the node restarts.
+pub fn execute(store: &mut Store, effect: Effect, now_us: u64) -> Outcome {
+    let failed = |e: &dyn std::fmt::Display| Outcome::Failed(e.to_string());
+    match (store, effect) {
+        (_, Effect::Send { .. }) => Outcome::Done,
+        (Store::Metadata(group), Effect::WriteSuperblock { durable, .. }) => {
+            let state = VsrState {
+                view: durable.view,
+                log_view: durable.log_view,
+                commit_max: durable.commit_max,
+                ..group.vsr_state()
+            };
+            group
+                .write_vsr(state)
+                .map_or_else(|e| failed(&e), |()| Outcome::Done)
+        }
+        (Store::Partition { partition, .. }, Effect::WriteSuperblock { durable, .. }) => {
+            let state = VsrState {
+                view: durable.view,
+                log_view: durable.log_view,
+                commit_max: durable.commit_max,
+                ..partition.vsr_state()
+            };
+            partition
+                .write_vsr(state)
+                .map_or_else(|e| failed(&e), |()| Outcome::Done)
+        }
+        (Store::Metadata(group), Effect::Prepare { meta, body, .. }) => {
+            let Ok(op) = codec::decode_op(&body) else {
+                return Outcome::Refused("not a metadata op".into());
+            };
+            let meta = iggy_format::PrepareMeta { now_us, ..meta };
+            match group.prepare(&op, &meta) {
+                Ok(Ok((header, body))) => Outcome::Prepared { header, body },
+                Ok(Err(refused)) => Outcome::Refused(refused.to_string()),
+                Err(e) => failed(&e),
+            }
+        }
+        (
+            Store::Partition {
+                partition,
+                persisted,
+            },
+            Effect::Prepare {
+                meta,
+                operation,
+                mut body,
+                ..
+            },
+        ) => {
+            let meta = iggy_format::PrepareMeta { now_us, ..meta };
+            let request = match operation {
+                operation::MESSAGES => Request::Messages(&mut body),
+                operation::CONSUMER_OFFSET => match consumer_offset(&body) {
+                    Some((kind, id, offset)) => Request::StoreOffset { kind, id, offset },
+                    None => return Outcome::Refused("not a consumer offset store".into()),
+                },
+                _ => return Outcome::Refused("not a partition operation".into()),
+            };
+            match partition.prepare(request, &meta) {
+                Ok(prepared) => {
+                    if let Err(e) = after_journal(partition, *persisted, prepared.header.op) {
+                        return failed(&e);
+                    }
+                    Outcome::Prepared {
+                        header: prepared.header,
+                        body: prepared.body,
+                    }
+                }
+                Err(iggy_segments::PartitionError::Batch(e)) => Outcome::Refused(e.to_string()),
+                Err(e) => failed(&e),
+            }
+        }
+        (Store::Metadata(group), Effect::Journal { header, body, .. }) => group
+            .journal(&header, &body)
+            .map_or_else(|e| failed(&e), |()| Outcome::Done),
+        (
+            Store::Partition {
+                partition,
+                persisted,
+            },
+            Effect::Journal { header, body, .. },
+        ) => match partition.journal(&header, &body) {
+            Ok(_) => after_journal(partition, *persisted, header.op)
+                .map_or_else(|e| failed(&e), |()| Outcome::Done),
+            Err(e) => failed(&e),
+        },
+        (Store::Metadata(group), Effect::Truncate { after, .. }) => group
+            .truncate_after(after)
+            .map_or_else(|e| failed(&e), |()| Outcome::Done),
+        (Store::Partition { partition, .. }, Effect::Truncate { after, .. }) => partition
+            .truncate_after(after)
+            .map_or_else(|e| failed(&e), |()| Outcome::Done),
+        (Store::Metadata(_), Effect::Publish { .. }) => Outcome::Done,
+        (Store::Partition { partition, .. }, Effect::Publish { .. }) => partition
+            .publish()
+            .map_or_else(|e| failed(&e), |()| Outcome::Done),
+        (Store::Metadata(group), Effect::Commit { through, .. }) => match group.commit(through) {
+            Ok(committed) => Outcome::Committed {
+                replies: committed
+                    .into_iter()
+                    .filter(|c| c.client != 0)
+                    .map(|c| (c.op, c.reply))
+                    .collect(),
+            },
+            Err(e) => failed(&e),
+        },
+        (Store::Partition { partition, .. }, Effect::Commit { through, .. }) => {
+            let from = partition.committed() + 1;
+            if let Err(e) = partition.commit(through) {
+                return failed(&e);
+            }
+            let mut replies = Vec::new();
+            if through >= from {
+                match partition.wal().read(from, through) {
+                    Ok(entries) => {
+                        for entry in entries.into_iter().filter(|e| e.header.client != 0) {
+                            replies.push((entry.header.op, partition_reply(&entry)));
+                        }
+                    }
+                    Err(e) => return failed(&e),
+                }
+            }
+            Outcome::Committed { replies }
+        }
+    }
+}
+
+/// A journaled entry of a persisted partition is published before it is acknowledged; a
+/// replicated one is published at its checkpoint.
+fn after_journal(
+    partition: &Partition<SimStorage>,
+    persisted: bool,
+    op: u64,
+) -> Result<(), iggy_segments::PartitionError> {
+    if persisted {
+        partition.wait_published(op)
+    } else if partition.unpublished_bytes() >= CHECKPOINT_BYTES {
+        partition.publish()
+    } else {
+        Ok(())
+    }
+}
+
+/// A partition's reply: a batch's base offset and message count; nothing for other kinds.
+fn partition_reply(entry: &iggy_wal::Entry) -> Vec<u8> {
+    match iggy_segments::entry::peek(&entry.header, &entry.body) {
+        Ok(iggy_segments::Kind::Messages(batch)) => {
+            let mut reply = batch.base_offset.to_le_bytes().to_vec();
+            reply.extend_from_slice(&batch.message_count.to_le_bytes());
+            reply
+        }
+        _ => Vec::new(),
+    }
+}
+
+/// A consumer offset store's request body: kind, id and offset (16 bytes).
+fn consumer_offset(body: &[u8]) -> Option<(ConsumerKind, u32, u64)> {
+    if body.len() != iggy_segments::entry::CONSUMER_OFFSET_BODY_SIZE {
+        return None;
+    }
+    let kind = ConsumerKind::from_code(body[0])?;
+    let id = u32::from_le_bytes(body[4..8].try_into().ok()?);
+    let offset = u64::from_le_bytes(body[8..16].try_into().ok()?);
+    Some((kind, id, offset))
+}

@@ -1,0 +1,108 @@
+//! What a replica asks its host to do, and what the host tells it back. Storage effects run on
+//! one ordered lane per group, in the order the replica emitted them (truncate, then journal,
+//! then publish, then the superblock that names a new log_view); each completes with an
+//! [`Outcome`] the host hands to `Replica::on_completion`. Sends complete nothing.
+
+use iggy_format::{Checksum, Header, PrepareMeta};
+
+use crate::message::Message;
+
+/// Names one effect, for its completion.
+pub type EffectId = u64;
+
+/// Where a message goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Destination {
+    Replica(u8),
+    Client(u128),
+}
+
+/// The replica's durable VSR state: what its superblock holds.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Durable {
+    pub view: u32,
+    pub log_view: u32,
+    pub commit_max: u64,
+}
+
+/// One thing for the host to do.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Effect {
+    /// Send `message` (no completion: the network may lose it).
+    Send { to: Destination, message: Message },
+    /// Write `durable` to the superblock (both copies, synced).
+    WriteSuperblock { id: EffectId, durable: Durable },
+    /// The primary's prepare of a client's request: the host builds the entry at the head of
+    /// the group's log (stamping it: a batch's offsets and timestamps, `meta.now_us` filled in
+    /// from its clock), journals it, and returns it ([`Outcome::Prepared`]).
+    Prepare {
+        id: EffectId,
+        meta: PrepareMeta,
+        operation: u32,
+        body: Vec<u8>,
+    },
+    /// Journal a prepare another replica built, byte for byte, as the next entry.
+    Journal {
+        id: EffectId,
+        header: Header,
+        body: Vec<u8>,
+    },
+    /// Drop every entry after `after`, durably.
+    Truncate { id: EffectId, after: u64 },
+    /// Make every journaled entry up to `through` durable.
+    Publish { id: EffectId, through: u64 },
+    /// Execute every journaled entry up to `through` ([`Outcome::Committed`] gives the replies).
+    Commit { id: EffectId, through: u64 },
+}
+
+impl Effect {
+    /// The effect's id, for those that complete.
+    #[must_use]
+    pub fn id(&self) -> Option<EffectId> {
+        match self {
+            Self::Send { .. } => None,
+            Self::WriteSuperblock { id, .. }
+            | Self::Prepare { id, .. }
+            | Self::Journal { id, .. }
+            | Self::Truncate { id, .. }
+            | Self::Publish { id, .. }
+            | Self::Commit { id, .. } => Some(*id),
+        }
+    }
+
+    /// The effect's name, for traces.
+    #[must_use]
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::Send { .. } => "send",
+            Self::WriteSuperblock { .. } => "write_superblock",
+            Self::Prepare { .. } => "prepare",
+            Self::Journal { .. } => "journal",
+            Self::Truncate { .. } => "truncate",
+            Self::Publish { .. } => "publish",
+            Self::Commit { .. } => "commit",
+        }
+    }
+}
+
+/// How a storage effect ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// Done (superblock, journal, truncate, publish).
+    Done,
+    /// The prepare the host built and journaled.
+    Prepared { header: Header, body: Vec<u8> },
+    /// Executed: the reply bytes of each committed entry that came from a client, by op.
+    Committed { replies: Vec<(u64, Vec<u8>)> },
+    /// The host refused to prepare the request (its body is not a valid operation); nothing
+    /// was journaled.
+    Refused(String),
+    /// The storage failed: the replica stops (it stays silent until the host restarts it).
+    Failed(String),
+}
+
+/// The checksum that names an entry: its header's.
+#[must_use]
+pub fn entry_checksum(header: &Header) -> Checksum {
+    header.checksum()
+}

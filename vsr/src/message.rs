@@ -1,0 +1,817 @@
+//! The messages of the replica bus and of clients, and their codec. Every message is a 256-byte
+//! header and a body. A `Prepare` is the journaled entry header itself (`iggy_format::Header`,
+//! command 1), so a backup journals the bytes it received. Every other message is a control
+//! frame sealed the same way: an XXH3-128 of header bytes 16..256 and one of the body, a version,
+//! a command, the frame's size, reserved bytes zero. Both layouts keep `size` at byte 92 and the
+//! command at byte 98, so a receiver can frame and dispatch before it decodes. A frame that does
+//! not verify is refused with the reason, never trusted (the receiver drops and counts it).
+//!
+//! Control frame layout (little-endian; see `docs/vsr.md`, "Messages"):
+//!
+//! ```text
+//!   0 checksum u128 | 16 checksum_body u128 | 32 cluster u128 | 48 group u128
+//!  64 op u64 | 72 commit u64 | 80 request u64 | 88 view u32 | 92 size u32
+//!  96 version u16 | 98 command u8 | 99 replica u8 | 100 log_view u32 | 104 client u128
+//! 120 context u128 | 136 nonce u64 | 144 count u32 | 148 operation u32 | 152 status u8
+//! 153..256 reserved (zero)
+//! ```
+
+use iggy_format::constants::HEADER_SIZE;
+use iggy_format::{Checksum, Header, checksum, le};
+
+use crate::config::HEADERS_MAX;
+
+/// The control frame version this build writes and reads.
+pub const FRAME_VERSION: u16 = 1;
+
+const CHECKSUM_OFFSET: usize = 0;
+const CHECKSUM_BODY_OFFSET: usize = 16;
+const CLUSTER_OFFSET: usize = 32;
+const GROUP_OFFSET: usize = 48;
+const OP_OFFSET: usize = 64;
+const COMMIT_OFFSET: usize = 72;
+const REQUEST_OFFSET: usize = 80;
+const VIEW_OFFSET: usize = 88;
+/// Where both layouts keep the message's size (header plus body).
+pub const SIZE_OFFSET: usize = 92;
+const VERSION_OFFSET: usize = 96;
+/// Where both layouts keep the command.
+pub const COMMAND_OFFSET: usize = 98;
+const REPLICA_OFFSET: usize = 99;
+const LOG_VIEW_OFFSET: usize = 100;
+const CLIENT_OFFSET: usize = 104;
+const CONTEXT_OFFSET: usize = 120;
+const NONCE_OFFSET: usize = 136;
+const COUNT_OFFSET: usize = 144;
+const OPERATION_OFFSET: usize = 148;
+const STATUS_OFFSET: usize = 152;
+const RESERVED_OFFSET: usize = 153;
+
+const _: () = assert!(SIZE_OFFSET == iggy_format::header::SIZE_OFFSET);
+const _: () = assert!(COMMAND_OFFSET == iggy_format::header::COMMAND_OFFSET);
+const _: () = assert!(RESERVED_OFFSET < HEADER_SIZE);
+
+/// Command codes: 1 is the entry header's own `Prepare`.
+pub mod command {
+    pub const PREPARE: u8 = 1;
+    pub const PREPARE_OK: u8 = 2;
+    pub const COMMIT: u8 = 3;
+    pub const START_VIEW_CHANGE: u8 = 4;
+    pub const DO_VIEW_CHANGE: u8 = 5;
+    pub const START_VIEW: u8 = 6;
+    pub const REQUEST_START_VIEW: u8 = 7;
+    pub const REQUEST_PREPARES: u8 = 8;
+    pub const RANGE_EVICTED: u8 = 9;
+    pub const REQUEST: u8 = 10;
+    pub const REPLY: u8 = 11;
+}
+
+/// Who sent a replica message, for which group, in which view.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct From {
+    pub cluster: u128,
+    pub group: u128,
+    pub replica: u8,
+    pub view: u32,
+}
+
+/// One header of a `DoViewChange`, with what the sender can say about it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct ViewHeader {
+    pub header: Header,
+    /// The sender holds the body: it can serve it.
+    pub present: bool,
+    /// The sender never acknowledged this prepare (it journals before it acknowledges, so a
+    /// header it cannot serve above its commit point is one it never acknowledged).
+    pub nack: bool,
+}
+
+/// How a request ended, as a reply says it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ReplyStatus {
+    /// Committed: the body is the reply.
+    Committed,
+    /// The cluster never took the request (this replica does not lead, or is not in normal
+    /// status): sending it again is safe.
+    NotAccepted,
+    /// The outcome cannot be known (what a client reports when it gives up after sending).
+    NotCommitted,
+}
+
+impl ReplyStatus {
+    fn code(self) -> u8 {
+        match self {
+            Self::Committed => 0,
+            Self::NotAccepted => 1,
+            Self::NotCommitted => 2,
+        }
+    }
+
+    fn from_code(code: u8) -> Option<Self> {
+        match code {
+            0 => Some(Self::Committed),
+            1 => Some(Self::NotAccepted),
+            2 => Some(Self::NotCommitted),
+            _ => None,
+        }
+    }
+}
+
+/// A message on the replica bus or between a client and a replica.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Message {
+    /// The primary's prepare (also a repair reply): the journaled entry, as it is journaled.
+    Prepare { header: Header, body: Vec<u8> },
+    /// A backup journaled the prepare `op` whose header checksum is `checksum`.
+    PrepareOk {
+        from: From,
+        op: u64,
+        checksum: Checksum,
+    },
+    /// The primary's commit point (its heartbeat) and the checksum of the entry there.
+    Commit {
+        from: From,
+        commit: u64,
+        checksum: Checksum,
+    },
+    /// The sender gave up on the views before `from.view`.
+    StartViewChange { from: From },
+    /// The sender's log for the new primary: its log_view, head, commit point (and the
+    /// checksum of the entry there) and the headers after its commit point (at most
+    /// `HEADERS_MAX`).
+    DoViewChange {
+        from: From,
+        log_view: u32,
+        op: u64,
+        commit: u64,
+        commit_checksum: Checksum,
+        headers: Vec<ViewHeader>,
+        /// The sender restarted without what it acknowledged past its last publication
+        /// (replicated durability) in the views up to this one: it cannot say it never saw an
+        /// op of those views, and until it starts a later view its log stands for no one else's.
+        forgotten_view: Option<u32>,
+    },
+    /// The new view's log: head, commit point (and the checksum of the entry there) and the
+    /// headers after it; `nonce` echoes a restarted replica's probe (0 for the broadcast that
+    /// starts a view).
+    StartView {
+        from: From,
+        op: u64,
+        commit: u64,
+        commit_checksum: Checksum,
+        nonce: u64,
+        headers: Vec<Header>,
+    },
+    /// A restarted replica asks who leads; `nonce` is its boot's incarnation.
+    RequestStartView { from: From, nonce: u64 },
+    /// Asks for the prepares `first..=last` (at most `REPAIR_BATCH_MAX`).
+    RequestPrepares { from: From, first: u64, last: u64 },
+    /// The sender no longer holds the start of a requested range: its oldest prepare is `oldest`.
+    RangeEvicted { from: From, oldest: u64 },
+    /// A client's request.
+    Request {
+        cluster: u128,
+        group: u128,
+        client: u128,
+        request: u64,
+        operation: u32,
+        body: Vec<u8>,
+    },
+    /// The answer to a client's request: committed as `op`, or refused.
+    Reply {
+        from: From,
+        client: u128,
+        request: u64,
+        op: u64,
+        status: ReplyStatus,
+        body: Vec<u8>,
+    },
+}
+
+/// Why bytes are not a message. Each reason is its own, so a counter can say which.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum DecodeError {
+    #[error("{len} bytes, shorter than a header")]
+    Truncated { len: usize },
+    #[error("the header says {size} bytes, {len} arrived")]
+    Size { size: u32, len: usize },
+    #[error("prepare header: {0}")]
+    Prepare(iggy_format::HeaderError),
+    #[error("prepare body does not match its header")]
+    PrepareBody,
+    #[error("header checksum mismatch")]
+    Checksum,
+    #[error("body checksum mismatch")]
+    BodyChecksum,
+    #[error("unknown frame version {0}")]
+    Version(u16),
+    #[error("unknown command {0}")]
+    Command(u8),
+    #[error("reserved byte at header offset {offset} is not zero")]
+    Reserved { offset: usize },
+    #[error("{0}")]
+    Invalid(&'static str),
+}
+
+/// The flat fields of a control frame (each command uses some of them).
+#[derive(Clone, Copy, Debug, Default)]
+struct Fields {
+    cluster: u128,
+    group: u128,
+    op: u64,
+    commit: u64,
+    request: u64,
+    view: u32,
+    command: u8,
+    replica: u8,
+    log_view: u32,
+    client: u128,
+    context: u128,
+    nonce: u64,
+    count: u32,
+    operation: u32,
+    status: u8,
+}
+
+impl Fields {
+    fn from(command: u8, from: &From) -> Self {
+        Self {
+            cluster: from.cluster,
+            group: from.group,
+            view: from.view,
+            replica: from.replica,
+            command,
+            ..Self::default()
+        }
+    }
+
+    fn sender(&self) -> From {
+        From {
+            cluster: self.cluster,
+            group: self.group,
+            replica: self.replica,
+            view: self.view,
+        }
+    }
+}
+
+fn bits_len(count: usize) -> usize {
+    count.div_ceil(8)
+}
+
+fn seal(fields: &Fields, body: &[u8]) -> Vec<u8> {
+    let size = u32::try_from(HEADER_SIZE + body.len()).unwrap_or_else(|_| {
+        panic!(
+            "a message body of {} bytes does not fit a frame",
+            body.len()
+        )
+    });
+    let mut bytes = vec![0u8; HEADER_SIZE + body.len()];
+    let header = &mut bytes[..HEADER_SIZE];
+    le::put_u128(header, CHECKSUM_BODY_OFFSET, checksum(body));
+    le::put_u128(header, CLUSTER_OFFSET, fields.cluster);
+    le::put_u128(header, GROUP_OFFSET, fields.group);
+    le::put_u64(header, OP_OFFSET, fields.op);
+    le::put_u64(header, COMMIT_OFFSET, fields.commit);
+    le::put_u64(header, REQUEST_OFFSET, fields.request);
+    le::put_u32(header, VIEW_OFFSET, fields.view);
+    le::put_u32(header, SIZE_OFFSET, size);
+    le::put_u16(header, VERSION_OFFSET, FRAME_VERSION);
+    header[COMMAND_OFFSET] = fields.command;
+    header[REPLICA_OFFSET] = fields.replica;
+    le::put_u32(header, LOG_VIEW_OFFSET, fields.log_view);
+    le::put_u128(header, CLIENT_OFFSET, fields.client);
+    le::put_u128(header, CONTEXT_OFFSET, fields.context);
+    le::put_u64(header, NONCE_OFFSET, fields.nonce);
+    le::put_u32(header, COUNT_OFFSET, fields.count);
+    le::put_u32(header, OPERATION_OFFSET, fields.operation);
+    header[STATUS_OFFSET] = fields.status;
+    let sum = checksum(&header[CHECKSUM_BODY_OFFSET..]);
+    le::put_u128(header, CHECKSUM_OFFSET, sum);
+    bytes[HEADER_SIZE..].copy_from_slice(body);
+    bytes
+}
+
+/// The checksum a sealed control frame carries (a request's is what its reply echoes).
+#[must_use]
+pub fn frame_checksum(bytes: &[u8]) -> Checksum {
+    bytes
+        .get(..HEADER_SIZE)
+        .and_then(|h| le::u128_at(h, CHECKSUM_OFFSET))
+        .unwrap_or_default()
+}
+
+impl Message {
+    /// The command code.
+    #[must_use]
+    pub fn command(&self) -> u8 {
+        match self {
+            Self::Prepare { .. } => command::PREPARE,
+            Self::PrepareOk { .. } => command::PREPARE_OK,
+            Self::Commit { .. } => command::COMMIT,
+            Self::StartViewChange { .. } => command::START_VIEW_CHANGE,
+            Self::DoViewChange { .. } => command::DO_VIEW_CHANGE,
+            Self::StartView { .. } => command::START_VIEW,
+            Self::RequestStartView { .. } => command::REQUEST_START_VIEW,
+            Self::RequestPrepares { .. } => command::REQUEST_PREPARES,
+            Self::RangeEvicted { .. } => command::RANGE_EVICTED,
+            Self::Request { .. } => command::REQUEST,
+            Self::Reply { .. } => command::REPLY,
+        }
+    }
+
+    /// The message's name, for traces.
+    #[must_use]
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::Prepare { .. } => "prepare",
+            Self::PrepareOk { .. } => "prepare_ok",
+            Self::Commit { .. } => "commit",
+            Self::StartViewChange { .. } => "start_view_change",
+            Self::DoViewChange { .. } => "do_view_change",
+            Self::StartView { .. } => "start_view",
+            Self::RequestStartView { .. } => "request_start_view",
+            Self::RequestPrepares { .. } => "request_prepares",
+            Self::RangeEvicted { .. } => "range_evicted",
+            Self::Request { .. } => "request",
+            Self::Reply { .. } => "reply",
+        }
+    }
+
+    /// One line saying what the message carries (for traces): the sender, its view, the ops.
+    #[must_use]
+    pub fn summary(&self) -> String {
+        let short = |c: Checksum| c >> 96;
+        match self {
+            Self::Prepare { header, .. } => format!(
+                "prepare op {} view {} from {} ({:08x}, parent {:08x}) client {:#x} request {}",
+                header.op,
+                header.view,
+                header.replica,
+                short(header.checksum()),
+                short(header.parent),
+                header.client,
+                header.request
+            ),
+            Self::PrepareOk { from, op, .. } => {
+                format!(
+                    "prepare_ok op {op} from {} view {}",
+                    from.replica, from.view
+                )
+            }
+            Self::Commit { from, commit, .. } => {
+                format!("commit {commit} from {} view {}", from.replica, from.view)
+            }
+            Self::StartViewChange { from } => {
+                format!("start_view_change view {} from {}", from.view, from.replica)
+            }
+            Self::DoViewChange {
+                from,
+                log_view,
+                op,
+                commit,
+                headers,
+                forgotten_view,
+                ..
+            } => {
+                let flags: String = headers
+                    .iter()
+                    .map(|h| match (h.present, h.nack) {
+                        (true, _) => 'p',
+                        (false, true) => 'n',
+                        (false, false) => '-',
+                    })
+                    .collect();
+                let forgot = forgotten_view.map_or(String::new(), |v| format!(" forgot {v}"));
+                format!(
+                    "do_view_change view {} from {} log_view {log_view} op {op} commit {commit} \
+                     headers [{flags}]{forgot}",
+                    from.view, from.replica
+                )
+            }
+            Self::StartView {
+                from,
+                op,
+                commit,
+                nonce,
+                headers,
+                ..
+            } => format!(
+                "start_view view {} from {} op {op} commit {commit} nonce {nonce:#x} {} headers",
+                from.view,
+                from.replica,
+                headers.len()
+            ),
+            Self::RequestStartView { from, nonce } => format!(
+                "request_start_view from {} view {} nonce {nonce:#x}",
+                from.replica, from.view
+            ),
+            Self::RequestPrepares { from, first, last } => format!(
+                "request_prepares {first}..={last} from {} view {}",
+                from.replica, from.view
+            ),
+            Self::RangeEvicted { from, oldest } => {
+                format!("range_evicted oldest {oldest} from {}", from.replica)
+            }
+            Self::Request {
+                client, request, ..
+            } => format!("request client {client:#x} request {request}"),
+            Self::Reply {
+                client,
+                request,
+                op,
+                status,
+                ..
+            } => format!("reply client {client:#x} request {request} op {op} {status:?}"),
+        }
+    }
+
+    /// The group the message is for.
+    #[must_use]
+    pub fn group(&self) -> u128 {
+        match self {
+            Self::Prepare { header, .. } => header.group,
+            Self::Request { group, .. } => *group,
+            Self::PrepareOk { from, .. }
+            | Self::Commit { from, .. }
+            | Self::StartViewChange { from }
+            | Self::DoViewChange { from, .. }
+            | Self::StartView { from, .. }
+            | Self::RequestStartView { from, .. }
+            | Self::RequestPrepares { from, .. }
+            | Self::RangeEvicted { from, .. }
+            | Self::Reply { from, .. } => from.group,
+        }
+    }
+
+    /// The bytes on the wire.
+    #[must_use]
+    pub fn encode(&self) -> Vec<u8> {
+        match self {
+            Self::Prepare { header, body } => {
+                let mut bytes = header.encode().to_vec();
+                bytes.extend_from_slice(body);
+                bytes
+            }
+            Self::PrepareOk { from, op, checksum } => {
+                let fields = Fields {
+                    op: *op,
+                    context: *checksum,
+                    ..Fields::from(command::PREPARE_OK, from)
+                };
+                seal(&fields, &[])
+            }
+            Self::Commit {
+                from,
+                commit,
+                checksum,
+            } => {
+                let fields = Fields {
+                    commit: *commit,
+                    context: *checksum,
+                    ..Fields::from(command::COMMIT, from)
+                };
+                seal(&fields, &[])
+            }
+            Self::StartViewChange { from } => {
+                seal(&Fields::from(command::START_VIEW_CHANGE, from), &[])
+            }
+            Self::DoViewChange {
+                from,
+                log_view,
+                op,
+                commit,
+                commit_checksum,
+                headers,
+                forgotten_view,
+            } => {
+                assert!(
+                    headers.len() <= HEADERS_MAX,
+                    "a DoViewChange of too many headers"
+                );
+                let count = headers.len();
+                let mut body = Vec::with_capacity(count * HEADER_SIZE + 2 * bits_len(count));
+                for h in headers {
+                    body.extend_from_slice(&h.header.encode());
+                }
+                let mut present = vec![0u8; bits_len(count)];
+                let mut nack = vec![0u8; bits_len(count)];
+                for (i, h) in headers.iter().enumerate() {
+                    present[i / 8] |= u8::from(h.present) << (i % 8);
+                    nack[i / 8] |= u8::from(h.nack) << (i % 8);
+                }
+                body.extend_from_slice(&present);
+                body.extend_from_slice(&nack);
+                let fields = Fields {
+                    log_view: *log_view,
+                    op: *op,
+                    commit: *commit,
+                    context: *commit_checksum,
+                    count: u32::try_from(count).unwrap_or(u32::MAX),
+                    nonce: forgotten_view.map_or(0, |v| u64::from(v) + 1),
+                    ..Fields::from(command::DO_VIEW_CHANGE, from)
+                };
+                seal(&fields, &body)
+            }
+            Self::StartView {
+                from,
+                op,
+                commit,
+                commit_checksum,
+                nonce,
+                headers,
+            } => {
+                assert!(
+                    headers.len() <= HEADERS_MAX,
+                    "a StartView of too many headers"
+                );
+                let mut body = Vec::with_capacity(headers.len() * HEADER_SIZE);
+                for h in headers {
+                    body.extend_from_slice(&h.encode());
+                }
+                let fields = Fields {
+                    op: *op,
+                    commit: *commit,
+                    context: *commit_checksum,
+                    nonce: *nonce,
+                    count: u32::try_from(headers.len()).unwrap_or(u32::MAX),
+                    ..Fields::from(command::START_VIEW, from)
+                };
+                seal(&fields, &body)
+            }
+            Self::RequestStartView { from, nonce } => {
+                let fields = Fields {
+                    nonce: *nonce,
+                    ..Fields::from(command::REQUEST_START_VIEW, from)
+                };
+                seal(&fields, &[])
+            }
+            Self::RequestPrepares { from, first, last } => {
+                let fields = Fields {
+                    op: *first,
+                    commit: *last,
+                    ..Fields::from(command::REQUEST_PREPARES, from)
+                };
+                seal(&fields, &[])
+            }
+            Self::RangeEvicted { from, oldest } => {
+                let fields = Fields {
+                    op: *oldest,
+                    ..Fields::from(command::RANGE_EVICTED, from)
+                };
+                seal(&fields, &[])
+            }
+            Self::Request {
+                cluster,
+                group,
+                client,
+                request,
+                operation,
+                body,
+            } => {
+                let fields = Fields {
+                    cluster: *cluster,
+                    group: *group,
+                    client: *client,
+                    request: *request,
+                    operation: *operation,
+                    command: command::REQUEST,
+                    ..Fields::default()
+                };
+                seal(&fields, body)
+            }
+            Self::Reply {
+                from,
+                client,
+                request,
+                op,
+                status,
+                body,
+            } => {
+                let fields = Fields {
+                    client: *client,
+                    request: *request,
+                    op: *op,
+                    status: status.code(),
+                    ..Fields::from(command::REPLY, from)
+                };
+                seal(&fields, body)
+            }
+        }
+    }
+
+    /// Decodes and verifies one message (exactly `bytes`).
+    pub fn decode(bytes: &[u8]) -> Result<Self, DecodeError> {
+        if bytes.len() < HEADER_SIZE {
+            return Err(DecodeError::Truncated { len: bytes.len() });
+        }
+        let header = &bytes[..HEADER_SIZE];
+        let size = le::u32_at(header, SIZE_OFFSET).unwrap_or_default();
+        if usize::try_from(size).ok() != Some(bytes.len()) {
+            return Err(DecodeError::Size {
+                size,
+                len: bytes.len(),
+            });
+        }
+        let body = &bytes[HEADER_SIZE..];
+        if header[COMMAND_OFFSET] == command::PREPARE {
+            let header = Header::decode(header).map_err(DecodeError::Prepare)?;
+            if !header.body_matches(body) {
+                return Err(DecodeError::PrepareBody);
+            }
+            return Ok(Self::Prepare {
+                header,
+                body: body.to_vec(),
+            });
+        }
+        let stored = le::u128_at(header, CHECKSUM_OFFSET).unwrap_or_default();
+        if checksum(&header[CHECKSUM_BODY_OFFSET..]) != stored {
+            return Err(DecodeError::Checksum);
+        }
+        let version = le::u16_at(header, VERSION_OFFSET).unwrap_or_default();
+        if version != FRAME_VERSION {
+            return Err(DecodeError::Version(version));
+        }
+        if let Some(offset) = header[RESERVED_OFFSET..].iter().position(|b| *b != 0) {
+            return Err(DecodeError::Reserved {
+                offset: RESERVED_OFFSET + offset,
+            });
+        }
+        if le::u128_at(header, CHECKSUM_BODY_OFFSET) != Some(checksum(body)) {
+            return Err(DecodeError::BodyChecksum);
+        }
+        let u64_at = |offset| le::u64_at(header, offset).unwrap_or_default();
+        let u32_at = |offset| le::u32_at(header, offset).unwrap_or_default();
+        let u128_at = |offset| le::u128_at(header, offset).unwrap_or_default();
+        let fields = Fields {
+            cluster: u128_at(CLUSTER_OFFSET),
+            group: u128_at(GROUP_OFFSET),
+            op: u64_at(OP_OFFSET),
+            commit: u64_at(COMMIT_OFFSET),
+            request: u64_at(REQUEST_OFFSET),
+            view: u32_at(VIEW_OFFSET),
+            command: header[COMMAND_OFFSET],
+            replica: header[REPLICA_OFFSET],
+            log_view: u32_at(LOG_VIEW_OFFSET),
+            client: u128_at(CLIENT_OFFSET),
+            context: u128_at(CONTEXT_OFFSET),
+            nonce: u64_at(NONCE_OFFSET),
+            count: u32_at(COUNT_OFFSET),
+            operation: u32_at(OPERATION_OFFSET),
+            status: header[STATUS_OFFSET],
+        };
+        let decoded = decode_fields(&fields, body)?;
+        // One encoding per message: the fields a command does not use are zero, so a frame that
+        // decodes re-encodes to the same bytes.
+        if decoded.encode() != bytes {
+            return Err(DecodeError::Invalid(
+                "a field this command does not use is set",
+            ));
+        }
+        Ok(decoded)
+    }
+}
+
+fn empty(body: &[u8]) -> Result<(), DecodeError> {
+    if body.is_empty() {
+        Ok(())
+    } else {
+        Err(DecodeError::Invalid("a body where the command has none"))
+    }
+}
+
+fn decode_headers(body: &[u8], count: usize) -> Result<Vec<Header>, DecodeError> {
+    (0..count)
+        .map(|i| {
+            Header::decode(&body[i * HEADER_SIZE..(i + 1) * HEADER_SIZE])
+                .map_err(|_| DecodeError::Invalid("a carried header does not verify"))
+        })
+        .collect()
+}
+
+fn decode_fields(f: &Fields, body: &[u8]) -> Result<Message, DecodeError> {
+    let from = f.sender();
+    let count = usize::try_from(f.count).unwrap_or(usize::MAX);
+    Ok(match f.command {
+        command::PREPARE_OK => {
+            empty(body)?;
+            Message::PrepareOk {
+                from,
+                op: f.op,
+                checksum: f.context,
+            }
+        }
+        command::COMMIT => {
+            empty(body)?;
+            Message::Commit {
+                from,
+                commit: f.commit,
+                checksum: f.context,
+            }
+        }
+        command::START_VIEW_CHANGE => {
+            empty(body)?;
+            Message::StartViewChange { from }
+        }
+        command::DO_VIEW_CHANGE => {
+            if count > HEADERS_MAX {
+                return Err(DecodeError::Invalid(
+                    "more headers than a view change carries",
+                ));
+            }
+            if body.len() != count * HEADER_SIZE + 2 * bits_len(count) {
+                return Err(DecodeError::Invalid(
+                    "the body is not the headers and their bits",
+                ));
+            }
+            let headers = decode_headers(body, count)?;
+            let bits = &body[count * HEADER_SIZE..];
+            let (present, nack) = bits.split_at(bits_len(count));
+            let bit = |bytes: &[u8], i: usize| bytes[i / 8] >> (i % 8) & 1 == 1;
+            if (count..bits_len(count) * 8).any(|i| bit(present, i) || bit(nack, i)) {
+                return Err(DecodeError::Invalid("a bit set past the last header"));
+            }
+            let forgotten_view = match f.nonce {
+                0 => None,
+                n => match u32::try_from(n - 1) {
+                    Ok(v) if v <= f.log_view => Some(v),
+                    _ => {
+                        return Err(DecodeError::Invalid(
+                            "a forgotten view after the log_view of a view change",
+                        ));
+                    }
+                },
+            };
+            Message::DoViewChange {
+                forgotten_view,
+                from,
+                log_view: f.log_view,
+                op: f.op,
+                commit: f.commit,
+                commit_checksum: f.context,
+                headers: headers
+                    .into_iter()
+                    .enumerate()
+                    .map(|(i, header)| ViewHeader {
+                        header,
+                        present: bit(present, i),
+                        nack: bit(nack, i),
+                    })
+                    .collect(),
+            }
+        }
+        command::START_VIEW => {
+            if count > HEADERS_MAX || body.len() != count * HEADER_SIZE {
+                return Err(DecodeError::Invalid("the body is not the counted headers"));
+            }
+            Message::StartView {
+                from,
+                op: f.op,
+                commit: f.commit,
+                commit_checksum: f.context,
+                nonce: f.nonce,
+                headers: decode_headers(body, count)?,
+            }
+        }
+        command::REQUEST_START_VIEW => {
+            empty(body)?;
+            Message::RequestStartView {
+                from,
+                nonce: f.nonce,
+            }
+        }
+        command::REQUEST_PREPARES => {
+            empty(body)?;
+            if f.commit < f.op {
+                return Err(DecodeError::Invalid("a range that ends before it starts"));
+            }
+            Message::RequestPrepares {
+                from,
+                first: f.op,
+                last: f.commit,
+            }
+        }
+        command::RANGE_EVICTED => {
+            empty(body)?;
+            Message::RangeEvicted { from, oldest: f.op }
+        }
+        command::REQUEST => Message::Request {
+            cluster: f.cluster,
+            group: f.group,
+            client: f.client,
+            request: f.request,
+            operation: f.operation,
+            body: body.to_vec(),
+        },
+        command::REPLY => Message::Reply {
+            from,
+            client: f.client,
+            request: f.request,
+            op: f.op,
+            status: ReplyStatus::from_code(f.status)
+                .ok_or(DecodeError::Invalid("an unknown reply status"))?,
+            body: body.to_vec(),
+        },
+        other => return Err(DecodeError::Command(other)),
+    })
+}

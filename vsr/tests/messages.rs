@@ -1,0 +1,235 @@
+//! The message codec: every message round-trips, each decode refusal has its reason, and a sealed
+//! frame with any one bit flipped is refused (never decoded as another message).
+#![allow(
+    clippy::unwrap_used,
+    clippy::cast_possible_truncation,
+    reason = "test code: a failed unwrap is a failed test; casts are of small test values"
+)]
+
+use iggy_format::{Header, Position, PrepareMeta, operation};
+use iggy_vsr::message::{DecodeError, From, Message, ReplyStatus, ViewHeader};
+use proptest::prelude::*;
+
+fn from(replica: u8, view: u32) -> From {
+    From {
+        cluster: 0xC1,
+        group: 1 << 96 | 7,
+        replica,
+        view,
+    }
+}
+
+fn prepare(op: u64, body: &[u8]) -> Header {
+    Header::prepare(
+        Position {
+            cluster: 0xC1,
+            group: 1 << 96 | 7,
+            after: op - 1,
+            parent: u128::from(op) * 31,
+        },
+        operation::MESSAGES,
+        &PrepareMeta {
+            view: 3,
+            commit: op.saturating_sub(2),
+            replica: 0,
+            client: 0xAB,
+            request: op,
+            request_checksum: 5,
+            now_us: 1_000,
+        },
+        body,
+    )
+    .unwrap()
+}
+
+/// One message of every kind.
+fn every_kind() -> Vec<Message> {
+    let headers: Vec<Header> = (5..9).map(|op| prepare(op, &[op as u8; 10])).collect();
+    vec![
+        Message::Prepare {
+            header: prepare(9, b"payload"),
+            body: b"payload".to_vec(),
+        },
+        Message::PrepareOk {
+            from: from(1, 3),
+            op: 9,
+            checksum: 77,
+        },
+        Message::Commit {
+            from: from(0, 3),
+            commit: 8,
+            checksum: 99,
+        },
+        Message::StartViewChange { from: from(2, 4) },
+        Message::DoViewChange {
+            from: from(2, 4),
+            log_view: 3,
+            op: 8,
+            commit: 4,
+            commit_checksum: 12,
+            headers: headers
+                .iter()
+                .enumerate()
+                .map(|(i, h)| ViewHeader {
+                    header: *h,
+                    present: i % 2 == 0,
+                    nack: i == 3,
+                })
+                .collect(),
+            forgotten_view: Some(2),
+        },
+        Message::StartView {
+            from: from(1, 4),
+            op: 8,
+            commit: 4,
+            commit_checksum: 12,
+            nonce: 0xFEED,
+            headers,
+        },
+        Message::RequestStartView {
+            from: from(2, 3),
+            nonce: 0xFEED,
+        },
+        Message::RequestPrepares {
+            from: from(2, 4),
+            first: 3,
+            last: 40,
+        },
+        Message::RangeEvicted {
+            from: from(1, 4),
+            oldest: 17,
+        },
+        Message::Request {
+            cluster: 0xC1,
+            group: 0,
+            client: 0xAB,
+            request: 12,
+            operation: operation::METADATA,
+            body: b"create stream".to_vec(),
+        },
+        Message::Reply {
+            from: from(1, 4),
+            client: 0xAB,
+            request: 12,
+            op: 30,
+            status: ReplyStatus::NotAccepted,
+            body: Vec::new(),
+        },
+    ]
+}
+
+#[test]
+fn every_message_round_trips() {
+    for message in every_kind() {
+        let bytes = message.encode();
+        assert_eq!(
+            Message::decode(&bytes),
+            Ok(message.clone()),
+            "{}",
+            message.name()
+        );
+        assert_eq!(
+            u32::from_le_bytes(bytes[92..96].try_into().unwrap()) as usize,
+            bytes.len(),
+            "size at byte 92"
+        );
+        assert_eq!(bytes[98], message.command(), "command at byte 98");
+    }
+}
+
+#[test]
+fn any_flipped_bit_of_a_sealed_frame_is_refused() {
+    for message in every_kind() {
+        let bytes = message.encode();
+        for bit in 0..bytes.len() * 8 {
+            let mut flipped = bytes.clone();
+            flipped[bit / 8] ^= 1 << (bit % 8);
+            assert!(
+                Message::decode(&flipped).is_err(),
+                "{}: bit {bit} flipped still decodes",
+                message.name()
+            );
+        }
+    }
+}
+
+#[test]
+fn each_refusal_has_its_reason() {
+    let message = Message::Commit {
+        from: from(0, 3),
+        commit: 8,
+        checksum: 99,
+    };
+    let bytes = message.encode();
+    assert_eq!(
+        Message::decode(&bytes[..100]),
+        Err(DecodeError::Truncated { len: 100 })
+    );
+    let mut longer = bytes.clone();
+    longer.push(0);
+    assert!(matches!(
+        Message::decode(&longer),
+        Err(DecodeError::Size { .. })
+    ));
+    let reseal = |mut bytes: Vec<u8>| {
+        let sum = iggy_format::checksum(&bytes[16..256]);
+        bytes[..16].copy_from_slice(&sum.to_le_bytes());
+        bytes
+    };
+    let mut version = bytes.clone();
+    version[96] = 9;
+    assert_eq!(
+        Message::decode(&reseal(version)),
+        Err(DecodeError::Version(9))
+    );
+    let mut command = bytes.clone();
+    command[98] = 77;
+    assert_eq!(
+        Message::decode(&reseal(command)),
+        Err(DecodeError::Command(77))
+    );
+    let mut reserved = bytes.clone();
+    reserved[200] = 1;
+    assert_eq!(
+        Message::decode(&reseal(reserved)),
+        Err(DecodeError::Reserved { offset: 200 })
+    );
+    let mut unused = bytes.clone();
+    unused[136] = 1; // a nonce on a commit
+    assert!(matches!(
+        Message::decode(&reseal(unused)),
+        Err(DecodeError::Invalid(_))
+    ));
+    let mut checksum = bytes;
+    checksum[70] ^= 1;
+    assert_eq!(Message::decode(&checksum), Err(DecodeError::Checksum));
+    // A view change that says it forgot a view after its own log_view.
+    let dvc = Message::DoViewChange {
+        from: from(1, 5),
+        log_view: 3,
+        op: 0,
+        commit: 0,
+        commit_checksum: 0,
+        headers: Vec::new(),
+        forgotten_view: Some(3),
+    };
+    let mut later = dvc.encode();
+    assert_eq!(Message::decode(&later), Ok(dvc));
+    later[136] = 5; // forgotten view 4 > log_view 3
+    assert_eq!(
+        Message::decode(&reseal(later)),
+        Err(DecodeError::Invalid(
+            "a forgotten view after the log_view of a view change"
+        ))
+    );
+}
+
+proptest! {
+    /// Any bytes: no panic; whatever decodes re-encodes to the same bytes.
+    #[test]
+    fn decoding_any_bytes_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..600)) {
+        if let Ok(message) = Message::decode(&bytes) {
+            prop_assert_eq!(message.encode(), bytes);
+        }
+    }
+}
