@@ -71,8 +71,16 @@ fn reads_outside_the_trusted_ops_are_refused() {
     ] {
         match boot::read_entries(&storage, &report, from, to) {
             Err(WalError::OutOfRange {
-                first_op, head_op, ..
-            }) => assert_eq!((first_op, head_op), (first, head)),
+                op,
+                first_op,
+                head_op,
+                ..
+            }) => {
+                assert_eq!((first_op, head_op), (first, head));
+                // The error names the end that is out of range.
+                let outside = if from < first { from } else { to };
+                assert_eq!(op, outside, "{from}..={to}");
+            }
             other => panic!("{from}..={to}: {other:?}"),
         }
     }
@@ -124,6 +132,27 @@ fn damage_under_a_read_is_named() {
     // The entries before it still read.
     let before = boot::read_entries(&storage, &report, report.first_op, target - 1).unwrap();
     assert_eq!(before.len() as u64, target - report.first_op);
+}
+
+/// A read opens only the files that hold its range: damage in another file does not fail it.
+#[test]
+fn a_read_touches_only_the_files_of_its_range() {
+    let (storage, wal) = log();
+    let report = check(&storage, dir(), GROUP).unwrap().unwrap();
+    let first = &report.files[0];
+    let last = report.files.last().unwrap();
+    assert!(first.entries > 0 && last.first_op > first.first_op + first.entries);
+    let location = wal.locate(first.first_op).unwrap();
+    drop(wal);
+    storage
+        .rot(&first.path, location.offset + location.size - 1, 0x01)
+        .unwrap();
+    let read = boot::read_entries(&storage, &report, last.first_op, report.head_op).unwrap();
+    assert_eq!(read.len() as u64, report.head_op - last.first_op + 1);
+    assert!(matches!(
+        boot::read_entries(&storage, &report, first.first_op, first.first_op),
+        Err(WalError::Corrupt { .. })
+    ));
 }
 
 /// A directory where creation stopped before the frontier: the finding says open creates the
