@@ -94,6 +94,7 @@ fn main() -> ExitCode {
         (None, None) => (0, 1),
     };
     let mut failed = 0u64;
+    let mut behind = 0u64;
     let mut simulated = 0u64;
     let mut wall = std::time::Duration::ZERO;
     for seed in from..to {
@@ -109,6 +110,7 @@ fn main() -> ExitCode {
         };
         let report = run(options);
         simulated += report.simulated_us;
+        behind += u64::from(report.behind_ring > 0);
         wall += report.wall;
         let line = format!(
             "seed {seed}: {} simulated s in {:.2} wall s; {} ops committed, {} replies, {} \
@@ -148,7 +150,8 @@ fn main() -> ExitCode {
     }
     let seeds = to - from;
     say(&format!(
-        "{seeds} seeds, {failed} failed; {:.0} simulated s per wall s\n",
+        "{seeds} seeds, {failed} failed, {behind} with a replica behind every peer's ring; {:.0} \
+         simulated s per wall s\n",
         simulated as f64 / 1e6 / wall.as_secs_f64().max(1e-9)
     ));
     exit(failed)
