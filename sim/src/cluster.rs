@@ -26,7 +26,16 @@ pub struct Faults {
     pub power_loss: bool,
     pub storage: bool,
     pub network: bool,
+    /// Faults aimed at the protocol's moments: a process crash right after a replica sends its
+    /// `DoViewChange`, and a slow link under a `StartView` that answers a probe, with the prober
+    /// restarting meanwhile.
+    pub moments: bool,
 }
+
+/// How often a `DoViewChange` is followed at once by its sender's crash.
+const CRASH_AFTER_DO_VIEW_CHANGE: f64 = 0.05;
+/// How often the answer to a probe is held up, and its asker restarted before it arrives.
+const SLOW_PROBE_ANSWER: f64 = 0.2;
 
 impl Faults {
     #[must_use]
@@ -36,6 +45,7 @@ impl Faults {
             power_loss: true,
             storage: true,
             network: true,
+            moments: true,
         }
     }
 
@@ -46,6 +56,7 @@ impl Faults {
             power_loss: false,
             storage: false,
             network: false,
+            moments: false,
         }
     }
 }
@@ -150,14 +161,36 @@ impl Failure {
 
 #[derive(Clone, Debug)]
 enum Event {
-    Tick { node: u8, life: u64 },
-    Deliver { to: Endpoint, bytes: Vec<u8> },
-    Lane { node: u8, life: u64, group: u128 },
-    Client { client: usize },
+    Tick {
+        node: u8,
+        life: u64,
+    },
+    Deliver {
+        to: Endpoint,
+        bytes: Vec<u8>,
+    },
+    Lane {
+        node: u8,
+        life: u64,
+        group: u128,
+    },
+    Client {
+        client: usize,
+    },
     Fault,
-    Restart { node: u8 },
+    Restart {
+        node: u8,
+    },
+    /// A crash placed at a protocol moment (dropped if that life ended or the moment passed).
+    MomentCrash {
+        node: u8,
+        life: u64,
+        restart_after_us: u64,
+    },
     NetworkRepair,
-    StorageCalm { node: u8 },
+    StorageCalm {
+        node: u8,
+    },
 }
 
 /// A running cluster.
@@ -172,6 +205,7 @@ pub struct Cluster {
     network: Network,
     latency: Stream,
     faults: Stream,
+    moments: Stream,
     workload: Stream,
     pub checker: Checker,
     trace: VecDeque<String>,
@@ -225,6 +259,7 @@ impl Cluster {
             network: Network::new(options.network.clone(), Stream::new(seed, "network")),
             latency: Stream::new(seed, "storage-latency"),
             faults: Stream::new(seed, "faults"),
+            moments: Stream::new(seed, "moments"),
             workload: Stream::new(seed, "workload"),
             trace: VecDeque::new(),
             options,
@@ -451,6 +486,19 @@ impl Cluster {
             Event::Client { client } => self.client(client),
             Event::Fault => self.fault(),
             Event::Restart { node } => self.restart(node),
+            Event::MomentCrash {
+                node,
+                life,
+                restart_after_us,
+            } => {
+                let n = &self.nodes[usize::from(node)];
+                if n.up && n.life == life && self.moment_ok() {
+                    self.note(format!("moment: node {node} crashes"));
+                    self.crash(node, false);
+                    self.restart_pending[usize::from(node)] = true;
+                    self.schedule(restart_after_us, Event::Restart { node });
+                }
+            }
             Event::NetworkRepair => {
                 if !self.healing {
                     self.network.repair();
@@ -489,6 +537,7 @@ impl Cluster {
         for effect in effects {
             match effect {
                 Effect::Send { to, message } => {
+                    let slow = self.aim_at(node, to, &message);
                     let bytes = message.encode();
                     let to = match to {
                         Destination::Replica(r) => Endpoint::Node(r),
@@ -499,7 +548,7 @@ impl Cluster {
                     };
                     for delay in self.network.route(Endpoint::Node(node), to) {
                         self.schedule(
-                            delay,
+                            delay + slow,
                             Event::Deliver {
                                 to,
                                 bytes: bytes.clone(),
@@ -525,6 +574,78 @@ impl Cluster {
             let latency = self.latency.between(20, 2_000);
             self.schedule(latency, Event::Lane { node, life, group });
         }
+    }
+
+    /// Places a fault at a protocol moment `message` (from `node` to `to`) marks; returns how
+    /// much later than the network would deliver it this one message arrives.
+    fn aim_at(&mut self, node: u8, to: Destination, message: &Message) -> u64 {
+        if self.healing || !self.options.faults.moments {
+            return 0;
+        }
+        match (message, to) {
+            (Message::DoViewChange { .. }, _) => {
+                if self.moments.chance(CRASH_AFTER_DO_VIEW_CHANGE) {
+                    // Before anything else the replica emitted reaches its disk.
+                    let life = self.nodes[usize::from(node)].life;
+                    let restart_after_us = self.moments.between(100_000, 2_000_000);
+                    self.schedule(
+                        1,
+                        Event::MomentCrash {
+                            node,
+                            life,
+                            restart_after_us,
+                        },
+                    );
+                }
+                0
+            }
+            (Message::StartView { nonce, .. }, Destination::Replica(asker))
+                if *nonce != 0 && self.moments.chance(SLOW_PROBE_ANSWER) =>
+            {
+                // The asker adopts a later answer and journals on; it restarts so that this
+                // answer arrives while its next life is still probing.
+                let slow = self.moments.between(2_500_000, 5_000_000);
+                let life = self.nodes[usize::from(asker)].life;
+                self.schedule(
+                    slow - 600_000,
+                    Event::MomentCrash {
+                        node: asker,
+                        life,
+                        restart_after_us: 100_000,
+                    },
+                );
+                self.note(format!(
+                    "moment: node {node}'s answer to node {asker}'s probe takes {slow} us more"
+                ));
+                slow
+            }
+            _ => 0,
+        }
+    }
+
+    /// Whether a crash now keeps the fault model's promise (one failed node at a time): every
+    /// node up and healthy and, with replicated partitions, every replica journaled through its
+    /// group's commit point (a view change may be under way).
+    fn moment_ok(&self) -> bool {
+        if self.healing
+            || self.nodes.iter().any(|n| !n.up)
+            || self.restart_pending.iter().any(|p| *p)
+            || self.storage_faulty.iter().any(|f| *f)
+        {
+            return false;
+        }
+        if self.layout.replicated == 0 {
+            return true;
+        }
+        self.layout.groups().into_iter().all(|kind| {
+            let replicas: Vec<&iggy_vsr::Replica> = self
+                .nodes
+                .iter()
+                .filter_map(|n| n.hosts.get(&kind.id()).map(|h| &h.replica))
+                .collect();
+            let commit = replicas.iter().map(|r| r.commit_max()).max().unwrap_or(0);
+            replicas.iter().all(|r| r.journaled_head() >= commit)
+        })
     }
 
     fn client_index(&self, id: u128) -> Option<usize> {

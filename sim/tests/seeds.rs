@@ -2,7 +2,9 @@
 //! of each durability), every fault, then the liveness phase. The default run takes
 //! `SIM_SEEDS` seeds from `SIM_SEED_FROM` (200 from 0); `docs/testing.md` has the long runs.
 //! The safeguards that random seeds find are shown here too: with one off, a seed among the
-//! first few fails, and the checker that fires is the one that names the bug.
+//! first few fails, and the checker that fires is the one that names the bug (the fault placer
+//! aims some faults at the protocol's moments: a crash right after a `DoViewChange`, a late
+//! answer to a probe while its asker restarts).
 #![allow(
     clippy::unwrap_used,
     reason = "test code: a failed unwrap is a failed test"
@@ -99,4 +101,10 @@ fn without_the_hole_check_lower_bound_a_random_seed_overwrites_a_commit() {
         checker == "commit history" || checker == "replies",
         "seed {seed}: {checker}"
     );
+}
+
+#[test]
+fn without_the_incarnation_echo_a_late_probe_answer_cuts_acknowledged_ops() {
+    let (seed, checker) = first_failure("incarnation-echo", 30).expect("a seed fails");
+    assert_eq!(checker, "held log", "seed {seed}");
 }

@@ -278,6 +278,9 @@ pub struct Replica {
     repair_source: u8,
     unverified: BTreeMap<u64, (Header, Vec<u8>)>,
     behind_ring: bool,
+    /// The peers that answered this replica's repair with `RangeEvicted` since its storage
+    /// last moved, and the storage head then.
+    evicted_by: (u64, u64),
     clients: ClientTable,
     counters: Counters,
 }
@@ -346,6 +349,7 @@ impl Replica {
             repair_source: 0,
             unverified: BTreeMap::new(),
             behind_ring: false,
+            evicted_by: (0, 0),
             counters: Counters::new(),
         };
         if replica.status == Status::Normal && replica.is_primary() {
@@ -1301,6 +1305,13 @@ impl Replica {
     /// the range under it (proved by the chain as they arrive).
     fn repair(&mut self) {
         self.repair_at = self.ticks + self.config.repair_retry_ticks;
+        if self.behind_ring
+            && (!self.needs_repair() || self.evicted_by.1 != self.journal.storage_head)
+        {
+            // Its storage moved on (a peer still held the range, or the gap closed).
+            self.behind_ring = false;
+            self.evicted_by = (0, self.journal.storage_head);
+        }
         let merging = self.status == Status::ViewChange
             && self.is_primary()
             && self.starting.as_ref().is_some_and(|s| s.primary);
@@ -1396,10 +1407,18 @@ impl Replica {
         }
     }
 
-    fn on_range_evicted(&mut self, _from: From, oldest: u64) {
-        if oldest > self.journal.storage_head + 1 {
+    fn on_range_evicted(&mut self, from: From, oldest: u64) {
+        let head = self.journal.storage_head;
+        if oldest > head + 1 {
             self.count("range_evicted");
-            if self.view_change.sources.is_empty() || !self.is_primary() {
+            if self.evicted_by.1 != head {
+                self.evicted_by = (0, head);
+            }
+            self.evicted_by.0 |= bit(from.replica);
+            let others = (0..self.id.replicas)
+                .filter(|r| *r != self.id.replica)
+                .all(|r| self.evicted_by.0 & bit(r) != 0);
+            if others && (self.view_change.sources.is_empty() || !self.is_primary()) {
                 self.behind_ring = true;
             }
         }
