@@ -8,6 +8,8 @@
 
 use std::process::Command;
 
+use iggy_io::ReadStorage;
+
 fn bench(args: &[&str]) -> (i32, String, String) {
     let output = Command::new(env!("CARGO_BIN_EXE_iggy-bench"))
         .args(args)
@@ -99,4 +101,31 @@ fn a_one_round_compare_says_so() {
     let caveat = iggy_benches::compare::caveat(1).unwrap();
     assert!(caveat.contains("one round") && caveat.contains("--rounds 3"));
     assert_eq!(iggy_benches::compare::caveat(3), None);
+}
+
+/// `boot` builds a node of idle partitions, boots it after a clean shutdown and after a crash
+/// that left an unpublished batch in every partition, and removes the node after.
+#[test]
+fn boot_times_both_boots_and_counts_what_they_hold_open() {
+    let temp = tempfile::tempdir().unwrap();
+    let dir = temp.path().to_str().unwrap();
+    let (code, out, err) = bench(&["boot", "--dir", dir, "--partitions", "3,7", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let json: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let runs = json["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 2);
+    for (run, partitions) in runs.iter().zip([3u64, 7]) {
+        assert_eq!(run["partitions"], partitions);
+        assert!(run["clean_seconds"].as_f64().unwrap() > 0.0);
+        assert!(run["crash_seconds"].as_f64().unwrap() > 0.0);
+        // Every partition keeps its segment, frontier and superblock open (and the metadata
+        // group its own).
+        if let Some(open) = run["open_files"].as_u64() {
+            assert!(open >= 3 * partitions, "{run}");
+        }
+    }
+    assert!(json["failed"].is_null());
+    // The nodes it built are gone.
+    let parent = iggy_io::OsStorage::open(temp.path()).unwrap();
+    assert_eq!(parent.list_dir("").unwrap(), Vec::new());
 }

@@ -24,7 +24,8 @@ mod uring;
 pub use enumerate::{CrashFailure, CrashState, Enumeration, EnumerationConfig, enumerate};
 pub use error::{Error, ErrorKind, Op, Result};
 pub use os::{
-    DeviceCounters, IoPath, MountInfo, OsStorage, device_counters, mount_info, resident_bytes,
+    DeviceCounters, IoPath, MountInfo, OsStorage, device_counters, mount_info, open_file_count,
+    resident_bytes,
 };
 pub use read_only::ReadOnly;
 pub use short::ShortIo;

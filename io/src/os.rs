@@ -69,6 +69,15 @@ pub fn resident_bytes() -> Option<(u64, u64)> {
     Some((field("VmRSS:")?, field("VmHWM:")?))
 }
 
+/// How many file descriptors this process holds open (the entries of `/proc/self/fd`, the
+/// listing's own included), or `None` where the kernel does not expose them.
+#[must_use]
+pub fn open_file_count() -> Option<u64> {
+    std::fs::read_dir("/proc/self/fd")
+        .ok()
+        .map(|entries| entries.count() as u64)
+}
+
 /// The mount that holds a path (from `/proc/self/mountinfo`): what a benchmark measured.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MountInfo {

@@ -55,6 +55,10 @@ enum Command {
     /// unpublished; then read throughput of a whole partition by offset from a warm page cache,
     /// through memory maps and through `read_at`. Interleaved over rounds; medians.
     Segments(SegmentsArgs),
+    /// A node's boot with many idle partitions, through the boot path the server and the tools
+    /// share: after a clean shutdown, and after a crash that left one unpublished batch in every
+    /// partition (which boot discards). Reports seconds, device flushes and time per partition.
+    Boot(BootArgs),
 }
 
 /// Where a benchmark runs.
@@ -86,6 +90,22 @@ struct GroupsArgs {
     /// How durable writes reach the disk (see `wal --io`).
     #[arg(long, value_enum, default_value_t = IoArg::Uring)]
     io: IoArg,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(clap::Args, Debug)]
+struct BootArgs {
+    #[command(flatten)]
+    dir: DirArgs,
+    /// Partition counts, comma-separated, each a node of its own (10,000 needs about
+    /// 10,000 x the segment size of disk: segments are preallocated).
+    #[arg(long, value_delimiter = ',', default_values_t = [100u32, 1000])]
+    partitions: Vec<u32>,
+    /// Each partition's segment size, in KiB.
+    #[arg(long, default_value_t = 256)]
+    segment_kib: u64,
     /// Print JSON instead of a table.
     #[arg(long)]
     json: bool,
@@ -268,6 +288,7 @@ fn main() -> ExitCode {
         Some(Command::Snapshot(args)) => run_snapshot(&args),
         Some(Command::Segments(args)) => run_segments(&args),
         Some(Command::Groups(args)) => run_groups(&args),
+        Some(Command::Boot(args)) => run_boot(&args),
         None => run_disk(&DiskArgs {
             record_bytes: 1000,
             batch: 250,
@@ -452,6 +473,34 @@ fn run_groups(args: &GroupsArgs) -> Result<(), String> {
         print!("{}", iggy_benches::groups::render(&runs));
     }
     Ok(())
+}
+
+fn run_boot(args: &BootArgs) -> Result<(), String> {
+    if args.partitions.is_empty() || args.partitions.contains(&0) || args.segment_kib < 64 {
+        return Err("--partitions must be positive counts and --segment-kib at least 64".into());
+    }
+    let (dir, _guard) = bench_dir(&args.dir, true)?;
+    let sizes = iggy_benches::boot::Sizes {
+        partitions: args.partitions.clone(),
+        segment_size_bytes: args.segment_kib << 10,
+    };
+    let bar = progress_bar(3 * args.partitions.len() as u64);
+    let (runs, failed) = iggy_benches::boot::run(&dir, &sizes, |step| {
+        bar.set_message(step.to_string());
+        bar.inc(1);
+    });
+    bar.finish_and_clear();
+    if args.json {
+        print_json(&serde_json::json!({ "sizes": sizes, "runs": runs, "failed": failed }))?;
+    } else {
+        println!(
+            "iggy-bench boot in {}: idle partitions of {} KiB segments, one topic, boot(Open)",
+            dir.display(),
+            args.segment_kib
+        );
+        print!("{}", iggy_benches::boot::render(&runs));
+    }
+    failed.map_or(Ok(()), Err)
 }
 
 fn run_segments(args: &SegmentsArgs) -> Result<(), String> {
