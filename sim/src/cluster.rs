@@ -206,6 +206,7 @@ pub struct Cluster {
     latency: Stream,
     faults: Stream,
     moments: Stream,
+    partitions: Stream,
     workload: Stream,
     pub checker: Checker,
     trace: VecDeque<String>,
@@ -260,6 +261,7 @@ impl Cluster {
             latency: Stream::new(seed, "storage-latency"),
             faults: Stream::new(seed, "faults"),
             moments: Stream::new(seed, "moments"),
+            partitions: Stream::new(seed, "partitions"),
             workload: Stream::new(seed, "workload"),
             trace: VecDeque::new(),
             options,
@@ -913,7 +915,18 @@ impl Cluster {
                 self.schedule(after, Event::Restart { node });
             }
             2 if faults.network && !self.network.is_partitioned() => {
-                if self.faults.chance(0.5) {
+                let replicas = u64::from(self.layout.replicas);
+                if replicas > 2 && self.partitions.chance(0.3) {
+                    // Two nodes that cannot hear each other while both hear the rest: a backup
+                    // gives up on a primary the others still follow.
+                    let step = 1 + self.partitions.below(replicas - 1);
+                    let other = u8::try_from((u64::from(node) + step) % replicas).unwrap_or(0);
+                    self.network.cut_link(node, other);
+                    self.network.cut_link(other, node);
+                    self.note(format!(
+                        "network: nodes {node} and {other} cut from each other"
+                    ));
+                } else if self.faults.chance(0.5) {
                     let one_way = self.faults.chance(0.3);
                     self.network.isolate(node, self.layout.replicas, one_way);
                     self.note(format!(
