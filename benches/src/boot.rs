@@ -10,10 +10,8 @@ use std::path::Path;
 use std::time::Instant;
 
 use iggy_io::{OsStorage, Storage};
-use iggy_metadata::group::MetadataGroup;
 use iggy_metadata::{Durability, Op, Retention};
 use iggy_recovery::{BootConfig, Mode, PartitionKey, populate};
-use iggy_segments::Partition;
 use serde::Serialize;
 
 /// What to run.
@@ -148,21 +146,13 @@ fn too_many_files(error: String, partitions: u32) -> String {
     )
 }
 
-/// A node of `partitions` idle partitions in one topic, written and closed.
+/// A node of `partitions` idle partitions in one topic.
 fn create(
     storage: &OsStorage,
     partitions: u32,
     segment_size_bytes: u64,
     config: &BootConfig,
 ) -> Result<(), String> {
-    let identity = populate::identity();
-    let mut metadata = MetadataGroup::create(
-        storage.clone(),
-        Path::new(iggy_recovery::METADATA_DIR),
-        identity,
-        config.metadata_wal(),
-    )
-    .map_err(|e| err(&e))?;
     let ops = [
         Op::CreateStream {
             name: "bench".into(),
@@ -177,31 +167,17 @@ fn create(
             replication_factor: 1,
         },
     ];
-    for op in &ops {
-        metadata
-            .submit(op)
-            .map_err(|e| err(&e))?
-            .map_err(|e| err(&e))?;
-    }
-    drop(metadata);
-    storage
-        .create_dir(iggy_recovery::PARTITIONS_DIR)
-        .map_err(|e| err(&e))?;
-    storage.sync_dir("").map_err(|e| err(&e))?;
-    for partition in 1..=partitions {
-        let key = PartitionKey {
-            stream: 1,
-            topic: 1,
-            partition,
-        };
-        let dir = Path::new(iggy_recovery::PARTITIONS_DIR).join(key.dir_name());
-        let config = config.partition(identity, key, Some(segment_size_bytes));
-        Partition::create(storage.clone(), &dir, config)
-            .map_err(|e| err(&e))?
-            .close()
-            .map_err(|e| err(&e))?;
-    }
-    Ok(())
+    let keys: Vec<(PartitionKey, u64)> = (1..=partitions)
+        .map(|partition| {
+            let key = PartitionKey {
+                stream: 1,
+                topic: 1,
+                partition,
+            };
+            (key, segment_size_bytes)
+        })
+        .collect();
+    populate::genesis(storage, populate::identity(), config, &ops, &keys)
 }
 
 type Booted = (f64, Option<u64>, iggy_recovery::NodeState<OsStorage>);

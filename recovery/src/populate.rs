@@ -48,6 +48,43 @@ impl Default for Options {
     }
 }
 
+/// Writes a new node's genesis at the root of `storage`: the metadata group with `ops`
+/// submitted (each must be accepted), then an empty partition for each of `partitions` (key and
+/// segment size), behind a durable partitions directory. What a cluster's nodes all write
+/// alike before they first boot (the simulator), or a benchmark's idle node.
+pub fn genesis<S: Storage + Clone>(
+    storage: &S,
+    identity: Identity,
+    config: &crate::BootConfig,
+    ops: &[Op],
+    partitions: &[(PartitionKey, u64)],
+) -> Result<(), String> {
+    let error = |e: &dyn std::fmt::Display| e.to_string();
+    let mut metadata = MetadataGroup::create(
+        storage.clone(),
+        Path::new(METADATA_DIR),
+        identity,
+        config.metadata_wal(),
+    )
+    .map_err(|e| error(&e))?;
+    for op in ops {
+        metadata
+            .submit(op)
+            .map_err(|e| error(&e))?
+            .map_err(|e| error(&e))?;
+    }
+    drop(metadata);
+    storage.create_dir(PARTITIONS_DIR).map_err(|e| error(&e))?;
+    // The partitions directory durable in the root before any partition relies on it.
+    storage.sync_dir("").map_err(|e| error(&e))?;
+    for &(key, segment_size_bytes) in partitions {
+        let dir = Path::new(PARTITIONS_DIR).join(key.dir_name());
+        let config = config.partition(identity, key, Some(segment_size_bytes));
+        drop(Partition::create(storage.clone(), &dir, config).map_err(|e| error(&e))?);
+    }
+    Ok(())
+}
+
 /// The node's identity: replica 0 of a 3-replica cluster.
 #[must_use]
 pub fn identity() -> Identity {

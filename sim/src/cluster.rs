@@ -279,16 +279,7 @@ impl Cluster {
             storage_faulty: vec![false; replicas],
         };
         for node in 0..cluster.layout.replicas {
-            let life = cluster.nodes[usize::from(node)].life;
-            cluster.schedule(TICK_US, Event::Tick { node, life });
-            let groups: Vec<u128> = cluster.nodes[usize::from(node)]
-                .hosts
-                .keys()
-                .copied()
-                .collect();
-            for group in groups {
-                cluster.drain(node, group);
-            }
+            cluster.start_ticking(node);
         }
         for client in 0..cluster.clients.len() {
             let at = 1_000 + cluster.workload.below(200_000);
@@ -997,6 +988,12 @@ impl Cluster {
             );
         }
         self.note(format!("node {node}: restarted (life {life})"));
+        self.start_ticking(node);
+    }
+
+    /// A booted node's first tick, and what its replicas emitted while they booted.
+    fn start_ticking(&mut self, node: u8) {
+        let life = self.nodes[usize::from(node)].life;
         self.schedule(TICK_US, Event::Tick { node, life });
         let groups: Vec<u128> = self.nodes[usize::from(node)]
             .hosts

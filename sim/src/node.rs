@@ -4,11 +4,11 @@
 //! crates' replicated entry points.
 
 use std::collections::{BTreeMap, VecDeque};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use iggy_format::Header;
 use iggy_format::operation;
-use iggy_io::{SimStorage, Storage};
+use iggy_io::SimStorage;
 use iggy_metadata::group::{GROUP_ID, MetadataGroup};
 use iggy_metadata::{Durability, Op, Retention, codec};
 use iggy_recovery::{BootConfig, Mode, NodeLock, PartitionKey};
@@ -141,24 +141,12 @@ pub struct Node {
     lock: Option<NodeLock>,
 }
 
-fn partition_dir(key: PartitionKey) -> PathBuf {
-    Path::new(iggy_recovery::PARTITIONS_DIR).join(key.dir_name())
-}
-
 impl Node {
     /// Creates node `index` of a new cluster: every node writes the same genesis (the metadata
     /// group's first two ops, identical bytes everywhere, and the empty partitions), then boots.
     pub fn create(layout: &Layout, index: u8, storage: SimStorage) -> Result<Self, String> {
         let config = layout.boot_config(0);
         let identity = layout.identity(index);
-        let err = |e: &dyn std::fmt::Display| format!("node {index}: {e}");
-        let mut metadata = MetadataGroup::create(
-            storage.clone(),
-            Path::new(iggy_recovery::METADATA_DIR),
-            identity,
-            config.metadata_wal(),
-        )
-        .map_err(|e| err(&e))?;
         let topic = |name: &str, partitions: u32, durability| Op::CreateTopic {
             stream: 1,
             name: name.into(),
@@ -173,26 +161,16 @@ impl Node {
             topic("replicated", layout.replicated, Durability::Replicated),
             topic("persisted", layout.persisted, Durability::Persisted),
         ];
-        for op in &genesis {
-            metadata
-                .submit(op)
-                .map_err(|e| err(&e))?
-                .map_err(|e| err(&e))?;
-        }
-        drop(metadata);
-        storage
-            .create_dir(iggy_recovery::PARTITIONS_DIR)
-            .map_err(|e| err(&e))?;
-        storage.sync_dir("").map_err(|e| err(&e))?;
-        for kind in layout.groups() {
-            if let GroupKind::Partition { key, .. } = kind {
-                let config = config.partition(identity, key, Some(layout.segment_size_bytes));
-                drop(
-                    Partition::create(storage.clone(), &partition_dir(key), config)
-                        .map_err(|e| err(&e))?,
-                );
-            }
-        }
+        let partitions: Vec<(PartitionKey, u64)> = layout
+            .groups()
+            .into_iter()
+            .filter_map(|kind| match kind {
+                GroupKind::Partition { key, .. } => Some((key, layout.segment_size_bytes)),
+                GroupKind::Metadata => None,
+            })
+            .collect();
+        iggy_recovery::populate::genesis(&storage, identity, &config, &genesis, &partitions)
+            .map_err(|e| format!("node {index}: {e}"))?;
         let mut node = Self {
             index,
             storage,

@@ -426,12 +426,12 @@ impl Message {
         }
     }
 
-    /// The group the message is for.
+    /// The replica that sent a replica message (`None` for a client's request or a prepare,
+    /// whose header says who built it).
     #[must_use]
-    pub fn group(&self) -> u128 {
+    pub fn sender(&self) -> Option<From> {
         match self {
-            Self::Prepare { header, .. } => header.group,
-            Self::Request { group, .. } => *group,
+            Self::Prepare { .. } | Self::Request { .. } => None,
             Self::PrepareOk { from, .. }
             | Self::Commit { from, .. }
             | Self::StartViewChange { from }
@@ -440,8 +440,26 @@ impl Message {
             | Self::RequestStartView { from, .. }
             | Self::RequestPrepares { from, .. }
             | Self::RangeEvicted { from, .. }
-            | Self::Reply { from, .. } => from.group,
+            | Self::Reply { from, .. } => Some(*from),
         }
+    }
+
+    /// The cluster and group the message is for.
+    #[must_use]
+    pub fn cluster_and_group(&self) -> (u128, u128) {
+        match self {
+            Self::Prepare { header, .. } => (header.cluster, header.group),
+            Self::Request { cluster, group, .. } => (*cluster, *group),
+            other => other
+                .sender()
+                .map_or((0, 0), |from| (from.cluster, from.group)),
+        }
+    }
+
+    /// The group the message is for.
+    #[must_use]
+    pub fn group(&self) -> u128 {
+        self.cluster_and_group().1
     }
 
     /// The bytes on the wire.

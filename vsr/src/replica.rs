@@ -657,24 +657,12 @@ impl Replica {
         if self.status == Status::Halted {
             return;
         }
-        let (cluster, group) = match &message {
-            Message::Prepare { header, .. } => (header.cluster, header.group),
-            Message::Request { cluster, group, .. } => (*cluster, *group),
-            Message::PrepareOk { from, .. }
-            | Message::Commit { from, .. }
-            | Message::StartViewChange { from }
-            | Message::DoViewChange { from, .. }
-            | Message::StartView { from, .. }
-            | Message::RequestStartView { from, .. }
-            | Message::RequestPrepares { from, .. }
-            | Message::RangeEvicted { from, .. }
-            | Message::Reply { from, .. } => (from.cluster, from.group),
-        };
+        let (cluster, group) = message.cluster_and_group();
         if cluster != self.id.cluster || group != self.id.group {
             self.count("wrong_group");
             return;
         }
-        if let Some(from) = sender(&message)
+        if let Some(from) = message.sender()
             && (from.replica >= self.id.replicas || from.replica == self.id.replica)
         {
             self.count("bad_sender");
@@ -1967,21 +1955,5 @@ impl Replica {
         // A backup adopting a view is in normal status but silent (no acknowledgment) until the
         // log_view is durable.
         self.write_superblock();
-    }
-}
-
-/// The replica a replica message came from (`None` for a client's request or a prepare).
-fn sender(message: &Message) -> Option<From> {
-    match message {
-        Message::Prepare { .. } | Message::Request { .. } => None,
-        Message::PrepareOk { from, .. }
-        | Message::Commit { from, .. }
-        | Message::StartViewChange { from }
-        | Message::DoViewChange { from, .. }
-        | Message::StartView { from, .. }
-        | Message::RequestStartView { from, .. }
-        | Message::RequestPrepares { from, .. }
-        | Message::RangeEvicted { from, .. }
-        | Message::Reply { from, .. } => Some(*from),
     }
 }
