@@ -64,6 +64,33 @@ fn run_until(
     done(cluster)
 }
 
+/// Whether every one of `nodes` runs a replica of `group` for which `done` holds.
+fn every(
+    c: &Cluster,
+    group: u128,
+    nodes: &[u8],
+    done: impl Fn(&iggy_vsr::Replica) -> bool,
+) -> bool {
+    nodes
+        .iter()
+        .all(|n| c.replica(*n, group).is_some_and(&done))
+}
+
+/// The replica of `group` on `node`.
+fn at(c: &Cluster, node: u8, group: u128) -> &iggy_vsr::Replica {
+    c.replica(node, group).unwrap()
+}
+
+/// Runs until replica 0 of the metadata group knows `commits` ops committed.
+fn warm_up(cluster: &mut Cluster, commits: u64) {
+    assert!(
+        run_until(cluster, 10_000, 5 * SECOND, |c| replica(c, 0).commit_max()
+            >= commits),
+        "the quiet cluster commits:\n{}",
+        cluster.status().join("\n")
+    );
+}
+
 fn replica(cluster: &Cluster, node: u8) -> &iggy_vsr::Replica {
     cluster.replica(node, METADATA).unwrap()
 }
@@ -93,11 +120,7 @@ fn survivors_hold(cluster: &Cluster, through: u64) {
 /// write, so it must fetch the body from replica 2 before it starts the view.
 fn write_put_back(safeguards: Safeguards) -> Cluster {
     let mut cluster = quiet(1, safeguards);
-    assert!(run_until(&mut cluster, 10_000, 5 * SECOND, |c| replica(
-        c, 0
-    )
-    .commit_max()
-        >= 8));
+    warm_up(&mut cluster, 8);
     // Replica 1 hears nothing of replica 0 from here on.
     cluster.network().cut_link(0, 1);
     let base = replica(&cluster, 0).commit_max();
@@ -116,10 +139,8 @@ fn write_put_back(safeguards: Safeguards) -> Cluster {
     cluster.network().restore_link(0, 1);
     let target = acknowledged;
     run_until(&mut cluster, 10_000, 30 * SECOND, |c| {
-        [1, 2].iter().all(|n| {
-            c.replica(*n, METADATA).is_some_and(|r| {
-                r.status() == Status::Normal && r.view() >= 1 && r.commit_min() >= target + 2
-            })
+        every(c, METADATA, &[1, 2], |r| {
+            r.status() == Status::Normal && r.view() >= 1 && r.commit_min() >= target + 2
         })
     });
     cluster
@@ -140,11 +161,7 @@ fn the_write_acknowledged_by_0_and_2_survives_when_0_dies() {
 /// the view starts within two view changes.
 fn header_without_body(safeguards: Safeguards) -> (Cluster, u64) {
     let mut cluster = quiet(2, safeguards);
-    assert!(run_until(&mut cluster, 10_000, 5 * SECOND, |c| replica(
-        c, 0
-    )
-    .commit_max()
-        >= 6));
+    warm_up(&mut cluster, 6);
     // Replica 1 goes down; replica 2 is cut off from replica 0 both ways.
     cluster.crash_node(1, false);
     cluster.network().cut_link(0, 2);
@@ -166,9 +183,8 @@ fn header_without_body(safeguards: Safeguards) -> (Cluster, u64) {
     cluster.network().restore_link(0, 2);
     cluster.network().restore_link(2, 0);
     run_until(&mut cluster, 10_000, 40 * SECOND, |c| {
-        [1, 2].iter().all(|n| {
-            c.replica(*n, METADATA)
-                .is_some_and(|r| r.status() == Status::Normal && r.view() >= 1)
+        every(c, METADATA, &[1, 2], |r| {
+            r.status() == Status::Normal && r.view() >= 1
         })
     });
     (cluster, op)
@@ -204,11 +220,7 @@ fn a_header_without_its_body_is_a_nack_and_the_view_starts() {
 /// it journaled every op from what it executed up, and the cluster goes on with them.
 fn hole_below_commit(safeguards: Safeguards) -> (Cluster, u64) {
     let mut cluster = quiet(3, safeguards);
-    assert!(run_until(&mut cluster, 10_000, 5 * SECOND, |c| replica(
-        c, 0
-    )
-    .commit_max()
-        >= 5));
+    warm_up(&mut cluster, 5);
     cluster.network().cut_link(0, 1);
     assert!(run_until(&mut cluster, 1_000, 10 * SECOND, |c| replica(
         c, 1
@@ -221,10 +233,8 @@ fn hole_below_commit(safeguards: Safeguards) -> (Cluster, u64) {
         "replica 1 starts the view change with a hole below the commit point"
     );
     run_until(&mut cluster, 10_000, 30 * SECOND, |c| {
-        [0, 1, 2].iter().all(|n| {
-            c.replica(*n, METADATA).is_some_and(|r| {
-                r.status() == Status::Normal && r.view() >= 1 && r.commit_min() >= committed + 3
-            })
+        every(c, METADATA, &[0, 1, 2], |r| {
+            r.status() == Status::Normal && r.view() >= 1 && r.commit_min() >= committed + 3
         })
     });
     (cluster, committed)
@@ -242,21 +252,17 @@ fn a_new_primary_with_a_hole_below_the_commit_point_is_not_promoted_until_it_is_
 #[test]
 fn a_replica_that_restarts_with_its_view_on_disk_ignores_a_prepare_of_the_old_view() {
     let mut cluster = quiet(4, Safeguards::default());
-    assert!(run_until(&mut cluster, 10_000, 5 * SECOND, |c| replica(
-        c, 0
-    )
-    .commit_max()
-        >= 5));
+    warm_up(&mut cluster, 5);
     for other in [1, 2] {
         cluster.network().cut_link(0, other);
         cluster.network().cut_link(other, 0);
     }
-    assert!(run_until(&mut cluster, 10_000, 20 * SECOND, |c| {
-        [1, 2].iter().all(|n| {
-            c.replica(*n, METADATA)
-                .is_some_and(|r| r.status() == Status::Normal && r.view() >= 1)
-        })
-    }));
+    assert!(run_until(&mut cluster, 10_000, 20 * SECOND, |c| every(
+        c,
+        METADATA,
+        &[1, 2],
+        |r| r.status() == Status::Normal && r.view() >= 1
+    )));
     let view = replica(&cluster, 2).view();
     cluster.crash_node(2, false);
     cluster.restart_node(2);
@@ -294,11 +300,7 @@ fn a_replica_that_restarts_with_its_view_on_disk_ignores_a_prepare_of_the_old_vi
 #[test]
 fn all_three_nodes_restart_at_once_and_the_cluster_resumes() {
     let mut cluster = quiet(5, Safeguards::default());
-    assert!(run_until(&mut cluster, 10_000, 5 * SECOND, |c| replica(
-        c, 0
-    )
-    .commit_max()
-        >= 10));
+    warm_up(&mut cluster, 10);
     let committed = (0..3)
         .map(|n| replica(&cluster, n).commit_min())
         .min()
@@ -313,13 +315,12 @@ fn all_three_nodes_restart_at_once_and_the_cluster_resumes() {
         assert_eq!(replica(&cluster, node).status(), Status::Recovering);
     }
     assert!(
-        run_until(&mut cluster, 10_000, 30 * SECOND, |c| {
-            (0..3).all(|n| {
-                c.replica(n, METADATA).is_some_and(|r| {
-                    r.status() == Status::Normal && r.commit_min() >= committed + 5
-                })
-            })
-        }),
+        run_until(&mut cluster, 10_000, 30 * SECOND, |c| every(
+            c,
+            METADATA,
+            &[0, 1, 2],
+            |r| r.status() == Status::Normal && r.commit_min() >= committed + 5
+        )),
         "{}",
         cluster.status().join("\n")
     );
@@ -335,11 +336,7 @@ fn all_three_nodes_restart_at_once_and_the_cluster_resumes() {
 /// vote without that op, and once replicas 1 and 2 hear each other view 1's log replaces it.
 fn vote_lost_in_a_crash(safeguards: Safeguards) -> (Cluster, u64) {
     let mut cluster = quiet(3, safeguards);
-    assert!(run_until(&mut cluster, 10_000, 5 * SECOND, |c| replica(
-        c, 0
-    )
-    .commit_max()
-        >= 8));
+    warm_up(&mut cluster, 8);
     // Replicas 0 and 1 cannot hear each other; replica 2 hears both but speaks only to 1.
     cluster.network().cut_link(0, 1);
     cluster.network().cut_link(1, 0);
@@ -386,10 +383,8 @@ fn vote_lost_in_a_crash(safeguards: Safeguards) -> (Cluster, u64) {
     cluster.crash_node(0, false);
     cluster.network().repair();
     run_until(&mut cluster, 10_000, 60 * SECOND, |c| {
-        [1, 2].iter().all(|n| {
-            c.replica(*n, METADATA).is_some_and(|r| {
-                r.status() == Status::Normal && r.view() >= 1 && r.commit_min() >= target + 2
-            })
+        every(c, METADATA, &[1, 2], |r| {
+            r.status() == Status::Normal && r.view() >= 1 && r.commit_min() >= target + 2
         })
     });
     if cluster.failure().is_none() {
@@ -433,49 +428,42 @@ fn restart_without_acknowledged_ops(safeguards: Safeguards) -> (Cluster, u128, u
         .map(|g| g.id())
         .find(|g| *g != METADATA)
         .unwrap();
-    fn at(c: &Cluster, node: u8, group: u128) -> &iggy_vsr::Replica {
-        c.replica(node, group).unwrap()
-    }
-    let of = move |c: &Cluster, node: u8| -> (u64, u64, u64, bool) {
-        let r = at(c, node, group);
-        (
-            r.commit_min(),
-            r.journaled_head(),
-            r.head(),
-            r.sent_do_view_change(),
-        )
-    };
-    assert!(run_until(&mut cluster, 10_000, 5 * SECOND, |c| of(c, 0).0 >= 8));
+    assert!(run_until(&mut cluster, 10_000, 5 * SECOND, |c| at(
+        c, 0, group
+    )
+    .commit_min()
+        >= 8));
     cluster.network().cut_link(0, 1);
-    let base = of(&cluster, 0).0;
+    let base = at(&cluster, 0, group).commit_min();
     assert!(
-        run_until(&mut cluster, 1_000, 3 * SECOND, |c| of(c, 0).0 >= base + 3),
+        run_until(&mut cluster, 1_000, 3 * SECOND, |c| at(c, 0, group)
+            .commit_min()
+            >= base + 3),
         "replicas 0 and 2 commit without replica 1:\n{}",
         cluster.status().join("\n")
     );
-    let committed = of(&cluster, 0).0;
-    assert!(of(&cluster, 1).1 < committed);
+    let committed = at(&cluster, 0, group).commit_min();
+    assert!(at(&cluster, 1, group).journaled_head() < committed);
     cluster.crash_node(0, false);
     cluster.network().restore_link(0, 1);
     cluster.network().cut_link(2, 1);
     cluster.restart_node(0);
     assert!(
-        of(&cluster, 0).2 < committed,
+        at(&cluster, 0, group).head() < committed,
         "boot kept only the published log"
     );
     // Replica 0's probes go unanswered and it joins the view change replica 1 leads.
     assert!(
-        run_until(&mut cluster, 1_000, 20 * SECOND, |c| of(c, 0).3),
+        run_until(&mut cluster, 1_000, 20 * SECOND, |c| at(c, 0, group)
+            .sent_do_view_change()),
         "replica 0 offers its log:\n{}",
         cluster.status().join("\n")
     );
     run_until(&mut cluster, 10_000, 2 * SECOND, |_| false);
     cluster.network().restore_link(2, 1);
     run_until(&mut cluster, 10_000, 60 * SECOND, |c| {
-        (0..3).all(|n| {
-            c.replica(n, group).is_some_and(|r| {
-                r.status() == Status::Normal && r.view() >= 1 && r.commit_min() >= committed + 2
-            })
+        every(c, group, &[0, 1, 2], |r| {
+            r.status() == Status::Normal && r.view() >= 1 && r.commit_min() >= committed + 2
         })
     });
     (cluster, group, committed)
@@ -504,11 +492,7 @@ fn a_restarted_replica_that_forgot_its_acknowledgments_stands_for_no_quorum() {
 /// the answer echoes the incarnation of the life that asked, so the new life refuses it.
 fn late_answer_to_a_previous_life(safeguards: Safeguards) -> Cluster {
     let mut cluster = quiet(5, safeguards);
-    assert!(run_until(&mut cluster, 10_000, 5 * SECOND, |c| replica(
-        c, 0
-    )
-    .commit_max()
-        >= 8));
+    warm_up(&mut cluster, 8);
     cluster.crash_node(2, false);
     cluster.network().clog_link(0, 2, 4 * SECOND);
     cluster.restart_node(2);
