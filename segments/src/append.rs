@@ -8,10 +8,9 @@ use iggy_format::{Header, Position, PrepareMeta, operation};
 use iggy_io::Storage;
 use iggy_wal::Naming;
 
-use crate::boot::add_to_index;
+use crate::boot::add_batch;
 use crate::entry::{self, Kind, OffsetEntry};
 use crate::error::PartitionError;
-use crate::index::IndexEntry;
 use crate::offsets::ConsumerKind;
 use crate::partition::{Partition, Segment, State};
 use crate::report::SegmentInfo;
@@ -242,22 +241,13 @@ impl<S: Storage + Clone> Partition<S> {
                 offset,
             });
         } else if let Kind::Messages(batch) = kind {
-            if segment.batches == 0 {
-                segment.min_timestamp = batch.base_timestamp;
-            }
-            add_to_index(
-                &mut segment.index,
-                IndexEntry {
-                    offset: batch.base_offset,
-                    timestamp: batch.base_timestamp,
-                    position: location.offset,
-                    op,
-                },
+            add_batch(
+                segment,
+                &batch,
+                location.offset,
+                op,
                 self.config.index_interval_bytes,
             );
-            segment.batches += 1;
-            segment.max_timestamp = batch.base_timestamp;
-            segment.next_offset = batch.base_offset + u64::from(batch.message_count);
             message_count = batch.message_count;
             state.next_offset = segment.next_offset;
             state.last_timestamp = batch.base_timestamp;

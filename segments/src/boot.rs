@@ -351,22 +351,13 @@ pub(crate) fn scan_segment<F: ReadFile>(
         match kind {
             Kind::Messages(batch) => {
                 check_batch(&file.path, position, &batch, config, &mut next, &segment)?;
-                if segment.batches == 0 {
-                    segment.min_timestamp = batch.base_timestamp;
-                }
-                add_to_index(
-                    &mut segment.index,
-                    IndexEntry {
-                        offset: batch.base_offset,
-                        timestamp: batch.base_timestamp,
-                        position,
-                        op: header.op,
-                    },
+                add_batch(
+                    &mut segment,
+                    &batch,
+                    position,
+                    header.op,
                     config.index_interval_bytes,
                 );
-                segment.batches += 1;
-                segment.max_timestamp = segment.max_timestamp.max(batch.base_timestamp);
-                segment.next_offset = batch.base_offset + u64::from(batch.message_count);
             }
             Kind::ConsumerOffset { kind, id, offset } => stores.add(OffsetEntry {
                 op: header.op,
@@ -429,6 +420,34 @@ fn check_batch(
     }
     *next = Some(batch.base_offset + u64::from(batch.message_count));
     Ok(())
+}
+
+/// Counts the batch `batch` at `position` (entry `op`) in `segment`: its timestamps, next
+/// offset and sparse index. The one accounting for appends and for boot's scan, so both derive
+/// the same segment from the same log.
+pub(crate) fn add_batch(
+    segment: &mut SegmentInfo,
+    batch: &iggy_format::batch::BatchHeader,
+    position: u64,
+    op: u64,
+    interval: u64,
+) {
+    if segment.batches == 0 {
+        segment.min_timestamp = batch.base_timestamp;
+    }
+    add_to_index(
+        &mut segment.index,
+        IndexEntry {
+            offset: batch.base_offset,
+            timestamp: batch.base_timestamp,
+            position,
+            op,
+        },
+        interval,
+    );
+    segment.batches += 1;
+    segment.max_timestamp = segment.max_timestamp.max(batch.base_timestamp);
+    segment.next_offset = batch.base_offset + u64::from(batch.message_count);
 }
 
 /// Adds `entry` if it is the segment's first or lies `interval` bytes past the last entry.
