@@ -277,9 +277,8 @@ pub struct Replica {
     repair_at: u64,
     repair_source: u8,
     unverified: BTreeMap<u64, (Header, Vec<u8>)>,
-    behind_ring: bool,
-    /// The peers that answered this replica's repair with `RangeEvicted` since its storage
-    /// last moved, and the storage head then.
+    /// The peers that answered this replica's repair with `RangeEvicted` at the storage head
+    /// it had then (a mask, and that head).
     evicted_by: (u64, u64),
     clients: ClientTable,
     counters: Counters,
@@ -348,7 +347,6 @@ impl Replica {
             repair_at: 0,
             repair_source: 0,
             unverified: BTreeMap::new(),
-            behind_ring: false,
             evicted_by: (0, 0),
             counters: Counters::new(),
         };
@@ -464,7 +462,12 @@ impl Replica {
     /// Whether it asked every peer for ops they no longer hold (a state transfer's case).
     #[must_use]
     pub fn behind_ring(&self) -> bool {
-        self.behind_ring
+        let (mask, head) = self.evicted_by;
+        head == self.journal.storage_head
+            && self.needs_repair()
+            && (0..self.id.replicas)
+                .filter(|r| *r != self.id.replica)
+                .all(|r| mask & bit(r) != 0)
     }
 
     #[must_use]
@@ -1293,13 +1296,6 @@ impl Replica {
     /// the range under it (proved by the chain as they arrive).
     fn repair(&mut self) {
         self.repair_at = self.ticks + self.config.repair_retry_ticks;
-        if self.behind_ring
-            && (!self.needs_repair() || self.evicted_by.1 != self.journal.storage_head)
-        {
-            // Its storage moved on (a peer still held the range, or the gap closed).
-            self.behind_ring = false;
-            self.evicted_by = (0, self.journal.storage_head);
-        }
         let merging = self.status == Status::ViewChange
             && self.is_primary()
             && self.starting.as_ref().is_some_and(|s| s.primary);
@@ -1400,15 +1396,10 @@ impl Replica {
         if oldest > head + 1 {
             self.count("range_evicted");
             if self.evicted_by.1 != head {
+                // Its storage moved since the last answers: they no longer say anything.
                 self.evicted_by = (0, head);
             }
             self.evicted_by.0 |= bit(from.replica);
-            let others = (0..self.id.replicas)
-                .filter(|r| *r != self.id.replica)
-                .all(|r| self.evicted_by.0 & bit(r) != 0);
-            if others && (self.view_change.sources.is_empty() || !self.is_primary()) {
-                self.behind_ring = true;
-            }
         }
     }
 
