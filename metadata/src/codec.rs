@@ -238,6 +238,9 @@ pub fn decode(version: u16, bytes: &[u8]) -> Result<State, DecodeError> {
             return r.fail("next_topic_id not past every topic id");
         }
         state.partition_count += topics.values().map(|t| t.partitions.len()).sum::<usize>();
+        for topic in topics.values() {
+            state.count_primaries(&topic.partitions, true);
+        }
         insert_ordered(
             &r,
             &mut state.streams,

@@ -243,7 +243,13 @@ fn execute(state: &mut State, entry: &iggy_wal::Entry) -> Result<Executed, Group
         error,
     })?;
     let header = &entry.header;
-    Ok(state.execute(header.op, header.client, header.request, &decoded))
+    Ok(state.execute_in_view(
+        header.view,
+        header.op,
+        header.client,
+        header.request,
+        &decoded,
+    ))
 }
 
 /// The op a boot restores the state through: the superblock's commit point (never below the

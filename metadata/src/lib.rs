@@ -104,6 +104,8 @@ pub struct State {
     pub clients: BTreeMap<u128, ClientSession>,
     /// Partitions across all topics (kept to bound the total).
     pub partition_count: usize,
+    /// Partitions each replica leads (index: replica), kept to spread new ones.
+    pub primaries: Vec<u32>,
 }
 
 /// A metadata operation.
@@ -220,7 +222,41 @@ impl State {
             next_stream_id: 1,
             clients: BTreeMap::new(),
             partition_count: 0,
+            primaries: vec![0; usize::from(replica_count)],
         }
+    }
+
+    /// Counts `partitions` as created (`+1`) or deleted.
+    pub(crate) fn count_primaries(&mut self, partitions: &[Partition], created: bool) {
+        for partition in partitions {
+            let count = &mut self.primaries[usize::from(partition.leader)];
+            *count = if created {
+                *count + 1
+            } else {
+                count.saturating_sub(1)
+            };
+        }
+    }
+
+    /// Leaders for `count` new partitions: each goes to the replica that leads the fewest
+    /// groups so far (the lowest index on a tie), counting the metadata group's primary in
+    /// `view` (the view the create was prepared in, so every replica computes the same).
+    fn spread(&self, count: u32, view: u32) -> Vec<u8> {
+        let replicas = u64::from(self.replica_count);
+        let mut load: Vec<u64> = self.primaries.iter().map(|c| u64::from(*c)).collect();
+        let metadata = usize::try_from(u64::from(view) % replicas).unwrap_or(0);
+        load[metadata] += 1;
+        (0..count)
+            .map(|_| {
+                let (replica, _) = load
+                    .iter()
+                    .enumerate()
+                    .min_by_key(|(r, l)| (**l, *r))
+                    .unwrap_or((0, &0));
+                load[replica] += 1;
+                u8::try_from(replica).unwrap_or(0)
+            })
+            .collect()
     }
 
     fn stream_mut(&mut self, stream: u32) -> Result<&mut Stream, ApplyError> {
@@ -236,14 +272,15 @@ impl State {
             .ok_or(ApplyError::UnknownTopic(stream, topic))
     }
 
-    /// The leader of partition `partition` of a topic: spread round-robin over the replicas.
-    fn leader(&self, stream: u32, topic: u32, partition: u32) -> u8 {
-        let spread = u64::from(stream) + u64::from(topic) + u64::from(partition);
-        u8::try_from(spread % u64::from(self.replica_count)).unwrap_or(0)
+    /// Applies `op` as if prepared in view 0 (see [`State::apply_in_view`]).
+    pub fn apply(&mut self, op: &Op) -> Result<Applied, ApplyError> {
+        self.apply_in_view(op, 0)
     }
 
-    /// Applies `op`. Validation happens before any change, so a refused op changes nothing.
-    pub fn apply(&mut self, op: &Op) -> Result<Applied, ApplyError> {
+    /// Applies `op`, prepared by the metadata group in `view` (it decides where new
+    /// partitions' primaries go). Validation happens before any change, so a refused op
+    /// changes nothing.
+    pub fn apply_in_view(&mut self, op: &Op, view: u32) -> Result<Applied, ApplyError> {
         match op {
             Op::CreateStream { name } => {
                 check_name(name)?;
@@ -280,6 +317,9 @@ impl State {
                     .values()
                     .map(|t| t.partitions.len())
                     .sum::<usize>();
+                for topic in removed.topics.values() {
+                    self.count_primaries(&topic.partitions, false);
+                }
                 Ok(Applied::Deleted)
             }
             Op::CreateTopic {
@@ -320,12 +360,14 @@ impl State {
                 }
                 let id = parent.next_topic_id;
                 let leaders: Vec<Partition> = (1..=*partitions)
-                    .map(|partition| Partition {
+                    .zip(self.spread(*partitions, view))
+                    .map(|(partition, leader)| Partition {
                         id: partition,
-                        leader: self.leader(*stream, id, partition),
+                        leader,
                     })
                     .collect();
                 self.partition_count += leaders.len();
+                self.count_primaries(&leaders, true);
                 let parent = self.stream_mut(*stream)?;
                 parent.next_topic_id += 1;
                 parent.topics.insert(
@@ -351,6 +393,7 @@ impl State {
                     .remove(topic)
                     .ok_or(ApplyError::UnknownTopic(*stream, *topic))?;
                 self.partition_count -= removed.partitions.len();
+                self.count_primaries(&removed.partitions, false);
                 Ok(Applied::Deleted)
             }
             Op::CreatePartitions {
@@ -371,12 +414,14 @@ impl State {
                 self.check_partition_budget(*count, existing)?;
                 let first = existing + 1;
                 let added: Vec<Partition> = (first..first + count)
-                    .map(|partition| Partition {
+                    .zip(self.spread(*count, view))
+                    .map(|(partition, leader)| Partition {
                         id: partition,
-                        leader: self.leader(*stream, *topic, partition),
+                        leader,
                     })
                     .collect();
                 self.partition_count += added.len();
+                self.count_primaries(&added, true);
                 self.topic_mut(*stream, *topic)?.partitions.extend(added);
                 Ok(Applied::Partitions {
                     first,
@@ -471,18 +516,31 @@ impl State {
     /// Executing and recording the reply are one step, so a replica that executed a request
     /// also remembers its reply.
     pub fn execute(&mut self, op_number: u64, client: u128, request: u64, op: &Op) -> Executed {
+        self.execute_in_view(0, op_number, client, request, op)
+    }
+
+    /// [`State::execute`] of a prepare of the metadata group's `view` (which places new
+    /// partitions' primaries, [`State::apply_in_view`]).
+    pub fn execute_in_view(
+        &mut self,
+        view: u32,
+        op_number: u64,
+        client: u128,
+        request: u64,
+        op: &Op,
+    ) -> Executed {
         let executed = |result: Result<Applied, ApplyError>| Executed {
             reply: codec::encode_reply(&result),
             result: Some(result),
         };
         if client == 0 {
-            return executed(self.apply(op));
+            return executed(self.apply_in_view(op, view));
         }
         if let Op::RegisterClient {
             client: registered, ..
         } = op
         {
-            let done = executed(self.apply(op));
+            let done = executed(self.apply_in_view(op, view));
             if done.result.as_ref().is_some_and(Result::is_ok)
                 && let Some(session) = self.clients.get_mut(registered)
             {
@@ -508,7 +566,7 @@ impl State {
                 last,
             }));
         }
-        let done = executed(self.apply(op));
+        let done = executed(self.apply_in_view(op, view));
         if let Some(session) = self.clients.get_mut(&client) {
             session.last_request = request;
             session.last_op = op_number;

@@ -52,6 +52,23 @@ fn golden_state() -> State {
     for op in &ops {
         state.apply(op).unwrap();
     }
+    // The fixture was written when leaders went round-robin by stream + topic + partition; the
+    // codec stores whichever leader the state holds, so the state takes those leaders back.
+    let leaders = [(1, 1, [0, 1, 2, 0].as_slice()), (2, 1, [1].as_slice())];
+    for (stream, topic, leaders) in leaders {
+        let partitions = &mut state
+            .streams
+            .get_mut(&stream)
+            .unwrap()
+            .topics
+            .get_mut(&topic)
+            .unwrap()
+            .partitions;
+        for (partition, leader) in partitions.iter_mut().zip(leaders) {
+            partition.leader = *leader;
+        }
+    }
+    state.primaries = vec![2, 2, 1];
     // A session that registered (op 6) and whose request 3 was answered (op 7): the table keeps
     // its reply bytes.
     let client = 0x00C1_1E47;

@@ -120,6 +120,45 @@ fn partition_leaders_are_spread_over_the_replicas() {
     assert_eq!(state.partition_count, 0);
 }
 
+/// A new partition's primary is the replica leading the fewest groups, the metadata group's
+/// primary (its view at the create) counted, and deleted partitions give their share back.
+#[test]
+fn new_partitions_go_to_the_replica_leading_the_fewest_groups() {
+    let leaders = |state: &State, stream: u32, topic: u32| -> Vec<u8> {
+        state.streams[&stream].topics[&topic]
+            .partitions
+            .iter()
+            .map(|p| p.leader)
+            .collect()
+    };
+    let mut state = State::new(3);
+    state.apply(&Op::CreateStream { name: "s".into() }).unwrap();
+    // View 0: the metadata group's primary is replica 0, so the first partition goes to 1.
+    state.apply(&topic(1, "a", 4)).unwrap();
+    assert_eq!(leaders(&state, 1, 1), [1, 2, 0, 1]);
+    assert_eq!(state.primaries, [1, 2, 1]);
+    // Prepared in view 2: the metadata primary is replica 2 now, which counts against it.
+    state.apply_in_view(&topic(1, "b", 2), 2).unwrap();
+    assert_eq!(leaders(&state, 1, 2), [0, 0]);
+    assert_eq!(state.primaries, [3, 2, 1]);
+    state
+        .apply(&Op::DeleteTopic {
+            stream: 1,
+            topic: 1,
+        })
+        .unwrap();
+    assert_eq!(state.primaries, [2, 0, 0]);
+    state.apply(&topic(1, "c", 3)).unwrap();
+    assert_eq!(leaders(&state, 1, 3), [1, 2, 1]);
+    // The counts survive a snapshot: decoding recomputes them from the leaders it holds.
+    let decoded = iggy_metadata::codec::decode(
+        iggy_metadata::codec::PAYLOAD_VERSION,
+        &iggy_metadata::codec::encode(&state),
+    )
+    .unwrap();
+    assert_eq!(decoded, state);
+}
+
 #[test]
 fn the_client_table_makes_requests_at_most_once() {
     let mut state = State::new(1);
