@@ -177,7 +177,14 @@ fn create(
             (key, segment_size_bytes)
         })
         .collect();
-    populate::genesis(storage, populate::identity(), config, &ops, &keys)
+    populate::genesis(
+        storage,
+        populate::identity(),
+        config,
+        &ops,
+        &keys,
+        populate::FirstView::Zero,
+    )
 }
 
 type Booted = (f64, Option<u64>, iggy_recovery::NodeState<OsStorage>);

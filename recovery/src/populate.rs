@@ -50,14 +50,16 @@ impl Default for Options {
 
 /// Writes a new node's genesis at the root of `storage`: the metadata group with `ops`
 /// submitted (each must be accepted), then an empty partition for each of `partitions` (key and
-/// segment size), behind a durable partitions directory. What a cluster's nodes all write
-/// alike before they first boot (the simulator), or a benchmark's idle node.
+/// segment size), behind a durable partitions directory, each starting in the view `first_view`
+/// says. What a cluster's nodes all write alike before they first boot (the simulator), or a
+/// benchmark's idle node.
 pub fn genesis<S: Storage + Clone>(
     storage: &S,
     identity: Identity,
     config: &crate::BootConfig,
     ops: &[Op],
     partitions: &[(PartitionKey, u64)],
+    first_view: FirstView,
 ) -> Result<(), String> {
     let error = |e: &dyn std::fmt::Display| e.to_string();
     let mut metadata = MetadataGroup::create(
@@ -73,16 +75,57 @@ pub fn genesis<S: Storage + Clone>(
             .map_err(|e| error(&e))?
             .map_err(|e| error(&e))?;
     }
+    let leader = |key: PartitionKey| {
+        let topic = metadata
+            .state()
+            .streams
+            .get(&key.stream)?
+            .topics
+            .get(&key.topic)?;
+        let index = usize::try_from(key.partition.checked_sub(1)?).ok()?;
+        topic.partitions.get(index).map(|p| p.leader)
+    };
+    let mut views = Vec::with_capacity(partitions.len());
+    for &(key, _) in partitions {
+        views.push(match first_view {
+            FirstView::Zero => 0,
+            FirstView::Leader => {
+                u32::from(leader(key).ok_or_else(|| {
+                    format!("partition {} is not in the metadata", key.dir_name())
+                })?)
+            }
+        });
+    }
     drop(metadata);
     storage.create_dir(PARTITIONS_DIR).map_err(|e| error(&e))?;
     // The partitions directory durable in the root before any partition relies on it.
     storage.sync_dir("").map_err(|e| error(&e))?;
-    for &(key, segment_size_bytes) in partitions {
+    for (&(key, segment_size_bytes), view) in partitions.iter().zip(views) {
         let dir = Path::new(PARTITIONS_DIR).join(key.dir_name());
         let config = config.partition(identity, key, Some(segment_size_bytes));
-        drop(Partition::create(storage.clone(), &dir, config).map_err(|e| error(&e))?);
+        let partition = Partition::create(storage.clone(), &dir, config).map_err(|e| error(&e))?;
+        if view > 0 {
+            // A view nobody has to elect: every node writes the same one before it first boots.
+            let state = VsrState {
+                view,
+                log_view: view,
+                ..partition.vsr_state()
+            };
+            partition.write_vsr(state).map_err(|e| error(&e))?;
+        }
     }
     Ok(())
+}
+
+/// The view a new partition's group starts in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FirstView {
+    /// View 0 for every group: the metadata group's first primary leads them all (the
+    /// article's cluster).
+    Zero,
+    /// The view whose primary (`view % replicas`) is the partition's leader in the metadata,
+    /// which spreads primaries over the nodes ([`iggy_metadata::State`] chooses the leaders).
+    Leader,
 }
 
 /// The node's identity: replica 0 of a 3-replica cluster.

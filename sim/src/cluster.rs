@@ -85,6 +85,12 @@ pub struct Options {
     pub trace_events: usize,
     /// A group whose every delivered message and storage effect goes into the trace.
     pub watch: Option<u128>,
+    /// Partitions' groups start at their metadata leaders' views (off: all at view 0).
+    pub spread_primaries: bool,
+    /// A replicated partition publishes after this many bytes (128 MiB in production).
+    pub checkpoint_bytes: u64,
+    /// Each node rations its groups' repair (3 new sessions a tick, 8 in flight).
+    pub repair_ration: bool,
 }
 
 impl Options {
@@ -107,6 +113,9 @@ impl Options {
             safeguards: Safeguards::default(),
             trace_events: 64,
             watch: None,
+            spread_primaries: true,
+            checkpoint_bytes: 256 << 10,
+            repair_ration: true,
         }
     }
 }
@@ -229,6 +238,9 @@ impl Cluster {
             segment_size_bytes: 64 << 10,
             vsr: options.vsr.clone(),
             safeguards: options.safeguards,
+            spread_primaries: options.spread_primaries,
+            checkpoint_bytes: options.checkpoint_bytes,
+            repair_ration: options.repair_ration,
         };
         let mut disks = Stream::new(seed, "disks");
         let mut nodes = Vec::new();
@@ -461,6 +473,7 @@ impl Cluster {
                     return;
                 }
                 let groups: Vec<u128> = n.hosts.keys().copied().collect();
+                self.nodes[usize::from(node)].ration_repair();
                 for group in groups {
                     if let Some(host) = self.nodes[usize::from(node)].hosts.get_mut(&group) {
                         let before = (host.replica.status(), host.replica.view());
@@ -697,7 +710,7 @@ impl Cluster {
             Effect::Journal { header, .. } => Some(header.op),
             _ => None,
         };
-        let outcome = execute(&mut host.store, effect, now);
+        let outcome = execute(&mut host.store, effect, now, self.layout.checkpoint_bytes);
         let journal_op = match &outcome {
             Outcome::Prepared { header, .. } => Some(header.op),
             Outcome::Done => journal_op,

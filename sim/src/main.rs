@@ -29,6 +29,10 @@ struct Cli {
     /// Partitions with persisted durability.
     #[arg(long, default_value_t = 2)]
     persisted: u32,
+    /// Start every group at view 0, so node 0 leads them all (the article's cluster); by
+    /// default each partition starts at its metadata leader's view, spreading the primaries.
+    #[arg(long)]
+    no_spread: bool,
     /// Requests each client sends.
     #[arg(long, default_value_t = 40)]
     requests: u64,
@@ -106,6 +110,7 @@ fn main() -> ExitCode {
             trace_events: cli.trace,
             watch: cli.watch,
             safeguards,
+            spread_primaries: !cli.no_spread,
             ..Options::new(seed)
         };
         let report = run(options);
@@ -139,8 +144,12 @@ fn main() -> ExitCode {
                 .map_or(String::new(), |w| format!(" --without {w}"));
             text += &format!(
                 "replay: cargo run --release -p iggy-sim -- --seed {seed} --replicated {} \
-                 --persisted {} --requests {} --fault-seconds {}{without}\n",
-                cli.replicated, cli.persisted, cli.requests, cli.fault_seconds
+                 --persisted {} --requests {} --fault-seconds {}{}{without}\n",
+                cli.replicated,
+                cli.persisted,
+                cli.requests,
+                cli.fault_seconds,
+                if cli.no_spread { " --no-spread" } else { "" }
             );
         }
         if !say(&text) {

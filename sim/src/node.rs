@@ -15,10 +15,7 @@ use iggy_recovery::{BootConfig, Mode, NodeLock, PartitionKey};
 use iggy_segments::offsets::ConsumerKind;
 use iggy_segments::{Partition, Request};
 use iggy_superblock::{Identity, VsrState};
-use iggy_vsr::{Boot, Config, Durable, Effect, Outcome, Replica, Safeguards};
-
-/// Bytes a replicated partition appends before it publishes (its checkpoint, small here).
-const CHECKPOINT_BYTES: u64 = 256 << 10;
+use iggy_vsr::{Boot, Config, Durable, Effect, Outcome, RepairRation, Replica, Safeguards};
 
 /// The cluster's layout, the same on every node.
 #[derive(Clone, Debug)]
@@ -32,9 +29,25 @@ pub struct Layout {
     pub segment_size_bytes: u64,
     pub vsr: Config,
     pub safeguards: Safeguards,
+    /// Each partition's group starts in the view of its metadata leader (primaries spread over
+    /// the nodes); off, every group starts at view 0 (node 0 leads all, the article's cluster).
+    pub spread_primaries: bool,
+    /// Bytes a replicated partition appends before it publishes (its checkpoint).
+    pub checkpoint_bytes: u64,
+    /// Each node rations repair (3 new sessions a tick, 8 in flight); off, every group asks
+    /// whenever it wants.
+    pub repair_ration: bool,
 }
 
 impl Layout {
+    fn ration(&self) -> RepairRation {
+        if self.repair_ration {
+            RepairRation::default()
+        } else {
+            RepairRation::new(usize::MAX, usize::MAX)
+        }
+    }
+
     /// Every group of the cluster: the metadata group, then the partitions.
     #[must_use]
     pub fn groups(&self) -> Vec<GroupKind> {
@@ -138,6 +151,8 @@ pub struct Node {
     pub life: u64,
     pub up: bool,
     pub hosts: BTreeMap<u128, Host>,
+    /// The repair budget its groups share (a new one each life).
+    pub ration: RepairRation,
     lock: Option<NodeLock>,
 }
 
@@ -169,14 +184,27 @@ impl Node {
                 GroupKind::Metadata => None,
             })
             .collect();
-        iggy_recovery::populate::genesis(&storage, identity, &config, &genesis, &partitions)
-            .map_err(|e| format!("node {index}: {e}"))?;
+        let first_view = if layout.spread_primaries {
+            iggy_recovery::populate::FirstView::Leader
+        } else {
+            iggy_recovery::populate::FirstView::Zero
+        };
+        iggy_recovery::populate::genesis(
+            &storage,
+            identity,
+            &config,
+            &genesis,
+            &partitions,
+            first_view,
+        )
+        .map_err(|e| format!("node {index}: {e}"))?;
         let mut node = Self {
             index,
             storage,
             life: 0,
             up: false,
             hosts: BTreeMap::new(),
+            ration: layout.ration(),
             lock: None,
         };
         node.boot(layout, false)?;
@@ -208,6 +236,7 @@ impl Node {
         let mut partitions = state.partitions;
         self.lock = Some(state.lock);
         self.hosts.clear();
+        self.ration = layout.ration();
         for kind in layout.groups() {
             let id = iggy_vsr::Identity {
                 cluster: layout.cluster,
@@ -256,6 +285,30 @@ impl Node {
         }
         self.up = true;
         Ok(())
+    }
+
+    /// The ration's decision for this tick: which groups may ask peers for prepares.
+    pub fn ration_repair(&mut self) {
+        let wanting = self
+            .hosts
+            .iter()
+            .filter(|(_, h)| h.replica.wants_repair())
+            .map(|(g, _)| *g)
+            .collect();
+        self.ration.tick(&wanting);
+        for (group, host) in &mut self.hosts {
+            host.replica.permit_repair(self.ration.permits(*group));
+        }
+    }
+
+    /// Who leads `group`, from this node's own replica of it (`None`: down, not hosted, or in
+    /// a view change or recovery).
+    #[must_use]
+    pub fn leader_of(&self, group: u128) -> Option<u8> {
+        if !self.up {
+            return None;
+        }
+        self.hosts.get(&group).and_then(|h| h.replica.leader())
     }
 
     /// The process dies: replicas, their pending effects and every handle go; the disk keeps
@@ -354,8 +407,9 @@ fn partition_boot(
 }
 
 /// Carries out one storage effect on `store` (`now_us`: the simulated clock, for a primary's
-/// stamps). A storage error is `Outcome::Failed`: the replica stops, the node restarts.
-pub fn execute(store: &mut Store, effect: Effect, now_us: u64) -> Outcome {
+/// stamps; a replicated partition publishes once `checkpoint_bytes` are unpublished). A storage
+/// error is `Outcome::Failed`: the replica stops, the node restarts.
+pub fn execute(store: &mut Store, effect: Effect, now_us: u64, checkpoint_bytes: u64) -> Outcome {
     let failed = |e: &dyn std::fmt::Display| Outcome::Failed(e.to_string());
     match (store, effect) {
         (_, Effect::Send { .. }) => Outcome::Done,
@@ -415,7 +469,9 @@ pub fn execute(store: &mut Store, effect: Effect, now_us: u64) -> Outcome {
             };
             match partition.prepare(request, &meta) {
                 Ok(prepared) => {
-                    if let Err(e) = after_journal(partition, *persisted, prepared.header.op) {
+                    if let Err(e) =
+                        after_journal(partition, *persisted, prepared.header.op, checkpoint_bytes)
+                    {
                         return failed(&e);
                     }
                     Outcome::Prepared {
@@ -437,7 +493,7 @@ pub fn execute(store: &mut Store, effect: Effect, now_us: u64) -> Outcome {
             },
             Effect::Journal { header, body, .. },
         ) => match partition.journal(&header, &body) {
-            Ok(_) => after_journal(partition, *persisted, header.op)
+            Ok(_) => after_journal(partition, *persisted, header.op, checkpoint_bytes)
                 .map_or_else(|e| failed(&e), |()| Outcome::Done),
             Err(e) => failed(&e),
         },
@@ -488,10 +544,11 @@ fn after_journal(
     partition: &Partition<SimStorage>,
     persisted: bool,
     op: u64,
+    checkpoint_bytes: u64,
 ) -> Result<(), iggy_segments::PartitionError> {
     if persisted {
         partition.wait_published(op)
-    } else if partition.unpublished_bytes() >= CHECKPOINT_BYTES {
+    } else if partition.unpublished_bytes() >= checkpoint_bytes {
         partition.publish()
     } else {
         Ok(())

@@ -23,9 +23,11 @@ pub mod config;
 pub mod effect;
 mod journal;
 pub mod message;
+pub mod ration;
 pub mod replica;
 
 pub use config::{Config, TICK_MS, nack_quorum, replication_quorum, view_change_quorum};
 pub use effect::{Destination, Durable, Effect, EffectId, Outcome};
 pub use message::{DecodeError, From, Message, ReplyStatus, ViewHeader};
+pub use ration::RepairRation;
 pub use replica::{Boot, Counters, Identity, Replica, Safeguards, Status};

@@ -275,6 +275,8 @@ pub struct Replica {
     probes: u32,
     // Repair.
     repair_at: u64,
+    /// Whether the node's ration lets it ask peers this tick (a replica on its own: always).
+    repair_permitted: bool,
     repair_source: u8,
     unverified: BTreeMap<u64, (Header, Vec<u8>)>,
     /// The peers that answered this replica's repair with `RangeEvicted` at the storage head
@@ -345,6 +347,7 @@ impl Replica {
             incarnation: boot.incarnation,
             probes: 0,
             repair_at: 0,
+            repair_permitted: true,
             repair_source: 0,
             unverified: BTreeMap::new(),
             evicted_by: (0, 0),
@@ -451,6 +454,16 @@ impl Replica {
     #[must_use]
     pub fn is_primary(&self) -> bool {
         self.primary_of(self.view) == self.id.replica
+    }
+
+    /// Who leads the group as far as this replica knows: its view's primary while it is in
+    /// normal status in a view that has started here; `None` during a view change or
+    /// recovery (a client asking then is told to retry). The routing fact a node answers
+    /// clients with.
+    #[must_use]
+    pub fn leader(&self) -> Option<u8> {
+        (self.status == Status::Normal && self.starting.is_none())
+            .then(|| self.primary_of(self.view))
     }
 
     /// The primary of `view`.
@@ -604,7 +617,10 @@ impl Replica {
                 if self.ticks >= self.heartbeat_at {
                     self.count("heartbeat_timeout");
                     self.start_view_change(self.view + 1);
-                } else if self.ticks >= self.repair_at && self.starting.is_none() {
+                } else if self.ticks >= self.repair_at
+                    && self.starting.is_none()
+                    && self.repair_permitted
+                {
                     self.repair();
                 }
             }
@@ -629,7 +645,7 @@ impl Replica {
                     {
                         self.view_change.dvc_sent_at = None;
                     }
-                    if self.ticks >= self.repair_at {
+                    if self.ticks >= self.repair_at && self.repair_permitted {
                         self.repair();
                     }
                 }
@@ -1291,20 +1307,33 @@ impl Replica {
         self.journal.storage_head < target
     }
 
-    /// Asks a peer for the prepares this replica lacks, at most `REPAIR_BATCH_MAX` a round:
-    /// bodies of known headers from the lowest missing one, or, below the lowest known entry,
-    /// the range under it (proved by the chain as they arrive).
-    fn repair(&mut self) {
-        self.repair_at = self.ticks + self.config.repair_retry_ticks;
+    /// The replica that repairs (a backup in normal status, or a new primary merging its view)
+    /// lacks prepares: what a node's [`crate::RepairRation`] counts as a session.
+    #[must_use]
+    pub fn wants_repair(&self) -> bool {
         let merging = self.status == Status::ViewChange
             && self.is_primary()
             && self.starting.as_ref().is_some_and(|s| s.primary);
         // A primary in normal status holds its whole log (its view started only once it did):
         // it never repairs.
         let backup = self.status == Status::Normal && !self.is_primary();
-        if !(backup || merging) || !self.needs_repair() {
+        (backup || merging) && self.needs_repair()
+    }
+
+    /// Sets whether the next ticks may ask peers for prepares (the node's ration decides).
+    pub fn permit_repair(&mut self, permitted: bool) {
+        self.repair_permitted = permitted;
+    }
+
+    /// Asks a peer for the prepares this replica lacks, at most `REPAIR_BATCH_MAX` a round:
+    /// bodies of known headers from the lowest missing one, or, below the lowest known entry,
+    /// the range under it (proved by the chain as they arrive).
+    fn repair(&mut self) {
+        self.repair_at = self.ticks + self.config.repair_retry_ticks;
+        if !self.wants_repair() {
             return;
         }
+        let merging = self.status == Status::ViewChange;
         if !self.safeguards.body_fetch && merging {
             return;
         }
