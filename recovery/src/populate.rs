@@ -102,17 +102,11 @@ pub fn genesis<S: Storage + Clone>(
     storage.sync_dir("").map_err(|e| error(&e))?;
     for (&(key, segment_size_bytes), view) in partitions.iter().zip(views) {
         let dir = Path::new(PARTITIONS_DIR).join(key.dir_name());
-        let config = config.partition(identity, key, Some(segment_size_bytes));
-        let partition = Partition::create(storage.clone(), &dir, config).map_err(|e| error(&e))?;
-        if view > 0 {
-            // A view nobody has to elect: every node writes the same one before it first boots.
-            let state = VsrState {
-                view,
-                log_view: view,
-                ..partition.vsr_state()
-            };
-            partition.write_vsr(state).map_err(|e| error(&e))?;
-        }
+        let config = iggy_segments::Config {
+            initial_view: view,
+            ..config.partition(identity, key, Some(segment_size_bytes))
+        };
+        drop(Partition::create(storage.clone(), &dir, config).map_err(|e| error(&e))?);
     }
     Ok(())
 }

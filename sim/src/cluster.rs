@@ -15,6 +15,7 @@ use crate::checker::{Checker, Committed};
 use crate::client::{self, Client};
 use crate::network::{Endpoint, Network, NetworkConfig};
 use crate::node::{GroupKind, Layout, Node, execute};
+use crate::producer::{Producer, Routing, Shape};
 use crate::rng::Stream;
 
 const TICK_US: u64 = TICK_MS * 1000;
@@ -61,6 +62,20 @@ impl Faults {
     }
 }
 
+/// Producers beside the random clients: one per partition, each sending batches of `shape` at
+/// its rate (see [`crate::producer`]).
+#[derive(Clone, Debug)]
+pub struct Workload {
+    pub shape: Shape,
+    /// Batches each producer sends in all.
+    pub batches: u64,
+    /// The node every producer connects to first (the article's: node 0); `None`, the
+    /// partition's primary.
+    pub connect_to: Option<u8>,
+    /// When the producers start, in simulated microseconds.
+    pub start_us: u64,
+}
+
 /// What to run.
 #[derive(Clone, Debug)]
 pub struct Options {
@@ -91,6 +106,8 @@ pub struct Options {
     pub checkpoint_bytes: u64,
     /// Each node rations its groups' repair (3 new sessions a tick, 8 in flight).
     pub repair_ration: bool,
+    /// Producers at a set rate, one per partition.
+    pub workload: Option<Workload>,
 }
 
 impl Options {
@@ -116,6 +133,7 @@ impl Options {
             spread_primaries: true,
             checkpoint_bytes: 256 << 10,
             repair_ration: true,
+            workload: None,
         }
     }
 }
@@ -186,6 +204,9 @@ enum Event {
     Client {
         client: usize,
     },
+    Producer {
+        producer: usize,
+    },
     Fault,
     Restart {
         node: u8,
@@ -200,6 +221,10 @@ enum Event {
     StorageCalm {
         node: u8,
     },
+    /// The producers notice that a dead node's connections dropped.
+    DeathNoticed {
+        node: u8,
+    },
 }
 
 /// A running cluster.
@@ -211,6 +236,7 @@ pub struct Cluster {
     events: BTreeMap<(u64, u64), Event>,
     nodes: Vec<Node>,
     clients: Vec<Client>,
+    producers: Vec<Producer>,
     network: Network,
     latency: Stream,
     faults: Stream,
@@ -224,6 +250,17 @@ pub struct Cluster {
     view_changes: u64,
     restart_pending: Vec<bool>,
     storage_faulty: Vec<bool>,
+    /// When each node last heard a commit broadcast of each group.
+    commit_heard: BTreeMap<(u8, u128), u64>,
+    /// Every change of a replica's status or view: (time, node, group, status, view).
+    view_log: Vec<(u64, u8, u128, Status, u32)>,
+    /// Bytes of prepares (header and body) each node was sent for each group in answer to its
+    /// repair requests.
+    repair_bytes: BTreeMap<(u8, u128), u64>,
+    /// The effects being drained answer a `RequestPrepares`.
+    serving_repair: bool,
+    /// A node died and its producers' connections have not noticed yet: sends still go to it.
+    death_unnoticed: Vec<bool>,
 }
 
 impl Cluster {
@@ -267,6 +304,30 @@ impl Cluster {
                 ));
             }
         }
+        let mut producers = Vec::new();
+        if let Some(workload) = &options.workload {
+            let partitions = u64::from(layout.replicated + layout.persisted).max(1);
+            let interval = 1_000_000 / u64::from(workload.shape.batches_per_second.max(1));
+            for kind in layout.groups() {
+                if let GroupKind::Partition { .. } = kind {
+                    // Producers are not in step: each starts a share of the interval later.
+                    let start_us =
+                        workload.start_us + producers.len() as u64 * interval / partitions;
+                    let connected = workload
+                        .connect_to
+                        .unwrap_or_else(|| nodes[0].leader_of(kind.id()).unwrap_or(0));
+                    producers.push(Producer::new(
+                        (0x0B0D_0000 + producers.len() as u128) | (1 << 101),
+                        kind.id(),
+                        &layout,
+                        workload.shape,
+                        connected,
+                        workload.batches,
+                        start_us,
+                    ));
+                }
+            }
+        }
         let replicas = usize::from(layout.replicas);
         let mut cluster = Self {
             network: Network::new(options.network.clone(), Stream::new(seed, "network")),
@@ -283,12 +344,18 @@ impl Cluster {
             events: BTreeMap::new(),
             nodes,
             clients,
+            producers,
             checker: Checker::default(),
             healing: false,
             crashes: 0,
             view_changes: 0,
             restart_pending: vec![false; replicas],
             storage_faulty: vec![false; replicas],
+            commit_heard: BTreeMap::new(),
+            view_log: Vec::new(),
+            repair_bytes: BTreeMap::new(),
+            serving_repair: false,
+            death_unnoticed: vec![false; replicas],
         };
         for node in 0..cluster.layout.replicas {
             cluster.start_ticking(node);
@@ -296,6 +363,10 @@ impl Cluster {
         for client in 0..cluster.clients.len() {
             let at = 1_000 + cluster.workload.below(200_000);
             cluster.schedule(at, Event::Client { client });
+        }
+        for producer in 0..cluster.producers.len() {
+            let at = cluster.producers[producer].wake_us;
+            cluster.schedule(at, Event::Producer { producer });
         }
         if cluster.options.faults != Faults::none() {
             let at = cluster.faults.between(500_000, 2_000_000);
@@ -436,10 +507,13 @@ impl Cluster {
         for client in 0..self.clients.len() {
             self.schedule(1_000, Event::Client { client });
         }
+        for producer in 0..self.producers.len() {
+            self.schedule(1_000, Event::Producer { producer });
+        }
     }
 
     fn converged(&self) -> bool {
-        if !self.clients.iter().all(Client::done) {
+        if !self.clients.iter().all(Client::done) || !self.producers.iter().all(Producer::done) {
             return false;
         }
         for kind in self.layout.groups() {
@@ -490,6 +564,7 @@ impl Cluster {
             Event::Deliver { to, bytes } => self.deliver(to, &bytes),
             Event::Lane { node, life, group } => self.lane(node, life, group),
             Event::Client { client } => self.client(client),
+            Event::Producer { producer } => self.producer(producer),
             Event::Fault => self.fault(),
             Event::Restart { node } => self.restart(node),
             Event::MomentCrash {
@@ -511,6 +586,17 @@ impl Cluster {
                     self.note("network: links restored".into());
                 }
             }
+            Event::DeathNoticed { node } => {
+                self.death_unnoticed[usize::from(node)] = false;
+                for index in 0..self.producers.len() {
+                    self.producers[index].node_died(node, self.now);
+                    let wake = self.producers[index]
+                        .wake_us
+                        .saturating_sub(self.now)
+                        .max(1);
+                    self.schedule(wake, Event::Producer { producer: index });
+                }
+            }
             Event::StorageCalm { node } => {
                 self.nodes[usize::from(node)]
                     .storage
@@ -524,6 +610,8 @@ impl Cluster {
         if after.1 > before.1 {
             self.view_changes += 1;
         }
+        self.view_log
+            .push((self.now, node, group, after.0, after.1));
         self.note(format!(
             "replica {node} group {group:#x}: {} view {} -> {} view {}",
             before.0.name(),
@@ -543,12 +631,19 @@ impl Cluster {
         for effect in effects {
             match effect {
                 Effect::Send { to, message } => {
+                    if self.serving_repair
+                        && let (Message::Prepare { body, .. }, Destination::Replica(r)) =
+                            (&message, to)
+                    {
+                        *self.repair_bytes.entry((r, group)).or_default() +=
+                            (body.len() + iggy_format::constants::HEADER_SIZE) as u64;
+                    }
                     let slow = self.aim_at(node, to, &message);
                     let bytes = message.encode();
                     let to = match to {
                         Destination::Replica(r) => Endpoint::Node(r),
-                        Destination::Client(c) => match self.client_index(c) {
-                            Some(i) => Endpoint::Client(i),
+                        Destination::Client(c) => match self.client_endpoint(c) {
+                            Some(endpoint) => endpoint,
                             None => continue,
                         },
                     };
@@ -654,8 +749,57 @@ impl Cluster {
         })
     }
 
-    fn client_index(&self, id: u128) -> Option<usize> {
-        self.clients.iter().position(|c| c.id == id)
+    fn client_endpoint(&self, id: u128) -> Option<Endpoint> {
+        if let Some(i) = self.clients.iter().position(|c| c.id == id) {
+            return Some(Endpoint::Client(i));
+        }
+        self.producers
+            .iter()
+            .position(|p| p.id == id)
+            .map(Endpoint::Producer)
+    }
+
+    /// What a producer of `group` sees of the cluster now.
+    fn routing(&self, group: u128) -> Routing {
+        Routing {
+            up: self
+                .nodes
+                .iter()
+                .zip(&self.death_unnoticed)
+                .map(|(n, unnoticed)| n.up || *unnoticed)
+                .collect(),
+            leader: self.nodes.iter().map(|n| n.leader_of(group)).collect(),
+        }
+    }
+
+    fn producer(&mut self, index: usize) {
+        let patient = self.healing;
+        let now = self.now;
+        if now < self.producers[index].wake_us {
+            return;
+        }
+        let routing = self.routing(self.producers[index].group);
+        let sent = self.producers[index].wake(now, &routing, patient);
+        if let Some((replica, message)) = sent {
+            let bytes = message.encode();
+            for delay in self
+                .network
+                .route(Endpoint::Producer(index), Endpoint::Node(replica))
+            {
+                self.schedule(
+                    delay,
+                    Event::Deliver {
+                        to: Endpoint::Node(replica),
+                        bytes: bytes.clone(),
+                    },
+                );
+            }
+        }
+        let producer = &self.producers[index];
+        if !producer.done() {
+            let after = producer.wake_us.saturating_sub(now).max(1);
+            self.schedule(after, Event::Producer { producer: index });
+        }
     }
 
     /// Carries out the head of a group's lane and hands the replica its completion.
@@ -817,6 +961,18 @@ impl Cluster {
                 let wake = self.clients[index].wake_us.saturating_sub(self.now).max(1);
                 self.schedule(wake, Event::Client { client: index });
             }
+            Endpoint::Producer(index) => {
+                let producer = &mut self.producers[index];
+                let (group, id) = (producer.group, producer.id);
+                if let Some((request, op, body)) = producer.on_reply(self.now, &message) {
+                    self.checker.reply(group, id, request, op, &body);
+                }
+                let wake = self.producers[index]
+                    .wake_us
+                    .saturating_sub(self.now)
+                    .max(1);
+                self.schedule(wake, Event::Producer { producer: index });
+            }
             Endpoint::Node(node) => {
                 let group = message.group();
                 if self.options.watch == Some(group) && self.nodes[usize::from(node)].up {
@@ -829,13 +985,19 @@ impl Cluster {
                 let Some(host) = n.hosts.get_mut(&group) else {
                     return;
                 };
+                if let Message::Commit { .. } = message {
+                    self.commit_heard.insert((node, group), self.now);
+                }
+                let serving = matches!(message, Message::RequestPrepares { .. });
                 let before = (host.replica.status(), host.replica.view());
                 host.replica.on_message(message);
                 let after = (host.replica.status(), host.replica.view());
                 if before != after {
                     self.view_changed(node, group, before, after);
                 }
+                self.serving_repair = serving;
                 self.drain(node, group);
+                self.serving_repair = false;
             }
         }
     }
@@ -961,6 +1123,13 @@ impl Cluster {
     fn crash(&mut self, node: u8, power_loss: bool) {
         self.crashes += 1;
         self.nodes[usize::from(node)].crash(power_loss);
+        if !self.producers.is_empty() {
+            self.death_unnoticed[usize::from(node)] = true;
+            self.schedule(
+                crate::producer::RESET_NOTICED_US,
+                Event::DeathNoticed { node },
+            );
+        }
         self.note(format!(
             "node {node}: {}",
             if power_loss {
@@ -1059,6 +1228,20 @@ impl Cluster {
         self.crash(node, power_loss);
     }
 
+    /// Shuts node `node` down cleanly now (every partition publishes first).
+    pub fn shutdown_node(&mut self, node: u8) -> Result<(), String> {
+        self.note(format!("node {node}: clean shutdown"));
+        let result = self.nodes[usize::from(node)].shutdown();
+        if !self.producers.is_empty() {
+            self.death_unnoticed[usize::from(node)] = true;
+            self.schedule(
+                crate::producer::RESET_NOTICED_US,
+                Event::DeathNoticed { node },
+            );
+        }
+        result
+    }
+
     /// Restarts node `node` now.
     pub fn restart_node(&mut self, node: u8) {
         self.restart(node);
@@ -1096,6 +1279,37 @@ impl Cluster {
     #[must_use]
     pub fn clients(&self) -> &[Client] {
         &self.clients
+    }
+
+    /// The producers.
+    #[must_use]
+    pub fn producers(&self) -> &[Producer] {
+        &self.producers
+    }
+
+    /// Every producer sends nothing new after the batch it has in flight.
+    pub fn stop_producers(&mut self) {
+        for producer in &mut self.producers {
+            producer.stop();
+        }
+    }
+
+    /// When `node` last heard a commit broadcast of `group`.
+    #[must_use]
+    pub fn commit_heard(&self, node: u8, group: u128) -> Option<u64> {
+        self.commit_heard.get(&(node, group)).copied()
+    }
+
+    /// Every change of a replica's status or view so far: (time, node, group, status, view).
+    #[must_use]
+    pub fn view_log(&self) -> &[(u64, u8, u128, Status, u32)] {
+        &self.view_log
+    }
+
+    /// Bytes of prepares `node` was sent for `group` in answer to its repair requests.
+    #[must_use]
+    pub fn repair_bytes(&self, node: u8, group: u128) -> u64 {
+        self.repair_bytes.get(&(node, group)).copied().unwrap_or(0)
     }
 
     /// The replica of `group` on `node`, when the node is up.

@@ -16,8 +16,10 @@
 pub mod checker;
 pub mod client;
 pub mod cluster;
+pub mod failover;
 pub mod network;
 pub mod node;
+pub mod producer;
 pub mod rng;
 
-pub use cluster::{Cluster, Failure, Faults, Options, Report, run};
+pub use cluster::{Cluster, Failure, Faults, Options, Report, Workload, run};

@@ -11,6 +11,7 @@ use crate::rng::Stream;
 pub enum Endpoint {
     Node(u8),
     Client(usize),
+    Producer(usize),
 }
 
 /// How the network misbehaves while faults are on.

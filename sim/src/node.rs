@@ -80,7 +80,10 @@ impl Layout {
             metadata_file_size_bytes: 64 << 10,
             segment_size_bytes: self.segment_size_bytes,
             index_interval_bytes: 1024,
-            unpublished_bytes_max: 16 << 20,
+            // A checkpoint's worth and the largest prepare (as in production): appends never
+            // meet backpressure before the checkpoint publishes.
+            unpublished_bytes_max: (16 << 20)
+                .max(self.checkpoint_bytes + iggy_segments::config::PREPARE_BYTES_MAX),
             ..BootConfig::new(incarnation)
         }
     }
@@ -153,6 +156,9 @@ pub struct Node {
     pub hosts: BTreeMap<u128, Host>,
     /// The repair budget its groups share (a new one each life).
     pub ration: RepairRation,
+    /// What the last boot discarded past each group's published frontier, in bytes (by the
+    /// report's group name: `metadata`, `partition 1.1.1`).
+    pub discarded: BTreeMap<String, u64>,
     lock: Option<NodeLock>,
 }
 
@@ -205,6 +211,7 @@ impl Node {
             up: false,
             hosts: BTreeMap::new(),
             ration: layout.ration(),
+            discarded: BTreeMap::new(),
             lock: None,
         };
         node.boot(layout, false)?;
@@ -231,6 +238,12 @@ impl Node {
                 refused.group,
                 refused.error.clone().unwrap_or_default()
             ));
+        }
+        self.discarded.clear();
+        for finding in &report.findings {
+            if finding.action == iggy_recovery::Action::DiscardUnpublished {
+                *self.discarded.entry(finding.group.clone()).or_default() += finding.bytes;
+            }
         }
         let mut metadata = state.metadata;
         let mut partitions = state.partitions;
@@ -309,6 +322,22 @@ impl Node {
             return None;
         }
         self.hosts.get(&group).and_then(|h| h.replica.leader())
+    }
+
+    /// A clean shutdown: every partition publishes what it appended (the metadata group's
+    /// entries are durable already), then the process exits. Returns the first failure.
+    pub fn shutdown(&mut self) -> Result<(), String> {
+        let mut result = Ok(());
+        for host in self.hosts.values() {
+            if let Store::Partition { partition, .. } = &host.store
+                && let Err(e) = partition.publish()
+                && result.is_ok()
+            {
+                result = Err(format!("node {}: {}: {e}", self.index, host.kind.label()));
+            }
+        }
+        self.crash(false);
+        result
     }
 
     /// The process dies: replicas, their pending effects and every handle go; the disk keeps

@@ -38,6 +38,8 @@ fn quiet_with(seed: u64, safeguards: Safeguards, replicated: u32) -> Cluster {
             duplicate: 0.0,
         },
         safeguards,
+        // The scripts place node 0 as every group's primary (the article's cluster).
+        spread_primaries: false,
         ..Options::new(seed)
     })
     .unwrap()

@@ -161,6 +161,7 @@ pub struct Finding {
 pub struct Report {
     pub dir: PathBuf,
     pub group: u128,
+    /// The incarnation of the boot that published the trusted frontier.
     pub incarnation: u64,
     /// The first retained op (after dropped prefixes).
     pub first_op: u64,
@@ -870,14 +871,25 @@ fn past_the_frontier<R: ReadStorage>(
     Ok(())
 }
 
-/// Carries out the plan of `analysis` (Open and Repair modes).
-pub(crate) fn apply<S: Storage>(storage: &S, analysis: &Analysis) -> Result<(), WalError> {
+/// Carries out the plan of `analysis` (Open and Repair modes) for the boot of `incarnation`.
+pub(crate) fn apply<S: Storage>(
+    storage: &S,
+    analysis: &Analysis,
+    incarnation: u64,
+) -> Result<(), WalError> {
     let report = &analysis.report;
     for (path, from, to) in &analysis.zero {
+        // The file's key: a partition segment's first offset (`.log`), a `.wal` file's first op.
+        let start = path
+            .file_stem()
+            .and_then(|s| s.to_str())
+            .and_then(|s| s.parse::<u64>().ok());
         tracing::warn!(
             group = %format_args!("{:#x}", report.group),
-            incarnation = report.incarnation,
+            incarnation,
+            published_by = report.incarnation,
             file = %path.display(),
+            start_offset = start,
             durable_bytes = report.durable_bytes,
             discarded_bytes = to - from,
             "discarding unpublished bytes beyond the durable WAL frontier"
@@ -889,7 +901,14 @@ pub(crate) fn apply<S: Storage>(storage: &S, analysis: &Analysis) -> Result<(), 
         file.sync_data()?;
     }
     for path in &analysis.remove {
-        tracing::warn!(group = %format_args!("{:#x}", report.group), file = %path.display(), "removing a file beyond the durable WAL frontier");
+        tracing::warn!(
+            group = %format_args!("{:#x}", report.group),
+            incarnation,
+            published_by = report.incarnation,
+            file = %path.display(),
+            durable_bytes = report.durable_bytes,
+            "removing a file beyond the durable WAL frontier"
+        );
         storage.unlink(path)?;
     }
     if !analysis.remove.is_empty() {

@@ -327,7 +327,7 @@ impl<S: Storage> Wal<S> {
         plan: boot::Plan,
     ) -> Result<(Self, Report), WalError> {
         let mut analysis = plan.0;
-        boot::apply(&storage, &analysis)?;
+        boot::apply(&storage, &analysis, config.incarnation)?;
         let published = analysis.new_frontier.unwrap_or(analysis.frontier);
         let mut files = Vec::new();
         let mut missing_head = None;

@@ -1,0 +1,958 @@
+//! The article's failover cases on the simulator, measured: a three-node cluster of the metadata
+//! group and 24 partitions, a producer per partition at a set rate, no random fault, a reliable
+//! network; one node killed (the one that leads everything, or a backup), maybe restarted 30
+//! simulated seconds later, or every node losing power at once. Each case returns what it
+//! measured (per-group elections, write gaps, every failed send, boot's discards, repair times
+//! and bytes) and what it checked (every acknowledged batch on the nodes that must hold it, none
+//! twice, none refused ever committed). The tests in `tests/failover.rs` assert on them at a
+//! scaled load; `iggy-sim failover` prints them at either scale (`docs/benchmarks.md`).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write as _;
+use std::time::Instant;
+
+use iggy_vsr::Status;
+
+use crate::cluster::{Cluster, Faults, Options, Workload};
+use crate::network::NetworkConfig;
+use crate::node::{GroupKind, Store};
+use crate::producer::{Outcome, Shape};
+
+const SECOND: u64 = 1_000_000;
+
+/// How big a run is.
+#[derive(Clone, Copy, Debug)]
+pub struct Scale {
+    pub name: &'static str,
+    /// Every producer's load.
+    pub shape: Shape,
+    /// The load of the restart cases (the article's run 3 wrote less than its stated rate: 16 MB
+    /// per partition before the kill, 20 MB while node 0 was down).
+    pub restart_shape: Shape,
+    pub partitions: u32,
+    /// Load before the kill, and how long after it the run is watched.
+    pub warm_up_us: u64,
+    pub observe_us: u64,
+    /// How long the killed node stays down before its restart.
+    pub down_us: u64,
+    /// The checkpoint of the power-loss cases: small, so that the warm-up publishes a few
+    /// times and the loss takes only what came after the newest publication.
+    pub loss_checkpoint_bytes: u64,
+}
+
+impl Scale {
+    /// The default test run's load: the article's cluster (24 partitions, node timings as in
+    /// production) with small batches.
+    #[must_use]
+    pub fn scaled() -> Self {
+        Self {
+            name: "scaled",
+            shape: Shape {
+                batches_per_second: 20,
+                messages_per_batch: 10,
+                message_bytes: 100,
+            },
+            restart_shape: Shape {
+                batches_per_second: 10,
+                messages_per_batch: 10,
+                message_bytes: 100,
+            },
+            partitions: 24,
+            warm_up_us: 3 * SECOND,
+            observe_us: 8 * SECOND,
+            down_us: 30 * SECOND,
+            loss_checkpoint_bytes: 8 << 10,
+        }
+    }
+
+    /// The article's load: 24 producers, 40 batches a second of 250 messages of 1000 bytes,
+    /// killed 20 s in; the restart cases at run 3's volume (3 batches a second: 16 MB per
+    /// partition in 20 s, about 20 MB in the 30 s down).
+    #[must_use]
+    pub fn article() -> Self {
+        Self {
+            name: "article",
+            shape: Shape::article(),
+            restart_shape: Shape {
+                batches_per_second: 3,
+                ..Shape::article()
+            },
+            partitions: 24,
+            warm_up_us: 20 * SECOND,
+            observe_us: 8 * SECOND,
+            down_us: 30 * SECOND,
+            loss_checkpoint_bytes: 4 << 20,
+        }
+    }
+
+    /// The article's scale when `SIM_ARTICLE_FULL` is set, the scaled one otherwise.
+    #[must_use]
+    pub fn from_env() -> Self {
+        if std::env::var_os("SIM_ARTICLE_FULL").is_some() {
+            Self::article()
+        } else {
+            Self::scaled()
+        }
+    }
+}
+
+/// What a case runs on.
+#[derive(Clone, Copy, Debug)]
+pub struct Setup {
+    pub seed: u64,
+    /// Primaries spread over the nodes (off: node 0 leads everything, the article's cluster).
+    pub spread: bool,
+    /// Persisted partitions (off: replicated).
+    pub persisted: bool,
+    /// Each node rations repair (3 new sessions a tick, 8 in flight).
+    pub repair_ration: bool,
+}
+
+impl Setup {
+    /// The article's cluster: replicated partitions all led by node 0, repair rationed.
+    #[must_use]
+    pub fn article(seed: u64) -> Self {
+        Self {
+            seed,
+            spread: false,
+            persisted: false,
+            repair_ration: true,
+        }
+    }
+}
+
+/// The options of a case: no random fault, a reliable network, no random client, a producer
+/// per partition (connected to node 0 when primaries are not spread, the article's setup; to
+/// the partition's primary when they are), publication at the production checkpoint (128 MiB).
+#[must_use]
+pub fn options(setup: Setup, scale: &Scale, shape: Shape) -> Options {
+    let Setup {
+        seed,
+        spread,
+        persisted,
+        repair_ration,
+    } = setup;
+    Options {
+        replicated: if persisted { 0 } else { scale.partitions },
+        persisted: if persisted { scale.partitions } else { 0 },
+        clients_per_group: 0,
+        requests_per_client: 0,
+        fault_phase_us: 3_600 * SECOND,
+        faults: Faults::none(),
+        network: NetworkConfig {
+            delay_min_us: 100,
+            delay_max_us: 500,
+            loss: 0.0,
+            duplicate: 0.0,
+        },
+        spread_primaries: spread,
+        repair_ration,
+        checkpoint_bytes: 128 << 20,
+        workload: Some(Workload {
+            shape,
+            batches: u64::MAX,
+            connect_to: (!spread).then_some(0),
+            start_us: 200_000,
+        }),
+        ..Options::new(seed)
+    }
+}
+
+/// One group through a kill.
+#[derive(Clone, Debug)]
+pub struct Election {
+    pub group: u128,
+    pub label: String,
+    pub old_view: u32,
+    pub old_primary: u8,
+    /// The last commit broadcast a survivor received (of the old view's primary, by the time
+    /// the survivors' timers could fire).
+    pub last_heard_us: Option<u64>,
+    /// When the new view's primary entered normal status, and who it is.
+    pub elected_us: Option<u64>,
+    pub new_primary: Option<u8>,
+    /// The longest time between two consecutive acknowledged batches of the partition's
+    /// producer, from 1 s before the kill to the end of the run (partitions only).
+    pub write_gap_us: Option<u64>,
+}
+
+/// A send that did not commit.
+#[derive(Clone, Debug)]
+pub struct Failed {
+    pub label: String,
+    pub request: u64,
+    pub sent_us: u64,
+    pub done_us: u64,
+    pub outcome: Outcome,
+}
+
+/// What a kill did.
+#[derive(Clone, Debug)]
+pub struct KillReport {
+    pub scale: &'static str,
+    pub spread: bool,
+    pub dead: u8,
+    pub kill_us: u64,
+    /// Every group, the metadata group first.
+    pub elections: Vec<Election>,
+    pub failed: Vec<Failed>,
+    pub committed: u64,
+    /// Acknowledged batches checked on the survivors (every one found, none twice, no refused
+    /// batch committed), or what was wrong.
+    pub integrity: Result<u64, String>,
+    pub simulated_us: u64,
+    pub wall_s: f64,
+}
+
+impl PowerLossReport {
+    /// Where the metadata group came back among all groups (0: first), and how long after the
+    /// first group it was.
+    #[must_use]
+    pub fn metadata_rank(&self) -> Option<(usize, u64)> {
+        let first = self.resumed.iter().filter_map(|r| r.1).min()?;
+        let metadata = self.resumed.iter().find(|r| r.0 == "metadata")?.1?;
+        let rank = self
+            .resumed
+            .iter()
+            .filter(|r| r.1.is_some_and(|at| at < metadata))
+            .count();
+        Some((rank, metadata - first))
+    }
+}
+
+impl KillReport {
+    /// Groups whose view changed after the kill.
+    #[must_use]
+    pub fn changed(&self) -> Vec<&Election> {
+        self.elections
+            .iter()
+            .filter(|e| e.elected_us.is_some())
+            .collect()
+    }
+}
+
+/// What a restart did, after its kill.
+#[derive(Clone, Debug)]
+pub struct RestartReport {
+    pub kill: KillReport,
+    pub restart_us: u64,
+    /// Per group (by the boot report's name): bytes boot discarded past the published frontier.
+    pub discarded: BTreeMap<String, u64>,
+    /// Per group: when node 0's replica entered normal status again, when it held everything
+    /// its primary had committed, and the prepare bytes its repair fetched.
+    pub recovered: Vec<Recovered>,
+    /// The most repair sessions node 0 admitted in one tick, and had open at once.
+    pub ration_peaks: (usize, usize),
+    /// Groups of node 0 that found every peer's ring past what they need.
+    pub behind_ring: usize,
+    /// Acknowledged batches checked on all three nodes at the end.
+    pub integrity: Result<u64, String>,
+}
+
+/// One group of the restarted node.
+#[derive(Clone, Debug)]
+pub struct Recovered {
+    pub label: String,
+    pub adopted_us: Option<u64>,
+    pub caught_up_us: Option<u64>,
+    pub fetched_bytes: u64,
+}
+
+fn failure_of(cluster: &Cluster) -> Result<(), String> {
+    match cluster.failure() {
+        Some((checker, what)) => Err(format!(
+            "checker `{checker}` fired: {what}\n{}\n{}",
+            cluster.status().join("\n"),
+            cluster.trace().join("\n")
+        )),
+        None => Ok(()),
+    }
+}
+
+/// Kills `dead` (a process crash) after the warm-up and watches for `scale.observe_us`.
+pub fn kill(setup: Setup, scale: &Scale, dead: u8) -> Result<KillReport, String> {
+    let started = Instant::now();
+    let mut cluster = Cluster::new(options(setup, scale, scale.shape))?;
+    kill_in(&mut cluster, scale, setup.spread, dead, started)
+}
+
+fn kill_in(
+    cluster: &mut Cluster,
+    scale: &Scale,
+    spread: bool,
+    dead: u8,
+    started: Instant,
+) -> Result<KillReport, String> {
+    cluster.run_until(scale.warm_up_us);
+    failure_of(cluster)?;
+    let survivor = (dead + 1) % cluster.layout().replicas;
+    let before: Vec<(GroupKind, u32, u8)> = cluster
+        .layout()
+        .groups()
+        .into_iter()
+        .map(|kind| {
+            let r = cluster
+                .replica(survivor, kind.id())
+                .ok_or_else(|| format!("node {survivor} is down before the kill"))?;
+            Ok((kind, r.view(), r.primary_of(r.view())))
+        })
+        .collect::<Result<_, String>>()?;
+    let kill_us = cluster.now();
+    cluster.crash_node(dead, false);
+    // What was in flight arrives; no survivor's timer can fire this soon.
+    cluster.run_until(kill_us + 100_000);
+    let survivors: Vec<u8> = (0..cluster.layout().replicas)
+        .filter(|n| *n != dead)
+        .collect();
+    let heard: Vec<Option<u64>> = before
+        .iter()
+        .map(|(kind, _, _)| {
+            survivors
+                .iter()
+                .filter_map(|s| cluster.commit_heard(*s, kind.id()))
+                .max()
+        })
+        .collect();
+    cluster.run_until(kill_us + scale.observe_us);
+    failure_of(cluster)?;
+    let elections = elections(cluster, kill_us, &before, &heard);
+    let report = KillReport {
+        scale: scale.name,
+        spread,
+        dead,
+        kill_us,
+        elections,
+        failed: failed(cluster),
+        committed: committed(cluster),
+        integrity: check_acknowledged(cluster, &survivors),
+        simulated_us: cluster.now(),
+        wall_s: started.elapsed().as_secs_f64(),
+    };
+    Ok(report)
+}
+
+fn elections(
+    cluster: &Cluster,
+    kill_us: u64,
+    before: &[(GroupKind, u32, u8)],
+    heard: &[Option<u64>],
+) -> Vec<Election> {
+    let replicas = u32::from(cluster.layout().replicas);
+    before
+        .iter()
+        .zip(heard)
+        .map(|((kind, view, primary), heard)| {
+            let elected = cluster
+                .view_log()
+                .iter()
+                .find(|(at, node, group, status, v)| {
+                    *at > kill_us
+                        && *group == kind.id()
+                        && *status == Status::Normal
+                        && *v > *view
+                        && u32::from(*node) == *v % replicas
+                });
+            Election {
+                group: kind.id(),
+                label: kind.label(),
+                old_view: *view,
+                old_primary: *primary,
+                last_heard_us: *heard,
+                elected_us: elected.map(|e| e.0),
+                new_primary: elected.map(|e| e.1),
+                write_gap_us: write_gap(cluster, kind.id(), kill_us.saturating_sub(SECOND)),
+            }
+        })
+        .collect()
+}
+
+/// The longest time without an acknowledged batch of `group`'s producer, from `from_us` to now.
+fn write_gap(cluster: &Cluster, group: u128, from_us: u64) -> Option<u64> {
+    let producer = cluster.producers().iter().find(|p| p.group == group)?;
+    let mut last = from_us;
+    let mut gap = 0;
+    for send in &producer.sends {
+        if let Outcome::Committed { .. } = send.outcome
+            && send.done_us >= from_us
+        {
+            gap = gap.max(send.done_us - last);
+            last = send.done_us;
+        }
+    }
+    Some(gap.max(cluster.now() - last))
+}
+
+fn label_of(cluster: &Cluster, group: u128) -> String {
+    cluster
+        .layout()
+        .groups()
+        .into_iter()
+        .find(|k| k.id() == group)
+        .map_or_else(|| format!("{group:#x}"), GroupKind::label)
+}
+
+fn failed(cluster: &Cluster) -> Vec<Failed> {
+    let mut out = Vec::new();
+    for producer in cluster.producers() {
+        for send in &producer.sends {
+            if !matches!(send.outcome, Outcome::Committed { .. }) {
+                out.push(Failed {
+                    label: label_of(cluster, producer.group),
+                    request: send.request,
+                    sent_us: send.sent_us,
+                    done_us: send.done_us,
+                    outcome: send.outcome,
+                });
+            }
+        }
+    }
+    out
+}
+
+fn committed(cluster: &Cluster) -> u64 {
+    cluster
+        .producers()
+        .iter()
+        .flat_map(|p| &p.sends)
+        .filter(|s| matches!(s.outcome, Outcome::Committed { .. }))
+        .count() as u64
+}
+
+/// Every batch a producer was told committed is journaled on each of `nodes` at its op with
+/// the history's checksum; no batch is there twice; no batch given up as
+/// `TransientNotAccepted` is there at all. Returns how many acknowledged batches were checked.
+pub fn check_acknowledged(cluster: &Cluster, nodes: &[u8]) -> Result<u64, String> {
+    let mut checked = 0;
+    for producer in cluster.producers() {
+        let label = label_of(cluster, producer.group);
+        let history = cluster.checker.history.get(&producer.group);
+        for &node in nodes {
+            let n = &cluster.nodes()[usize::from(node)];
+            if !n.up {
+                return Err(format!("node {node} is down: nothing to check"));
+            }
+            let Some(Store::Partition { partition, .. }) =
+                n.hosts.get(&producer.group).map(|h| &h.store)
+            else {
+                return Err(format!("node {node} has no {label}"));
+            };
+            let wal = partition.wal();
+            let head = wal.head().0;
+            // (request -> (op, checksum)) of this producer's batches on this node.
+            let mut held: BTreeMap<u64, (u64, u128)> = BTreeMap::new();
+            let mut op = wal.first_op().max(1);
+            while op <= head {
+                let last = head.min(op + 63);
+                let entries = wal
+                    .read(op, last)
+                    .map_err(|e| format!("node {node} {label}: reading ops {op}..={last}: {e}"))?;
+                for entry in entries {
+                    let h = entry.header;
+                    if h.client != producer.id {
+                        continue;
+                    }
+                    if let Some((first, _)) = held.insert(h.request, (h.op, h.checksum())) {
+                        return Err(format!(
+                            "node {node} {label}: request {} of producer {:#x} is there twice \
+                             (ops {first} and {})",
+                            h.request, producer.id, h.op
+                        ));
+                    }
+                }
+                op = last + 1;
+            }
+            for send in &producer.sends {
+                match send.outcome {
+                    Outcome::Committed { op, .. } => {
+                        let canonical = history.and_then(|h| h.get(&op)).map(|c| c.checksum);
+                        match held.get(&send.request) {
+                            Some((at, checksum)) if *at == op && Some(*checksum) == canonical => {}
+                            Some((at, checksum)) => {
+                                return Err(format!(
+                                    "node {node} {label}: acknowledged request {} (op {op}, \
+                                     checksum {canonical:x?}) is op {at} checksum {checksum:#x}",
+                                    send.request
+                                ));
+                            }
+                            None => {
+                                return Err(format!(
+                                    "node {node} {label}: acknowledged request {} (op {op}) is \
+                                     missing (head {head})",
+                                    send.request
+                                ));
+                            }
+                        }
+                        if node == nodes[0] {
+                            checked += 1;
+                        }
+                    }
+                    Outcome::TransientNotAccepted => {
+                        if let Some((at, _)) = held.get(&send.request) {
+                            return Err(format!(
+                                "node {node} {label}: request {} was reported \
+                                 TransientNotAccepted but is op {at}",
+                                send.request
+                            ));
+                        }
+                    }
+                    Outcome::TransientNotCommitted => {}
+                }
+            }
+        }
+    }
+    Ok(checked)
+}
+
+/// Kills node 0 (which leads everything unless primaries are spread), restarts it
+/// `scale.down_us` later and watches until each of its groups holds what its primary committed
+/// (or 30 s pass).
+pub fn restart(setup: Setup, scale: &Scale) -> Result<RestartReport, String> {
+    let started = Instant::now();
+    let spread = setup.spread;
+    let mut cluster = Cluster::new(options(setup, scale, scale.restart_shape))?;
+    let kill = kill_in(
+        &mut cluster,
+        &Scale {
+            observe_us: scale.down_us,
+            ..*scale
+        },
+        spread,
+        0,
+        started,
+    )?;
+    let groups = cluster.layout().groups();
+    let fetched_before: Vec<u64> = groups
+        .iter()
+        .map(|k| cluster.repair_bytes(0, k.id()))
+        .collect();
+    let restart_us = cluster.now();
+    cluster.restart_node(0);
+    failure_of(&cluster)?;
+    let discarded = cluster.nodes()[0].discarded.clone();
+    let mut caught_up: Vec<Option<u64>> = vec![None; groups.len()];
+    let limit = restart_us + 30 * SECOND;
+    while cluster.now() < limit && caught_up.iter().any(Option::is_none) {
+        let next = cluster.now() + 10_000;
+        cluster.run_until(next);
+        failure_of(&cluster)?;
+        for (i, kind) in groups.iter().enumerate() {
+            if caught_up[i].is_some() {
+                continue;
+            }
+            let Some(mine) = cluster.replica(0, kind.id()) else {
+                continue;
+            };
+            let primary = mine.primary_of(mine.view());
+            let Some(theirs) = cluster.replica(primary, kind.id()) else {
+                continue;
+            };
+            if mine.status() == Status::Normal
+                && primary != 0
+                && !mine.wants_repair()
+                && mine.journaled_head() >= theirs.commit_max()
+            {
+                caught_up[i] = Some(cluster.now());
+            }
+        }
+    }
+    let recovered = groups
+        .iter()
+        .enumerate()
+        .map(|(i, kind)| Recovered {
+            label: kind.label(),
+            adopted_us: cluster
+                .view_log()
+                .iter()
+                .find(|(at, node, group, status, _)| {
+                    *at >= restart_us
+                        && *node == 0
+                        && *group == kind.id()
+                        && *status == Status::Normal
+                })
+                .map(|e| e.0),
+            caught_up_us: caught_up[i],
+            fetched_bytes: cluster.repair_bytes(0, kind.id()) - fetched_before[i],
+        })
+        .collect();
+    let ration = &cluster.nodes()[0].ration;
+    Ok(RestartReport {
+        kill,
+        restart_us,
+        discarded,
+        recovered,
+        ration_peaks: (ration.peak_new, ration.peak_in_flight),
+        behind_ring: groups
+            .iter()
+            .filter(|k| {
+                cluster
+                    .replica(0, k.id())
+                    .is_some_and(iggy_vsr::Replica::behind_ring)
+            })
+            .count(),
+        integrity: check_acknowledged(&cluster, &[0, 1, 2]),
+    })
+}
+
+/// What a power loss of every node at once did.
+#[derive(Clone, Debug)]
+pub struct PowerLossReport {
+    pub persisted: bool,
+    pub loss_us: u64,
+    /// Acknowledged batches before the loss, and those of them whose op was above every
+    /// node's newest publication of their partition (what the loss may take).
+    pub acknowledged: u64,
+    pub unpublished_everywhere: u64,
+    /// Acknowledged batches missing after the restart, and those of them that were published
+    /// on some node (must be none).
+    pub lost: u64,
+    pub lost_published: Vec<String>,
+    /// When each group was in normal status again on every node, the metadata group first in
+    /// the list, and whether some replica of it started a view change after its probes went
+    /// unanswered.
+    pub resumed: Vec<(String, Option<u64>, bool)>,
+}
+
+/// Every node loses power at once after the warm-up (producers stop first, so that what they
+/// were told is fixed), and all three boot together; watched until every group is back on every
+/// node (or 30 s).
+pub fn power_loss_all(setup: Setup, scale: &Scale) -> Result<PowerLossReport, String> {
+    let persisted = setup.persisted;
+    let mut cluster = Cluster::new(Options {
+        checkpoint_bytes: scale.loss_checkpoint_bytes,
+        ..options(setup, scale, scale.restart_shape)
+    })?;
+    cluster.run_until(scale.warm_up_us);
+    failure_of(&cluster)?;
+    cluster.stop_producers();
+    // The last sends complete; nothing new is asked for.
+    cluster.run_until(scale.warm_up_us + SECOND);
+    failure_of(&cluster)?;
+    let groups = cluster.layout().groups();
+    // Each partition's newest publication on any node.
+    let mut published: BTreeMap<u128, u64> = BTreeMap::new();
+    for node in cluster.nodes() {
+        for (group, host) in &node.hosts {
+            if let Store::Partition { partition, .. } = &host.store {
+                let head = partition.wal().published().head_op;
+                let best = published.entry(*group).or_default();
+                *best = (*best).max(head);
+            }
+        }
+    }
+    let acked: Vec<(u128, u64, u64)> = cluster
+        .producers()
+        .iter()
+        .flat_map(|p| {
+            p.sends.iter().filter_map(move |s| match s.outcome {
+                Outcome::Committed { op, .. } => Some((p.group, s.request, op)),
+                _ => None,
+            })
+        })
+        .collect();
+    let unpublished_everywhere = acked
+        .iter()
+        .filter(|(g, _, op)| *op > published.get(g).copied().unwrap_or(0))
+        .count() as u64;
+    let loss_us = cluster.now();
+    for node in 0..cluster.layout().replicas {
+        cluster.crash_node(node, true);
+    }
+    for node in 0..cluster.layout().replicas {
+        cluster.restart_node(node);
+    }
+    failure_of(&cluster)?;
+    let mut resumed: Vec<Option<u64>> = vec![None; groups.len()];
+    let limit = loss_us + 30 * SECOND;
+    while cluster.now() < limit && resumed.iter().any(Option::is_none) {
+        let next = cluster.now() + 10_000;
+        cluster.run_until(next);
+        failure_of(&cluster)?;
+        for (i, kind) in groups.iter().enumerate() {
+            if resumed[i].is_none()
+                && (0..cluster.layout().replicas).all(|n| {
+                    cluster
+                        .replica(n, kind.id())
+                        .is_some_and(|r| r.status() == Status::Normal)
+                })
+            {
+                resumed[i] = Some(cluster.now());
+            }
+        }
+    }
+    // The exact moments: each replica's first normal status after the loss, the group's the
+    // latest of its replicas'.
+    let resumed: Vec<Option<u64>> = groups
+        .iter()
+        .zip(resumed)
+        .map(|(kind, polled)| {
+            polled?;
+            (0..cluster.layout().replicas)
+                .map(|n| {
+                    cluster
+                        .view_log()
+                        .iter()
+                        .find(|(at, node, group, status, _)| {
+                            *at >= loss_us
+                                && *node == n
+                                && *group == kind.id()
+                                && *status == Status::Normal
+                        })
+                        .map(|e| e.0)
+                })
+                .collect::<Option<Vec<u64>>>()
+                .and_then(|times| times.into_iter().max())
+        })
+        .collect();
+    // What the restarted cluster holds of what was acknowledged (node by node: the primary's
+    // log is the group's).
+    let mut lost = 0;
+    let mut lost_published = Vec::new();
+    for (group, request, op) in &acked {
+        let label = label_of(&cluster, *group);
+        let producer_id = cluster
+            .producers()
+            .iter()
+            .find(|p| p.group == *group)
+            .map_or(0, |p| p.id);
+        let Some(leader) = cluster.nodes()[0].leader_of(*group) else {
+            return Err(format!("{label} has no primary after the restart"));
+        };
+        let Some(Store::Partition { partition, .. }) = cluster.nodes()[usize::from(leader)]
+            .hosts
+            .get(group)
+            .map(|h| &h.store)
+        else {
+            return Err(format!("node {leader} has no {label}"));
+        };
+        let present = *op <= partition.wal().head().0
+            && partition
+                .wal()
+                .read(*op, *op)
+                .map_err(|e| format!("{label} op {op}: {e}"))?
+                .first()
+                .is_some_and(|e| e.header.client == producer_id && e.header.request == *request);
+        if !present {
+            lost += 1;
+            if *op <= published.get(group).copied().unwrap_or(0) {
+                lost_published.push(format!("{label} request {request} (op {op})"));
+            }
+        }
+    }
+    let probed: BTreeSet<u128> = groups
+        .iter()
+        .filter(|k| {
+            (0..cluster.layout().replicas).any(|n| {
+                cluster.replica(n, k.id()).is_some_and(|r| {
+                    r.counters()
+                        .get("recovery_probes_unanswered")
+                        .is_some_and(|c| *c > 0)
+                })
+            })
+        })
+        .map(|k| k.id())
+        .collect();
+    Ok(PowerLossReport {
+        persisted,
+        loss_us,
+        acknowledged: acked.len() as u64,
+        unpublished_everywhere,
+        lost,
+        lost_published,
+        resumed: groups
+            .iter()
+            .zip(resumed)
+            .map(|(k, at)| (k.label(), at, probed.contains(&k.id())))
+            .collect(),
+    })
+}
+
+fn seconds(us: u64) -> String {
+    format!("{:.3}", us as f64 / 1e6)
+}
+
+/// A kill's timeline, for a terminal and `docs/benchmarks.md` (times in seconds after the kill).
+#[must_use]
+pub fn render_kill(report: &KillReport) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "kill node {} at {} s ({} load, primaries {}), simulated {} s in {:.1} wall s",
+        report.dead,
+        seconds(report.kill_us),
+        report.scale,
+        if report.spread {
+            "spread"
+        } else {
+            "all on node 0"
+        },
+        seconds(report.simulated_us),
+        report.wall_s
+    );
+    let after = |at: u64| seconds(at.saturating_sub(report.kill_us));
+    let changed = report.changed();
+    let _ = writeln!(
+        out,
+        "{} of {} groups changed view",
+        changed.len(),
+        report.elections.len()
+    );
+    for e in &report.elections {
+        let _ = writeln!(
+            out,
+            "  {:<28} view {} (node {}) -> {}; last commit heard {}; write gap {}",
+            e.label,
+            e.old_view,
+            e.old_primary,
+            match (e.elected_us, e.new_primary) {
+                (Some(at), Some(p)) => format!(
+                    "node {p} at {} s ({} s after the last commit heard)",
+                    after(at),
+                    e.last_heard_us
+                        .map_or_else(|| "?".into(), |h| seconds(at.saturating_sub(h)))
+                ),
+                _ => "unchanged".into(),
+            },
+            e.last_heard_us.map_or_else(
+                || "never".into(),
+                |h| format!("{:.3} s", (h as f64 - report.kill_us as f64) / 1e6)
+            ),
+            e.write_gap_us
+                .map_or_else(|| "-".into(), |g| format!("{} s", seconds(g)))
+        );
+    }
+    let not_committed = report
+        .failed
+        .iter()
+        .filter(|f| f.outcome == Outcome::TransientNotCommitted)
+        .count();
+    let _ = writeln!(
+        out,
+        "sends: {} acknowledged, {} failed ({} TransientNotCommitted, {} TransientNotAccepted)",
+        report.committed,
+        report.failed.len(),
+        not_committed,
+        report.failed.len() - not_committed
+    );
+    for f in report.failed.iter().take(6) {
+        let _ = writeln!(
+            out,
+            "  {} request {}: sent {} s, {:?} at {} s",
+            f.label,
+            f.request,
+            after(f.sent_us),
+            f.outcome,
+            after(f.done_us)
+        );
+    }
+    let _ = writeln!(
+        out,
+        "integrity: {}",
+        match &report.integrity {
+            Ok(n) => format!("{n} acknowledged batches on every survivor, none twice"),
+            Err(e) => format!("FAILED: {e}"),
+        }
+    );
+    out
+}
+
+/// A restart's timeline (times in seconds after the new process started).
+#[must_use]
+pub fn render_restart(report: &RestartReport) -> String {
+    let mut out = render_kill(&report.kill);
+    let _ = writeln!(
+        out,
+        "restart node 0 at {} s ({} s after the kill)",
+        seconds(report.restart_us),
+        seconds(report.restart_us - report.kill.kill_us)
+    );
+    let after =
+        |at: Option<u64>| at.map_or_else(|| "never".into(), |a| seconds(a - report.restart_us));
+    for r in &report.recovered {
+        let discarded = report
+            .discarded
+            .get(&r.label.replace(" (persisted)", ""))
+            .copied()
+            .unwrap_or(0);
+        let _ = writeln!(
+            out,
+            "  {:<28} discarded {:>10} B; normal at {} s; caught up at {} s; fetched {} B",
+            r.label,
+            discarded,
+            after(r.adopted_us),
+            after(r.caught_up_us),
+            r.fetched_bytes
+        );
+    }
+    let _ = writeln!(
+        out,
+        "integrity: {}",
+        match &report.integrity {
+            Ok(n) => format!("{n} acknowledged batches on all three nodes, none twice"),
+            Err(e) => format!("FAILED: {e}"),
+        }
+    );
+    out
+}
+
+/// A power loss's account.
+#[must_use]
+pub fn render_power_loss(report: &PowerLossReport) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "every node loses power at {} s ({} partitions)",
+        seconds(report.loss_us),
+        if report.persisted {
+            "persisted"
+        } else {
+            "replicated"
+        }
+    );
+    let _ = writeln!(
+        out,
+        "acknowledged before the loss: {}; above every node's newest publication: {}; lost: {}; \
+         lost though published somewhere: {}",
+        report.acknowledged,
+        report.unpublished_everywhere,
+        report.lost,
+        report.lost_published.len()
+    );
+    match report.metadata_rank() {
+        Some((0, _)) => {
+            let _ = writeln!(out, "the metadata group was back first");
+        }
+        Some((rank, behind)) => {
+            let _ = writeln!(
+                out,
+                "the metadata group was back {} of {}, {} s after the first group: every \
+                 group's probes run out in the same tick (the metadata group's first, it is \
+                 ticked first), then the elections run side by side and finish in the order \
+                 of their messages' and disks' latencies; no partition's election waits for \
+                 the metadata group",
+                rank + 1,
+                report.resumed.len(),
+                seconds(behind)
+            );
+        }
+        None => {
+            let _ = writeln!(out, "the metadata group did not come back");
+        }
+    }
+    for (label, at, probed) in &report.resumed {
+        let _ = writeln!(
+            out,
+            "  {:<28} normal on every node at {}{}",
+            label,
+            at.map_or_else(
+                || "never".into(),
+                |a| format!("{} s after", seconds(a - report.loss_us))
+            ),
+            if *probed {
+                " (after unanswered probes)"
+            } else {
+                ""
+            }
+        );
+    }
+    out
+}

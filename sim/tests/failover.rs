@@ -1,0 +1,309 @@
+//! The article's failover cases on a node of many groups (the metadata group and 24
+//! partitions, a producer per partition), measured by `iggy_sim::failover` and checked here.
+//! The default run uses the scaled load; `SIM_ARTICLE_FULL=1` runs the same assertions at the
+//! article's load (`docs/testing.md`; the timelines are in `docs/benchmarks.md`).
+#![allow(
+    clippy::unwrap_used,
+    reason = "test code: a failed unwrap is a failed test"
+)]
+
+use iggy_sim::failover::{self, Scale, Setup};
+use iggy_sim::producer::{Outcome, RESET_NOTICED_US};
+
+/// The heartbeat timeout (5 s) and the bound the issue allows for the election after it.
+const ELECTED_WITHIN_US: u64 = 5_000_000 + 200_000;
+
+fn scale() -> Scale {
+    Scale::from_env()
+}
+
+fn interval_us(scale: &Scale) -> u64 {
+    1_000_000 / u64::from(scale.shape.batches_per_second)
+}
+
+#[test]
+fn killing_the_node_that_leads_everything_elects_all_25_groups_and_loses_no_acknowledged_batch() {
+    let scale = scale();
+    let report = failover::kill(Setup::article(1), &scale, 0).unwrap();
+    let text = failover::render_kill(&report);
+    assert_eq!(report.elections.len(), 25, "{text}");
+    for e in &report.elections {
+        assert_eq!(e.old_primary, 0, "{text}");
+        let (Some(elected), Some(heard)) = (e.elected_us, e.last_heard_us) else {
+            panic!("{} has no new primary:\n{text}", e.label);
+        };
+        assert!(
+            elected - heard <= ELECTED_WITHIN_US,
+            "{}: elected {} us after the last commit broadcast heard:\n{text}",
+            e.label,
+            elected - heard
+        );
+        assert_eq!(e.new_primary, Some(1), "{text}");
+    }
+    // Every acknowledged batch is on both survivors at its op with its checksum, none twice,
+    // none refused there.
+    assert_eq!(report.integrity, Ok(report.committed), "{text}");
+    // Each producer lost the send the kill caught (and only that one); the article's rule
+    // names it: one that went out before the producers could notice the dead connection may
+    // have been prepared (TransientNotCommitted), one sent after never reached a node that
+    // could take it (TransientNotAccepted).
+    assert_eq!(report.failed.len(), 24, "{text}");
+    for f in &report.failed {
+        let went_out = f.sent_us < report.kill_us + RESET_NOTICED_US;
+        let expected = if went_out {
+            Outcome::TransientNotCommitted
+        } else {
+            Outcome::TransientNotAccepted
+        };
+        assert_eq!(
+            f.outcome, expected,
+            "{} request {}:\n{text}",
+            f.label, f.request
+        );
+        assert!(f.sent_us + interval_us(&scale) >= report.kill_us, "{text}");
+    }
+    // Writes stop for about the heartbeat timeout plus the SDK's budget, then resume.
+    assert!(
+        report
+            .elections
+            .iter()
+            .filter_map(|e| e.write_gap_us)
+            .all(|gap| gap < 7_000_000),
+        "{text}"
+    );
+}
+
+#[test]
+fn with_spread_primaries_only_the_dead_nodes_groups_change_view_and_the_rest_keep_writing() {
+    let scale = scale();
+    let setup = Setup {
+        spread: true,
+        ..Setup::article(1)
+    };
+    let report = failover::kill(setup, &scale, 0).unwrap();
+    let text = failover::render_kill(&report);
+    // The metadata group and the partitions node 0 led: 9 of 25 (8 + 8 + 8 partitions, and the
+    // metadata group's primary counted against node 0).
+    let led: Vec<_> = report
+        .elections
+        .iter()
+        .filter(|e| e.old_primary == 0)
+        .map(|e| e.label.clone())
+        .collect();
+    let changed: Vec<_> = report.changed().iter().map(|e| e.label.clone()).collect();
+    assert_eq!(changed, led, "{text}");
+    assert_eq!(changed.len(), 9, "{text}");
+    for e in report.changed() {
+        assert!(
+            e.elected_us.unwrap() - e.last_heard_us.unwrap() <= ELECTED_WITHIN_US,
+            "{text}"
+        );
+    }
+    // The others lose a backup and keep committing: no gap longer than two sends' interval,
+    // no failed send.
+    for e in report.elections.iter().filter(|e| e.old_primary != 0) {
+        if let Some(gap) = e.write_gap_us {
+            assert!(
+                gap <= 2 * interval_us(&scale),
+                "{}: gap {gap} us:\n{text}",
+                e.label
+            );
+        }
+        assert!(
+            report.failed.iter().all(|f| f.label != e.label),
+            "{} failed a send:\n{text}",
+            e.label
+        );
+    }
+    assert_eq!(report.failed.len(), 8, "{text}");
+    assert_eq!(report.integrity, Ok(report.committed), "{text}");
+}
+
+#[test]
+fn killing_a_backup_changes_no_view_and_fails_no_send() {
+    let scale = scale();
+    for dead in [1, 2] {
+        let report = failover::kill(Setup::article(1), &scale, dead).unwrap();
+        let text = failover::render_kill(&report);
+        assert!(report.changed().is_empty(), "{text}");
+        assert!(report.failed.is_empty(), "{text}");
+        assert_eq!(report.integrity, Ok(report.committed), "{text}");
+        assert!(report.committed > 0, "{text}");
+    }
+}
+
+#[test]
+fn a_node_back_with_nothing_published_discards_every_tail_and_repairs_within_the_ring() {
+    let scale = scale();
+    let report = failover::restart(Setup::article(1), &scale).unwrap();
+    let text = failover::render_restart(&report);
+    assert_eq!(report.kill.integrity, Ok(report.kill.committed), "{text}");
+    for r in report.recovered.iter().filter(|r| r.label != "metadata") {
+        // Nothing was published (no view change, no checkpoint): boot threw the whole log
+        // away (`tests/boot_warn.rs` checks the WARN lines that say so).
+        let discarded = report.discarded.get(&r.label).copied().unwrap_or(0);
+        assert!(discarded > 0, "{}:\n{text}", r.label);
+        // The group adopted the current view and repaired from the peers' rings: at least
+        // what it threw away came back.
+        assert!(r.adopted_us.is_some(), "{}:\n{text}", r.label);
+        assert!(
+            r.caught_up_us.is_some(),
+            "{} never caught up:\n{text}",
+            r.label
+        );
+        assert!(r.fetched_bytes >= discarded, "{}:\n{text}", r.label);
+    }
+    assert_eq!(
+        report.discarded.get("metadata").copied().unwrap_or(0),
+        0,
+        "{text}"
+    );
+    assert_eq!(report.behind_ring, 0, "{text}");
+    // The ration held: 3 new sessions a tick, 8 at once (the 24 partitions wanted repair at
+    // the same moment).
+    assert_eq!(report.ration_peaks, (3, 8), "{text}");
+    assert!(
+        matches!(report.integrity, Ok(n) if n >= report.kill.committed),
+        "{text}"
+    );
+}
+
+#[test]
+fn a_clean_shutdown_publishes_every_partition_so_its_restart_discards_nothing() {
+    let scale = scale();
+    let mut cluster = iggy_sim::Cluster::new(failover::options(
+        Setup::article(1),
+        &scale,
+        scale.restart_shape,
+    ))
+    .unwrap();
+    cluster.run_until(scale.warm_up_us);
+    cluster.shutdown_node(2).unwrap();
+    cluster.run_until(scale.warm_up_us + 1_000_000);
+    cluster.restart_node(2);
+    assert!(cluster.failure().is_none(), "{:?}", cluster.failure());
+    let discarded = &cluster.nodes()[2].discarded;
+    assert!(discarded.values().all(|b| *b == 0), "{discarded:?}");
+    // It rejoins in the same view and journals on; a kill instead of a shutdown discards
+    // every partition's new tail (nothing else published it).
+    cluster.run_until(scale.warm_up_us + 3_000_000);
+    assert!(
+        (1..=24u32).all(|p| {
+            let key = iggy_recovery::PartitionKey {
+                stream: 1,
+                topic: 1,
+                partition: p,
+            };
+            cluster
+                .replica(2, key.group_id())
+                .is_some_and(|r| r.status() == iggy_vsr::Status::Normal)
+        }),
+        "{}",
+        cluster.status().join("\n")
+    );
+    cluster.crash_node(2, false);
+    cluster.run_until(scale.warm_up_us + 4_000_000);
+    cluster.restart_node(2);
+    let discarded = &cluster.nodes()[2].discarded;
+    assert_eq!(discarded.len(), 24, "{discarded:?}");
+    assert!(discarded.values().all(|b| *b > 0), "{discarded:?}");
+    cluster.run_until(scale.warm_up_us + 7_000_000);
+    assert!(cluster.failure().is_none(), "{:?}", cluster.failure());
+    assert_eq!(
+        failover::check_acknowledged(&cluster, &[0, 1, 2]).map(|_| ()),
+        Ok(())
+    );
+}
+
+#[test]
+fn without_the_repair_ration_every_group_repairs_at_once() {
+    let scale = scale();
+    let setup = Setup {
+        repair_ration: false,
+        ..Setup::article(1)
+    };
+    let report = failover::restart(setup, &scale).unwrap();
+    let text = failover::render_restart(&report);
+    assert_eq!(report.ration_peaks.1, 24, "{text}");
+    assert!(report.integrity.is_ok(), "{text}");
+}
+
+#[test]
+fn persisted_partitions_lose_nothing_to_a_restart_or_to_every_node_losing_power() {
+    let scale = scale();
+    let setup = Setup {
+        persisted: true,
+        ..Setup::article(1)
+    };
+    let report = failover::restart(setup, &scale).unwrap();
+    let text = failover::render_restart(&report);
+    assert!(report.discarded.values().all(|b| *b == 0), "{text}");
+    assert!(
+        report.recovered.iter().all(|r| r.caught_up_us.is_some()),
+        "{text}"
+    );
+    assert!(
+        matches!(report.integrity, Ok(n) if n >= report.kill.committed),
+        "{text}"
+    );
+
+    let loss = failover::power_loss_all(
+        Setup {
+            spread: true,
+            ..setup
+        },
+        &scale,
+    )
+    .unwrap();
+    let text = failover::render_power_loss(&loss);
+    assert!(loss.acknowledged > 0, "{text}");
+    assert_eq!(loss.unpublished_everywhere, 0, "{text}");
+    assert_eq!(loss.lost, 0, "{text}");
+}
+
+#[test]
+fn replicated_partitions_lose_to_every_node_losing_power_what_came_after_the_newest_publication() {
+    let scale = scale();
+    let setup = Setup {
+        spread: true,
+        ..Setup::article(1)
+    };
+    let loss = failover::power_loss_all(setup, &scale).unwrap();
+    let text = failover::render_power_loss(&loss);
+    // What the loss can take: acknowledged after every node's newest publication. This many
+    // were, and exactly those are gone; nothing published anywhere is.
+    assert!(loss.unpublished_everywhere > 0, "{text}");
+    assert!(loss.unpublished_everywhere < loss.acknowledged, "{text}");
+    assert_eq!(loss.lost, loss.unpublished_everywhere, "{text}");
+    assert!(loss.lost_published.is_empty(), "{text}");
+}
+
+#[test]
+fn all_three_restarting_at_once_resume_every_group_through_unanswered_probes() {
+    let scale = scale();
+    for persisted in [false, true] {
+        let setup = Setup {
+            spread: true,
+            persisted,
+            ..Setup::article(1)
+        };
+        let loss = failover::power_loss_all(setup, &scale).unwrap();
+        let text = failover::render_power_loss(&loss);
+        assert_eq!(loss.resumed.len(), 25, "{text}");
+        // Nobody can answer a probe while every replica recovers: each group's probes run
+        // out and it starts a view change from the best log that survived.
+        for (label, at, probed) in &loss.resumed {
+            assert!(at.is_some(), "{label} never resumed:\n{text}");
+            assert!(
+                *probed,
+                "{label} resumed without the probes running out:\n{text}"
+            );
+        }
+        // The metadata group's election starts in the same tick as every other (it is ticked
+        // first) and they run side by side: it is back within a few milliseconds of the
+        // first, and the report says where it came.
+        let (_, behind) = loss.metadata_rank().unwrap();
+        assert!(behind <= 10_000, "{text}");
+        assert!(text.contains("the metadata group was back"), "{text}");
+    }
+}
