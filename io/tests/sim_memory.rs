@@ -7,6 +7,20 @@
 
 use iggy_io::{FaultConfig, OpenMode, ReadFile, ReadStorage, SimStorage, Storage, WriteFile};
 
+/// `len` bytes that repeat no page: pages of the same bytes are held once (see
+/// `the_same_page_is_held_once_across_disks`), which these tests do not measure.
+fn varied(seed: u64, len: usize) -> Vec<u8> {
+    let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..len)
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state.to_le_bytes()[0]
+        })
+        .collect()
+}
+
 /// A preallocated gigabyte is a hole: it costs nothing until written.
 #[test]
 fn allocated_space_costs_nothing_until_written() {
@@ -23,7 +37,7 @@ fn allocated_space_costs_nothing_until_written() {
     let mut buf = [0xFFu8; 64];
     file.read_exact_at((1 << 30) - 64, &mut buf).unwrap();
     assert!(buf.iter().all(|&b| b == 0), "a hole reads as zeros");
-    file.write_all_at(1 << 29, &[7u8; 1 << 20]).unwrap();
+    file.write_all_at(1 << 29, &varied(7, 1 << 20)).unwrap();
     file.sync_data().unwrap();
     let after = storage.memory_bytes();
     assert!(
@@ -112,4 +126,52 @@ fn a_directory_removed_before_any_sync_is_freed_and_survives_a_power_loss() {
         assert!(!storage.exists("d").unwrap(), "seed {seed}");
         assert!(storage.memory_bytes() < 4096, "seed {seed}");
     }
+}
+
+/// Unsynced writes are held twice (the page cache and the pending write a power loss decides
+/// on); a disk that never loses power holds them once, and a power loss keeps every byte
+/// written.
+#[test]
+fn a_write_through_disk_holds_unsynced_writes_once_and_loses_none() {
+    let written = 8 << 20;
+    let measure = |write_through: bool| {
+        let storage = SimStorage::new(3);
+        storage.set_write_through(write_through);
+        let file = storage.open("log", OpenMode::CreateNew).unwrap();
+        storage.sync_dir("").unwrap();
+        file.write_all_at(0, &varied(3, usize::try_from(written).unwrap()))
+            .unwrap();
+        let memory = storage.memory_bytes();
+        drop(file);
+        storage.power_loss();
+        (memory, storage.read_all("log").unwrap())
+    };
+    let (twice, _) = measure(false);
+    assert!(twice >= 2 * written, "{twice}");
+    let (once, survived) = measure(true);
+    assert!(once < written + (1 << 20), "{once}");
+    assert_eq!(survived, varied(3, usize::try_from(written).unwrap()));
+}
+
+/// Pages a write fills whole are shared with every live page of the same bytes, across disks:
+/// three replicas journaling the same entries at the same offsets hold them once. A later write
+/// into one of them copies the page first.
+#[test]
+fn the_same_page_is_held_once_across_disks() {
+    let bytes = varied(11, 4 << 20);
+    let disks: Vec<SimStorage> = (0..3).map(SimStorage::new).collect();
+    for disk in &disks {
+        let file = disk.open("segment", OpenMode::CreateNew).unwrap();
+        file.write_all_and_sync_data(0, &bytes).unwrap();
+    }
+    // Each disk counts what it holds...
+    for disk in &disks {
+        assert!(disk.memory_bytes() >= 4 << 20, "{}", disk.memory_bytes());
+    }
+    // ...and after one replica overwrites a byte, the others still read their own.
+    let file = disks[1].open("segment", OpenMode::Existing).unwrap();
+    file.write_all_and_sync_data(100, &[!bytes[100]]).unwrap();
+    assert_eq!(disks[0].read_all("segment").unwrap(), bytes);
+    assert_eq!(disks[2].read_all("segment").unwrap(), bytes);
+    assert_eq!(disks[1].read_all("segment").unwrap()[100], !bytes[100]);
 }

@@ -108,6 +108,10 @@ pub struct Options {
     pub repair_ration: bool,
     /// Producers at a set rate, one per partition.
     pub workload: Option<Workload>,
+    /// Disks that never lose power (`SimStorage::set_write_through`): for runs that crash
+    /// processes only, one copy of each byte in memory instead of two. A power loss on such a
+    /// disk loses nothing.
+    pub write_through: bool,
 }
 
 impl Options {
@@ -134,6 +138,33 @@ impl Options {
             checkpoint_bytes: 256 << 10,
             repair_ration: true,
             workload: None,
+            write_through: false,
+        }
+    }
+}
+
+impl Options {
+    /// A node of many groups: the metadata group and 24 partitions (12 of each durability), a
+    /// random client per group and a producer per partition (5 batches a second of 5 messages,
+    /// 40 in all, routed by the node it is connected to), every fault.
+    #[must_use]
+    pub fn many_groups(seed: u64) -> Self {
+        Self {
+            replicated: 12,
+            persisted: 12,
+            clients_per_group: 1,
+            requests_per_client: 20,
+            workload: Some(Workload {
+                shape: Shape {
+                    batches_per_second: 5,
+                    messages_per_batch: 5,
+                    message_bytes: 64,
+                },
+                batches: 40,
+                connect_to: None,
+                start_us: 300_000,
+            }),
+            ..Self::new(seed)
         }
     }
 }
@@ -150,6 +181,8 @@ pub struct Report {
     pub crashes: u64,
     pub view_changes: u64,
     pub behind_ring: u64,
+    /// Sends of the producers with an outcome.
+    pub producer_sends: u64,
     /// The first checker that fired, what it found, and the state then.
     pub failure: Option<Failure>,
 }
@@ -194,7 +227,8 @@ enum Event {
     },
     Deliver {
         to: Endpoint,
-        bytes: Vec<u8>,
+        /// One encoding shared by every copy of a message (a broadcast, a duplicate).
+        bytes: std::sync::Arc<Vec<u8>>,
     },
     Lane {
         node: u8,
@@ -283,6 +317,7 @@ impl Cluster {
         let mut nodes = Vec::new();
         for index in 0..layout.replicas {
             let storage = SimStorage::new(disks.draw());
+            storage.set_write_through(options.write_through);
             nodes.push(Node::create(&layout, index, storage)?);
         }
         let mut clients = Vec::new();
@@ -437,6 +472,7 @@ impl Cluster {
                 .flat_map(|n| n.hosts.values())
                 .filter(|h| h.replica.behind_ring())
                 .count() as u64,
+            producer_sends: self.producers.iter().map(|p| p.sends.len() as u64).sum(),
             failure,
         }
     }
@@ -628,6 +664,8 @@ impl Cluster {
         };
         let effects = host.replica.take_effects();
         let mut schedule_lane = false;
+        // A broadcast is the same message to each peer, one after another: encoded once.
+        let mut last: Option<(Message, std::sync::Arc<Vec<u8>>)> = None;
         for effect in effects {
             match effect {
                 Effect::Send { to, message } => {
@@ -639,7 +677,14 @@ impl Cluster {
                             (body.len() + iggy_format::constants::HEADER_SIZE) as u64;
                     }
                     let slow = self.aim_at(node, to, &message);
-                    let bytes = message.encode();
+                    let bytes = match &last {
+                        Some((previous, bytes)) if *previous == message => bytes.clone(),
+                        _ => {
+                            let bytes = std::sync::Arc::new(message.encode());
+                            last = Some((message, bytes.clone()));
+                            bytes
+                        }
+                    };
                     let to = match to {
                         Destination::Replica(r) => Endpoint::Node(r),
                         Destination::Client(c) => match self.client_endpoint(c) {
@@ -647,7 +692,11 @@ impl Cluster {
                             None => continue,
                         },
                     };
-                    for delay in self.network.route(Endpoint::Node(node), to) {
+                    let now = self.now;
+                    for delay in self
+                        .network
+                        .route(Endpoint::Node(node), to, bytes.len(), now)
+                    {
                         self.schedule(
                             delay + slow,
                             Event::Deliver {
@@ -781,11 +830,13 @@ impl Cluster {
         let routing = self.routing(self.producers[index].group);
         let sent = self.producers[index].wake(now, &routing, patient);
         if let Some((replica, message)) = sent {
-            let bytes = message.encode();
-            for delay in self
-                .network
-                .route(Endpoint::Producer(index), Endpoint::Node(replica))
-            {
+            let bytes = std::sync::Arc::new(message.encode());
+            for delay in self.network.route(
+                Endpoint::Producer(index),
+                Endpoint::Node(replica),
+                bytes.len(),
+                now,
+            ) {
                 self.schedule(
                     delay,
                     Event::Deliver {
@@ -1012,11 +1063,13 @@ impl Cluster {
         let sent = client.wake(now, &mut self.workload, patient);
         let wake = client.wake_us;
         if let Some((replica, message)) = sent {
-            let bytes = message.encode();
-            for delay in self
-                .network
-                .route(Endpoint::Client(index), Endpoint::Node(replica))
-            {
+            let bytes = std::sync::Arc::new(message.encode());
+            for delay in self.network.route(
+                Endpoint::Client(index),
+                Endpoint::Node(replica),
+                bytes.len(),
+                now,
+            ) {
                 self.schedule(
                     delay,
                     Event::Deliver {
@@ -1342,6 +1395,7 @@ pub fn run(options: Options) -> Report {
             crashes: 0,
             view_changes: 0,
             behind_ring: 0,
+            producer_sends: 0,
             failure: Some(Failure {
                 checker: "setup".into(),
                 what: error,

@@ -20,6 +20,10 @@ use crate::producer::{Outcome, Shape};
 
 const SECOND: u64 = 1_000_000;
 
+/// Each machine's outgoing bandwidth in the failover cases: 10 Gbit/s (the article's i4i.4xlarge
+/// nodes have up to 25).
+pub const EGRESS_BYTES_PER_SECOND: u64 = 1_250_000_000;
+
 /// How big a run is.
 #[derive(Clone, Copy, Debug)]
 pub struct Scale {
@@ -123,7 +127,9 @@ impl Setup {
 
 /// The options of a case: no random fault, a reliable network, no random client, a producer
 /// per partition (connected to node 0 when primaries are not spread, the article's setup; to
-/// the partition's primary when they are), publication at the production checkpoint (128 MiB).
+/// the partition's primary when they are), publication at the production checkpoint (128 MiB),
+/// disks that never lose power (the kills are process crashes; the power-loss cases turn that
+/// off).
 #[must_use]
 pub fn options(setup: Setup, scale: &Scale, shape: Shape) -> Options {
     let Setup {
@@ -144,10 +150,13 @@ pub fn options(setup: Setup, scale: &Scale, shape: Shape) -> Options {
             delay_max_us: 500,
             loss: 0.0,
             duplicate: 0.0,
+            // 10 Gbit/s out of each machine: repair and replication cost their bytes.
+            egress_bytes_per_second: Some(EGRESS_BYTES_PER_SECOND),
         },
         spread_primaries: spread,
         repair_ration,
         checkpoint_bytes: 128 << 20,
+        write_through: true,
         workload: Some(Workload {
             shape,
             batches: u64::MAX,
@@ -442,12 +451,11 @@ pub fn check_acknowledged(cluster: &Cluster, nodes: &[u8]) -> Result<u64, String
             let mut held: BTreeMap<u64, (u64, u128)> = BTreeMap::new();
             let mut op = wal.first_op().max(1);
             while op <= head {
-                let last = head.min(op + 63);
-                let entries = wal
-                    .read(op, last)
+                let last = head.min(op + 1023);
+                let headers = wal
+                    .read_headers(op, last)
                     .map_err(|e| format!("node {node} {label}: reading ops {op}..={last}: {e}"))?;
-                for entry in entries {
-                    let h = entry.header;
+                for h in headers {
                     if h.client != producer.id {
                         continue;
                     }
@@ -619,6 +627,7 @@ pub fn power_loss_all(setup: Setup, scale: &Scale) -> Result<PowerLossReport, St
     let persisted = setup.persisted;
     let mut cluster = Cluster::new(Options {
         checkpoint_bytes: scale.loss_checkpoint_bytes,
+        write_through: false,
         ..options(setup, scale, scale.restart_shape)
     })?;
     cluster.run_until(scale.warm_up_us);

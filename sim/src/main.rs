@@ -31,6 +31,10 @@ struct Cli {
     /// Partitions with persisted durability.
     #[arg(long, default_value_t = 2)]
     persisted: u32,
+    /// A node of many groups: 12 replicated and 12 persisted partitions, a random client per
+    /// group and a producer per partition (overrides --replicated, --persisted, --requests).
+    #[arg(long)]
+    many_groups: bool,
     /// Start every group at view 0, so node 0 leads them all (the article's cluster); by
     /// default each partition starts at its metadata leader's view, spreading the primaries.
     #[arg(long)]
@@ -231,16 +235,27 @@ fn main() -> ExitCode {
     let mut simulated = 0u64;
     let mut wall = std::time::Duration::ZERO;
     for seed in from..to {
-        let options = Options {
-            replicated: cli.replicated,
-            persisted: cli.persisted,
-            requests_per_client: cli.requests,
-            fault_phase_us: cli.fault_seconds * 1_000_000,
-            trace_events: cli.trace,
-            watch: cli.watch,
-            safeguards,
-            spread_primaries: !cli.no_spread,
-            ..Options::new(seed)
+        let options = if cli.many_groups {
+            Options {
+                fault_phase_us: cli.fault_seconds * 1_000_000,
+                trace_events: cli.trace,
+                watch: cli.watch,
+                safeguards,
+                spread_primaries: !cli.no_spread,
+                ..Options::many_groups(seed)
+            }
+        } else {
+            Options {
+                replicated: cli.replicated,
+                persisted: cli.persisted,
+                requests_per_client: cli.requests,
+                fault_phase_us: cli.fault_seconds * 1_000_000,
+                trace_events: cli.trace,
+                watch: cli.watch,
+                safeguards,
+                spread_primaries: !cli.no_spread,
+                ..Options::new(seed)
+            }
         };
         let report = run(options);
         simulated += report.simulated_us;
@@ -271,12 +286,17 @@ fn main() -> ExitCode {
                 .without
                 .as_deref()
                 .map_or(String::new(), |w| format!(" --without {w}"));
+            let layout = if cli.many_groups {
+                " --many-groups".to_string()
+            } else {
+                format!(
+                    " --replicated {} --persisted {} --requests {}",
+                    cli.replicated, cli.persisted, cli.requests
+                )
+            };
             text += &format!(
-                "replay: cargo run --release -p iggy-sim -- --seed {seed} --replicated {} \
-                 --persisted {} --requests {} --fault-seconds {}{}{without}\n",
-                cli.replicated,
-                cli.persisted,
-                cli.requests,
+                "replay: cargo run --release -p iggy-sim -- --seed {seed}{layout} \
+                 --fault-seconds {}{}{without}\n",
                 cli.fault_seconds,
                 if cli.no_spread { " --no-spread" } else { "" }
             );

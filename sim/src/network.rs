@@ -21,6 +21,10 @@ pub struct NetworkConfig {
     pub delay_max_us: u64,
     pub loss: f64,
     pub duplicate: f64,
+    /// Each machine's outgoing bandwidth, bytes a second (`None`: a message's size costs no
+    /// time). A message waits for what its sender sent before it and takes its size over the
+    /// bandwidth on top of its delay; the clients share one machine, as the article's did.
+    pub egress_bytes_per_second: Option<u64>,
 }
 
 impl Default for NetworkConfig {
@@ -30,6 +34,7 @@ impl Default for NetworkConfig {
             delay_max_us: 5_000,
             loss: 0.02,
             duplicate: 0.01,
+            egress_bytes_per_second: None,
         }
     }
 }
@@ -45,6 +50,8 @@ pub struct Network {
     clogged: BTreeMap<(u8, u8), u64>,
     /// Faults off: every message arrives once, after the minimum delay.
     healed: bool,
+    /// When each machine's outgoing link is free again (`None`: the clients' machine).
+    busy_until: BTreeMap<Option<u8>, u64>,
     pub sent: u64,
     pub lost: u64,
 }
@@ -58,14 +65,39 @@ impl Network {
             cut: BTreeSet::new(),
             clogged: BTreeMap::new(),
             healed: false,
+            busy_until: BTreeMap::new(),
             sent: 0,
             lost: 0,
         }
     }
 
-    /// The delays after which one message from `from` to `to` arrives: none (lost or cut), one,
-    /// or two (duplicated).
-    pub fn route(&mut self, from: Endpoint, to: Endpoint) -> Vec<u64> {
+    /// The delays after which one message of `bytes` sent at `now_us` from `from` to `to`
+    /// arrives: none (lost or cut), one, or two (duplicated).
+    pub fn route(&mut self, from: Endpoint, to: Endpoint, bytes: usize, now_us: u64) -> Vec<u64> {
+        let queued = self.transmit(from, bytes, now_us);
+        self.route_after(from, to)
+            .into_iter()
+            .map(|delay| delay + queued)
+            .collect()
+    }
+
+    /// The time the sender's link takes to put `bytes` out, waiting included.
+    fn transmit(&mut self, from: Endpoint, bytes: usize, now_us: u64) -> u64 {
+        let Some(rate) = self.config.egress_bytes_per_second else {
+            return 0;
+        };
+        let machine = match from {
+            Endpoint::Node(n) => Some(n),
+            Endpoint::Client(_) | Endpoint::Producer(_) => None,
+        };
+        let free = self.busy_until.entry(machine).or_insert(0);
+        let start = (*free).max(now_us);
+        let took = (bytes as u64).saturating_mul(1_000_000) / rate.max(1);
+        *free = start + took;
+        *free - now_us
+    }
+
+    fn route_after(&mut self, from: Endpoint, to: Endpoint) -> Vec<u64> {
         self.sent += 1;
         if self.healed {
             return vec![self.config.delay_min_us];

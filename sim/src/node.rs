@@ -132,6 +132,10 @@ pub enum Store {
     Partition {
         partition: Partition<SimStorage>,
         persisted: bool,
+        /// The reply each journaled, uncommitted entry will get (`None`: no client waits for
+        /// one), taken from its body while it was in memory: a commit need not read the entry
+        /// back.
+        replies: BTreeMap<u64, Option<Vec<u8>>>,
     },
 }
 
@@ -279,6 +283,7 @@ impl Node {
                         Store::Partition {
                             partition,
                             persisted,
+                            replies: BTreeMap::new(),
                         },
                         boot,
                     )
@@ -479,6 +484,7 @@ pub fn execute(store: &mut Store, effect: Effect, now_us: u64, checkpoint_bytes:
             Store::Partition {
                 partition,
                 persisted,
+                replies,
             },
             Effect::Prepare {
                 meta,
@@ -503,6 +509,10 @@ pub fn execute(store: &mut Store, effect: Effect, now_us: u64, checkpoint_bytes:
                     {
                         return failed(&e);
                     }
+                    replies.insert(
+                        prepared.header.op,
+                        partition_reply(&prepared.header, &prepared.body),
+                    );
                     Outcome::Prepared {
                         header: prepared.header,
                         body: prepared.body,
@@ -519,19 +529,31 @@ pub fn execute(store: &mut Store, effect: Effect, now_us: u64, checkpoint_bytes:
             Store::Partition {
                 partition,
                 persisted,
+                replies,
             },
             Effect::Journal { header, body, .. },
         ) => match partition.journal(&header, &body) {
-            Ok(_) => after_journal(partition, *persisted, header.op, checkpoint_bytes)
-                .map_or_else(|e| failed(&e), |()| Outcome::Done),
+            Ok(_) => {
+                replies.insert(header.op, partition_reply(&header, &body));
+                after_journal(partition, *persisted, header.op, checkpoint_bytes)
+                    .map_or_else(|e| failed(&e), |()| Outcome::Done)
+            }
             Err(e) => failed(&e),
         },
         (Store::Metadata(group), Effect::Truncate { after, .. }) => group
             .truncate_after(after)
             .map_or_else(|e| failed(&e), |()| Outcome::Done),
-        (Store::Partition { partition, .. }, Effect::Truncate { after, .. }) => partition
-            .truncate_after(after)
-            .map_or_else(|e| failed(&e), |()| Outcome::Done),
+        (
+            Store::Partition {
+                partition, replies, ..
+            },
+            Effect::Truncate { after, .. },
+        ) => {
+            replies.retain(|op, _| *op <= after);
+            partition
+                .truncate_after(after)
+                .map_or_else(|e| failed(&e), |()| Outcome::Done)
+        }
         (Store::Metadata(_), Effect::Publish { .. }) => Outcome::Done,
         (Store::Partition { partition, .. }, Effect::Publish { .. }) => partition
             .publish()
@@ -546,23 +568,48 @@ pub fn execute(store: &mut Store, effect: Effect, now_us: u64, checkpoint_bytes:
             },
             Err(e) => failed(&e),
         },
-        (Store::Partition { partition, .. }, Effect::Commit { through, .. }) => {
+        (
+            Store::Partition {
+                partition, replies, ..
+            },
+            Effect::Commit { through, .. },
+        ) => {
             let from = partition.committed() + 1;
             if let Err(e) = partition.commit(through) {
                 return failed(&e);
             }
-            let mut replies = Vec::new();
-            if through >= from {
-                match partition.wal().read(from, through) {
+            // Committed entries go to the segment files (unsynced), where consumers read them
+            // (`Partition::read_through` does the same): what a killed process leaves on disk
+            // past the frontier, for boot to discard.
+            if let Err(e) = partition.wal().write_buffered() {
+                return failed(&e);
+            }
+            let mut out = Vec::new();
+            let mut unknown = Vec::new();
+            for op in from..=through {
+                match replies.remove(&op) {
+                    Some(reply) => out.push((op, reply)),
+                    None => unknown.push(op),
+                }
+            }
+            // Journaled in an earlier life (boot read it back): read it again to answer.
+            for op in unknown {
+                match partition.wal().read(op, op) {
                     Ok(entries) => {
-                        for entry in entries.into_iter().filter(|e| e.header.client != 0) {
-                            replies.push((entry.header.op, partition_reply(&entry)));
+                        for entry in entries {
+                            out.push((op, partition_reply(&entry.header, &entry.body)));
                         }
                     }
                     Err(e) => return failed(&e),
                 }
             }
-            Outcome::Committed { replies }
+            replies.retain(|op, _| *op > through);
+            let mut out: Vec<(u64, Vec<u8>)> = out
+                .into_iter()
+                .filter_map(|(op, reply)| reply.map(|r| (op, r)))
+                .collect();
+            out.sort_by_key(|(op, _)| *op);
+            Outcome::Committed { replies: out }
         }
     }
 }
@@ -584,16 +631,20 @@ fn after_journal(
     }
 }
 
-/// A partition's reply: a batch's base offset and message count; nothing for other kinds.
-fn partition_reply(entry: &iggy_wal::Entry) -> Vec<u8> {
-    match iggy_segments::entry::peek(&entry.header, &entry.body) {
+/// A partition's reply to the client of an entry: a batch's base offset and message count,
+/// nothing for other kinds; `None` for an entry no client sent (`client` 0: a no-op).
+fn partition_reply(header: &Header, body: &[u8]) -> Option<Vec<u8>> {
+    if header.client == 0 {
+        return None;
+    }
+    Some(match iggy_segments::entry::peek(header, body) {
         Ok(iggy_segments::Kind::Messages(batch)) => {
             let mut reply = batch.base_offset.to_le_bytes().to_vec();
             reply.extend_from_slice(&batch.message_count.to_le_bytes());
             reply
         }
         _ => Vec::new(),
-    }
+    })
 }
 
 /// A consumer offset store's request body: kind, id and offset (16 bytes).

@@ -36,6 +36,7 @@ fn quiet_with(seed: u64, safeguards: Safeguards, replicated: u32) -> Cluster {
             delay_max_us: 500,
             loss: 0.0,
             duplicate: 0.0,
+            egress_bytes_per_second: None,
         },
         safeguards,
         // The scripts place node 0 as every group's primary (the article's cluster).

@@ -60,6 +60,34 @@ fn every_seed_keeps_every_commit_and_reply_and_converges() {
     );
 }
 
+/// The node of many groups: the metadata group and 24 partitions, a random client per group and
+/// a producer per partition routed by its node, every fault. `SIM_MANY_SEEDS` seeds (200) from
+/// `SIM_MANY_SEED_FROM` (0).
+#[test]
+fn every_seed_of_a_node_of_many_groups_keeps_every_acknowledged_batch_and_converges() {
+    let from = env("SIM_MANY_SEED_FROM", 0);
+    let seeds = env("SIM_MANY_SEEDS", 200);
+    let mut sends = 0;
+    for seed in from..from + seeds {
+        let report = run(Options::many_groups(seed));
+        if let Some(failure) = report.failure {
+            panic!(
+                "seed {seed} failed:\n{}\nreplay: cargo run --release -p iggy-sim -- --seed \
+                 {seed} --many-groups",
+                failure.render()
+            );
+        }
+        assert!(report.committed_ops > 0, "seed {seed} committed nothing");
+        assert_eq!(
+            report.behind_ring, 0,
+            "seed {seed}: a replica fell behind the ring"
+        );
+        sends += report.producer_sends;
+    }
+    // Every producer's 40 batches reached an outcome (the liveness phase waits for them).
+    assert_eq!(sends, seeds * 24 * 40);
+}
+
 /// The first seed below `limit` that fails with `safeguard` off, and the checker that fired.
 fn first_failure(safeguard: &str, limit: u64) -> Option<(u64, String)> {
     let safeguards = Safeguards::without(safeguard).unwrap();

@@ -1,10 +1,12 @@
 //! The bytes of one simulated file image: sparse pages shared copy-on-write. A hole (never
 //! written, or only allocated) costs nothing and reads as zeros; a file's buffered and durable
 //! images share every page they have in common, so a synced file is held once. Memory tracks
-//! the live written bytes, not the file sizes nor their history.
+//! the live written bytes, not the file sizes nor their history. A page that one write fills
+//! whole is shared with every live page of the process holding the same bytes: the replicas of
+//! a simulated cluster journal the same entries at the same offsets, and hold them once.
 
-use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, Weak};
 
 /// Bytes per page: large enough that a page map stays small, small enough that a short write
 /// into a shared page copies little.
@@ -13,6 +15,49 @@ const PAGE_U64: u64 = PAGE as u64;
 
 type Page = Arc<[u8; PAGE]>;
 
+/// The live pages of the process that some write filled whole, by a hash of their bytes (a
+/// hit is compared byte for byte before it is shared). Dead entries are swept as it grows.
+struct Interner {
+    pages: HashMap<u64, Vec<Weak<[u8; PAGE]>>>,
+    /// Insertions until the next sweep.
+    until_sweep: usize,
+}
+
+static INTERNER: Mutex<Option<Interner>> = Mutex::new(None);
+
+/// The page holding `bytes`: a live one with the same bytes if there is one, a new one (then
+/// known to later writes) otherwise.
+fn intern(bytes: &[u8]) -> Page {
+    let hash = xxhash_rust::xxh3::xxh3_64(bytes);
+    let mut guard = INTERNER
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let interner = guard.get_or_insert_with(|| Interner {
+        pages: HashMap::new(),
+        until_sweep: 1 << 16,
+    });
+    let candidates = interner.pages.entry(hash).or_default();
+    if let Some(page) = candidates
+        .iter()
+        .filter_map(Weak::upgrade)
+        .find(|page| page[..] == *bytes)
+    {
+        return page;
+    }
+    let mut page = Arc::new([0u8; PAGE]);
+    Arc::make_mut(&mut page).copy_from_slice(bytes);
+    candidates.retain(|weak| weak.strong_count() > 0);
+    candidates.push(Arc::downgrade(&page));
+    interner.until_sweep -= 1;
+    if interner.until_sweep == 0 {
+        interner.pages.retain(|_, weaks| {
+            weaks.retain(|weak| weak.strong_count() > 0);
+            !weaks.is_empty()
+        });
+        interner.until_sweep = (interner.pages.len() * 2).max(1 << 16);
+    }
+    page
+}
 /// A file image: its length and the pages that hold non-hole bytes.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Content {
@@ -59,6 +104,12 @@ impl Content {
             let at = offset + done as u64;
             let (page, within) = (at / PAGE_U64, to_usize(at % PAGE_U64));
             let take = (PAGE - within).min(bytes.len() - done);
+            if take == PAGE {
+                // The whole page: share it with a live page of the same bytes, if any.
+                self.pages.insert(page, intern(&bytes[done..done + PAGE]));
+                done += take;
+                continue;
+            }
             let slot = self
                 .pages
                 .entry(page)
@@ -139,6 +190,36 @@ mod tests {
             tail[5..].iter().all(|&b| b == 0),
             "bytes past a shrink are gone"
         );
+    }
+
+    #[test]
+    fn whole_pages_of_the_same_bytes_are_held_once_and_copied_on_write() {
+        let bytes: Vec<u8> = (0..3 * PAGE)
+            .map(|i| u8::try_from(i % 253).unwrap_or(0))
+            .collect();
+        let mut a = Content::default();
+        let mut b = Content::default();
+        a.write(0, &bytes);
+        b.write(0, &bytes);
+        for (x, y) in a.pages().zip(b.pages()) {
+            assert!(
+                Arc::ptr_eq(x, y),
+                "the same bytes in another image share the page"
+            );
+        }
+        // A partial write into a shared page copies it: the other image keeps its bytes.
+        b.write(5, &[0xEE; 3]);
+        assert_eq!(a.to_vec(), bytes);
+        assert_eq!(&b.to_vec()[5..8], &[0xEE; 3]);
+        // Different bytes never share.
+        let mut c = Content::default();
+        let other: Vec<u8> = bytes.iter().map(|b| b ^ 1).collect();
+        c.write(0, &other);
+        assert!(!Arc::ptr_eq(
+            a.pages().next().unwrap(),
+            c.pages().next().unwrap()
+        ));
+        assert_eq!(c.to_vec(), other);
     }
 
     #[test]

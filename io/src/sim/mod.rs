@@ -289,6 +289,14 @@ impl SimStorage {
         Self::from_state(SimState::new(seed, faults))
     }
 
+    /// Makes this a disk that never loses power (`true`): from now on every write is durable
+    /// once written and none is kept pending, so a run that only crashes processes holds one
+    /// copy of each byte instead of two (the page cache and the pending write). A power loss
+    /// then loses nothing written (and the writes pending before the switch are kept too).
+    pub fn set_write_through(&self, on: bool) {
+        self.lock().write_through = on;
+    }
+
     /// An empty disk that records every mutation in its [`SimStorage::trace`], for the crash
     /// enumerator. The trace holds every byte ever written, so a disk does not record unless
     /// asked to.

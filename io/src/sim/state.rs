@@ -86,11 +86,19 @@ pub(crate) struct SimState {
     /// Whether every mutation is kept in `trace` (for the enumerator; it holds every byte ever
     /// written, so it is off unless asked for).
     pub(crate) recording: bool,
+    /// A disk that never loses power: every write is durable once written, so no write is kept
+    /// pending (and a power loss loses nothing written). For runs that crash processes only: a
+    /// process crash sees the page cache either way, and the disk holds one copy of each byte.
+    pub(crate) write_through: bool,
     /// Open handles of the current process life, per inode: an unlinked file they hold stays.
     handles: BTreeMap<u64, usize>,
     /// Set when an inode or directory may have become unreachable (an unlink, a rename over a
-    /// name, a removal, a dropped handle): the next collection looks.
+    /// name, a removal), and kept while an unreachable file is held open: the next collection
+    /// (the next dropped handle, at the latest) looks.
     garbage: bool,
+    /// An unreachable file is kept only for its pending writes: the next sync looks again.
+    /// (Split from `garbage` so that closing a reachable file does not walk the whole state.)
+    held_by_pending: bool,
 }
 
 fn apply_change(data: &mut Content, change: &FileChange) {
@@ -140,8 +148,10 @@ impl SimState {
             dir_order: DirOrder::Ordered,
             next_dir_operation: 0,
             recording: false,
+            write_through: false,
             handles: BTreeMap::new(),
             garbage: false,
+            held_by_pending: false,
         }
     }
 
@@ -193,7 +203,7 @@ impl SimState {
             *count -= 1;
             if *count == 0 {
                 self.handles.remove(&inode);
-                self.garbage = true;
+                // Only an unreachable file held open can go now, and then `garbage` is set.
                 self.collect_garbage();
             }
         }
@@ -239,8 +249,11 @@ impl SimState {
         self.pending_dir_ops.retain(|op| dirs.contains(&op.dir));
         self.files
             .retain(|inode, _| reachable.contains(inode) || held.contains(inode));
-        // Those go once their handles and writes do: look again then.
-        self.garbage = !held.is_empty();
+        // Those go once their handles and writes do: look again then (after a dropped handle
+        // or a sync).
+        let by_handle = held.iter().any(|inode| self.handles.contains_key(inode));
+        self.garbage = by_handle;
+        self.held_by_pending = !held.is_empty() && !by_handle;
     }
 
     pub(crate) fn file(&self, inode: u64) -> &FileImage {
@@ -608,6 +621,16 @@ impl SimState {
         } else if count > 1 && self.chance(self.faults.short_write_probability) {
             count = self.rng.random_range(1..count);
         }
+        if self.write_through
+            && !self.recording
+            && armed.is_none()
+            && self.faults.misdirect_probability == 0.0
+        {
+            // Nothing keeps the write but the page cache: no copy of it for a pending list
+            // or a trace.
+            self.file_mut(inode).data.write(offset, &buf[..count]);
+            return Ok(count);
+        }
         let bytes: Arc<[u8]> = Arc::from(&buf[..count]);
         let (target_inode, target_path, target_offset) = match armed {
             Some(Fault::MisdirectToOffset(other)) => (inode, path.to_path_buf(), other),
@@ -701,18 +724,28 @@ impl SimState {
                     data: Arc::clone(data),
                 };
                 apply_change(&mut self.file_mut(*inode).data, &change);
-                self.pending.push(Pending {
-                    inode: *inode,
-                    change,
-                });
+                if !self.write_through {
+                    self.pending.push(Pending {
+                        inode: *inode,
+                        change,
+                    });
+                }
             }
             TraceOp::SetLen { inode, len, .. } => {
                 let change = FileChange::SetLen(*len);
                 apply_change(&mut self.file_mut(*inode).data, &change);
-                self.pending.push(Pending {
-                    inode: *inode,
-                    change,
-                });
+                if !self.write_through {
+                    self.pending.push(Pending {
+                        inode: *inode,
+                        change,
+                    });
+                }
+            }
+            TraceOp::SyncData { .. } | TraceOp::SyncAll { .. } if self.write_through => {
+                // Written is durable: the durable images are made from the data at a power
+                // loss, not at every sync.
+                self.garbage |= std::mem::take(&mut self.held_by_pending);
+                self.collect_garbage();
             }
             TraceOp::SyncData { inode, .. } | TraceOp::SyncAll { inode, .. } => {
                 let (mine, others): (Vec<Pending>, Vec<Pending>) =
@@ -732,6 +765,7 @@ impl SimState {
                     file.durable.clone_from(&file.data);
                 }
                 // An unlinked file kept for its pending writes may go now.
+                self.garbage |= std::mem::take(&mut self.held_by_pending);
                 self.collect_garbage();
             }
             TraceOp::SyncFailed { inode, .. } => {
@@ -741,6 +775,8 @@ impl SimState {
                 self.pending.retain(|p| p.inode != *inode);
                 if self.pending.len() != before {
                     self.file_mut(*inode).diverged = true;
+                    self.garbage |= std::mem::take(&mut self.held_by_pending);
+                    self.collect_garbage();
                 }
             }
             TraceOp::Rot {
@@ -864,6 +900,13 @@ impl SimState {
 
     /// Reverts to the durable images plus what `plan` says survived.
     fn power_loss_state(&mut self, plan: &CrashPlan) {
+        if self.write_through {
+            // Everything written was durable.
+            for file in self.files.values_mut() {
+                file.durable.clone_from(&file.data);
+                file.diverged = false;
+            }
+        }
         assert_eq!(
             plan.writes.len(),
             self.pending.len(),
@@ -986,8 +1029,10 @@ impl SimState {
             dir_order: self.dir_order,
             next_dir_operation: self.next_dir_operation,
             recording: self.recording,
+            write_through: self.write_through,
             handles: BTreeMap::new(),
             garbage: true,
+            held_by_pending: false,
         }
     }
 
