@@ -322,3 +322,45 @@ fn small_publications_write_zeros_ahead_once_per_megabyte() {
         assert_eq!(entry.body, record);
     }
 }
+
+/// `read_headers` returns what `read` does without the bodies, buffered entries included, and a
+/// header that does not verify is refused with its file and offset.
+#[test]
+fn read_headers_verifies_each_header_without_reading_bodies() {
+    let storage = SimStorage::new(9);
+    let wal = Wal::create(storage.clone(), dir(), config(), 1, 0).unwrap();
+    for op in 1..=30 {
+        wal.append_body(&body(op), 1, op).unwrap();
+        if op == 20 {
+            wal.publish().unwrap();
+        }
+    }
+    let headers = wal.read_headers(1, 30).unwrap();
+    let entries = wal.read(1, 30).unwrap();
+    assert_eq!(
+        headers,
+        entries.iter().map(|e| e.header).collect::<Vec<_>>()
+    );
+    assert!(matches!(
+        wal.read_headers(0, 3),
+        Err(WalError::OutOfRange { .. })
+    ));
+    // Rot one bit of op 12's header: refused at that entry, naming its file and offset.
+    let location = wal.locate(12).unwrap();
+    let file = wal
+        .files()
+        .into_iter()
+        .find(|f| f.key == location.key)
+        .unwrap();
+    storage.rot(&file.path, location.offset + 40, 0x04).unwrap();
+    match wal.read_headers(10, 14) {
+        Err(WalError::Corrupt {
+            file: at, offset, ..
+        }) => {
+            assert_eq!(at, file.path);
+            assert_eq!(offset, location.offset);
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(wal.read_headers(13, 14).is_ok());
+}
