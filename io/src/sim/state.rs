@@ -54,6 +54,57 @@ struct Pending {
     change: FileChange,
 }
 
+/// The writes not yet durable, in the order they were made, indexed by file: a sync takes its
+/// file's writes without walking everyone else's.
+#[derive(Clone, Debug, Default)]
+struct PendingWrites {
+    /// By sequence number: the order of the writes.
+    writes: BTreeMap<u64, Pending>,
+    by_inode: BTreeMap<u64, Vec<u64>>,
+    next: u64,
+}
+
+impl PendingWrites {
+    fn push(&mut self, pending: Pending) {
+        self.by_inode
+            .entry(pending.inode)
+            .or_default()
+            .push(self.next);
+        self.writes.insert(self.next, pending);
+        self.next += 1;
+    }
+
+    fn len(&self) -> usize {
+        self.writes.len()
+    }
+
+    /// Every pending write, oldest first.
+    fn iter(&self) -> impl Iterator<Item = &Pending> {
+        self.writes.values()
+    }
+
+    /// The files that have pending writes.
+    fn inodes(&self) -> impl Iterator<Item = u64> + '_ {
+        self.by_inode.keys().copied()
+    }
+
+    /// Removes and returns `inode`'s pending writes, oldest first.
+    fn take_inode(&mut self, inode: u64) -> Vec<Pending> {
+        self.by_inode
+            .remove(&inode)
+            .unwrap_or_default()
+            .into_iter()
+            .filter_map(|sequence| self.writes.remove(&sequence))
+            .collect()
+    }
+
+    /// Removes and returns every pending write, oldest first.
+    fn take_all(&mut self) -> Vec<Pending> {
+        self.by_inode.clear();
+        std::mem::take(&mut self.writes).into_values().collect()
+    }
+}
+
 #[derive(Clone, Debug)]
 pub(crate) struct DirOp {
     dir: u64,
@@ -72,7 +123,7 @@ pub(crate) struct SimState {
     next_id: u64,
     files: BTreeMap<u64, FileImage>,
     dirs: BTreeMap<u64, DirImage>,
-    pending: Vec<Pending>,
+    pending: PendingWrites,
     pub(crate) pending_dir_ops: Vec<DirOp>,
     pub(crate) trace: Vec<TraceOp>,
     armed: Vec<(u64, Fault)>,
@@ -139,7 +190,7 @@ impl SimState {
             next_id: 1,
             files: BTreeMap::new(),
             dirs,
-            pending: Vec::new(),
+            pending: PendingWrites::default(),
             pending_dir_ops: Vec::new(),
             trace: Vec::new(),
             armed: Vec::new(),
@@ -240,7 +291,7 @@ impl SimState {
             .handles
             .keys()
             .copied()
-            .chain(self.pending.iter().map(|p| p.inode))
+            .chain(self.pending.inodes())
             .filter(|inode| !reachable.contains(inode))
             .collect();
         self.dirs.retain(|dir, _| dirs.contains(dir));
@@ -748,11 +799,7 @@ impl SimState {
                 self.collect_garbage();
             }
             TraceOp::SyncData { inode, .. } | TraceOp::SyncAll { inode, .. } => {
-                let (mine, others): (Vec<Pending>, Vec<Pending>) =
-                    std::mem::take(&mut self.pending)
-                        .into_iter()
-                        .partition(|p| p.inode == *inode);
-                self.pending = others;
+                let mine = self.pending.take_inode(*inode);
                 let file = self.file_mut(*inode);
                 if file.diverged {
                     for pending in mine {
@@ -771,9 +818,7 @@ impl SimState {
             TraceOp::SyncFailed { inode, .. } => {
                 // The kernel may mark the pages clean after a write-back error: the writes stay
                 // visible until evicted but will never reach the disk.
-                let before = self.pending.len();
-                self.pending.retain(|p| p.inode != *inode);
-                if self.pending.len() != before {
+                if !self.pending.take_inode(*inode).is_empty() {
                     self.file_mut(*inode).diverged = true;
                     self.garbage |= std::mem::take(&mut self.held_by_pending);
                     self.collect_garbage();
@@ -958,10 +1003,7 @@ impl SimState {
         for file in self.files.values_mut() {
             file.data.clone_from(&file.durable);
         }
-        for (pending, fate) in std::mem::take(&mut self.pending)
-            .into_iter()
-            .zip(&plan.writes)
-        {
+        for (pending, fate) in self.pending.take_all().into_iter().zip(&plan.writes) {
             let data = &mut self.file_mut(pending.inode).data;
             match (fate, &pending.change) {
                 (WriteFate::Lost, _) => {}
@@ -1020,7 +1062,7 @@ impl SimState {
             next_id: self.next_id,
             files: self.files.clone(),
             dirs: self.dirs.clone(),
-            pending: Vec::new(),
+            pending: PendingWrites::default(),
             pending_dir_ops: Vec::new(),
             trace: Vec::new(),
             armed: Vec::new(),
