@@ -41,6 +41,11 @@ impl Checker {
         }
     }
 
+    /// A consumer read something the group never committed, or read an offset two ways.
+    pub fn fail_consumer(&mut self, what: String) {
+        self.fail("consumer", what);
+    }
+
     /// Replica `node` of `group` executed `op` whose entry is `committed`.
     pub fn committed(&mut self, node: u8, group: u128, op: u64, committed: Committed) {
         let history = self.history.entry(group).or_default();

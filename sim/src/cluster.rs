@@ -13,6 +13,7 @@ use iggy_vsr::{Config, Destination, Effect, Message, Outcome, Safeguards, Status
 
 use crate::checker::{Checker, Committed};
 use crate::client::{self, Client};
+use crate::consumer::{self, Consumer};
 use crate::network::{Endpoint, Network, NetworkConfig};
 use crate::node::{GroupKind, Layout, Node, execute};
 use crate::producer::{Producer, Routing, Shape};
@@ -74,6 +75,8 @@ pub struct Workload {
     pub connect_to: Option<u8>,
     /// When the producers start, in simulated microseconds.
     pub start_us: u64,
+    /// A consumer per partition beside its producer (see [`crate::consumer`]).
+    pub consumers: bool,
 }
 
 /// What to run.
@@ -163,6 +166,7 @@ impl Options {
                 batches: 40,
                 connect_to: None,
                 start_us: 300_000,
+                consumers: true,
             }),
             ..Self::new(seed)
         }
@@ -241,6 +245,9 @@ enum Event {
     Producer {
         producer: usize,
     },
+    Consumer {
+        consumer: usize,
+    },
     Fault,
     Restart {
         node: u8,
@@ -271,6 +278,7 @@ pub struct Cluster {
     nodes: Vec<Node>,
     clients: Vec<Client>,
     producers: Vec<Producer>,
+    consumers: Vec<Consumer>,
     network: Network,
     latency: Stream,
     faults: Stream,
@@ -363,6 +371,19 @@ impl Cluster {
                 }
             }
         }
+        let mut consumers = Vec::new();
+        if let Some(workload) = options.workload.as_ref().filter(|w| w.consumers) {
+            for producer in &producers {
+                consumers.push(Consumer::new(
+                    (0x0C0E_0000 + consumers.len() as u128) | (1 << 102),
+                    producer.group,
+                    1,
+                    layout.cluster,
+                    producer.connected,
+                    workload.start_us + 50_000,
+                ));
+            }
+        }
         let replicas = usize::from(layout.replicas);
         let mut cluster = Self {
             network: Network::new(options.network.clone(), Stream::new(seed, "network")),
@@ -380,6 +401,7 @@ impl Cluster {
             nodes,
             clients,
             producers,
+            consumers,
             checker: Checker::default(),
             healing: false,
             crashes: 0,
@@ -402,6 +424,10 @@ impl Cluster {
         for producer in 0..cluster.producers.len() {
             let at = cluster.producers[producer].wake_us;
             cluster.schedule(at, Event::Producer { producer });
+        }
+        for consumer in 0..cluster.consumers.len() {
+            let at = cluster.consumers[consumer].wake_us;
+            cluster.schedule(at, Event::Consumer { consumer });
         }
         if cluster.options.faults != Faults::none() {
             let at = cluster.faults.between(500_000, 2_000_000);
@@ -601,6 +627,7 @@ impl Cluster {
             Event::Lane { node, life, group } => self.lane(node, life, group),
             Event::Client { client } => self.client(client),
             Event::Producer { producer } => self.producer(producer),
+            Event::Consumer { consumer } => self.consumer(consumer),
             Event::Fault => self.fault(),
             Event::Restart { node } => self.restart(node),
             Event::MomentCrash {
@@ -802,6 +829,9 @@ impl Cluster {
         if let Some(i) = self.clients.iter().position(|c| c.id == id) {
             return Some(Endpoint::Client(i));
         }
+        if let Some(i) = self.consumers.iter().position(|c| c.id == id) {
+            return Some(Endpoint::Consumer(i));
+        }
         self.producers
             .iter()
             .position(|p| p.id == id)
@@ -818,6 +848,71 @@ impl Cluster {
                 .map(|(n, unnoticed)| n.up || *unnoticed)
                 .collect(),
             leader: self.nodes.iter().map(|n| n.leader_of(group)).collect(),
+        }
+    }
+
+    /// A consumer's turn: a poll of its partition's primary, then an offset store when one is
+    /// due.
+    fn consumer(&mut self, index: usize) {
+        let now = self.now;
+        if now < self.consumers[index].wake_us {
+            return;
+        }
+        let group = self.consumers[index].group;
+        let routing = self.routing(group);
+        self.consumers[index].wake_us = now + consumer::POLL_US;
+        self.schedule(consumer::POLL_US, Event::Consumer { consumer: index });
+        let Some(target) = self.consumers[index].target(&routing) else {
+            return;
+        };
+        let next_offset = self.consumers[index].next_offset;
+        let node = &self.nodes[usize::from(target)];
+        let polled = match node.hosts.get(&group) {
+            Some(host) if node.up && host.replica.leader() == Some(target) => match &host.store {
+                crate::node::Store::Partition { partition, .. } => Some(partition.read_through(
+                    next_offset,
+                    consumer::POLL_BYTES,
+                    host.replica.commit_min(),
+                )),
+                crate::node::Store::Metadata(_) => None,
+            },
+            // Not the primary (or down): the poll is refused; the next one asks again.
+            _ => None,
+        };
+        match polled {
+            Some(Ok(batches)) => {
+                let batches: Vec<(u64, u32, u64)> = batches
+                    .iter()
+                    .map(|b| (b.header.base_offset, b.header.message_count, b.op))
+                    .collect();
+                let history = self.checker.history.get(&group);
+                let result = self.consumers[index]
+                    .polled(&batches, |op| history.is_some_and(|h| h.contains_key(&op)));
+                if let Err(what) = result {
+                    self.checker.fail_consumer(what);
+                }
+            }
+            Some(Err(error)) => self.note(format!(
+                "consumer {index}: poll of node {target} failed: {error}"
+            )),
+            None => {}
+        }
+        if let Some(message) = self.consumers[index].store_message(now, target) {
+            let bytes = std::sync::Arc::new(message.encode());
+            for delay in self.network.route(
+                Endpoint::Consumer(index),
+                Endpoint::Node(target),
+                bytes.len(),
+                now,
+            ) {
+                self.schedule(
+                    delay,
+                    Event::Deliver {
+                        to: Endpoint::Node(target),
+                        bytes: bytes.clone(),
+                    },
+                );
+            }
         }
     }
 
@@ -1023,6 +1118,13 @@ impl Cluster {
                     .saturating_sub(self.now)
                     .max(1);
                 self.schedule(wake, Event::Producer { producer: index });
+            }
+            Endpoint::Consumer(index) => {
+                let consumer = &mut self.consumers[index];
+                let (group, id) = (consumer.group, consumer.id);
+                if let Some((request, op, body)) = consumer.on_reply(self.now, &message) {
+                    self.checker.reply(group, id, request, op, &body);
+                }
             }
             Endpoint::Node(node) => {
                 let group = message.group();
@@ -1338,6 +1440,12 @@ impl Cluster {
     #[must_use]
     pub fn producers(&self) -> &[Producer] {
         &self.producers
+    }
+
+    /// The consumers.
+    #[must_use]
+    pub fn consumers(&self) -> &[Consumer] {
+        &self.consumers
     }
 
     /// Every producer sends nothing new after the batch it has in flight.

@@ -162,6 +162,7 @@ pub fn options(setup: Setup, scale: &Scale, shape: Shape) -> Options {
             batches: u64::MAX,
             connect_to: (!spread).then_some(0),
             start_us: 200_000,
+            consumers: true,
         }),
         ..Options::new(seed)
     }
@@ -206,6 +207,11 @@ pub struct KillReport {
     pub elections: Vec<Election>,
     pub failed: Vec<Failed>,
     pub committed: u64,
+    /// Each consumer's next offset at the kill and at the end (it reads on from the new
+    /// primary).
+    pub consumed: Vec<(String, u64, u64)>,
+    /// Offset stores the consumers were told committed.
+    pub offset_stores: u64,
     /// Acknowledged batches checked on the survivors (every one found, none twice, no refused
     /// batch committed), or what was wrong.
     pub integrity: Result<u64, String>,
@@ -307,6 +313,7 @@ fn kill_in(
         })
         .collect::<Result<_, String>>()?;
     let kill_us = cluster.now();
+    let consumed_before: Vec<u64> = cluster.consumers().iter().map(|c| c.next_offset).collect();
     cluster.crash_node(dead, false);
     // What was in flight arrives; no survivor's timer can fire this soon.
     cluster.run_until(kill_us + 100_000);
@@ -333,6 +340,17 @@ fn kill_in(
         elections,
         failed: failed(cluster),
         committed: committed(cluster),
+        consumed: cluster
+            .consumers()
+            .iter()
+            .zip(consumed_before)
+            .map(|(c, before)| (label_of(cluster, c.group), before, c.next_offset))
+            .collect(),
+        offset_stores: cluster
+            .consumers()
+            .iter()
+            .map(|c| c.stored.len() as u64)
+            .sum(),
         integrity: check_acknowledged(cluster, &survivors),
         simulated_us: cluster.now(),
         wall_s: started.elapsed().as_secs_f64(),
@@ -505,6 +523,40 @@ pub fn check_acknowledged(cluster: &Cluster, nodes: &[u8]) -> Result<u64, String
                     }
                     Outcome::TransientNotCommitted => {}
                 }
+            }
+        }
+    }
+    for consumer in cluster.consumers() {
+        let label = label_of(cluster, consumer.group);
+        for &node in nodes {
+            let n = &cluster.nodes()[usize::from(node)];
+            let Some(Store::Partition { partition, .. }) =
+                n.hosts.get(&consumer.group).map(|h| &h.store)
+            else {
+                return Err(format!("node {node} has no {label}"));
+            };
+            // The newest acknowledged store this node has executed is what its offset file
+            // holds, or a later one.
+            let executed = partition.committed();
+            let Some(&(request, offset, op, _)) =
+                consumer.stored.iter().rev().find(|s| s.2 <= executed)
+            else {
+                continue;
+            };
+            let dir = partition.dir().join(iggy_segments::offsets::DIR_NAME);
+            let stored = iggy_segments::offsets::load(
+                partition.wal().storage(),
+                &dir,
+                iggy_segments::offsets::ConsumerKind::Consumer,
+                consumer.consumer,
+            )
+            .map_err(|e| format!("node {node} {label}: consumer offset: {e}"))?;
+            if stored.is_none_or(|s| s.offset < offset) {
+                return Err(format!(
+                    "node {node} {label}: consumer {} stored offset {offset} (request {request}, \
+                     op {op}) and the node has {stored:?}",
+                    consumer.consumer
+                ));
             }
         }
     }
@@ -853,11 +905,22 @@ pub fn render_kill(report: &KillReport) -> String {
             after(f.done_us)
         );
     }
+    let stalled = report.consumed.iter().filter(|(_, a, b)| b <= a).count();
+    let _ = writeln!(
+        out,
+        "consumers: {} of {} read on past the kill; {} offset stores acknowledged",
+        report.consumed.len() - stalled,
+        report.consumed.len(),
+        report.offset_stores
+    );
     let _ = writeln!(
         out,
         "integrity: {}",
         match &report.integrity {
-            Ok(n) => format!("{n} acknowledged batches on every survivor, none twice"),
+            Ok(n) => format!(
+                "{n} acknowledged batches on every survivor, none twice; every consumer's \
+                 acknowledged offset stored"
+            ),
             Err(e) => format!("FAILED: {e}"),
         }
     );

@@ -16,6 +16,7 @@
 pub mod checker;
 pub mod client;
 pub mod cluster;
+pub mod consumer;
 pub mod failover;
 pub mod network;
 pub mod node;

@@ -12,6 +12,7 @@ pub enum Endpoint {
     Node(u8),
     Client(usize),
     Producer(usize),
+    Consumer(usize),
 }
 
 /// How the network misbehaves while faults are on.
@@ -88,7 +89,7 @@ impl Network {
         };
         let machine = match from {
             Endpoint::Node(n) => Some(n),
-            Endpoint::Client(_) | Endpoint::Producer(_) => None,
+            Endpoint::Client(_) | Endpoint::Producer(_) | Endpoint::Consumer(_) => None,
         };
         let free = self.busy_until.entry(machine).or_insert(0);
         let start = (*free).max(now_us);

@@ -1,0 +1,229 @@
+//! Consumers: each polls one partition from its primary (the one the node it is connected to
+//! names) and, every few polls, stores its offset through the partition's group, as the
+//! article's consumers send polls and offset commits to the partition's primary.
+//!
+//! A poll is served by the primary's storage when the consumer acts (the simulator does not put
+//! polls on the network): batches from the consumer's next offset up to what the primary has
+//! executed. The consumer checks what it reads: batches follow each other without a gap or an
+//! overlap, each is an op the group committed, and an offset read twice (again after a failover,
+//! from another primary) is the same op. An offset store is a request like a producer's
+//! (resent every 50 ms when refused, every 300 ms when unanswered, never given up: a later store
+//! supersedes it).
+
+use std::collections::BTreeMap;
+
+use iggy_format::operation;
+use iggy_segments::offsets::ConsumerKind;
+use iggy_vsr::{Message, ReplyStatus};
+
+use crate::producer::{RESEND_US, Routing, SILENCE_US};
+
+/// A consumer polls this often...
+pub const POLL_US: u64 = 100_000;
+/// ...reading at most this many batch bytes a poll...
+pub const POLL_BYTES: u64 = 4 << 20;
+/// ...and stores its offset every this many polls.
+pub const STORE_EVERY: u32 = 5;
+
+/// An offset store in flight.
+#[derive(Clone, Debug)]
+struct Store {
+    request: u64,
+    offset: u64,
+    sent_us: u64,
+    target: u8,
+    answered: bool,
+}
+
+/// One consumer of one partition.
+#[derive(Clone, Debug)]
+pub struct Consumer {
+    /// The session its offset stores go out under.
+    pub id: u128,
+    pub group: u128,
+    /// Its id among the partition's consumers.
+    pub consumer: u32,
+    cluster: u128,
+    pub connected: u8,
+    /// The next message offset it reads.
+    pub next_offset: u64,
+    /// Each batch read, by base offset: its op and message count.
+    pub seen: BTreeMap<u64, (u64, u32)>,
+    pub polls: u64,
+    polls_since_store: u32,
+    next_request: u64,
+    store: Option<Store>,
+    /// Every offset store acknowledged: (request, offset, the op that stored it, when).
+    pub stored: Vec<(u64, u64, u64, u64)>,
+    pub wake_us: u64,
+}
+
+/// What a poll found wrong.
+pub type Fault = String;
+
+impl Consumer {
+    #[must_use]
+    pub fn new(
+        id: u128,
+        group: u128,
+        consumer: u32,
+        cluster: u128,
+        connected: u8,
+        start_us: u64,
+    ) -> Self {
+        Self {
+            id,
+            group,
+            consumer,
+            cluster,
+            connected,
+            next_offset: 0,
+            seen: BTreeMap::new(),
+            polls: 0,
+            polls_since_store: 0,
+            next_request: 1,
+            store: None,
+            stored: Vec::new(),
+            wake_us: start_us,
+        }
+    }
+
+    /// The node a poll or a store goes to now: the primary the connected node names, or the
+    /// connected node itself (redialing the next live one when it is down).
+    #[must_use]
+    pub fn target(&mut self, routing: &Routing) -> Option<u8> {
+        let replicas = u8::try_from(routing.up.len()).unwrap_or(1).max(1);
+        if !routing
+            .up
+            .get(usize::from(self.connected))
+            .copied()
+            .unwrap_or(false)
+        {
+            self.connected = (1..=replicas)
+                .map(|step| (self.connected + step) % replicas)
+                .find(|n| routing.up.get(usize::from(*n)).copied().unwrap_or(false))?;
+        }
+        let named = routing
+            .leader
+            .get(usize::from(self.connected))
+            .copied()
+            .flatten()
+            .filter(|l| routing.up.get(usize::from(*l)).copied().unwrap_or(false));
+        Some(named.unwrap_or(self.connected))
+    }
+
+    /// Takes the batches a poll returned (`(base_offset, message_count, op)` in order) and checks
+    /// them; `committed(op)` says whether the group's history holds the op.
+    pub fn polled(
+        &mut self,
+        batches: &[(u64, u32, u64)],
+        committed: impl Fn(u64) -> bool,
+    ) -> Result<(), Fault> {
+        self.polls += 1;
+        self.polls_since_store += 1;
+        for &(base, count, op) in batches {
+            if base != self.next_offset {
+                return Err(format!(
+                    "consumer {} of group {:#x} expected offset {} and read a batch at {base} \
+                     (op {op})",
+                    self.consumer, self.group, self.next_offset
+                ));
+            }
+            if !committed(op) {
+                return Err(format!(
+                    "consumer {} of group {:#x} read op {op} (offset {base}), which the group \
+                     never committed",
+                    self.consumer, self.group
+                ));
+            }
+            if let Some((seen_op, seen_count)) = self.seen.insert(base, (op, count))
+                && (seen_op, seen_count) != (op, count)
+            {
+                return Err(format!(
+                    "consumer {} of group {:#x} read offset {base} as op {seen_op} and now as op \
+                     {op}",
+                    self.consumer, self.group
+                ));
+            }
+            self.next_offset = base + u64::from(count);
+        }
+        Ok(())
+    }
+
+    /// Whether it should store its offset now: none in flight, enough polls since the last, and
+    /// it read past what it stored last.
+    #[must_use]
+    pub fn wants_store(&self) -> bool {
+        let last = self.stored.last().map_or(0, |s| s.1);
+        self.store.is_none() && self.polls_since_store >= STORE_EVERY && self.next_offset > last
+    }
+
+    /// The offset store to send to `target` now, if one is due or needs resending.
+    pub fn store_message(&mut self, now_us: u64, target: u8) -> Option<Message> {
+        let due = self.wants_store();
+        match &mut self.store {
+            None if due => {
+                self.polls_since_store = 0;
+                let request = self.next_request;
+                self.next_request += 1;
+                self.store = Some(Store {
+                    request,
+                    offset: self.next_offset,
+                    sent_us: now_us,
+                    target,
+                    answered: false,
+                });
+            }
+            Some(store)
+                if (store.answered && now_us >= store.sent_us + RESEND_US)
+                    || now_us >= store.sent_us + SILENCE_US =>
+            {
+                store.sent_us = now_us;
+                store.target = target;
+                store.answered = false;
+            }
+            _ => return None,
+        }
+        let store = self.store.as_ref()?;
+        let mut body = vec![0u8; iggy_segments::entry::CONSUMER_OFFSET_BODY_SIZE];
+        body[0] = ConsumerKind::Consumer.code();
+        body[4..8].copy_from_slice(&self.consumer.to_le_bytes());
+        body[8..16].copy_from_slice(&store.offset.to_le_bytes());
+        Some(Message::Request {
+            cluster: self.cluster,
+            group: self.group,
+            client: self.id,
+            request: store.request,
+            operation: operation::CONSUMER_OFFSET,
+            body,
+        })
+    }
+
+    /// A reply to an offset store arrived. Returns the committed reply's `(request, op, body)`
+    /// for the checker.
+    pub fn on_reply(&mut self, now_us: u64, message: &Message) -> Option<(u64, u64, Vec<u8>)> {
+        let Message::Reply {
+            from,
+            request,
+            op,
+            status,
+            body,
+            ..
+        } = message
+        else {
+            return None;
+        };
+        let store = self.store.as_mut()?;
+        if *request != store.request || from.replica != store.target {
+            return None;
+        }
+        if *status == ReplyStatus::Committed {
+            self.stored.push((store.request, store.offset, *op, now_us));
+            self.store = None;
+            Some((*request, *op, body.clone()))
+        } else {
+            store.answered = true;
+            None
+        }
+    }
+}
