@@ -301,6 +301,10 @@ pub struct Cluster {
     repair_bytes: BTreeMap<(u8, u128), u64>,
     /// The effects being drained answer a `RequestPrepares`.
     serving_repair: bool,
+    /// The groups of the node ticking now that sent a `RequestPrepares` in this tick, and the
+    /// most of them any tick of each node saw.
+    repair_senders: std::collections::BTreeSet<u128>,
+    peak_repair_senders: Vec<usize>,
     /// A node died and its producers' connections have not noticed yet: sends still go to it.
     death_unnoticed: Vec<bool>,
 }
@@ -412,6 +416,8 @@ impl Cluster {
             view_log: Vec::new(),
             repair_bytes: BTreeMap::new(),
             serving_repair: false,
+            repair_senders: std::collections::BTreeSet::new(),
+            peak_repair_senders: vec![0; replicas],
             death_unnoticed: vec![false; replicas],
         };
         for node in 0..cluster.layout.replicas {
@@ -610,6 +616,7 @@ impl Cluster {
                 }
                 let groups: Vec<u128> = n.hosts.keys().copied().collect();
                 self.nodes[usize::from(node)].ration_repair();
+                self.repair_senders.clear();
                 for group in groups {
                     if let Some(host) = self.nodes[usize::from(node)].hosts.get_mut(&group) {
                         let before = (host.replica.status(), host.replica.view());
@@ -621,6 +628,8 @@ impl Cluster {
                     }
                     self.drain(node, group);
                 }
+                let peak = &mut self.peak_repair_senders[usize::from(node)];
+                *peak = (*peak).max(self.repair_senders.len());
                 self.schedule(TICK_US, Event::Tick { node, life });
             }
             Event::Deliver { to, bytes } => self.deliver(to, &bytes),
@@ -696,6 +705,9 @@ impl Cluster {
         for effect in effects {
             match effect {
                 Effect::Send { to, message } => {
+                    if let Message::RequestPrepares { .. } = message {
+                        self.repair_senders.insert(group);
+                    }
                     if self.serving_repair
                         && let (Message::Prepare { body, .. }, Destination::Replica(r)) =
                             (&message, to)
@@ -1465,6 +1477,12 @@ impl Cluster {
     #[must_use]
     pub fn view_log(&self) -> &[(u64, u8, u128, Status, u32)] {
         &self.view_log
+    }
+
+    /// The most groups of `node` that asked peers for prepares in one tick.
+    #[must_use]
+    pub fn peak_repair_senders(&self, node: u8) -> usize {
+        self.peak_repair_senders[usize::from(node)]
     }
 
     /// Bytes of prepares `node` was sent for `group` in answer to its repair requests.

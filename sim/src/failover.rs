@@ -258,6 +258,8 @@ pub struct RestartReport {
     pub recovered: Vec<Recovered>,
     /// The most repair sessions node 0 admitted in one tick, and had open at once.
     pub ration_peaks: (usize, usize),
+    /// The most of node 0's groups that asked peers for prepares in one tick.
+    pub peak_repair_senders: usize,
     /// Groups of node 0 that found every peer's ring past what they need.
     pub behind_ring: usize,
     /// Acknowledged batches checked on all three nodes at the end.
@@ -641,6 +643,7 @@ pub fn restart(setup: Setup, scale: &Scale) -> Result<RestartReport, String> {
         discarded,
         recovered,
         ration_peaks: (ration.peak_new, ration.peak_in_flight),
+        peak_repair_senders: cluster.peak_repair_senders(0),
         behind_ring: groups
             .iter()
             .filter(|k| {
@@ -939,6 +942,11 @@ pub fn render_restart(report: &RestartReport) -> String {
     );
     let after =
         |at: Option<u64>| at.map_or_else(|| "never".into(), |a| seconds(a - report.restart_us));
+    let _ = writeln!(
+        out,
+        "repair: at most {} new sessions a tick, {} open at once, {} groups asking in one tick",
+        report.ration_peaks.0, report.ration_peaks.1, report.peak_repair_senders
+    );
     for r in &report.recovered {
         let discarded = report
             .discarded

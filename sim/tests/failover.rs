@@ -172,6 +172,12 @@ fn a_node_back_with_nothing_published_discards_every_tail_and_repairs_within_the
     // The ration held: 3 new sessions a tick, 8 at once (the 24 partitions wanted repair at
     // the same moment).
     assert_eq!(report.ration_peaks, (3, 8), "{text}");
+    // ...and the replicas kept to it: at most 8 of the node's groups asked in any one tick.
+    assert!(
+        (1..=8).contains(&report.peak_repair_senders),
+        "{}: {text}",
+        report.peak_repair_senders
+    );
     assert!(
         matches!(report.integrity, Ok(n) if n >= report.kill.committed),
         "{text}"
@@ -235,6 +241,11 @@ fn without_the_repair_ration_every_group_repairs_at_once() {
     let report = failover::restart(setup, &scale).unwrap();
     let text = failover::render_restart(&report);
     assert_eq!(report.ration_peaks.1, 24, "{text}");
+    assert!(
+        report.peak_repair_senders > 8,
+        "{}: {text}",
+        report.peak_repair_senders
+    );
     assert!(report.integrity.is_ok(), "{text}");
 }
 
