@@ -731,19 +731,7 @@ impl Cluster {
                             None => continue,
                         },
                     };
-                    let now = self.now;
-                    for delay in self
-                        .network
-                        .route(Endpoint::Node(node), to, bytes.len(), now)
-                    {
-                        self.schedule(
-                            delay + slow,
-                            Event::Deliver {
-                                to,
-                                bytes: bytes.clone(),
-                            },
-                        );
-                    }
+                    self.send_bytes(Endpoint::Node(node), to, &bytes, slow);
                 }
                 storage => {
                     let host = self.nodes[usize::from(node)]
@@ -863,6 +851,27 @@ impl Cluster {
         }
     }
 
+    /// Puts `bytes` from `from` on the network to node `to`: each copy the network delivers
+    /// arrives after its delay (plus `extra_us`).
+    fn send_bytes(
+        &mut self,
+        from: Endpoint,
+        to: Endpoint,
+        bytes: &std::sync::Arc<Vec<u8>>,
+        extra_us: u64,
+    ) {
+        let now = self.now;
+        for delay in self.network.route(from, to, bytes.len(), now) {
+            self.schedule(
+                delay + extra_us,
+                Event::Deliver {
+                    to,
+                    bytes: bytes.clone(),
+                },
+            );
+        }
+    }
+
     /// A consumer's turn: a poll of its partition's primary, then an offset store when one is
     /// due.
     fn consumer(&mut self, index: usize) {
@@ -911,20 +920,7 @@ impl Cluster {
         }
         if let Some(message) = self.consumers[index].store_message(now, target) {
             let bytes = std::sync::Arc::new(message.encode());
-            for delay in self.network.route(
-                Endpoint::Consumer(index),
-                Endpoint::Node(target),
-                bytes.len(),
-                now,
-            ) {
-                self.schedule(
-                    delay,
-                    Event::Deliver {
-                        to: Endpoint::Node(target),
-                        bytes: bytes.clone(),
-                    },
-                );
-            }
+            self.send_bytes(Endpoint::Consumer(index), Endpoint::Node(target), &bytes, 0);
         }
     }
 
@@ -938,20 +934,12 @@ impl Cluster {
         let sent = self.producers[index].wake(now, &routing, patient);
         if let Some((replica, message)) = sent {
             let bytes = std::sync::Arc::new(message.encode());
-            for delay in self.network.route(
+            self.send_bytes(
                 Endpoint::Producer(index),
                 Endpoint::Node(replica),
-                bytes.len(),
-                now,
-            ) {
-                self.schedule(
-                    delay,
-                    Event::Deliver {
-                        to: Endpoint::Node(replica),
-                        bytes: bytes.clone(),
-                    },
-                );
-            }
+                &bytes,
+                0,
+            );
         }
         let producer = &self.producers[index];
         if !producer.done() {
@@ -1178,20 +1166,7 @@ impl Cluster {
         let wake = client.wake_us;
         if let Some((replica, message)) = sent {
             let bytes = std::sync::Arc::new(message.encode());
-            for delay in self.network.route(
-                Endpoint::Client(index),
-                Endpoint::Node(replica),
-                bytes.len(),
-                now,
-            ) {
-                self.schedule(
-                    delay,
-                    Event::Deliver {
-                        to: Endpoint::Node(replica),
-                        bytes: bytes.clone(),
-                    },
-                );
-            }
+            self.send_bytes(Endpoint::Client(index), Endpoint::Node(replica), &bytes, 0);
         }
         if !self.clients[index].done() {
             let after = wake.saturating_sub(now).max(1);

@@ -106,26 +106,21 @@ fn failover(case: Case, full: bool, seed: u64) -> ExitCode {
         failover::Scale::scaled()
     };
     let result = match case {
-        Case::KillLeader => failover::kill(failover::Setup::article(seed), &scale, 0).map(|r| {
-            let ok = r.integrity.is_ok();
-            (failover::render_kill(&r), ok)
-        }),
-        Case::KillLeaderSpread => failover::kill(
-            failover::Setup {
-                spread: true,
+        Case::KillLeader | Case::KillLeaderSpread | Case::KillBackup => {
+            let setup = failover::Setup {
+                spread: matches!(case, Case::KillLeaderSpread),
                 ..failover::Setup::article(seed)
-            },
-            &scale,
-            0,
-        )
-        .map(|r| {
-            let ok = r.integrity.is_ok();
-            (failover::render_kill(&r), ok)
-        }),
-        Case::KillBackup => failover::kill(failover::Setup::article(seed), &scale, 2).map(|r| {
-            let ok = r.integrity.is_ok();
-            (failover::render_kill(&r), ok)
-        }),
+            };
+            let dead = if matches!(case, Case::KillBackup) {
+                2
+            } else {
+                0
+            };
+            failover::kill(setup, &scale, dead).map(|r| {
+                let ok = r.integrity.is_ok();
+                (failover::render_kill(&r), ok)
+            })
+        }
         Case::Restart | Case::RestartPersisted => {
             let persisted = matches!(case, Case::RestartPersisted);
             failover::restart(
@@ -235,27 +230,23 @@ fn main() -> ExitCode {
     let mut simulated = 0u64;
     let mut wall = std::time::Duration::ZERO;
     for seed in from..to {
-        let options = if cli.many_groups {
-            Options {
-                fault_phase_us: cli.fault_seconds * 1_000_000,
-                trace_events: cli.trace,
-                watch: cli.watch,
-                safeguards,
-                spread_primaries: !cli.no_spread,
-                ..Options::many_groups(seed)
-            }
+        let base = if cli.many_groups {
+            Options::many_groups(seed)
         } else {
             Options {
                 replicated: cli.replicated,
                 persisted: cli.persisted,
                 requests_per_client: cli.requests,
-                fault_phase_us: cli.fault_seconds * 1_000_000,
-                trace_events: cli.trace,
-                watch: cli.watch,
-                safeguards,
-                spread_primaries: !cli.no_spread,
                 ..Options::new(seed)
             }
+        };
+        let options = Options {
+            fault_phase_us: cli.fault_seconds * 1_000_000,
+            trace_events: cli.trace,
+            watch: cli.watch,
+            safeguards,
+            spread_primaries: !cli.no_spread,
+            ..base
         };
         let report = run(options);
         simulated += report.simulated_us;

@@ -99,6 +99,9 @@ pub struct FileInfo {
     pub path: PathBuf,
 }
 
+/// An entry to read: its op, its file, and its offset and size there.
+type EntryLocation<F> = (u64, Arc<F>, u64, u64);
+
 /// Where an entry lies (see [`Wal::locate`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Location {
@@ -940,8 +943,9 @@ impl<S: Storage> Wal<S> {
         state.first_op()
     }
 
-    /// Reads and verifies the entries `from..=to`.
-    pub fn read(&self, from: u64, to: u64) -> Result<Vec<Entry>, WalError> {
+    /// Where each entry of `from..=to` lies (op, file, offset, size), with what is buffered
+    /// written out first, so that every one can be read; an op outside the log is refused.
+    fn locations(&self, from: u64, to: u64) -> Result<Vec<EntryLocation<S::File>>, WalError> {
         let mut state = self.lock_idle()?;
         let first_op = state.first_op();
         for op in [from, to] {
@@ -964,7 +968,12 @@ impl<S: Storage> Wal<S> {
             let end = file.offsets.get(position + 1).copied().unwrap_or(file.end);
             locations.push((op, Arc::clone(&file.file), offset, end - offset));
         }
-        drop(state);
+        Ok(locations)
+    }
+
+    /// Reads and verifies the entries `from..=to`.
+    pub fn read(&self, from: u64, to: u64) -> Result<Vec<Entry>, WalError> {
+        let locations = self.locations(from, to)?;
         let mut entries = Vec::with_capacity(locations.len());
         for (op, file, offset, size) in locations {
             let mut bytes = vec![0u8; usize::try_from(size).unwrap_or(0)];
@@ -993,29 +1002,9 @@ impl<S: Storage> Wal<S> {
     /// still verified against it). For a caller that needs who wrote each entry and its
     /// checksum, not its bytes.
     pub fn read_headers(&self, from: u64, to: u64) -> Result<Vec<Header>, WalError> {
-        let mut state = self.lock_idle()?;
-        let first_op = state.first_op();
-        for op in [from, to] {
-            if op < first_op || op > state.head_op {
-                return Err(WalError::OutOfRange {
-                    what: "read",
-                    op,
-                    first_op,
-                    head_op: state.head_op,
-                });
-            }
-        }
-        self.flush(&mut state)?;
-        let mut locations = Vec::new();
-        for op in from..=to {
-            let index = state.files.partition_point(|f| f.first_op <= op) - 1;
-            let file = &state.files[index];
-            let position = usize::try_from(op - file.first_op).unwrap_or(usize::MAX);
-            locations.push((op, Arc::clone(&file.file), file.offsets[position]));
-        }
-        drop(state);
+        let locations = self.locations(from, to)?;
         let mut headers = Vec::with_capacity(locations.len());
-        for (op, file, offset) in locations {
+        for (op, file, offset, _) in locations {
             let mut bytes = [0u8; HEADER_SIZE];
             file.read_exact_at(offset, &mut bytes)?;
             let corrupt = |reason| WalError::Corrupt {
