@@ -43,16 +43,19 @@ fn killing_the_node_that_leads_everything_elects_all_25_groups_and_loses_no_ackn
     // Every acknowledged batch is on both survivors at its op with its checksum, none twice,
     // none refused there; every acknowledged consumer offset is stored there.
     assert_eq!(report.integrity, Ok(report.committed), "{text}");
-    // The consumers read on from the new primaries, every batch in order, each a committed op.
-    assert_eq!(report.consumed.len(), 24, "{text}");
-    assert!(
-        report
-            .consumed
-            .iter()
-            .all(|(_, at_kill, end)| end > at_kill),
-        "{text}"
-    );
-    assert!(report.offset_stores >= 2 * 24, "{text}");
+    // The consumers read on from the new primaries, every batch in order, each a committed op
+    // (the article's load has none).
+    if scale.consumers {
+        assert_eq!(report.consumed.len(), 24, "{text}");
+        assert!(
+            report
+                .consumed
+                .iter()
+                .all(|(_, at_kill, end)| end > at_kill),
+            "{text}"
+        );
+        assert!(report.offset_stores >= 2 * 24, "{text}");
+    }
     // Each producer lost the send the kill caught (and only that one); the article's rule
     // names it: one that went out before the producers could notice the dead connection may
     // have been prepared (TransientNotCommitted), one sent after never reached a node that
