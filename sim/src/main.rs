@@ -63,7 +63,7 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// One of the article's failover cases on a quiet cluster of 24 partitions with a producer
-    /// each, measured: per-group elections and write gaps, every failed send, boot's discards,
+    /// each (and a consumer each at the scaled load), measured: per-group elections and write gaps, every failed send, boot's discards,
     /// repair times and bytes, and the check that every acknowledged batch is where it must be.
     /// Exit 1 if a checker fired or the check failed.
     Failover {
@@ -72,6 +72,7 @@ enum Command {
         /// bytes, the kill 20 s in) instead of the scaled one of the tests.
         #[arg(long)]
         full: bool,
+        /// The seed of the run's random streams (network delays, storage latencies).
         #[arg(long, default_value_t = 1)]
         seed: u64,
         /// Print the storage crates' WARN lines (boot's discards, frontier rewrites) to stderr.
