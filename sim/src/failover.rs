@@ -642,6 +642,12 @@ pub fn restart(setup: Setup, scale: &Scale) -> Result<RestartReport, String> {
             fetched_bytes: cluster.repair_bytes(0, kind.id()) - fetched_before[i],
         })
         .collect();
+    // Every node holds every acknowledged batch once what is in flight has landed: the
+    // producers stop, the last prepares reach the backup the quorum did not wait for.
+    cluster.stop_producers();
+    let settle = cluster.now() + SECOND;
+    cluster.run_until(settle);
+    failure_of(&cluster)?;
     let ration = &cluster.nodes()[0].ration;
     Ok(RestartReport {
         kill,
