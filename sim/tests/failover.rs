@@ -234,6 +234,37 @@ fn a_clean_shutdown_publishes_every_partition_so_its_restart_discards_nothing() 
     );
 }
 
+/// A restarted replica whose log is longer than one repair round below the only entry it knows
+/// (the `StartView`'s commit point, when the primary has nothing above it) catches up: each
+/// round asks for at most 128 ops ending at that entry, so the entry that proves the chain is
+/// in the answer. Asking for 129 lost it to the peer's cap, and the replica asked for the same
+/// unprovable range every 200 ms for ever (a persisted partition killed 11 s in, 136 ops).
+#[test]
+fn a_restart_more_than_a_round_below_the_commit_point_catches_up() {
+    let scale = Scale {
+        warm_up_us: 11_000_000,
+        down_us: 5_000_000,
+        ..Scale::scaled()
+    };
+    let setup = Setup {
+        persisted: true,
+        ..Setup::article(1)
+    };
+    let report = failover::restart(setup, &scale).unwrap();
+    let text = failover::render_restart(&report);
+    for r in &report.recovered {
+        assert!(
+            r.caught_up_us.is_some(),
+            "{} never caught up:\n{text}",
+            r.label
+        );
+    }
+    assert!(
+        matches!(report.integrity, Ok(n) if n >= report.kill.committed),
+        "{text}"
+    );
+}
+
 #[test]
 fn without_the_repair_ration_every_group_repairs_at_once() {
     let scale = scale();

@@ -1358,7 +1358,10 @@ impl Replica {
                     .unwrap_or(first);
                 (first, last)
             }
-            Some(k) => (first.max(k.saturating_sub(REPAIR_BATCH_MAX)), k),
+            // At most a round's worth ending at the known entry itself: a peer serves no more
+            // than `REPAIR_BATCH_MAX`, and a range one longer loses its top, the one op the
+            // known entry (often only the anchor) proves, so nothing below is ever proved.
+            Some(k) => (first.max((k + 1).saturating_sub(REPAIR_BATCH_MAX)), k),
             None => (first, (first + REPAIR_BATCH_MAX - 1).min(target)),
         };
         let source = self.repair_source_for(from);
