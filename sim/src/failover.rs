@@ -152,12 +152,9 @@ pub fn options(setup: Setup, scale: &Scale, shape: Shape) -> Options {
         fault_phase_us: 3_600 * SECOND,
         faults: Faults::none(),
         network: NetworkConfig {
-            delay_min_us: 100,
-            delay_max_us: 500,
-            loss: 0.0,
-            duplicate: 0.0,
             // 10 Gbit/s out of each machine: repair and replication cost their bytes.
             egress_bytes_per_second: Some(EGRESS_BYTES_PER_SECOND),
+            ..NetworkConfig::reliable()
         },
         spread_primaries: spread,
         repair_ration,

@@ -40,6 +40,21 @@ impl Default for NetworkConfig {
     }
 }
 
+impl NetworkConfig {
+    /// A network that loses and duplicates nothing, 100 to 500 us a message, bandwidth
+    /// unlimited: the scripted cases' and the failover cases' (which add egress).
+    #[must_use]
+    pub fn reliable() -> Self {
+        Self {
+            delay_min_us: 100,
+            delay_max_us: 500,
+            loss: 0.0,
+            duplicate: 0.0,
+            egress_bytes_per_second: None,
+        }
+    }
+}
+
 /// The network of a run.
 #[derive(Debug)]
 pub struct Network {

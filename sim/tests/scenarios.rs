@@ -31,13 +31,7 @@ fn quiet_with(seed: u64, safeguards: Safeguards, replicated: u32) -> Cluster {
         think_us: 100_000,
         fault_phase_us: 3_600 * SECOND,
         faults: Faults::none(),
-        network: NetworkConfig {
-            delay_min_us: 100,
-            delay_max_us: 500,
-            loss: 0.0,
-            duplicate: 0.0,
-            egress_bytes_per_second: None,
-        },
+        network: NetworkConfig::reliable(),
         safeguards,
         // The scripts place node 0 as every group's primary (the article's cluster).
         spread_primaries: false,
