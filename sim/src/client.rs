@@ -6,7 +6,7 @@
 
 use iggy_format::operation;
 use iggy_metadata::{Op, codec};
-use iggy_vsr::{Message, ReplyStatus};
+use iggy_vsr::{From, Message, ReplyStatus};
 
 use crate::rng::Stream;
 
@@ -187,19 +187,9 @@ impl Client {
         think_us: u64,
         message: &Message,
     ) -> Option<(u64, u64, Vec<u8>)> {
-        let Message::Reply {
-            from,
-            request,
-            op,
-            status,
-            body,
-            ..
-        } = message
-        else {
-            return None;
-        };
+        let (from, request, op, status, body) = reply_fields(message)?;
         let pending = self.pending.as_ref()?;
-        if *request != pending.request {
+        if request != pending.request {
             return None;
         }
         match status {
@@ -208,7 +198,7 @@ impl Client {
                 self.pending = None;
                 self.committed += 1;
                 self.wake_us = now_us + think_us;
-                Some((*request, *op, body.clone()))
+                Some((request, op, body.to_vec()))
             }
             ReplyStatus::NotAccepted | ReplyStatus::NotCommitted => {
                 self.refused += 1;
@@ -223,5 +213,21 @@ impl Client {
                 None
             }
         }
+    }
+}
+
+/// A reply's fields, when `message` is a `Reply`: who sent it, the request and op it answers,
+/// its status and its body.
+pub(crate) fn reply_fields(message: &Message) -> Option<(From, u64, u64, ReplyStatus, &[u8])> {
+    match message {
+        Message::Reply {
+            from,
+            request,
+            op,
+            status,
+            body,
+            ..
+        } => Some((*from, *request, *op, *status, body)),
+        _ => None,
     }
 }

@@ -16,6 +16,8 @@ use iggy_format::operation;
 use iggy_segments::offsets::ConsumerKind;
 use iggy_vsr::{Message, ReplyStatus};
 
+use crate::client::reply_fields;
+
 use crate::producer::{RESEND_US, Routing, SILENCE_US};
 
 /// A consumer polls this often...
@@ -202,25 +204,15 @@ impl Consumer {
     /// A reply to an offset store arrived. Returns the committed reply's `(request, op, body)`
     /// for the checker.
     pub fn on_reply(&mut self, now_us: u64, message: &Message) -> Option<(u64, u64, Vec<u8>)> {
-        let Message::Reply {
-            from,
-            request,
-            op,
-            status,
-            body,
-            ..
-        } = message
-        else {
-            return None;
-        };
+        let (from, request, op, status, body) = reply_fields(message)?;
         let store = self.store.as_mut()?;
-        if *request != store.request || from.replica != store.target {
+        if request != store.request || from.replica != store.target {
             return None;
         }
-        if *status == ReplyStatus::Committed {
-            self.stored.push((store.request, store.offset, *op, now_us));
+        if status == ReplyStatus::Committed {
+            self.stored.push((store.request, store.offset, op, now_us));
             self.store = None;
-            Some((*request, *op, body.clone()))
+            Some((request, op, body.to_vec()))
         } else {
             store.answered = true;
             None

@@ -594,32 +594,23 @@ pub fn restart(setup: Setup, scale: &Scale) -> Result<RestartReport, String> {
     cluster.restart_node(0);
     failure_of(&cluster)?;
     let discarded = cluster.nodes()[0].discarded.clone();
-    let mut caught_up: Vec<Option<u64>> = vec![None; groups.len()];
-    let limit = restart_us + 30 * SECOND;
-    while cluster.now() < limit && caught_up.iter().any(Option::is_none) {
-        let next = cluster.now() + 10_000;
-        cluster.run_until(next);
-        failure_of(&cluster)?;
-        for (i, kind) in groups.iter().enumerate() {
-            if caught_up[i].is_some() {
-                continue;
-            }
-            let Some(mine) = cluster.replica(0, kind.id()) else {
-                continue;
+    let caught_up = watch(
+        &mut cluster,
+        &groups,
+        restart_us + 30 * SECOND,
+        |c, kind| {
+            let Some(mine) = c.replica(0, kind.id()) else {
+                return false;
             };
             let primary = mine.primary_of(mine.view());
-            let Some(theirs) = cluster.replica(primary, kind.id()) else {
-                continue;
-            };
-            if mine.status() == Status::Normal
-                && primary != 0
-                && !mine.wants_repair()
-                && mine.journaled_head() >= theirs.commit_max()
-            {
-                caught_up[i] = Some(cluster.now());
-            }
-        }
-    }
+            c.replica(primary, kind.id()).is_some_and(|theirs| {
+                mine.status() == Status::Normal
+                    && primary != 0
+                    && !mine.wants_repair()
+                    && mine.journaled_head() >= theirs.commit_max()
+            })
+        },
+    )?;
     let recovered = groups
         .iter()
         .enumerate()
@@ -734,24 +725,13 @@ pub fn power_loss_all(setup: Setup, scale: &Scale) -> Result<PowerLossReport, St
         cluster.restart_node(node);
     }
     failure_of(&cluster)?;
-    let mut resumed: Vec<Option<u64>> = vec![None; groups.len()];
-    let limit = loss_us + 30 * SECOND;
-    while cluster.now() < limit && resumed.iter().any(Option::is_none) {
-        let next = cluster.now() + 10_000;
-        cluster.run_until(next);
-        failure_of(&cluster)?;
-        for (i, kind) in groups.iter().enumerate() {
-            if resumed[i].is_none()
-                && (0..cluster.layout().replicas).all(|n| {
-                    cluster
-                        .replica(n, kind.id())
-                        .is_some_and(|r| r.status() == Status::Normal)
-                })
-            {
-                resumed[i] = Some(cluster.now());
-            }
-        }
-    }
+    let replicas = cluster.layout().replicas;
+    let resumed = watch(&mut cluster, &groups, loss_us + 30 * SECOND, |c, kind| {
+        (0..replicas).all(|n| {
+            c.replica(n, kind.id())
+                .is_some_and(|r| r.status() == Status::Normal)
+        })
+    })?;
     // The exact moments: each replica's first normal status after the loss, the group's the
     // latest of its replicas'.
     let resumed: Vec<Option<u64>> = groups
@@ -837,6 +817,28 @@ pub fn power_loss_all(setup: Setup, scale: &Scale) -> Result<PowerLossReport, St
             .map(|(k, at)| (k.label(), at, probed.contains(&k.id())))
             .collect(),
     })
+}
+
+/// Runs in 10 ms steps until `done` has held for every group (or `limit_us`): when it first
+/// held for each, to the step.
+fn watch(
+    cluster: &mut Cluster,
+    groups: &[GroupKind],
+    limit_us: u64,
+    done: impl Fn(&Cluster, GroupKind) -> bool,
+) -> Result<Vec<Option<u64>>, String> {
+    let mut at: Vec<Option<u64>> = vec![None; groups.len()];
+    while cluster.now() < limit_us && at.iter().any(Option::is_none) {
+        let next = cluster.now() + 10_000;
+        cluster.run_until(next);
+        failure_of(cluster)?;
+        for (slot, kind) in at.iter_mut().zip(groups) {
+            if slot.is_none() && done(cluster, *kind) {
+                *slot = Some(cluster.now());
+            }
+        }
+    }
+    Ok(at)
 }
 
 fn seconds(us: u64) -> String {

@@ -15,6 +15,8 @@
 use iggy_format::operation;
 use iggy_vsr::{Message, ReplyStatus};
 
+use crate::client::reply_fields;
+
 /// A refused send is resent after this long.
 pub const RESEND_US: u64 = 50_000;
 /// A send with no answer for this long counts as unanswered and is resent.
@@ -350,19 +352,9 @@ impl Producer {
     /// has no connection to answer on). Returns a committed reply's `(request, op, body)` for
     /// the checker.
     pub fn on_reply(&mut self, now_us: u64, message: &Message) -> Option<(u64, u64, Vec<u8>)> {
-        let Message::Reply {
-            from,
-            request,
-            op,
-            status,
-            body,
-            ..
-        } = message
-        else {
-            return None;
-        };
+        let (from, request, op, status, body) = reply_fields(message)?;
         let pending = self.pending.as_mut()?;
-        if *request != pending.request || pending.target != Some(from.replica) {
+        if request != pending.request || pending.target != Some(from.replica) {
             return None;
         }
         match status {
@@ -376,11 +368,11 @@ impl Producer {
                     .and_then(|b| b.try_into().ok())
                     .map_or(0, u32::from_le_bytes);
                 self.sends.push(Send {
-                    request: *request,
+                    request,
                     sent_us: pending.sent_us,
                     done_us: now_us,
                     outcome: Outcome::Committed {
-                        op: *op,
+                        op,
                         base_offset,
                         count,
                     },
@@ -388,10 +380,10 @@ impl Producer {
                 });
                 self.pending = None;
                 self.wake_us = self.next_send_us.max(now_us);
-                Some((*request, *op, body.clone()))
+                Some((request, op, body.to_vec()))
             }
             ReplyStatus::NotAccepted | ReplyStatus::NotCommitted => {
-                if *status == ReplyStatus::NotCommitted {
+                if status == ReplyStatus::NotCommitted {
                     pending.unanswered = true;
                 }
                 pending.awaiting = None;
