@@ -8,7 +8,7 @@
 use iggy_io::{FaultConfig, OpenMode, ReadFile, ReadStorage, SimStorage, Storage, WriteFile};
 
 /// `len` bytes that repeat no page: pages of the same bytes are held once (see
-/// `the_same_page_is_held_once_across_disks`), which these tests do not measure.
+/// `a_page_shared_across_disks_is_copied_before_one_disk_changes_it`), which these tests do not measure.
 fn varied(seed: u64, len: usize) -> Vec<u8> {
     let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
     (0..len)
@@ -153,11 +153,11 @@ fn a_write_through_disk_holds_unsynced_writes_once_and_loses_none() {
     assert_eq!(survived, varied(3, usize::try_from(written).unwrap()));
 }
 
-/// Pages a write fills whole are shared with every live page of the same bytes, across disks:
-/// three replicas journaling the same entries at the same offsets hold them once. A later write
-/// into one of them copies the page first.
+/// Pages a write fills whole are shared with every live page of the same bytes, across disks
+/// (`content.rs` checks the sharing itself): a later write into one disk's copy copies the page
+/// first, so the others keep their bytes, and each disk still counts what it holds.
 #[test]
-fn the_same_page_is_held_once_across_disks() {
+fn a_page_shared_across_disks_is_copied_before_one_disk_changes_it() {
     let bytes = varied(11, 4 << 20);
     let disks: Vec<SimStorage> = (0..3).map(SimStorage::new).collect();
     for disk in &disks {
