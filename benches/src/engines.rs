@@ -245,20 +245,28 @@ pub fn iggy_config() -> Config {
 impl IggyWal {
     fn open(dir: &Path) -> Result<Self, String> {
         let config = iggy_config();
-        Self::open_with(dir, config.zero_fill, config.file_size_bytes, IoPath::Auto)
+        Self::open_with(
+            dir,
+            config.zero_fill,
+            config.carry_small_publications,
+            config.file_size_bytes,
+            IoPath::Auto,
+        )
     }
 
     /// Creates the log in `dir` with files of `file_size_bytes`, zero-filled or only
-    /// preallocated, writing through `io_path`.
+    /// preallocated, small publications carried or not, writing through `io_path`.
     pub fn open_with(
         dir: &Path,
         zero_fill: bool,
+        carry: bool,
         file_size_bytes: u64,
         io_path: IoPath,
     ) -> Result<Self, String> {
         let storage = OsStorage::open_with(dir, io_path).map_err(err)?;
         let config = Config {
             zero_fill,
+            carry_small_publications: carry,
             file_size_bytes,
             ..iggy_config()
         };

@@ -9,7 +9,10 @@ use libfuzzer_sys::fuzz_target;
 fn check(bytes: &[u8]) {
     for slot in [0, 1] {
         if let Ok(decoded) = frontier::decode(bytes, slot) {
-            assert_eq!(&frontier::encode(&decoded)[..], &bytes[..SLOT_SIZE]);
+            // Version 1 is read too; this build writes its own version.
+            if bytes[40..42] == frontier::VERSION.to_le_bytes() {
+                assert_eq!(&frontier::encode(&decoded)[..], &bytes[..SLOT_SIZE]);
+            }
         }
     }
 }

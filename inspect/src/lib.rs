@@ -468,13 +468,61 @@ fn frontier(path: &Path) -> Result<Inspected, String> {
     if decoded.iter().all(Result::is_err) {
         verdict = misread(&bytes, "frontier", &mut text);
     }
+    let ring = iggy_wal::carried::decode_ring(&bytes);
+    let mut records = Vec::new();
+    for (record, result) in ring.records.iter().enumerate() {
+        let Some(result) = result else { continue };
+        let start = iggy_wal::ring::offset(record);
+        match result {
+            Ok(c) => {
+                let entries = iggy_wal::carried::carried_entries(&c.entries);
+                let f = &c.frontier;
+                text.push_str(&format!(
+                    "ring record {record} (offset {start}): sequence {} head op {} in the file keyed \
+                     {:020}, published length {}; carries {entries} entries (ops {}..={}, {} bytes \
+                     at offset {}); log synced through publication {}\n",
+                    f.sequence, f.head_op, f.head_file_key, f.published_length,
+                    f.head_op + 1 - entries, f.head_op, c.entries.len(), c.log_offset(),
+                    c.synced_sequence
+                ));
+                records.push(json!({
+                    "record": record, "offset": start, "valid": true, "sequence": f.sequence,
+                    "generation": f.generation, "head_op": f.head_op,
+                    "head_file_key": f.head_file_key, "published_length": f.published_length,
+                    "carried_entries": entries, "carried_bytes": c.entries.len(),
+                    "carried_first_op": f.head_op + 1 - entries, "log_offset": c.log_offset(),
+                    "synced_sequence": c.synced_sequence,
+                }));
+            }
+            Err(error) => {
+                // A torn or stale record is normal in a ring; boot says whether it matters.
+                let at = usize::try_from(start).unwrap_or(usize::MAX);
+                let shown = bytes.get(at..).unwrap_or(&[]);
+                text.push_str(&format!(
+                    "ring record {record} (offset {start}): {error}\n{}",
+                    hexdump(&shown[..shown.len().min(160)], start)
+                ));
+                records.push(json!({
+                    "record": record, "offset": start, "valid": false, "error": error.to_string(),
+                }));
+            }
+        }
+    }
     let mut repairs = Vec::new();
-    let boot = match iggy_wal::boot::choose_frontier(path, decoded, &mut repairs) {
-        Ok((f, _)) => {
+    let chosen = iggy_wal::boot::choose_frontier(path, decoded, &mut repairs)
+        .and_then(|(f, _)| iggy_wal::carried::choose(path, f, &ring, &mut repairs));
+    let boot = match chosen {
+        Ok((f, carried)) => {
             let mut boot = format!(
                 "boot trusts sequence {} (head op {})",
                 f.sequence, f.head_op
             );
+            if let (Some(first), Some(last)) = (carried.first(), carried.last()) {
+                boot.push_str(&format!(
+                    ", carried: it relies on the ring records of publications {}..={}",
+                    first.frontier.sequence, last.frontier.sequence
+                ));
+            }
             for finding in &repairs {
                 let finding = iggy_recovery::wal_finding("", finding);
                 boot.push_str(&format!("; {} -> {}", finding.what, finding.action.name()));
@@ -485,10 +533,44 @@ fn frontier(path: &Path) -> Result<Inspected, String> {
     };
     text.push_str(&format!("boot: {boot}\n"));
     Ok(Inspected {
-        value: json!({ "file": path.display().to_string(), "slots": slots, "boot": boot }),
+        value: json!({
+            "file": path.display().to_string(), "slots": slots, "ring": records, "boot": boot,
+        }),
         text,
         verdict,
     })
+}
+
+/// Which ring records carry entries boot relies on (publications since the log was last
+/// synced), one line each.
+fn carried_in_use(frontier_path: &Path, bytes: &[u8]) -> Vec<String> {
+    let slots = iggy_wal::frontier::decode_file(bytes);
+    let ring = iggy_wal::carried::decode_ring(bytes);
+    let Ok((slot, _)) = iggy_wal::boot::choose_frontier(frontier_path, slots, &mut Vec::new())
+    else {
+        return Vec::new();
+    };
+    let Ok((_, carried)) = iggy_wal::carried::choose(frontier_path, slot, &ring, &mut Vec::new())
+    else {
+        return Vec::new();
+    };
+    carried
+        .iter()
+        .map(|c| {
+            let entries = iggy_wal::carried::carried_entries(&c.entries);
+            let [a, b] = iggy_wal::ring::records_of(c.frontier.sequence);
+            format!(
+                "publication {} carries ops {}..={} in ring records {a} and {b}: {} bytes for the \
+                 file keyed {:020} at offset {} (boot writes them back)",
+                c.frontier.sequence,
+                c.frontier.head_op + 1 - entries,
+                c.frontier.head_op,
+                c.entries.len(),
+                c.frontier.head_file_key,
+                c.log_offset()
+            )
+        })
+        .collect()
 }
 
 fn wal(dir: &Path, list_entries: bool) -> Result<Inspected, String> {
@@ -531,6 +613,10 @@ fn wal(dir: &Path, list_entries: bool) -> Result<Inspected, String> {
             if !report.is_clean() {
                 verdict = Verdict::Damaged;
             }
+            let carried = carried_in_use(&frontier_path, &bytes);
+            for line in &carried {
+                text.push_str(&format!("  {line}\n"));
+            }
             // In the words and actions of iggy-fsck.
             let findings: Vec<Value> = report
                 .findings
@@ -563,7 +649,7 @@ fn wal(dir: &Path, list_entries: bool) -> Result<Inspected, String> {
                 "dir": dir.display().to_string(), "group": format!("{group:#x}"),
                 "first_op": report.first_op, "head_op": report.head_op,
                 "durable_bytes": report.durable_bytes, "discarded_bytes": report.discarded_bytes,
-                "findings": findings, "files": files,
+                "findings": findings, "files": files, "carried": carried,
             })
         }
         Err(error) => {

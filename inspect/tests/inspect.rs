@@ -217,18 +217,18 @@ fn damaged_files_are_decoded_as_far_as_possible_with_their_bytes() {
     );
     let mut slot = [0u8; 4096];
     frontier.read_exact_at(0, &mut slot).unwrap();
-    slot[40..42].copy_from_slice(&2u16.to_le_bytes());
+    slot[40..42].copy_from_slice(&3u16.to_le_bytes());
     let sum = iggy_format::checksum::checksum(&slot[32..]);
     slot[..16].copy_from_slice(&sum.to_le_bytes());
     frontier.write_all_at(0, &slot).unwrap();
     let text = run(&["frontier", &path(&dir, "metadata/wal/frontier")]);
     assert!(
-        text.contains("boot: refuse: ") && text.contains("unknown frontier version 2"),
+        text.contains("boot: refuse: ") && text.contains("unknown version 3"),
         "{text}"
     );
     let text = run(&["wal", &path(&dir, "metadata/wal")]);
     assert!(
-        text.contains("boot refuses: ") && text.contains("unknown frontier version 2"),
+        text.contains("boot refuses: ") && text.contains("unknown version 3"),
         "{text}"
     );
 }

@@ -876,6 +876,43 @@ pub fn wal_finding(label: &str, finding: &iggy_wal::Finding) -> Finding {
             format!("{entries} verified entries past the valid slot adopted (head op {head_op})"),
             Action::RepairCopy,
         ),
+        FindingKind::CarriedRestored {
+            sequence,
+            first_op,
+            head_op,
+        } => (
+            "carried-restored",
+            format!(
+                "ops {first_op}..={head_op} are durable only in the ring record of publication \
+                 {sequence} (the log's copy was never synced): boot writes them back"
+            ),
+            Action::RestoreCarried,
+        ),
+        FindingKind::CarriedCopyDamaged {
+            record,
+            sequence,
+            error,
+        } => (
+            "carried-copy-damaged",
+            match error {
+                Some(error) => format!(
+                    "ring record {record}, a copy of publication {sequence}, is unusable: {error}"
+                ),
+                None => format!(
+                    "ring record {record} should hold publication {sequence} and does not (empty \
+                     or older: a lost or misdirected write)"
+                ),
+            },
+            Action::RepairCopy,
+        ),
+        FindingKind::CarriedPublicationUnreadable { sequence } => (
+            "carried-unreadable",
+            format!(
+                "both ring records of publication {sequence} are unusable: its entries are \
+                 verified from the log alone"
+            ),
+            Action::None,
+        ),
         FindingKind::LeftoverTemp => (
             "leftover-temp",
             "a leftover frontier.tmp".into(),

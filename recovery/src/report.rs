@@ -58,6 +58,8 @@ pub enum Action {
     RepairCopy,
     /// Create what a crash left uncreated: a group's log, or the first file of an empty log.
     FinishCreate,
+    /// Write entries a publication carried in the frontier file's ring back into the log.
+    RestoreCarried,
     /// Carry out a committed entry the crashed process had not applied yet (a consumer offset
     /// store).
     ApplyCommitted,
@@ -80,6 +82,7 @@ impl Action {
                 | Self::RollbackInstall
                 | Self::RepairCopy
                 | Self::FinishCreate
+                | Self::RestoreCarried
                 | Self::ApplyCommitted
         )
     }
@@ -95,6 +98,7 @@ impl Action {
             Self::RollbackInstall => "rollback-install",
             Self::RepairCopy => "repair-copy",
             Self::FinishCreate => "finish-create",
+            Self::RestoreCarried => "restore-carried",
             Self::ApplyCommitted => "apply-committed",
             Self::NeedsPeerRepair => "needs-peer-repair",
             Self::Refuse => "refuse",

@@ -69,7 +69,9 @@ pub(crate) fn plan<R: ReadStorage>(
         Some(plan) => plan.report().clone(),
         None => fresh_wal_report(&live, config, wal::boot::creation_findings(storage, &live)?),
     };
-    let mut report = analyze(storage, &live, config, wal_report, &record.state)?;
+    // The segments are read as the WAL's boot will leave them (carried entries written back).
+    let reading = wal_report.reading(storage);
+    let mut report = analyze(&reading, &live, config, wal_report.clone(), &record.state)?;
     report.superblock_repairs = superblock_repairs;
     report.findings.extend(superblock_temp);
     if live != dir {
@@ -107,6 +109,7 @@ fn rebase_report(report: &mut Report, from: &Path, to: &Path) {
         .files
         .iter_mut()
         .for_each(|f| rebase(&mut f.path));
+    report.wal.carried.iter_mut().for_each(|c| rebase(&mut c.0));
 }
 
 /// The WAL report of a partition whose WAL does not exist yet: `findings` say what creating it
@@ -126,6 +129,7 @@ pub(crate) fn fresh_wal_report(
         discarded_bytes: 0,
         findings,
         files: Vec::new(),
+        carried: Vec::new(),
     }
 }
 

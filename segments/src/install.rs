@@ -461,6 +461,9 @@ impl<S: Storage + Clone> Install<S> {
         let file = self
             .storage
             .open(self.dir.join(FRONTIER_STAGING), OpenMode::Create)?;
+        // Nothing of an earlier attempt survives (no ring record), and the ring has its room.
+        file.set_len(0)?;
+        file.set_len(iggy_wal::ring::FILE_SIZE)?;
         for sequence in [0, 1] {
             let slot = Frontier {
                 sequence,

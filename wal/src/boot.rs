@@ -16,6 +16,9 @@
 //!    of a file, and publishes them anew. An entry there that does not verify, or a later file
 //!    with entries the chain does not reach, refuses: it may be published history.
 //! 7. What boot trusts is written again and synced before the log is used (see `apply`).
+//! 8. A publication in the carried ring newer than both slots is the frontier; the entries of
+//!    the carried publications since the log was last synced are verified as they will lie once
+//!    written back into the log, and boot writes them back (see `crate::carried`).
 
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
@@ -109,6 +112,8 @@ pub enum Action {
     RepairFrontier,
     /// Create what a crash left uncreated: the log itself, or its first file.
     Create,
+    /// Write carried entries back into the log (they are durable in the ring, not in the log).
+    RestoreCarried,
 }
 
 /// What boot found.
@@ -132,6 +137,23 @@ pub enum FindingKind {
     /// The head file of an empty log is missing (a crash after the frontier named it, before
     /// the file was made durable); open creates it empty.
     MissingHeadFile,
+    /// Publication `sequence` carried these entries (ops `first_op..=head_op`) and the log does
+    /// not hold them (they were never synced there): boot writes them back.
+    CarriedRestored {
+        sequence: u64,
+        first_op: u64,
+        head_op: u64,
+    },
+    /// One copy of a carried publication boot needs is unusable (`error`), or empty or holding
+    /// an older publication (`None`); the other copy is used and boot rewrites both.
+    CarriedCopyDamaged {
+        record: usize,
+        sequence: u64,
+        error: Option<SlotError>,
+    },
+    /// Both copies of carried publication `sequence` are unusable: its entries must be in the
+    /// log already (verified with the rest of the published prefix).
+    CarriedPublicationUnreadable { sequence: u64 },
 }
 
 impl FindingKind {
@@ -143,6 +165,9 @@ impl FindingKind {
             Self::FrontierSlotDamaged { .. } | Self::Adopted { .. } => Action::RepairFrontier,
             Self::UnknownFile => Action::None,
             Self::NotCreated | Self::MissingHeadFile => Action::Create,
+            Self::CarriedRestored { .. } => Action::RestoreCarried,
+            Self::CarriedCopyDamaged { .. } => Action::RepairFrontier,
+            Self::CarriedPublicationUnreadable { .. } => Action::None,
         }
     }
 }
@@ -174,6 +199,34 @@ pub struct Report {
     pub findings: Vec<Finding>,
     /// The files boot keeps and the trusted entries in each, oldest first.
     pub files: Vec<crate::FileInfo>,
+    /// Entries boot relies on from the carried ring, where they go (file, offset, bytes): boot
+    /// writes them back, and a reader of this report's files reads through them
+    /// ([`read_entries`], [`header_at`]).
+    pub carried: Vec<(PathBuf, u64, std::sync::Arc<[u8]>)>,
+}
+
+impl Report {
+    /// `storage` read as this boot will leave it, with the carried entries it writes back in
+    /// place: what a read-only caller (a `Check`, a partition's own boot analysis) reads the
+    /// log's files through, so that it sees what `Open` will.
+    pub fn reading<'a, R: ReadStorage>(&self, storage: &'a R) -> impl ReadStorage + 'a {
+        self.overlay(storage)
+    }
+
+    fn overlay<'a, R: ReadStorage>(&self, storage: &'a R) -> crate::overlay::Overlay<'a, R> {
+        let mut patches: std::collections::BTreeMap<PathBuf, Vec<crate::overlay::Patch>> =
+            std::collections::BTreeMap::new();
+        for (path, offset, bytes) in &self.carried {
+            patches
+                .entry(path.clone())
+                .or_default()
+                .push(crate::overlay::Patch {
+                    offset: *offset,
+                    bytes: std::sync::Arc::clone(bytes),
+                });
+        }
+        crate::overlay::Overlay::new(storage, patches)
+    }
 }
 
 impl Report {
@@ -240,6 +293,11 @@ impl Plan {
             .adopted_files
             .iter_mut()
             .for_each(|a| rebase(&mut a.0));
+        analysis
+            .report
+            .carried
+            .iter_mut()
+            .for_each(|c| rebase(&mut c.0));
     }
 }
 
@@ -268,6 +326,10 @@ pub(crate) struct Analysis {
     pub remove: Vec<PathBuf>,
     /// Files holding adopted entries: synced before the new frontier names them.
     pub adopted_files: Vec<(PathBuf, u64, u64)>,
+    /// The carried publications boot relies on: both copies written again.
+    pub carried: Vec<crate::ring::Carried>,
+    /// Ring records that hold something (bit per record).
+    pub ring_written: u64,
 }
 
 fn read_frontier<R: ReadStorage>(
@@ -380,7 +442,10 @@ pub(crate) fn analyze<R: ReadStorage>(
     }
     let frontier_path = dir.join(FRONTIER_FILE);
     let slots = read_frontier(storage, &frontier_path)?;
-    let (frontier, fallback) = choose_frontier(&frontier_path, slots, &mut findings)?;
+    let (slot_frontier, fallback) = choose_frontier(&frontier_path, slots, &mut findings)?;
+    let ring = crate::carried::read_ring(&storage.open_read(&frontier_path)?)?;
+    let (frontier, carried) =
+        crate::carried::choose(&frontier_path, slot_frontier, &ring, &mut findings)?;
     if frontier.group != group {
         return Err(WalError::GroupMismatch {
             path: frontier_path,
@@ -424,6 +489,10 @@ pub(crate) fn analyze<R: ReadStorage>(
         });
     }
     let keys: Vec<u64> = wal_files.iter().map(|(key, _)| *key).collect();
+    // From here on the log is read as it will be with the carried entries written back.
+    let (restore, patches) =
+        crate::carried::restore(storage, dir, naming, &keys, &carried, &mut findings)?;
+    let storage = &crate::overlay::Overlay::new(storage, patches);
     let wal_files = first_ops(storage, naming, &frontier, wal_files, retained_count)?;
     let retained = &wal_files[..retained_count];
     let until = |index: usize| {
@@ -532,6 +601,7 @@ pub(crate) fn analyze<R: ReadStorage>(
             discarded_bytes: 0,
             findings,
             files: Vec::new(),
+            carried: restore,
         },
         frontier,
         new_frontier: None,
@@ -540,6 +610,8 @@ pub(crate) fn analyze<R: ReadStorage>(
         zero: Vec::new(),
         remove: Vec::new(),
         adopted_files: Vec::new(),
+        carried,
+        ring_written: ring.written,
     };
     past_the_frontier(
         storage,
@@ -575,7 +647,7 @@ pub(crate) fn analyze<R: ReadStorage>(
                 }
                 analysis.remove.push(finding.file.clone());
             }
-            Action::RepairFrontier | Action::Create | Action::None => {}
+            Action::RepairFrontier | Action::Create | Action::RestoreCarried | Action::None => {}
         }
     }
     Ok(Some(analysis))
@@ -876,8 +948,10 @@ pub(crate) fn apply<S: Storage>(
     storage: &S,
     analysis: &Analysis,
     incarnation: u64,
+    previous_shutdown_clean: bool,
 ) -> Result<(), WalError> {
     let report = &analysis.report;
+    crate::carried::write_back(storage, analysis)?;
     for (path, from, to) in &analysis.zero {
         // The file's key: a partition segment's first offset (`.log`), a `.wal` file's first op.
         let start = path
@@ -923,6 +997,11 @@ pub(crate) fn apply<S: Storage>(
         rewrite(&file, *from, *to)?;
         file.sync_data()?;
     }
+    if previous_shutdown_clean && analysis.new_frontier.is_none() && analysis.carried.is_empty() {
+        // Everything the clean process published was synced before it exited: nothing to
+        // make durable, and no descriptor held for it.
+        return Ok(());
+    }
     let frontier_file =
         storage.open(report.dir.join(FRONTIER_FILE), iggy_io::OpenMode::Existing)?;
     match &analysis.new_frontier {
@@ -934,12 +1013,24 @@ pub(crate) fn apply<S: Storage>(
             );
             frontier_file.write_all_at(new.offset(), &frontier::encode(new))?;
         }
-        None => {
+        None if analysis.carried.is_empty() => {
             // The same bytes again: the trusted slot may be in the page cache only, written by
             // a publication whose sync failed before the process died (its acknowledgment was
             // never given, but this boot trusts it). Writing it again makes it durable.
             let trusted = &analysis.frontier;
             frontier_file.write_all_at(trusted.offset(), &frontier::encode(trusted))?;
+        }
+        None => {
+            // The trusted publication is carried: its records again, both copies, for the same
+            // reason (and to repair a damaged copy).
+            for carried in &analysis.carried {
+                for record in crate::ring::records_of(carried.frontier.sequence) {
+                    frontier_file.write_all_at(
+                        crate::ring::offset(record),
+                        &crate::ring::encode(carried, record),
+                    )?;
+                }
+            }
         }
     }
     // What this boot trusts is durable before the log is used: the next boot trusts it too.
@@ -1029,7 +1120,7 @@ pub fn read_entries<R: ReadStorage>(
         if file.entries == 0 || last <= from || file.first_op > to {
             continue;
         }
-        let reader = storage.open_read(&file.path)?;
+        let reader = report.overlay(storage).open_read(&file.path)?;
         let until = to.min(last - 1);
         let scanned = scan(
             &reader,
@@ -1088,7 +1179,7 @@ pub fn header_at<R: ReadStorage>(
         .iter()
         .find(|f| f.first_op <= op && op < f.first_op + f.entries)
         .ok_or_else(out_of_range)?;
-    let reader = storage.open_read(&file.path)?;
+    let reader = report.overlay(storage).open_read(&file.path)?;
     let scanned = scan(
         &reader,
         From {

@@ -27,6 +27,13 @@ pub enum WalError {
         offset: u64,
         error: SlotError,
     },
+    #[error("{path}: carried ring record {record} (offset {offset}): {error}")]
+    CarriedRefused {
+        path: PathBuf,
+        record: usize,
+        offset: u64,
+        error: SlotError,
+    },
     #[error("{path}: the frontier belongs to group {found:#x}, expected {expected:#x}")]
     GroupMismatch {
         path: PathBuf,

@@ -33,7 +33,11 @@ use iggy_format::le;
 pub const SLOT_SIZE: usize = 4096;
 pub const FILE_SIZE: u64 = 2 * SLOT_SIZE as u64;
 pub const MAGIC: u64 = u64::from_le_bytes(*b"IGGYFRNT");
-pub const VERSION: u16 = 1;
+/// Version 2: the file also holds the carried ring after the slots (`crate::ring`); a build
+/// that reads only the slots must not boot such a log.
+pub const VERSION: u16 = 2;
+/// End of the fields (a carried ring record keeps them at the same offsets).
+pub const FIELDS_END: usize = RESERVED_OFFSET;
 
 const CHECKSUMMED_OFFSET: usize = 32;
 const SLOT_OFFSET: usize = 16;
@@ -116,8 +120,16 @@ pub enum SlotError {
     },
     #[error("non-zero byte {value:#04x} at slot offset {offset}")]
     NonZero { offset: usize, value: u8 },
-    #[error("unknown frontier version {version} (this build reads {VERSION})")]
+    #[error(
+        "unknown version {version} (this build reads frontier versions 1 and {VERSION}, carried \
+         record version {})",
+        crate::ring::VERSION
+    )]
     UnknownVersion { version: u16 },
+    #[error("carried length {len} past the record's room")]
+    CarriedLength { len: usize },
+    #[error("publication {sequence} verifies but contradicts itself (synced sequence or length)")]
+    Inconsistent { sequence: u64 },
 }
 
 impl SlotError {
@@ -182,20 +194,12 @@ pub fn decode(bytes: &[u8], slot: usize) -> Result<Frontier, SlotError> {
         });
     }
     let version = le::u16_at(bytes, VERSION_OFFSET).unwrap_or_default();
-    if version != VERSION {
+    // Version 1 is a file of the two slots alone (no ring): read as a log without carried
+    // publications, and never carried into (its file has no room for the ring).
+    if !(1..=VERSION).contains(&version) {
         return Err(SlotError::UnknownVersion { version });
     }
-    let frontier = Frontier {
-        sequence: u64_at(SEQUENCE_OFFSET),
-        generation: u64_at(GENERATION_OFFSET),
-        group: u128_at(GROUP_OFFSET),
-        incarnation: u64_at(INCARNATION_OFFSET),
-        head_op: u64_at(HEAD_OP_OFFSET),
-        head_checksum: u128_at(HEAD_CHECKSUM_OFFSET),
-        head_file: u64_at(HEAD_FILE_OFFSET),
-        published_length: u64_at(PUBLISHED_LENGTH_OFFSET),
-        head_file_key: u64_at(HEAD_FILE_KEY_OFFSET),
-    };
+    let frontier = decode_fields(bytes);
     let found = le::u16_at(bytes, SLOT_OFFSET).unwrap_or_default();
     if usize::from(found) != slot || frontier.slot() != slot {
         return Err(SlotError::Misplaced {
@@ -205,6 +209,24 @@ pub fn decode(bytes: &[u8], slot: usize) -> Result<Frontier, SlotError> {
         });
     }
     Ok(frontier)
+}
+
+/// The frontier fields at bytes 48..136 (of a slot or a carried record), unverified.
+#[must_use]
+pub fn decode_fields(bytes: &[u8]) -> Frontier {
+    let u64_at = |offset| le::u64_at(bytes, offset).unwrap_or_default();
+    let u128_at = |offset| le::u128_at(bytes, offset).unwrap_or_default();
+    Frontier {
+        sequence: u64_at(SEQUENCE_OFFSET),
+        generation: u64_at(GENERATION_OFFSET),
+        group: u128_at(GROUP_OFFSET),
+        incarnation: u64_at(INCARNATION_OFFSET),
+        head_op: u64_at(HEAD_OP_OFFSET),
+        head_checksum: u128_at(HEAD_CHECKSUM_OFFSET),
+        head_file: u64_at(HEAD_FILE_OFFSET),
+        published_length: u64_at(PUBLISHED_LENGTH_OFFSET),
+        head_file_key: u64_at(HEAD_FILE_KEY_OFFSET),
+    }
 }
 
 #[cfg(test)]

@@ -13,8 +13,13 @@
 //! - boot ([`Wal::open`], [`check`]) trusts the published prefix only; see [`boot`].
 
 pub mod boot;
+pub mod carried;
 mod error;
+mod files;
 pub mod frontier;
+mod overlay;
+mod publish;
+pub mod ring;
 pub mod scan;
 
 use std::path::{Path, PathBuf};
@@ -29,6 +34,9 @@ pub use boot::{Action, Finding, FindingKind, Mode, Naming, Report, check, check_
 pub use error::WalError;
 pub use frontier::Frontier;
 pub use scan::StopReason;
+
+use files::mark_dirty;
+use publish::{Waiter, wake_all_to_look_again};
 
 use boot::{FRONTIER_FILE, FRONTIER_TEMP_FILE};
 
@@ -59,6 +67,13 @@ pub struct Config {
     pub unpublished_bytes_max: u64,
     /// How files are named: by first op (`.wal`), or by a key the appender gives (`.log`).
     pub naming: Naming,
+    /// Small publications carry their entries in the frontier file's ring (one flush each; see
+    /// [`ring`]). `false`: every publication syncs the log, then writes a slot (two flushes).
+    pub carry_small_publications: bool,
+    /// The process before this boot shut down cleanly (it synced everything it published), so
+    /// boot need not write the trusted frontier again (rule 7's rewrite is for a process that
+    /// died, perhaps after a failed sync). Set by the node's boot, never by default.
+    pub previous_shutdown_clean: bool,
 }
 
 impl Config {
@@ -75,6 +90,8 @@ impl Config {
             flush_bytes: 1 << 20,
             unpublished_bytes_max: UNPUBLISHED_BYTES_MAX,
             naming: Naming::ByOp,
+            carry_small_publications: true,
+            previous_shutdown_clean: false,
         }
     }
 }
@@ -147,8 +164,18 @@ struct State<F> {
     head_checksum: Checksum,
     pending: Vec<Chunk<F>>,
     pending_bytes: usize,
-    /// Files written since the last publication (keyed by first op).
+    /// Files written since the log files were last synced (keyed by first op).
     dirty: Vec<(u64, Arc<F>)>,
+    /// A copy of the entries appended since the last publication while they fit a carried
+    /// record and form one run that ends the head file; `None` once they do not.
+    carry: Option<CarryRun>,
+    /// The last publication that synced the log files (every entry through its head is durable
+    /// in the log itself).
+    synced_sequence: u64,
+    /// Publications since then that carried their entries (each in a ring pair of its own).
+    carried_since_sync: usize,
+    /// Ring records that may hold data (bit `i`: record `i`), zeroed when the log is cut back.
+    ring_written: u64,
     published: Frontier,
     publishing: bool,
     /// The publication in flight writes zeros ahead of the head file's end: appends must not
@@ -162,42 +189,31 @@ struct State<F> {
     published_bytes: u64,
 }
 
-/// A caller of `wait_published` parked until a publication covers `op`. Each is woken on its
-/// own (no herd of every caller on one condition variable: docs/benchmarks.md).
-struct Waiter {
-    op: u64,
-    thread: std::thread::Thread,
-    /// Set once, just before the caller is unparked: the publication that covers `op`, or `None`
-    /// to look again under the lock (to lead the next publication, or to see a poisoned log or
-    /// a truncated head).
-    outcome: Arc<OnceLock<Option<Frontier>>>,
+/// The entries since the last publication, as one contiguous run of a file.
+#[derive(Default)]
+struct CarryRun {
+    file_first_op: u64,
+    offset: u64,
+    bytes: Vec<u8>,
 }
 
-impl Waiter {
-    fn wake(self, outcome: Option<Frontier>) {
-        // Set at most once: a waiter leaves the list when it is woken.
-        let _ = self.outcome.set(outcome);
-        self.thread.unpark();
-    }
+/// What a log starts with of the carried ring: whether its file has room for it, and which
+/// records may hold something.
+struct RingUse {
+    available: bool,
+    written: u64,
 }
-
-/// Wakes every waiter to look again under the lock (poisoned log, truncated head).
-fn wake_all_to_look_again(waiters: &mut Vec<Waiter>) {
-    for waiter in waiters.drain(..) {
-        waiter.wake(None);
-    }
-}
-
-/// Publications a caller of `wait_published` leads for others after its own, while others wait
-/// (each one's own waiters are woken during the next one's I/O).
-const EXTRA_PUBLICATIONS: usize = 4;
 
 /// The write-ahead log of one consensus group.
 pub struct Wal<S: Storage> {
     storage: S,
     dir: PathBuf,
     config: Config,
-    frontier_file: S::File,
+    /// Opened at the first write that needs it: an idle group holds no descriptor for it (a
+    /// node of 10,000 partitions has a file limit to respect).
+    frontier_file: OnceLock<S::File>,
+    /// The frontier file has room for the carried ring (a log created by this build).
+    ring_available: bool,
     state: Mutex<State<S::File>>,
     published_changed: Condvar,
 }
@@ -276,6 +292,8 @@ impl<S: Storage> Wal<S> {
             let slot = Frontier { sequence, ..empty };
             file.write_all_at(slot.offset(), &frontier::encode(&slot))?;
         }
+        // Room for the carried ring (sparse: only the records written take space).
+        file.set_len(ring::FILE_SIZE)?;
         // Both slots durable before the name makes the log exist.
         file.sync_data()?;
         drop(file);
@@ -283,20 +301,15 @@ impl<S: Storage> Wal<S> {
         // The frontier's name must be durable before the first WAL file can exist beside it
         // (WAL files without a frontier refuse to boot).
         storage.sync_dir(dir)?;
-        let frontier_file = storage.open(dir.join(FRONTIER_FILE), OpenMode::Existing)?;
         let published = Frontier {
             sequence: 1,
             ..empty
         };
-        let wal = Self::from_parts(
-            storage,
-            dir,
-            config,
-            frontier_file,
-            published,
-            Vec::new(),
-            parent,
-        );
+        let ring = RingUse {
+            available: true,
+            written: 0,
+        };
+        let wal = Self::from_parts(storage, dir, config, ring, published, Vec::new(), parent);
         wal.create_file(&mut wal.lock(), first_op, first_key)?;
         Ok(wal)
     }
@@ -330,7 +343,12 @@ impl<S: Storage> Wal<S> {
         plan: boot::Plan,
     ) -> Result<(Self, Report), WalError> {
         let mut analysis = plan.0;
-        boot::apply(&storage, &analysis, config.incarnation)?;
+        boot::apply(
+            &storage,
+            &analysis,
+            config.incarnation,
+            config.previous_shutdown_clean,
+        )?;
         let published = analysis.new_frontier.unwrap_or(analysis.frontier);
         let mut files = Vec::new();
         let mut missing_head = None;
@@ -349,12 +367,15 @@ impl<S: Storage> Wal<S> {
                 prepared: boot_file.end,
             });
         }
-        let frontier_file = storage.open(dir.join(FRONTIER_FILE), OpenMode::Existing)?;
+        let ring_available = storage.open_read(dir.join(FRONTIER_FILE))?.len()? >= ring::FILE_SIZE;
         let wal = Self::from_parts(
             storage,
             dir,
             config,
-            frontier_file,
+            RingUse {
+                available: ring_available,
+                written: analysis.ring_written,
+            },
             published,
             files,
             analysis.head_checksum,
@@ -369,7 +390,7 @@ impl<S: Storage> Wal<S> {
         storage: S,
         dir: &Path,
         config: Config,
-        frontier_file: S::File,
+        ring: RingUse,
         published: Frontier,
         files: Vec<LogFile<S::File>>,
         head_checksum: Checksum,
@@ -381,6 +402,12 @@ impl<S: Storage> Wal<S> {
             pending: Vec::new(),
             pending_bytes: 0,
             dirty: Vec::new(),
+            carry: Some(CarryRun::default()),
+            // Created, or booted: boot synced every file holding published entries (carried
+            // ones written back first), so nothing earlier is needed from the ring.
+            synced_sequence: published.sequence,
+            carried_since_sync: 0,
+            ring_written: ring.written,
             published,
             publishing: false,
             padding: false,
@@ -393,10 +420,27 @@ impl<S: Storage> Wal<S> {
             storage,
             dir: dir.to_path_buf(),
             config,
-            frontier_file,
+            frontier_file: OnceLock::new(),
+            ring_available: ring.available,
             state: Mutex::new(state),
             published_changed: Condvar::new(),
         }
+    }
+
+    /// The frontier file, opened on first use.
+    fn frontier_file(&self) -> iggy_io::Result<&S::File> {
+        if let Some(file) = self.frontier_file.get() {
+            return Ok(file);
+        }
+        let file = self
+            .storage
+            .open(self.dir.join(FRONTIER_FILE), OpenMode::Existing)?;
+        // Another caller may have opened it meanwhile: one handle is kept, the other dropped.
+        let _ = self.frontier_file.set(file);
+        Ok(self
+            .frontier_file
+            .get()
+            .unwrap_or_else(|| unreachable!("set above")))
     }
 
     fn lock(&self) -> MutexGuard<'_, State<S::File>> {
@@ -429,62 +473,6 @@ impl<S: Storage> Wal<S> {
             state.poisoned = Some(error.to_string());
         }
         wake_all_to_look_again(&mut state.waiters);
-    }
-
-    /// Creates the file whose first op is `first_op`, named by `key`, preallocated, and makes
-    /// its name durable.
-    fn create_file(
-        &self,
-        state: &mut State<S::File>,
-        first_op: u64,
-        key: u64,
-    ) -> Result<(), WalError> {
-        if let Some(last) = state.files.last()
-            && key <= last.key
-        {
-            return Err(WalError::KeyNotIncreasing {
-                dir: self.dir.clone(),
-                key,
-                last_key: last.key,
-            });
-        }
-        let result = (|| {
-            let path = self.dir.join(self.config.naming.file_name(key));
-            let file = self.storage.open(&path, OpenMode::CreateNew)?;
-            file.allocate(0, self.config.file_size_bytes)?;
-            if self.config.zero_fill {
-                file.write_zeros(0, self.config.file_size_bytes)?;
-            }
-            // The preallocated extent (and its zeros) durable now, so that publishing into it
-            // later is a data-only fdatasync.
-            file.sync_all()?;
-            // The file's name must be durable before a frontier may name it.
-            self.storage.sync_dir(&self.dir)?;
-            Ok::<_, iggy_io::Error>(LogFile {
-                first_op,
-                key,
-                path,
-                file: Arc::new(file),
-                offsets: Vec::new(),
-                end: 0,
-                prepared: if self.config.zero_fill {
-                    self.config.file_size_bytes
-                } else {
-                    0
-                },
-            })
-        })();
-        match result {
-            Ok(file) => {
-                state.files.push(file);
-                Ok(())
-            }
-            Err(error) => {
-                let error = WalError::from(error);
-                self.poison(state, &error);
-                Err(error)
-            }
-        }
     }
 
     /// Queues an entry as the new head. It is durable once a publication covers it
@@ -607,6 +595,21 @@ impl<S: Storage> Wal<S> {
             }
         }
         state.pending_bytes += HEADER_SIZE + body.len();
+        if let Some(run) = &mut state.carry {
+            if run.bytes.is_empty() {
+                run.file_first_op = first_op;
+                run.offset = offset;
+            }
+            let continues = run.file_first_op == first_op
+                && run.offset + run.bytes.len() as u64 == offset
+                && run.bytes.len() + HEADER_SIZE + body.len() <= ring::CARRIED_MAX;
+            if continues {
+                run.bytes.extend_from_slice(encoded);
+                run.bytes.extend_from_slice(body);
+            } else {
+                state.carry = None;
+            }
+        }
         state.head_op = op;
         state.head_checksum = checksum;
         state.appended_bytes += size;
@@ -683,240 +686,6 @@ impl<S: Storage> Wal<S> {
     pub fn write_buffered(&self) -> Result<(), WalError> {
         let mut state = self.lock_idle()?;
         self.flush(&mut state)
-    }
-
-    /// Publishes everything appended before this call: makes it durable, then records the new
-    /// frontier durably. Concurrent callers share one publication (group commit).
-    pub fn publish(&self) -> Result<Frontier, WalError> {
-        let head = self.lock().head_op;
-        self.wait_published(head)
-    }
-
-    /// Returns once a publication covers `op`, publishing if no other caller is (group commit:
-    /// waiters arriving during a publication are covered by the next one, which one of them runs).
-    /// A caller that publishes goes on to lead up to `EXTRA_PUBLICATIONS` more while others wait
-    /// on entries appended meanwhile, so the disk is not idle while a new leader wakes.
-    /// An `op` past the head (never appended, or cut by `truncate_after`) is `OutOfRange`.
-    pub fn wait_published(&self, op: u64) -> Result<Frontier, WalError> {
-        let mut state = self.lock();
-        let mut yielded = false;
-        loop {
-            if let Some(cause) = &state.poisoned {
-                return Err(poisoned_error(&self.dir, cause));
-            }
-            if state.head_op < op {
-                // Never appended (or cut by truncate_after): nothing to vouch for.
-                let first_op = state.first_op();
-                let head_op = state.head_op;
-                return Err(WalError::OutOfRange {
-                    what: "wait_published",
-                    op,
-                    first_op,
-                    head_op,
-                });
-            }
-            if state.published.head_op >= op {
-                let published = state.published;
-                if !state.publishing
-                    && let Some(next) = state.waiters.pop()
-                {
-                    // Woken to lead, and found its op published by another caller since: the
-                    // rest still need a leader.
-                    drop(state);
-                    next.wake(None);
-                }
-                return Ok(published);
-            }
-            if state.publishing {
-                let outcome = Arc::new(OnceLock::new());
-                state.waiters.push(Waiter {
-                    op,
-                    thread: std::thread::current(),
-                    outcome: Arc::clone(&outcome),
-                });
-                drop(state);
-                let outcome = loop {
-                    // `park` may return spuriously; the outcome is set before the unpark.
-                    if let Some(outcome) = outcome.get() {
-                        break *outcome;
-                    }
-                    std::thread::park();
-                };
-                if let Some(published) = outcome {
-                    return Ok(published);
-                }
-                state = self.lock();
-                continue;
-            }
-            if !yielded {
-                // Before leading a publication, let the appenders the last one just released
-                // append again, so this one carries a larger group (64 appenders: 44-51k to
-                // 53-67k records/s, docs/benchmarks.md). A scheduling hint, not a wait; every
-                // check above runs again.
-                yielded = true;
-                drop(state);
-                std::thread::yield_now();
-                state = self.lock();
-                continue;
-            }
-            // This publication takes every entry appended so far, `op` among them.
-            state = self.run_publication(state, Vec::new())?;
-            let mine = state.published;
-            let mut extra = 0;
-            loop {
-                let head = state.published.head_op;
-                let (covered, rest) = std::mem::take(&mut state.waiters)
-                    .into_iter()
-                    .partition(|waiter| waiter.op <= head);
-                state.waiters = rest;
-                if extra < EXTRA_PUBLICATIONS && !state.waiters.is_empty() && state.head_op > head {
-                    // Callers sleep on entries appended during that publication: lead theirs
-                    // at once, and wake the callers it published while the disk works on this
-                    // one (waking dozens of threads costs more than a sync here:
-                    // docs/benchmarks.md).
-                    match self.run_publication(state, covered) {
-                        Ok(next) => state = next,
-                        // It failed, poisoned the log and woke every caller; this caller's
-                        // entries were published before it.
-                        Err(_) => return Ok(mine),
-                    }
-                    extra += 1;
-                    continue;
-                }
-                // The callers still waiting need a leader: one of them looks again.
-                let next_leader = state.waiters.pop();
-                let published = state.published;
-                drop(state);
-                for waiter in covered {
-                    waiter.wake(Some(published));
-                }
-                if let Some(waiter) = next_leader {
-                    waiter.wake(None);
-                }
-                // Callers of `lock_idle` wait for no publication in flight.
-                self.published_changed.notify_all();
-                return Ok(published);
-            }
-        }
-    }
-
-    /// One publication, with the lock released during its I/O so appends continue.
-    ///
-    /// `covered` are callers the previous publication covers: they are woken while this one's
-    /// I/O is in flight. A publication that succeeds does not wake its own waiters: its caller
-    /// does, or the next publication. One that fails wakes everyone.
-    fn run_publication<'a>(
-        &'a self,
-        mut state: MutexGuard<'a, State<S::File>>,
-        mut covered: Vec<Waiter>,
-    ) -> Result<MutexGuard<'a, State<S::File>>, WalError> {
-        state.publishing = true;
-        let previous = state.published;
-        let chunks = std::mem::take(&mut state.pending);
-        state.pending_bytes = 0;
-        let mut dirty = std::mem::take(&mut state.dirty);
-        for chunk in &chunks {
-            mark_dirty(&mut dirty, chunk.first_op, &chunk.file);
-        }
-        let head = state
-            .files
-            .last()
-            .unwrap_or_else(|| unreachable!("a head file exists"));
-        let next = Frontier {
-            sequence: state.published.sequence + 1,
-            incarnation: self.config.incarnation,
-            head_op: state.head_op,
-            head_checksum: state.head_checksum,
-            head_file: head.first_op,
-            published_length: head.end,
-            head_file_key: head.key,
-            ..state.published
-        };
-        let appended_bytes = state.appended_bytes;
-        let pad = zeros_ahead(head, &chunks, self.config.file_size_bytes);
-        state.padding = pad.is_some();
-        drop(state);
-
-        let frontier_bytes = frontier::encode(&next);
-        let mut wake = || {
-            for waiter in covered.drain(..) {
-                waiter.wake(Some(previous));
-            }
-        };
-        let result = (|| {
-            // The entries must be durable before the frontier that names them is written. Each
-            // dirty file's last write goes out with its sync; the last file's also carries the
-            // frontier's write and sync (one io_uring chain where the kernel allows it).
-            for (index, (first_op, file)) in dirty.iter().enumerate() {
-                let mine: Vec<&Chunk<S::File>> = chunks
-                    .iter()
-                    .filter(|chunk| chunk.first_op == *first_op)
-                    .collect();
-                let (last, before) = match mine.split_last() {
-                    Some((last, before)) => ((last.offset, last.bytes.as_slice()), before),
-                    // Flushed earlier without a sync: the sync alone.
-                    None => ((0, &[][..]), &[][..]),
-                };
-                for chunk in before {
-                    file.write_all_at(chunk.offset, &chunk.bytes)?;
-                }
-                if let Some(pad) = pad.filter(|pad| pad.first_op == *first_op) {
-                    // Zeros past the entries, synced with them: the next publications write
-                    // into written blocks.
-                    file.write_zeros(pad.from, pad.to - pad.from)?;
-                }
-                if index + 1 < dirty.len() {
-                    if last.1.is_empty() {
-                        file.sync_data()?;
-                    } else {
-                        file.write_all_and_sync_data(last.0, last.1)?;
-                    }
-                } else {
-                    // The publication exists once this returns: nothing is acknowledged
-                    // before it.
-                    file.write_sync_then_write_sync(
-                        last.0,
-                        last.1,
-                        &self.frontier_file,
-                        next.offset(),
-                        &frontier_bytes,
-                        &mut wake,
-                    )?;
-                }
-            }
-            if dirty.is_empty() {
-                self.frontier_file
-                    .write_all_and_sync_data(next.offset(), &frontier_bytes)?;
-            }
-            Ok::<_, iggy_io::Error>(())
-        })();
-        // Where no chain ran: nothing written since the last publication, or a write failed
-        // before the chain.
-        wake();
-
-        let mut state = self.lock();
-        state.publishing = false;
-        state.padding = false;
-        let outcome = match result {
-            Ok(()) => {
-                if let Some(pad) = pad
-                    && let Some(file) = state.files.iter_mut().find(|f| f.first_op == pad.first_op)
-                {
-                    file.prepared = file.prepared.max(pad.to);
-                }
-                state.published = next;
-                state.published_bytes = appended_bytes;
-                Ok(())
-            }
-            Err(error) => {
-                let error = WalError::from(error);
-                self.poison(&mut state, &error);
-                // Callers of `lock_idle`; the poison woke every waiter.
-                self.published_changed.notify_all();
-                Err(error)
-            }
-        };
-        outcome.map(|()| state)
     }
 
     /// The latest durable publication.
@@ -1021,151 +790,6 @@ impl<S: Storage> Wal<S> {
         Ok(headers)
     }
 
-    /// Drops every entry after `op` (a view change cutting an uncommitted suffix). Durable
-    /// before it returns: the cut is published first, then the bytes past it are zeroed and
-    /// later files removed.
-    pub fn truncate_after(&self, op: u64) -> Result<(), WalError> {
-        let mut guard = self.lock_idle()?;
-        let state = &mut *guard;
-        let first_op = state.first_op();
-        if op == state.head_op {
-            return Ok(());
-        }
-        if op > state.head_op || op + 1 < first_op {
-            return Err(WalError::OutOfRange {
-                what: "truncate_after",
-                op,
-                first_op,
-                head_op: state.head_op,
-            });
-        }
-        let result = self.truncate_locked(state, op);
-        if let Err(error) = &result {
-            self.poison(state, error);
-        }
-        result
-    }
-
-    fn truncate_locked(&self, state: &mut State<S::File>, op: u64) -> Result<(), WalError> {
-        // Everything kept must be durable before a frontier names it.
-        self.flush(state)?;
-        for (_, file) in std::mem::take(&mut state.dirty) {
-            file.sync_data()?;
-        }
-        let index = state
-            .files
-            .iter()
-            .rposition(|f| f.first_op <= op)
-            .unwrap_or(0);
-        let keep = usize::try_from(op + 1 - state.files[index].first_op).unwrap_or(0);
-        let file = &state.files[index];
-        let (new_end, head_checksum) = if keep == 0 {
-            // Nothing kept in this file: the new head is the entry before it, named by the
-            // first entry's parent (or the current frontier's when that is the same place).
-            let mut header = [0u8; HEADER_SIZE];
-            file.file.read_exact_at(0, &mut header)?;
-            (
-                0,
-                Header::decode(&header)
-                    .map(|h| h.parent)
-                    .map_err(|error| WalError::Corrupt {
-                        file: file.path.clone(),
-                        offset: 0,
-                        reason: StopReason::Header(error),
-                    })?,
-            )
-        } else {
-            let offset = file.offsets[keep - 1];
-            let mut header = [0u8; HEADER_SIZE];
-            file.file.read_exact_at(offset, &mut header)?;
-            let end = file.offsets.get(keep).copied().unwrap_or(file.end);
-            (end, stored_checksum(&header))
-        };
-        let next = Frontier {
-            sequence: state.published.sequence + 1,
-            generation: state.published.generation + 1,
-            incarnation: self.config.incarnation,
-            head_op: op,
-            head_checksum,
-            head_file: file.first_op,
-            published_length: new_end,
-            head_file_key: file.key,
-            ..state.published
-        };
-        self.frontier_file
-            .write_all_at(next.offset(), &frontier::encode(&next))?;
-        // The cut is durable before anything past it is touched.
-        self.frontier_file.sync_data()?;
-        state.published = next;
-        let old_end = file.end;
-        file.file.write_zeros(new_end, old_end - new_end)?;
-        // Zeroed so the dropped entries cannot reappear behind entries appended over them.
-        file.file.sync_data()?;
-        let removed: Vec<LogFile<S::File>> = state.files.drain(index + 1..).collect();
-        for file in &removed {
-            self.storage.unlink(&file.path)?;
-        }
-        if !removed.is_empty() {
-            // The removals are durable before a file of the same name can be created again.
-            self.storage.sync_dir(&self.dir)?;
-        }
-        let head = &mut state.files[index];
-        head.offsets.truncate(keep);
-        head.end = new_end;
-        state.head_op = op;
-        state.head_checksum = head_checksum;
-        // Callers waiting on ops past the cut learn it's gone; the rest need a leader.
-        wake_all_to_look_again(&mut state.waiters);
-        state.published_bytes = state.appended_bytes;
-        Ok(())
-    }
-
-    /// Removes whole files whose entries are all at or before `op` (after a checkpoint or
-    /// retention). Neither the last file nor the one holding the published head is removed.
-    /// `op` must be published.
-    pub fn drop_prefix(&self, op: u64) -> Result<usize, WalError> {
-        let mut state = self.lock();
-        if let Some(cause) = &state.poisoned {
-            return Err(poisoned_error(&self.dir, cause));
-        }
-        if op > state.published.head_op {
-            let first_op = state.first_op();
-            return Err(WalError::OutOfRange {
-                what: "drop_prefix",
-                op,
-                first_op,
-                head_op: state.published.head_op,
-            });
-        }
-        // A file goes when every entry in it is at or before `op`, and never the file holding
-        // the published head: the frontier names it, and boot refuses a frontier whose head
-        // file is gone (`LostPublishedFile`). Entries appended since may already have started
-        // later files, so the last file is not necessarily that one.
-        let published_file = state.published.head_file;
-        let count = state
-            .files
-            .windows(2)
-            .take_while(|pair| pair[1].first_op <= op + 1 && pair[0].first_op < published_file)
-            .count();
-        let removed: Vec<PathBuf> = state.files.drain(..count).map(|f| f.path).collect();
-        drop(state);
-        // Oldest first, each removal durable before the next: a crash leaves a shorter prefix,
-        // never a hole, even on a file system that persists directory changes out of order
-        // (found by the unordered crash enumeration of the metadata group's checkpoints). The
-        // last sync also makes the removals durable before the caller relies on them, and before
-        // a file of the same name could be created again.
-        let result = removed.iter().try_for_each(|path| {
-            self.storage.unlink(path)?;
-            self.storage.sync_dir(&self.dir)
-        });
-        if let Err(error) = result {
-            let error = WalError::from(error);
-            self.poison(&mut self.lock(), &error);
-            return Err(error);
-        }
-        Ok(removed.len())
-    }
-
     /// The retained files, oldest first (what a partition lists as its segments).
     pub fn files(&self) -> Vec<FileInfo> {
         let state = self.lock();
@@ -1221,49 +845,6 @@ impl<F> State<F> {
     }
 }
 
-/// Publications that write less than this to the head file write zeros ahead of it.
-const SMALL_PUBLICATION: u64 = 64 << 10;
-/// How far ahead of the entries those zeros reach.
-const ZEROS_AHEAD: u64 = 1 << 20;
-
-/// Zeros a publication writes past its entries in the head file.
-#[derive(Clone, Copy)]
-struct Pad {
-    first_op: u64,
-    from: u64,
-    to: u64,
-}
-
-/// The zeros a publication of `chunks` writes ahead of the head file's end, if any: when it is
-/// small and the end is near the prepared (written) part of the file. In an `fallocate`d block
-/// that was never written, the first write makes its `fdatasync` update the file's block map as
-/// well (about 100 us here: docs/benchmarks.md); small publications would pay that every few
-/// blocks, so they prepare a megabyte at a time. Large ones pay it once per publication anyway.
-fn zeros_ahead<F>(head: &LogFile<F>, chunks: &[Chunk<F>], file_size: u64) -> Option<Pad> {
-    let written: u64 = chunks
-        .iter()
-        .filter(|chunk| chunk.first_op == head.first_op)
-        .map(|chunk| chunk.bytes.len() as u64)
-        .sum();
-    if written == 0 || written >= SMALL_PUBLICATION || head.prepared >= head.end + SMALL_PUBLICATION
-    {
-        return None;
-    }
-    let from = head.prepared.max(head.end);
-    let to = (head.end + ZEROS_AHEAD).min(file_size);
-    (to > from).then_some(Pad {
-        first_op: head.first_op,
-        from,
-        to,
-    })
-}
-
-fn mark_dirty<F>(dirty: &mut Vec<(u64, Arc<F>)>, first_op: u64, file: &Arc<F>) {
-    if !dirty.iter().any(|(op, _)| *op == first_op) {
-        dirty.push((first_op, Arc::clone(file)));
-    }
-}
-
 /// Builds the header of group `group`'s entry `op` after `parent` for `body` (no client, an
 /// opaque body): a convenience for callers and tests that append opaque bodies.
 #[must_use]
@@ -1313,32 +894,5 @@ fn header_with(
         request: 0,
         request_checksum: 0,
         group,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// A publication with nothing written since the last one (no file dirty: no public call
-    /// reaches this today, the branch is defensive) writes and syncs its frontier alone, and the
-    /// publication is durable when it returns.
-    #[test]
-    fn a_publication_with_nothing_written_makes_its_frontier_durable() {
-        let storage = iggy_io::SimStorage::new(1);
-        let dir = Path::new("wal");
-        let wal = Wal::create(storage.clone(), dir, Config::new(7), 1, 0).expect("create");
-        let before = wal.published();
-        let state = wal
-            .run_publication(wal.lock(), Vec::new())
-            .expect("publish");
-        let after = state.published;
-        drop(state);
-        assert_eq!(after.sequence, before.sequence + 1);
-        drop(wal);
-        storage.power_loss_durable_only();
-        let bytes = storage.read_all(dir.join(FRONTIER_FILE)).expect("frontier");
-        let slots = frontier::decode_file(&bytes);
-        assert_eq!(slots[after.slot()], Ok(after), "the publication is durable");
     }
 }

@@ -17,10 +17,13 @@ use iggy_wal::{Config, FindingKind, Mode, Wal, WalError, check};
 const GROUP: u128 = 0x15;
 
 /// Files of 4 KiB: entries of about 1 KB, so 3 or 4 a file.
+/// Every publication syncs the log and writes a slot: these tests are about the slots (the
+/// carried ring's are in `carried.rs`).
 fn config() -> Config {
     Config {
         file_size_bytes: 4096,
         flush_bytes: 1 << 20,
+        carry_small_publications: false,
         ..Config::new(GROUP)
     }
 }

@@ -106,41 +106,52 @@ fn sixty_four_appenders_share_syncs_and_every_acknowledged_record_survives() {
     }
 }
 
+/// A failed sync poisons the log, in either publication path: the log file's sync when every
+/// publication syncs it, the frontier file's when the entries are carried.
 #[test]
 fn a_failed_sync_poisons_the_log_until_it_is_reopened() {
-    let storage = SimStorage::recording(22);
-    let wal = Wal::create(storage.clone(), dir(), config(), 1, 0).unwrap();
-    wal.append_body(b"durable", 1, 0).unwrap();
-    wal.publish().unwrap();
-    wal.append_body(b"lost", 1, 0).unwrap();
-    storage
-        .arm(dir().join(format!("{:020}.wal", 1)), Fault::SyncError)
-        .unwrap();
-    assert!(matches!(wal.publish(), Err(WalError::Io(_))));
-    assert_eq!(
-        wal.published().head_op,
-        1,
-        "the failed publication did not happen"
-    );
-    for result in [
-        wal.append_body(b"x", 1, 0).map(|_| ()),
-        wal.publish().map(|_| ()),
-        wal.read(1, 1).map(|_| ()),
-        wal.truncate_after(1),
-        wal.drop_prefix(1).map(|_| ()),
-    ] {
-        assert!(
-            matches!(result, Err(WalError::Poisoned { .. })),
-            "{result:?}"
+    for carry in [false, true] {
+        let storage = SimStorage::recording(22);
+        let config = Config {
+            carry_small_publications: carry,
+            ..config()
+        };
+        let wal = Wal::create(storage.clone(), dir(), config.clone(), 1, 0).unwrap();
+        wal.append_body(b"durable", 1, 0).unwrap();
+        wal.publish().unwrap();
+        wal.append_body(b"lost", 1, 0).unwrap();
+        let armed = if carry {
+            dir().join("frontier")
+        } else {
+            dir().join(format!("{:020}.wal", 1))
+        };
+        storage.arm(armed, Fault::SyncError).unwrap();
+        assert!(matches!(wal.publish(), Err(WalError::Io(_))));
+        assert_eq!(
+            wal.published().head_op,
+            1,
+            "the failed publication did not happen"
         );
+        for result in [
+            wal.append_body(b"x", 1, 0).map(|_| ()),
+            wal.publish().map(|_| ()),
+            wal.read(1, 1).map(|_| ()),
+            wal.truncate_after(1),
+            wal.drop_prefix(1).map(|_| ()),
+        ] {
+            assert!(
+                matches!(result, Err(WalError::Poisoned { .. })),
+                "{result:?}"
+            );
+        }
+        drop(wal);
+        storage.power_loss();
+        let (wal, _) = Wal::open(storage, dir(), config, Mode::Open)
+            .unwrap()
+            .unwrap();
+        assert_eq!(wal.head().0, 1, "carry {carry}");
+        assert_eq!(wal.read(1, 1).unwrap()[0].body, b"durable");
     }
-    drop(wal);
-    storage.power_loss();
-    let (wal, _) = Wal::open(storage, dir(), config(), Mode::Open)
-        .unwrap()
-        .unwrap();
-    assert_eq!(wal.head().0, 1);
-    assert_eq!(wal.read(1, 1).unwrap()[0].body, b"durable");
 }
 
 #[test]

@@ -18,6 +18,8 @@ fn config() -> Config {
     Config {
         file_size_bytes: 4096,
         flush_bytes: 1024,
+        // The slots' refusals (the carried ring's are in `carried.rs`).
+        carry_small_publications: false,
         ..Config::new(GROUP)
     }
 }
@@ -141,7 +143,7 @@ fn an_unknown_frontier_version_refuses() {
     let (storage, _) = published_log();
     let bytes = storage.read_all(dir().join("frontier")).unwrap();
     let mut slot: Vec<u8> = bytes[..4096].to_vec();
-    slot[40] = 2; // version 2
+    slot[40] = 3; // version 3
     let sum = iggy_format::checksum(&slot[32..]);
     slot[..16].copy_from_slice(&sum.to_le_bytes());
     write_frontier_bytes(&storage, 0, &slot);
@@ -151,7 +153,7 @@ fn an_unknown_frontier_version_refuses() {
             error,
             WalError::FrontierRefused {
                 slot: 0,
-                error: frontier::SlotError::UnknownVersion { version: 2 },
+                error: frontier::SlotError::UnknownVersion { version: 3 },
                 ..
             }
         ),

@@ -211,6 +211,10 @@ struct WalArgs {
     /// Zero-fill each new WAL file (true) or only preallocate it with fallocate (false).
     #[arg(long, default_value_t = false, action = clap::ArgAction::Set)]
     zero_fill: bool,
+    /// Small publications carry their entries in the frontier file's ring, one flush each
+    /// (true), or every publication syncs the log, then writes a frontier slot (false).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    carry: bool,
     /// How durable writes reach the disk: io_uring (each publication one linked chain of data
     /// write, fdatasync, frontier write, fdatasync, where the kernel allows it) or plain system
     /// calls.
@@ -365,6 +369,7 @@ fn run_wal(args: &WalArgs) -> Result<(), String> {
     let wal = std::sync::Arc::new(iggy_benches::engines::IggyWal::open_with(
         &base,
         args.zero_fill,
+        args.carry,
         args.file_mib << 20,
         match args.io {
             IoArg::Uring => iggy_io::IoPath::Auto,

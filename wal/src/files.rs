@@ -1,0 +1,280 @@
+//! The log's files: creating one (preallocated, its name durable), cutting the log back
+//! (`truncate_after`), dropping a prefix, and the zeros written ahead of small publications.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use iggy_format::Header;
+use iggy_format::constants::HEADER_SIZE;
+use iggy_format::header::stored_checksum;
+use iggy_io::{OpenMode, ReadFile, Storage, WriteFile};
+
+use crate::frontier::{self, Frontier};
+use crate::publish::wake_all_to_look_again;
+use crate::ring;
+use crate::{CarryRun, Chunk, LogFile, State, StopReason, Wal, WalError, poisoned_error};
+
+impl<S: Storage> Wal<S> {
+    /// Creates the file whose first op is `first_op`, named by `key`, preallocated, and makes
+    /// its name durable.
+    pub(crate) fn create_file(
+        &self,
+        state: &mut State<S::File>,
+        first_op: u64,
+        key: u64,
+    ) -> Result<(), WalError> {
+        if let Some(last) = state.files.last()
+            && key <= last.key
+        {
+            return Err(WalError::KeyNotIncreasing {
+                dir: self.dir.clone(),
+                key,
+                last_key: last.key,
+            });
+        }
+        let result = (|| {
+            let path = self.dir.join(self.config.naming.file_name(key));
+            let file = self.storage.open(&path, OpenMode::CreateNew)?;
+            file.allocate(0, self.config.file_size_bytes)?;
+            if self.config.zero_fill {
+                file.write_zeros(0, self.config.file_size_bytes)?;
+            }
+            // The preallocated extent (and its zeros) durable now, so that publishing into it
+            // later is a data-only fdatasync.
+            file.sync_all()?;
+            // The file's name must be durable before a frontier may name it.
+            self.storage.sync_dir(&self.dir)?;
+            Ok::<_, iggy_io::Error>(LogFile {
+                first_op,
+                key,
+                path,
+                file: Arc::new(file),
+                offsets: Vec::new(),
+                end: 0,
+                prepared: if self.config.zero_fill {
+                    self.config.file_size_bytes
+                } else {
+                    0
+                },
+            })
+        })();
+        match result {
+            Ok(file) => {
+                state.files.push(file);
+                Ok(())
+            }
+            Err(error) => {
+                let error = WalError::from(error);
+                self.poison(state, &error);
+                Err(error)
+            }
+        }
+    }
+    /// Drops every entry after `op` (a view change cutting an uncommitted suffix). Durable
+    /// before it returns: the cut is published first, then the bytes past it are zeroed and
+    /// later files removed.
+    pub fn truncate_after(&self, op: u64) -> Result<(), WalError> {
+        let mut guard = self.lock_idle()?;
+        let state = &mut *guard;
+        let first_op = state.first_op();
+        if op == state.head_op {
+            return Ok(());
+        }
+        if op > state.head_op || op + 1 < first_op {
+            return Err(WalError::OutOfRange {
+                what: "truncate_after",
+                op,
+                first_op,
+                head_op: state.head_op,
+            });
+        }
+        let result = self.truncate_locked(state, op);
+        if let Err(error) = &result {
+            self.poison(state, error);
+        }
+        result
+    }
+
+    fn truncate_locked(&self, state: &mut State<S::File>, op: u64) -> Result<(), WalError> {
+        // Everything kept must be durable before a frontier names it.
+        self.flush(state)?;
+        for (_, file) in std::mem::take(&mut state.dirty) {
+            file.sync_data()?;
+        }
+        let index = state
+            .files
+            .iter()
+            .rposition(|f| f.first_op <= op)
+            .unwrap_or(0);
+        let keep = usize::try_from(op + 1 - state.files[index].first_op).unwrap_or(0);
+        let file = &state.files[index];
+        let (new_end, head_checksum) = if keep == 0 {
+            // Nothing kept in this file: the new head is the entry before it, named by the
+            // first entry's parent (or the current frontier's when that is the same place).
+            let mut header = [0u8; HEADER_SIZE];
+            file.file.read_exact_at(0, &mut header)?;
+            (
+                0,
+                Header::decode(&header)
+                    .map(|h| h.parent)
+                    .map_err(|error| WalError::Corrupt {
+                        file: file.path.clone(),
+                        offset: 0,
+                        reason: StopReason::Header(error),
+                    })?,
+            )
+        } else {
+            let offset = file.offsets[keep - 1];
+            let mut header = [0u8; HEADER_SIZE];
+            file.file.read_exact_at(offset, &mut header)?;
+            let end = file.offsets.get(keep).copied().unwrap_or(file.end);
+            (end, stored_checksum(&header))
+        };
+        let next = Frontier {
+            sequence: state.published.sequence + 1,
+            generation: state.published.generation + 1,
+            incarnation: self.config.incarnation,
+            head_op: op,
+            head_checksum,
+            head_file: file.first_op,
+            published_length: new_end,
+            head_file_key: file.key,
+            ..state.published
+        };
+        self.frontier_file()?
+            .write_all_at(next.offset(), &frontier::encode(&next))?;
+        // The cut is durable before anything past it is touched.
+        self.frontier_file()?.sync_data()?;
+        state.published = next;
+        if state.ring_written != 0 {
+            // The ring's records name entries the cut removed. They are older than the cut's
+            // slot, so boot ignores them, unless that slot rots and boot falls back to the
+            // other: then the newest ring record would bring the cut entries back. Emptied
+            // (a record whose first sector is zero was never written).
+            for record in (0..ring::RECORDS).filter(|r| state.ring_written & (1 << r) != 0) {
+                self.frontier_file()?
+                    .write_zeros(ring::offset(record), ring::SECTOR as u64)?;
+            }
+            self.frontier_file()?.sync_data()?;
+            state.ring_written = 0;
+        }
+        // Everything kept was synced above.
+        state.synced_sequence = next.sequence;
+        state.carried_since_sync = 0;
+        state.carry = Some(CarryRun::default());
+        let old_end = file.end;
+        file.file.write_zeros(new_end, old_end - new_end)?;
+        // Zeroed so the dropped entries cannot reappear behind entries appended over them.
+        file.file.sync_data()?;
+        let removed: Vec<LogFile<S::File>> = state.files.drain(index + 1..).collect();
+        for file in &removed {
+            self.storage.unlink(&file.path)?;
+        }
+        if !removed.is_empty() {
+            // The removals are durable before a file of the same name can be created again.
+            self.storage.sync_dir(&self.dir)?;
+        }
+        let head = &mut state.files[index];
+        head.offsets.truncate(keep);
+        head.end = new_end;
+        state.head_op = op;
+        state.head_checksum = head_checksum;
+        // Callers waiting on ops past the cut learn it's gone; the rest need a leader.
+        wake_all_to_look_again(&mut state.waiters);
+        state.published_bytes = state.appended_bytes;
+        Ok(())
+    }
+
+    /// Removes whole files whose entries are all at or before `op` (after a checkpoint or
+    /// retention). Neither the last file nor the one holding the published head is removed.
+    /// `op` must be published.
+    pub fn drop_prefix(&self, op: u64) -> Result<usize, WalError> {
+        let mut state = self.lock();
+        if let Some(cause) = &state.poisoned {
+            return Err(poisoned_error(&self.dir, cause));
+        }
+        if op > state.published.head_op {
+            let first_op = state.first_op();
+            return Err(WalError::OutOfRange {
+                what: "drop_prefix",
+                op,
+                first_op,
+                head_op: state.published.head_op,
+            });
+        }
+        // A file goes when every entry in it is at or before `op`, and never the file holding
+        // the published head: the frontier names it, and boot refuses a frontier whose head
+        // file is gone (`LostPublishedFile`). Entries appended since may already have started
+        // later files, so the last file is not necessarily that one.
+        let published_file = state.published.head_file;
+        let count = state
+            .files
+            .windows(2)
+            .take_while(|pair| pair[1].first_op <= op + 1 && pair[0].first_op < published_file)
+            .count();
+        let removed: Vec<PathBuf> = state.files.drain(..count).map(|f| f.path).collect();
+        drop(state);
+        // Oldest first, each removal durable before the next: a crash leaves a shorter prefix,
+        // never a hole, even on a file system that persists directory changes out of order
+        // (found by the unordered crash enumeration of the metadata group's checkpoints). The
+        // last sync also makes the removals durable before the caller relies on them, and before
+        // a file of the same name could be created again.
+        let result = removed.iter().try_for_each(|path| {
+            self.storage.unlink(path)?;
+            self.storage.sync_dir(&self.dir)
+        });
+        if let Err(error) = result {
+            let error = WalError::from(error);
+            self.poison(&mut self.lock(), &error);
+            return Err(error);
+        }
+        Ok(removed.len())
+    }
+}
+
+/// Publications that write less than this to the head file write zeros ahead of it.
+const SMALL_PUBLICATION: u64 = 64 << 10;
+/// How far ahead of the entries those zeros reach.
+const ZEROS_AHEAD: u64 = 1 << 20;
+
+/// Zeros a publication writes past its entries in the head file.
+#[derive(Clone, Copy)]
+pub(crate) struct Pad {
+    pub(crate) first_op: u64,
+    pub(crate) from: u64,
+    pub(crate) to: u64,
+}
+
+/// The zeros a publication of `chunks` writes ahead of the head file's end, if any: when it is
+/// small and the end is near the prepared (written) part of the file. In an `fallocate`d block
+/// that was never written, the first write makes its `fdatasync` update the file's block map as
+/// well (about 100 us here: docs/benchmarks.md); small publications would pay that every few
+/// blocks, so they prepare a megabyte at a time. Large ones pay it once per publication anyway.
+pub(crate) fn zeros_ahead<F>(
+    head: &LogFile<F>,
+    chunks: &[Chunk<F>],
+    file_size: u64,
+) -> Option<Pad> {
+    let written: u64 = chunks
+        .iter()
+        .filter(|chunk| chunk.first_op == head.first_op)
+        .map(|chunk| chunk.bytes.len() as u64)
+        .sum();
+    if written == 0 || written >= SMALL_PUBLICATION || head.prepared >= head.end + SMALL_PUBLICATION
+    {
+        return None;
+    }
+    let from = head.prepared.max(head.end);
+    let to = (head.end + ZEROS_AHEAD).min(file_size);
+    (to > from).then_some(Pad {
+        first_op: head.first_op,
+        from,
+        to,
+    })
+}
+
+pub(crate) fn mark_dirty<F>(dirty: &mut Vec<(u64, Arc<F>)>, first_op: u64, file: &Arc<F>) {
+    if !dirty.iter().any(|(op, _)| *op == first_op) {
+        dirty.push((first_op, Arc::clone(file)));
+    }
+}

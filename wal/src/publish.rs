@@ -1,0 +1,430 @@
+//! Group commit: a publication makes the entries appended before it durable, then records
+//! the frontier that names them; concurrent callers share one (see [`Wal::wait_published`]).
+//! A small publication carries its entries in the frontier file's ring and is one flush
+//! (`crate::ring`); the rest sync the log files, then write a frontier slot.
+
+use std::sync::{Arc, MutexGuard, OnceLock};
+
+use iggy_io::{Storage, WriteFile};
+
+use crate::files::{mark_dirty, zeros_ahead};
+use crate::frontier::{self, Frontier};
+use crate::ring::{self, Carried};
+use crate::{CarryRun, Chunk, State, Wal, WalError, poisoned_error};
+
+/// A caller of `wait_published` parked until a publication covers `op`. Each is woken on its
+/// own (no herd of every caller on one condition variable: docs/benchmarks.md).
+pub(crate) struct Waiter {
+    op: u64,
+    thread: std::thread::Thread,
+    /// Set once, just before the caller is unparked: the publication that covers `op`, or `None`
+    /// to look again under the lock (to lead the next publication, or to see a poisoned log or
+    /// a truncated head).
+    outcome: Arc<OnceLock<Option<Frontier>>>,
+}
+
+impl Waiter {
+    fn wake(self, outcome: Option<Frontier>) {
+        // Set at most once: a waiter leaves the list when it is woken.
+        let _ = self.outcome.set(outcome);
+        self.thread.unpark();
+    }
+}
+
+/// Wakes every waiter to look again under the lock (poisoned log, truncated head).
+pub(crate) fn wake_all_to_look_again(waiters: &mut Vec<Waiter>) {
+    for waiter in waiters.drain(..) {
+        waiter.wake(None);
+    }
+}
+
+/// Publications a caller of `wait_published` leads for others after its own, while others wait
+/// (each one's own waiters are woken during the next one's I/O).
+const EXTRA_PUBLICATIONS: usize = 4;
+
+impl<S: Storage> Wal<S> {
+    /// Publishes everything appended before this call: makes it durable, then records the new
+    /// frontier durably. Concurrent callers share one publication (group commit).
+    pub fn publish(&self) -> Result<Frontier, WalError> {
+        let head = self.lock().head_op;
+        self.wait_published(head)
+    }
+
+    /// Publishes everything appended, and syncs the log files with it so that the frontier no
+    /// longer relies on the carried ring: the next boot reads the log alone (what a clean
+    /// shutdown wants). Two flushes, like any publication too large to carry.
+    pub fn publish_synced(&self) -> Result<Frontier, WalError> {
+        let mut state = self.lock_idle()?;
+        state.carry = None;
+        let mut state = self.run_publication(state, Vec::new())?;
+        let published = state.published;
+        let (covered, rest): (Vec<Waiter>, Vec<Waiter>) = std::mem::take(&mut state.waiters)
+            .into_iter()
+            .partition(|waiter| waiter.op <= published.head_op);
+        state.waiters = rest;
+        let next_leader = state.waiters.pop();
+        drop(state);
+        for waiter in covered {
+            waiter.wake(Some(published));
+        }
+        if let Some(waiter) = next_leader {
+            waiter.wake(None);
+        }
+        self.published_changed.notify_all();
+        Ok(published)
+    }
+
+    /// Returns once a publication covers `op`, publishing if no other caller is (group commit:
+    /// waiters arriving during a publication are covered by the next one, which one of them runs).
+    /// A caller that publishes goes on to lead up to `EXTRA_PUBLICATIONS` more while others wait
+    /// on entries appended meanwhile, so the disk is not idle while a new leader wakes.
+    /// An `op` past the head (never appended, or cut by `truncate_after`) is `OutOfRange`.
+    pub fn wait_published(&self, op: u64) -> Result<Frontier, WalError> {
+        let mut state = self.lock();
+        let mut yielded = false;
+        loop {
+            if let Some(cause) = &state.poisoned {
+                return Err(poisoned_error(&self.dir, cause));
+            }
+            if state.head_op < op {
+                // Never appended (or cut by truncate_after): nothing to vouch for.
+                let first_op = state.first_op();
+                let head_op = state.head_op;
+                return Err(WalError::OutOfRange {
+                    what: "wait_published",
+                    op,
+                    first_op,
+                    head_op,
+                });
+            }
+            if state.published.head_op >= op {
+                let published = state.published;
+                if !state.publishing
+                    && let Some(next) = state.waiters.pop()
+                {
+                    // Woken to lead, and found its op published by another caller since: the
+                    // rest still need a leader.
+                    drop(state);
+                    next.wake(None);
+                }
+                return Ok(published);
+            }
+            if state.publishing {
+                let outcome = Arc::new(OnceLock::new());
+                state.waiters.push(Waiter {
+                    op,
+                    thread: std::thread::current(),
+                    outcome: Arc::clone(&outcome),
+                });
+                drop(state);
+                let outcome = loop {
+                    // `park` may return spuriously; the outcome is set before the unpark.
+                    if let Some(outcome) = outcome.get() {
+                        break *outcome;
+                    }
+                    std::thread::park();
+                };
+                if let Some(published) = outcome {
+                    return Ok(published);
+                }
+                state = self.lock();
+                continue;
+            }
+            if !yielded {
+                // Before leading a publication, let the appenders the last one just released
+                // append again, so this one carries a larger group (64 appenders: 44-51k to
+                // 53-67k records/s, docs/benchmarks.md). A scheduling hint, not a wait; every
+                // check above runs again.
+                yielded = true;
+                drop(state);
+                std::thread::yield_now();
+                state = self.lock();
+                continue;
+            }
+            // This publication takes every entry appended so far, `op` among them.
+            state = self.run_publication(state, Vec::new())?;
+            let mine = state.published;
+            let mut extra = 0;
+            loop {
+                let head = state.published.head_op;
+                let (covered, rest) = std::mem::take(&mut state.waiters)
+                    .into_iter()
+                    .partition(|waiter| waiter.op <= head);
+                state.waiters = rest;
+                if extra < EXTRA_PUBLICATIONS && !state.waiters.is_empty() && state.head_op > head {
+                    // Callers sleep on entries appended during that publication: lead theirs
+                    // at once, and wake the callers it published while the disk works on this
+                    // one (waking dozens of threads costs more than a sync here:
+                    // docs/benchmarks.md).
+                    match self.run_publication(state, covered) {
+                        Ok(next) => state = next,
+                        // It failed, poisoned the log and woke every caller; this caller's
+                        // entries were published before it.
+                        Err(_) => return Ok(mine),
+                    }
+                    extra += 1;
+                    continue;
+                }
+                // The callers still waiting need a leader: one of them looks again.
+                let next_leader = state.waiters.pop();
+                let published = state.published;
+                drop(state);
+                for waiter in covered {
+                    waiter.wake(Some(published));
+                }
+                if let Some(waiter) = next_leader {
+                    waiter.wake(None);
+                }
+                // Callers of `lock_idle` wait for no publication in flight.
+                self.published_changed.notify_all();
+                return Ok(published);
+            }
+        }
+    }
+
+    /// One publication, with the lock released during its I/O so appends continue.
+    ///
+    /// `covered` are callers the previous publication covers: they are woken while this one's
+    /// I/O is in flight. A publication that succeeds does not wake its own waiters: its caller
+    /// does, or the next publication. One that fails wakes everyone.
+    fn run_publication<'a>(
+        &'a self,
+        mut state: MutexGuard<'a, State<S::File>>,
+        mut covered: Vec<Waiter>,
+    ) -> Result<MutexGuard<'a, State<S::File>>, WalError> {
+        state.publishing = true;
+        let previous = state.published;
+        let chunks = std::mem::take(&mut state.pending);
+        state.pending_bytes = 0;
+        let mut dirty = std::mem::take(&mut state.dirty);
+        for chunk in &chunks {
+            mark_dirty(&mut dirty, chunk.first_op, &chunk.file);
+        }
+        let head = state
+            .files
+            .last()
+            .unwrap_or_else(|| unreachable!("a head file exists"));
+        let next = Frontier {
+            sequence: state.published.sequence + 1,
+            incarnation: self.config.incarnation,
+            head_op: state.head_op,
+            head_checksum: state.head_checksum,
+            head_file: head.first_op,
+            published_length: head.end,
+            head_file_key: head.key,
+            ..state.published
+        };
+        let appended_bytes = state.appended_bytes;
+        let (head_first_op, head_end) = (next.head_file, next.published_length);
+        let run = state.carry.replace(CarryRun::default());
+        let carries = |run: &CarryRun| {
+            run.bytes.is_empty()
+                || (run.file_first_op == head_first_op
+                    && run.offset + run.bytes.len() as u64 == head_end)
+        };
+        if self.ring_available
+            && self.config.carry_small_publications
+            && state.carried_since_sync < ring::PAIRS
+            && let Some(run) = run.filter(carries)
+        {
+            let record = Carried {
+                frontier: next,
+                synced_sequence: state.synced_sequence,
+                entries: run.bytes,
+            };
+            // Not synced by this publication: the files stay dirty until one that syncs.
+            state.dirty = dirty;
+            drop(state);
+            return self.run_carried(chunks, record, covered, previous, appended_bytes);
+        }
+        let head = state
+            .files
+            .last()
+            .unwrap_or_else(|| unreachable!("a head file exists"));
+        let pad = zeros_ahead(head, &chunks, self.config.file_size_bytes);
+        state.padding = pad.is_some();
+        drop(state);
+
+        let frontier_bytes = frontier::encode(&next);
+        let mut wake = || {
+            for waiter in covered.drain(..) {
+                waiter.wake(Some(previous));
+            }
+        };
+        let result = (|| {
+            // The entries must be durable before the frontier that names them is written. Each
+            // dirty file's last write goes out with its sync; the last file's also carries the
+            // frontier's write and sync (one io_uring chain where the kernel allows it).
+            for (index, (first_op, file)) in dirty.iter().enumerate() {
+                let mine: Vec<&Chunk<S::File>> = chunks
+                    .iter()
+                    .filter(|chunk| chunk.first_op == *first_op)
+                    .collect();
+                let (last, before) = match mine.split_last() {
+                    Some((last, before)) => ((last.offset, last.bytes.as_slice()), before),
+                    // Flushed earlier without a sync: the sync alone.
+                    None => ((0, &[][..]), &[][..]),
+                };
+                for chunk in before {
+                    file.write_all_at(chunk.offset, &chunk.bytes)?;
+                }
+                if let Some(pad) = pad.filter(|pad| pad.first_op == *first_op) {
+                    // Zeros past the entries, synced with them: the next publications write
+                    // into written blocks.
+                    file.write_zeros(pad.from, pad.to - pad.from)?;
+                }
+                if index + 1 < dirty.len() {
+                    if last.1.is_empty() {
+                        file.sync_data()?;
+                    } else {
+                        file.write_all_and_sync_data(last.0, last.1)?;
+                    }
+                } else {
+                    // The publication exists once this returns: nothing is acknowledged
+                    // before it.
+                    file.write_sync_then_write_sync(
+                        last.0,
+                        last.1,
+                        self.frontier_file()?,
+                        next.offset(),
+                        &frontier_bytes,
+                        &mut wake,
+                    )?;
+                }
+            }
+            if dirty.is_empty() {
+                self.frontier_file()?
+                    .write_all_and_sync_data(next.offset(), &frontier_bytes)?;
+            }
+            Ok::<_, iggy_io::Error>(())
+        })();
+        // Where no chain ran: nothing written since the last publication, or a write failed
+        // before the chain.
+        wake();
+
+        let mut state = self.lock();
+        state.publishing = false;
+        state.padding = false;
+        let outcome = match result {
+            Ok(()) => {
+                if let Some(pad) = pad
+                    && let Some(file) = state.files.iter_mut().find(|f| f.first_op == pad.first_op)
+                {
+                    file.prepared = file.prepared.max(pad.to);
+                }
+                state.published = next;
+                state.published_bytes = appended_bytes;
+                // Every file written before it was synced: the ring's older records are no
+                // longer the only copy of anything.
+                state.synced_sequence = next.sequence;
+                state.carried_since_sync = 0;
+                Ok(())
+            }
+            Err(error) => {
+                let error = WalError::from(error);
+                self.poison(&mut state, &error);
+                // Callers of `lock_idle`; the poison woke every waiter.
+                self.published_changed.notify_all();
+                Err(error)
+            }
+        };
+        outcome.map(|()| state)
+    }
+
+    /// A publication whose entries travel in its ring records: the log's copy is written but
+    /// not synced, and both records go out in one flush of the frontier file. Fewer than
+    /// [`ring::PAIRS`] carried publications since the log was last synced (checked by the
+    /// caller), so the pair it overwrites holds nothing that exists only there.
+    fn run_carried<'a>(
+        &'a self,
+        chunks: Vec<Chunk<S::File>>,
+        record: Carried,
+        mut covered: Vec<Waiter>,
+        previous: Frontier,
+        appended_bytes: u64,
+    ) -> Result<MutexGuard<'a, State<S::File>>, WalError> {
+        let [first, second] = ring::records_of(record.frontier.sequence);
+        let result = (|| {
+            for chunk in &chunks {
+                chunk.file.write_all_at(chunk.offset, &chunk.bytes)?;
+            }
+            for waiter in covered.drain(..) {
+                waiter.wake(Some(previous));
+            }
+            self.frontier_file()?
+                .write_all_at(ring::offset(first), &ring::encode(&record, first))?;
+            // Both copies in one flush: the publication exists once this returns, and nothing is
+            // acknowledged before.
+            self.frontier_file()?
+                .write_all_and_sync_data(ring::offset(second), &ring::encode(&record, second))
+        })();
+        for waiter in covered.drain(..) {
+            waiter.wake(Some(previous));
+        }
+        let mut state = self.lock();
+        state.publishing = false;
+        match result {
+            Ok(()) => {
+                for chunk in &chunks {
+                    mark_dirty(&mut state.dirty, chunk.first_op, &chunk.file);
+                }
+                state.published = record.frontier;
+                state.published_bytes = appended_bytes;
+                state.carried_since_sync += 1;
+                state.ring_written |= (1 << first) | (1 << second);
+                Ok(state)
+            }
+            Err(error) => {
+                let error = WalError::from(error);
+                self.poison(&mut state, &error);
+                self.published_changed.notify_all();
+                Err(error)
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use crate::boot::FRONTIER_FILE;
+    use crate::{Config, Wal, carried, frontier};
+
+    /// A publication with nothing written since the last one (no public call reaches this
+    /// today, the branch is defensive) makes its frontier durable when it returns, through the
+    /// ring (zero entries carried) and through a slot when the ring has no room.
+    #[test]
+    fn a_publication_with_nothing_written_makes_its_frontier_durable() {
+        for ring_full in [false, true] {
+            let storage = iggy_io::SimStorage::new(1);
+            let dir = Path::new("wal");
+            let wal = Wal::create(storage.clone(), dir, Config::new(7), 1, 0).expect("create");
+            let before = wal.published();
+            let mut state = wal.lock();
+            if ring_full {
+                state.carried_since_sync = crate::ring::PAIRS;
+            }
+            let state = wal.run_publication(state, Vec::new()).expect("publish");
+            let after = state.published;
+            drop(state);
+            assert_eq!(after.sequence, before.sequence + 1);
+            drop(wal);
+            storage.power_loss_durable_only();
+            let bytes = storage.read_all(dir.join(FRONTIER_FILE)).expect("frontier");
+            let slots = frontier::decode_file(&bytes);
+            if ring_full {
+                assert_eq!(slots[after.slot()], Ok(after), "the publication is durable");
+            } else {
+                let file = iggy_io::ReadStorage::open_read(&storage, dir.join(FRONTIER_FILE))
+                    .expect("open");
+                let ring = carried::read_ring(&file).expect("ring");
+                let (chosen, needed) =
+                    carried::choose(Path::new("f"), before, &ring, &mut Vec::new())
+                        .expect("choose");
+                assert_eq!(chosen, after, "the publication is durable in the ring");
+                assert_eq!(needed.len(), 1);
+            }
+        }
+    }
+}
