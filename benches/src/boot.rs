@@ -1,9 +1,11 @@
 //! `iggy-bench boot`: how long a node takes to boot with many idle partitions, through the one
 //! boot path the server and the tools share (`iggy_recovery::boot_with`, `Open` mode). Builds a
 //! node (the metadata group, a stream, a topic of N partitions, and the N partition
-//! directories), shuts it down cleanly and times a boot; then appends one batch to every
-//! partition without publishing it and drops everything, as a process killed there leaves the
-//! node, and times the boot that discards those tails. Each boot's device flushes are read from
+//! directories) and times three boots: one after the creating process simply exited (no
+//! clean-shutdown marker: every group's trusted state is written again, as after a crash), one
+//! after a clean shutdown (`NodeState::shutdown`: the marker lets boot skip those rewrites),
+//! and one after a crash that left one unpublished batch in every partition (appended without
+//! publishing, then everything dropped, as a process killed there leaves the node). Each boot's device flushes are read from
 //! the block device's counters where the kernel exposes them.
 
 use std::path::Path;
@@ -28,7 +30,10 @@ pub struct Run {
     pub partitions: u32,
     /// Creating the node (not a boot: for scale).
     pub create_seconds: f64,
-    /// Boot after a clean shutdown.
+    /// Boot after the creating process exited without the clean-shutdown marker.
+    pub unmarked_seconds: f64,
+    pub unmarked_flushes: Option<u64>,
+    /// Boot after a clean shutdown (the marker).
     pub clean_seconds: f64,
     pub clean_flushes: Option<u64>,
     /// Boot after a crash that left one unpublished batch in every partition.
@@ -78,6 +83,8 @@ fn run_one(
         let config = BootConfig {
             metadata_file_size_bytes: 4 << 20,
             segment_size_bytes: sizes.segment_size_bytes,
+            // As the server and the tools boot (`BootConfig::fresh`).
+            boot_threads: BootConfig::fresh().boot_threads,
             ..BootConfig::new(1)
         };
         progress(&format!("{partitions} partitions: creating"));
@@ -85,12 +92,16 @@ fn run_one(
         create(&storage, partitions, sizes.segment_size_bytes, &config)?;
         let create_seconds = started.elapsed().as_secs_f64();
 
+        progress(&format!("{partitions} partitions: boot without the marker"));
+        let (unmarked_seconds, unmarked_flushes, state) =
+            timed_boot(&storage, &base, &config, 2).map_err(|e| too_many_files(e, partitions))?;
+        state.shutdown(&storage, Path::new(""))?;
         progress(&format!(
             "{partitions} partitions: boot after a clean shutdown"
         ));
         let files_before = iggy_io::open_file_count();
         let (clean_seconds, clean_flushes, state) =
-            timed_boot(&storage, &base, &config, 2).map_err(|e| too_many_files(e, partitions))?;
+            timed_boot(&storage, &base, &config, 3).map_err(|e| too_many_files(e, partitions))?;
         let open_files = iggy_io::open_file_count()
             .zip(files_before)
             .map(|(after, before)| after.saturating_sub(before));
@@ -107,7 +118,7 @@ fn run_one(
 
         progress(&format!("{partitions} partitions: boot after a crash"));
         let (crash_seconds, crash_flushes, state) =
-            timed_boot(&storage, &base, &config, 3).map_err(|e| too_many_files(e, partitions))?;
+            timed_boot(&storage, &base, &config, 4).map_err(|e| too_many_files(e, partitions))?;
         let discarded: u64 = state
             .partitions
             .values()
@@ -123,6 +134,8 @@ fn run_one(
         Ok(Run {
             partitions,
             create_seconds,
+            unmarked_seconds,
+            unmarked_flushes,
             clean_seconds,
             clean_flushes,
             crash_seconds,
@@ -140,8 +153,9 @@ fn too_many_files(error: String, partitions: u32) -> String {
     let limit = rustix::process::getrlimit(rustix::process::Resource::Nofile);
     format!(
         "{error}\n  {partitions} booted partitions hold more files open than this process may \
-         (RLIMIT_NOFILE soft {:?}, hard {:?}); a node needs about 3 per partition: raise the \
-         limit (ulimit -n) or boot fewer partitions",
+         (RLIMIT_NOFILE soft {:?}, hard {:?}); a booted idle partition holds one (its head \
+         segment), one more for each sealed segment: raise the limit (ulimit -n) or boot \
+         fewer partitions",
         limit.current, limit.maximum
     )
 }
@@ -232,15 +246,17 @@ fn timed_boot(
 #[must_use]
 pub fn render(runs: &[Run]) -> String {
     let mut out = String::from(
-        "partitions   create s   boot clean s   flushes   ms/partition   boot after crash s   flushes   ms/partition   open files\n",
+        "partitions   create s   no marker s   flushes   clean s   flushes   ms/partition   after crash s   flushes   ms/partition   open files\n",
     );
     let flushes = |f: Option<u64>| f.map_or_else(|| "-".to_string(), |f| f.to_string());
     for r in runs {
         let per = |s: f64| s * 1000.0 / f64::from(r.partitions.max(1));
         out += &format!(
-            "{:>10} {:>10.2} {:>14.3} {:>9} {:>14.3} {:>20.3} {:>9} {:>14.3} {:>12}\n",
+            "{:>10} {:>10.2} {:>13.3} {:>9} {:>9.3} {:>9} {:>14.3} {:>15.3} {:>9} {:>14.3} {:>12}\n",
             r.partitions,
             r.create_seconds,
+            r.unmarked_seconds,
+            flushes(r.unmarked_flushes),
             r.clean_seconds,
             flushes(r.clean_flushes),
             per(r.clean_seconds),

@@ -417,17 +417,20 @@ impl<S: Storage + Clone> MetadataGroup<S> {
         identity: &Identity,
         wal: Config,
     ) -> Result<Option<(Self, Checked)>, GroupError> {
+        let policy = if wal.previous_shutdown_clean {
+            RepairPolicy::RepairDamaged
+        } else {
+            RepairPolicy::Repair
+        };
         let Some((checked, wal_plan)) = plan(&storage, dir, identity)? else {
             // Nothing here; a leftover superblock.tmp of an unfinished creation is removed.
-            Superblock::open(storage.clone(), dir, identity, RepairPolicy::Repair)?;
+            Superblock::open(storage.clone(), dir, identity, policy)?;
             return Ok(None);
         };
-        let (superblock, _) =
-            Superblock::open(storage.clone(), dir, identity, RepairPolicy::Repair)?.ok_or_else(
-                || GroupError::LogMissing {
-                    dir: dir.to_path_buf(),
-                },
-            )?;
+        let (superblock, _) = Superblock::open(storage.clone(), dir, identity, policy)?
+            .ok_or_else(|| GroupError::LogMissing {
+                dir: dir.to_path_buf(),
+            })?;
         // Nothing reads them; removed before anything could write them again.
         iggy_snapshot::remove_leftovers(&storage, dir)?;
         let wal_dir = dir.join(WAL_DIR);
@@ -676,6 +679,15 @@ impl<S: Storage + Clone> MetadataGroup<S> {
     /// The journaled head (prepares past [`MetadataGroup::applied_op`] are not committed).
     pub fn head_op(&self) -> u64 {
         self.wal.head().0
+    }
+
+    /// The group's part of a clean shutdown: publishes everything with the log synced, and
+    /// fails if a failed write poisoned the log or the superblock (see
+    /// `iggy_segments::Partition::prepare_shutdown`).
+    pub fn prepare_shutdown(&self) -> Result<(), GroupError> {
+        self.wal.publish_synced()?;
+        self.superblock.ensure_healthy()?;
+        Ok(())
     }
 
     pub fn superblock(&self) -> &Superblock<S> {

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 use iggy_io::{EntryKind, ReadFile, ReadStorage};
 
-use crate::boot::LOCK_FILE;
+use crate::boot::{CLEAN_SHUTDOWN_FILE, LOCK_FILE};
 use crate::report::{Action, Report};
 
 /// What one path of a tree is: a directory, or a file with its bytes' checksum.
@@ -33,7 +33,12 @@ pub fn snapshot<R: ReadStorage>(
         for entry in storage.list_dir(&dir)? {
             let path = dir.join(&entry.name);
             let relative = path.strip_prefix(root).unwrap_or(&path).to_path_buf();
-            if relative == Path::new(LOCK_FILE) {
+            // The clean-shutdown marker says how the last process ended, not data; boot
+            // removes it before it writes anything.
+            if relative == Path::new(LOCK_FILE)
+                || relative == Path::new(CLEAN_SHUTDOWN_FILE)
+                || relative == Path::new("clean-shutdown.tmp")
+            {
                 continue;
             }
             let node = match entry.kind {

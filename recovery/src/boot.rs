@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use iggy_io::{EntryKind, ErrorKind, FileLock, ReadFile, ReadStorage, Storage};
+use iggy_io::{EntryKind, ErrorKind, FileLock, ReadFile, ReadStorage, Storage, WriteFile};
 use iggy_metadata::group::{self as metadata_group, GroupError, MetadataGroup};
 use iggy_segments::{Partition, PartitionError};
 use iggy_superblock::copy::{self, Slot};
@@ -26,6 +26,12 @@ pub const METADATA_DIR: &str = "metadata";
 pub const PARTITIONS_DIR: &str = "partitions";
 /// The lock file in a data directory: held (`flock`) by the one process that writes the node.
 pub const LOCK_FILE: &str = "lock";
+/// Written last by a clean shutdown ([`NodeState::shutdown`]) and removed by the next boot
+/// before it writes anything: while it exists, every group's trusted state was synced by the
+/// process that wrote it, so boot skips the rewrites that guard against a process that died
+/// after a failed sync (3 flushes a group).
+pub const CLEAN_SHUTDOWN_FILE: &str = "clean-shutdown";
+const CLEAN_SHUTDOWN_TEMP_FILE: &str = "clean-shutdown.tmp";
 
 /// A partition's identity: `partitions/<stream>.<topic>.<partition>/`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -94,6 +100,14 @@ pub struct BootConfig {
     /// Bytes a group may append unpublished before appends fail with `Backpressure`: at least
     /// a checkpoint interval and the largest prepare.
     pub unpublished_bytes_max: u64,
+    /// Partitions booted at once (each mostly waits on its own syncs, and the device takes
+    /// several at once). 1 boots them in order on the calling thread: what a deterministic
+    /// simulation needs ([`BootConfig::new`]); [`BootConfig::fresh`], the server's and the
+    /// tools', uses 8.
+    pub boot_threads: usize,
+    /// The previous process shut down cleanly: set by boot itself when it finds (and removes)
+    /// the clean-shutdown marker; a caller's value is ignored.
+    pub previous_shutdown_clean: bool,
 }
 
 impl BootConfig {
@@ -109,6 +123,8 @@ impl BootConfig {
             segment_size_bytes: partition.segment_size_bytes,
             index_interval_bytes: partition.index_interval_bytes,
             unpublished_bytes_max: partition.unpublished_bytes_max,
+            boot_threads: 1,
+            previous_shutdown_clean: false,
         }
     }
 
@@ -119,7 +135,10 @@ impl BootConfig {
         use std::hash::{BuildHasher, Hasher};
         let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
         hasher.write_u32(std::process::id());
-        Self::new(hasher.finish())
+        Self {
+            boot_threads: 8,
+            ..Self::new(hasher.finish())
+        }
     }
 
     /// The configuration partition `key` boots with; `segment_size_bytes` is its topic's (from
@@ -139,6 +158,7 @@ impl BootConfig {
         config.unpublished_bytes_max = self.unpublished_bytes_max;
         config.incarnation = self.incarnation;
         config.replicated = identity.replica_count > 1;
+        config.previous_shutdown_clean = self.previous_shutdown_clean;
         config
     }
 
@@ -149,6 +169,7 @@ impl BootConfig {
             incarnation: self.incarnation,
             file_size_bytes: self.metadata_file_size_bytes,
             unpublished_bytes_max: self.unpublished_bytes_max,
+            previous_shutdown_clean: self.previous_shutdown_clean,
             ..iggy_wal::Config::new(metadata_group::GROUP_ID)
         }
     }
@@ -178,6 +199,129 @@ pub struct NodeState<S: Storage + Clone> {
     pub metadata: Option<MetadataGroup<S>>,
     pub partitions: BTreeMap<PartitionKey, Partition<S>>,
     pub lock: NodeLock,
+}
+
+impl<S: Storage + Clone> NodeState<S> {
+    /// Shuts the node down cleanly: every group publishes what it appended with its log synced,
+    /// and only if every one succeeded (no failed write poisoned a log or a superblock) the
+    /// clean-shutdown marker is written, made durable, and the lock released. The next boot
+    /// then skips rewriting each group's trusted state. On an error the marker is not written:
+    /// the next boot does every rewrite, as after a crash.
+    pub fn shutdown(self, storage: &S, data_dir: &Path) -> Result<(), String> {
+        let Self {
+            metadata,
+            partitions,
+            lock,
+            ..
+        } = self;
+        if let Some(metadata) = metadata {
+            metadata
+                .prepare_shutdown()
+                .map_err(|e| format!("metadata: {e}"))?;
+        }
+        // Each partition closed once it is done: publishing opens its frontier file, and a
+        // node of 10,000 partitions holding them all would pass the file limit.
+        for (key, partition) in partitions {
+            partition
+                .prepare_shutdown()
+                .map_err(|e| format!("{}: {e}", key.label()))?;
+        }
+        write_clean_shutdown(storage, data_dir).map_err(|e| e.to_string())?;
+        drop(lock);
+        Ok(())
+    }
+}
+
+/// Writes the clean-shutdown marker durably (temp file, sync, rename, directory sync), for a
+/// process that made every group's state durable and writes nothing after.
+pub fn write_clean_shutdown<S: Storage>(
+    storage: &S,
+    data_dir: &Path,
+) -> Result<(), iggy_io::Error> {
+    let temp = data_dir.join(CLEAN_SHUTDOWN_TEMP_FILE);
+    let file = storage.open(&temp, iggy_io::OpenMode::Create)?;
+    file.set_len(0)?;
+    file.write_all_at(0, b"clean shutdown\n")?;
+    file.sync_data()?;
+    drop(file);
+    storage.rename(&temp, data_dir.join(CLEAN_SHUTDOWN_FILE))?;
+    storage.sync_dir(data_dir)
+}
+
+/// Whether the previous process shut down cleanly: removes the marker (and a leftover temp)
+/// durably before boot writes anything, so a crash during this boot is never taken for a clean
+/// shutdown.
+fn consume_clean_shutdown<S: Storage>(
+    storage: &S,
+    data_dir: &Path,
+) -> Result<bool, iggy_io::Error> {
+    let marker = data_dir.join(CLEAN_SHUTDOWN_FILE);
+    let temp = data_dir.join(CLEAN_SHUTDOWN_TEMP_FILE);
+    let clean = storage.exists(&marker)?;
+    let leftover = storage.exists(&temp)?;
+    if clean {
+        storage.unlink(&marker)?;
+    }
+    if leftover {
+        storage.unlink(&temp)?;
+    }
+    if clean || leftover {
+        storage.sync_dir(data_dir)?;
+    }
+    Ok(clean)
+}
+
+/// A partition's boot outcome, with the leftover `superblock.tmp` it found first.
+type Opened<S> = (
+    Option<PathBuf>,
+    Result<Option<(Partition<S>, iggy_segments::Report)>, PartitionError>,
+);
+
+/// Boots every partition of `jobs` on up to `threads` threads; outcomes in `jobs`' order.
+fn open_partitions<S: Storage + Clone>(
+    storage: &S,
+    jobs: &[(PartitionKey, PathBuf, iggy_segments::Config)],
+    mode: Mode,
+    threads: usize,
+) -> Vec<Opened<S>> {
+    let open_one = |(_, dir, config): &(PartitionKey, PathBuf, iggy_segments::Config)| {
+        let temp = iggy_superblock::leftover_temp(storage, dir).ok().flatten();
+        let outcome = Partition::open(storage.clone(), dir, config.clone(), mode);
+        (temp, outcome)
+    };
+    let threads = threads.min(jobs.len());
+    if threads <= 1 {
+        return jobs.iter().map(open_one).collect();
+    }
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let mut outcomes: Vec<Option<Opened<S>>> = jobs.iter().map(|_| None).collect();
+    std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..threads)
+            .map(|_| {
+                scope.spawn(|| {
+                    let mut done = Vec::new();
+                    loop {
+                        let index = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let Some(job) = jobs.get(index) else { break };
+                        done.push((index, open_one(job)));
+                    }
+                    done
+                })
+            })
+            .collect();
+        for worker in workers {
+            let done = worker
+                .join()
+                .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+            for (index, outcome) in done {
+                outcomes[index] = Some(outcome);
+            }
+        }
+    });
+    outcomes
+        .into_iter()
+        .map(|o| o.unwrap_or_else(|| unreachable!("every job ran")))
+        .collect()
 }
 
 /// The exclusive lock on a node directory ([`lock`]), held until dropped (the kernel frees it if
@@ -1271,6 +1415,10 @@ pub fn boot_locked<S: Storage + Clone>(
         "Check mode is `check()`: it needs only a read-only storage"
     );
     let mut walk = Walk::start(&storage, data_dir)?;
+    let config = &BootConfig {
+        previous_shutdown_clean: consume_clean_shutdown(&storage, data_dir)?,
+        ..config.clone()
+    };
     let metadata_dir = walk.metadata_dir.clone();
     let has_partitions = !walk.dirs.is_empty();
     let fresh = fresh_metadata(&storage, &metadata_dir)?;
@@ -1293,7 +1441,25 @@ pub fn boot_locked<S: Storage + Clone>(
         opened,
     );
     let mut partitions = BTreeMap::new();
-    for (key, disposition) in walk.plan(state.as_ref()) {
+    let plan = walk.plan(state.as_ref());
+    // The partitions open in parallel: each boot is mostly waiting on its own syncs, and the
+    // device takes several at once (a node of 10,000 partitions: docs/benchmarks.md). The
+    // report is then built in key order, as one thread would.
+    let jobs: Vec<(PartitionKey, PathBuf, iggy_segments::Config)> = plan
+        .iter()
+        .filter(|(_, disposition)| matches!(disposition, Disposition::Open))
+        .map(|(key, _)| {
+            let dir = data_dir.join(PARTITIONS_DIR).join(key.dir_name());
+            let identity = walk
+                .identity
+                .or_else(|| discover_identity(&storage, &dir))
+                .unwrap_or(UNKNOWN_IDENTITY);
+            let partition = config.partition(identity, *key, segment_size(state.as_ref(), *key));
+            (*key, dir, partition)
+        })
+        .collect();
+    let mut opened = open_partitions(&storage, &jobs, mode, config.boot_threads).into_iter();
+    for (key, disposition) in plan {
         let dir = data_dir.join(PARTITIONS_DIR).join(key.dir_name());
         let label = key.label();
         match disposition {
@@ -1304,16 +1470,10 @@ pub fn boot_locked<S: Storage + Clone>(
             ),
             Disposition::Unknown { deleted } => walk.builder.unknown(&label, &dir, deleted),
             Disposition::Open => {
-                let identity = walk
-                    .identity
-                    .or_else(|| discover_identity(&storage, &dir))
-                    .unwrap_or(UNKNOWN_IDENTITY);
-                let partition = config.partition(identity, key, segment_size(state.as_ref(), key));
-                let temp = iggy_superblock::leftover_temp(&storage, &dir)
-                    .ok()
-                    .flatten();
-                let opened = Partition::open(storage.clone(), &dir, partition, mode);
-                if let Some(partition) = walk.builder.partition(&label, &dir, temp, opened) {
+                let (temp, outcome) = opened
+                    .next()
+                    .unwrap_or_else(|| unreachable!("one outcome per partition to open"));
+                if let Some(partition) = walk.builder.partition(&label, &dir, temp, outcome) {
                     partitions.insert(key, partition);
                 }
             }

@@ -8,7 +8,9 @@ use std::path::{Path, PathBuf};
 
 use iggy_io::{EntryKind, ReadFile, ReadStorage};
 
-use crate::boot::{LOCK_FILE, METADATA_DIR, PARTITIONS_DIR, PartitionKey, node_finding};
+use crate::boot::{
+    CLEAN_SHUTDOWN_FILE, LOCK_FILE, METADATA_DIR, PARTITIONS_DIR, PartitionKey, node_finding,
+};
 use crate::report::Finding;
 
 /// Where in the layout a directory is.
@@ -39,7 +41,7 @@ fn expected(level: Level, name: &str) -> Option<(EntryKind, Option<Level>)> {
         Level::Root => match name {
             METADATA_DIR => dir(Level::Metadata),
             PARTITIONS_DIR => dir(Level::Partitions),
-            LOCK_FILE => file,
+            LOCK_FILE | CLEAN_SHUTDOWN_FILE | "clean-shutdown.tmp" => file,
             _ => None,
         },
         Level::Metadata => match name {

@@ -20,9 +20,9 @@ pub mod populate;
 pub mod report;
 
 pub use boot::{
-    BootConfig, LOCK_FILE, METADATA_DIR, NodeLock, NodeState, PARTITIONS_DIR, PartitionKey,
-    RecoveryError, boot, boot_locked, boot_with, check, check_with, lock, metadata_wal_config,
-    partition_config, wal_finding,
+    BootConfig, CLEAN_SHUTDOWN_FILE, LOCK_FILE, METADATA_DIR, NodeLock, NodeState, PARTITIONS_DIR,
+    PartitionKey, RecoveryError, boot, boot_locked, boot_with, check, check_with, lock,
+    metadata_wal_config, partition_config, wal_finding, write_clean_shutdown,
 };
 pub use iggy_wal::Mode;
 pub use report::{

@@ -40,6 +40,10 @@ pub struct Config {
     /// ([`crate::Partition::commit`], a quorum's decision), and retention keeps everything past
     /// the commit point. Otherwise (a single node) an entry commits once published.
     pub replicated: bool,
+    /// The process before this boot shut down cleanly: boot rewrites only damaged copies of
+    /// the superblock and not the trusted frontier (see `iggy_wal::Config`). Set by the
+    /// node's boot.
+    pub previous_shutdown_clean: bool,
 }
 
 impl Config {
@@ -59,6 +63,16 @@ impl Config {
             unpublished_bytes_max: CHECKPOINT_BYTES + PREPARE_BYTES_MAX,
             read_path: ReadPath::Mapped,
             replicated: false,
+            previous_shutdown_clean: false,
+        }
+    }
+
+    /// How boot repairs the superblock.
+    pub(crate) fn superblock_policy(&self) -> iggy_superblock::RepairPolicy {
+        if self.previous_shutdown_clean {
+            iggy_superblock::RepairPolicy::RepairDamaged
+        } else {
+            iggy_superblock::RepairPolicy::Repair
         }
     }
 
@@ -68,6 +82,7 @@ impl Config {
             file_size_bytes: self.segment_size_bytes,
             unpublished_bytes_max: self.unpublished_bytes_max,
             naming: Naming::ByKey,
+            previous_shutdown_clean: self.previous_shutdown_clean,
             ..wal::Config::new(self.group)
         }
     }

@@ -27,7 +27,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use iggy_io::{Mapping, Storage};
-use iggy_superblock::{RepairPolicy, Superblock, VsrState};
+use iggy_superblock::{Superblock, VsrState};
 use iggy_wal::{Mode, Wal};
 
 use crate::boot::{self, empty_segment, fresh_wal_report};
@@ -122,16 +122,25 @@ impl<S: Storage + Clone> Partition<S> {
     ) -> Result<Option<(Self, Report)>, PartitionError> {
         assert!(mode != Mode::Check, "Check mode is `check()`");
         let Some(planned) = boot::plan(&storage, dir, &config)? else {
-            Superblock::open(storage.clone(), dir, &config.identity, RepairPolicy::Repair)?;
+            Superblock::open(
+                storage.clone(),
+                dir,
+                &config.identity,
+                config.superblock_policy(),
+            )?;
             return Ok(None);
         };
         let report = planned.report;
         install::recover(&storage, dir)?;
-        let (superblock, superblock_repairs) =
-            Superblock::open(storage.clone(), dir, &config.identity, RepairPolicy::Repair)?
-                .ok_or_else(|| PartitionError::StateChanged {
-                    dir: dir.to_path_buf(),
-                })?;
+        let (superblock, superblock_repairs) = Superblock::open(
+            storage.clone(),
+            dir,
+            &config.identity,
+            config.superblock_policy(),
+        )?
+        .ok_or_else(|| PartitionError::StateChanged {
+            dir: dir.to_path_buf(),
+        })?;
         if superblock_repairs != report.superblock_repairs {
             // The plan decided them; a difference means another writer despite the node lock.
             return Err(PartitionError::StateChanged {
@@ -208,6 +217,16 @@ impl<S: Storage + Clone> Partition<S> {
     /// Makes every appended entry durable (one WAL publication; concurrent callers share it).
     pub fn publish(&self) -> Result<(), PartitionError> {
         self.wal.publish()?;
+        Ok(())
+    }
+
+    /// The partition's part of a clean shutdown: publishes everything appended with the log
+    /// synced (so the next boot needs nothing from the carried ring), and fails if a failed
+    /// write poisoned the log or the superblock, whose state then may not be durable (that
+    /// shutdown is not clean).
+    pub fn prepare_shutdown(&self) -> Result<(), PartitionError> {
+        self.wal.publish_synced()?;
+        self.lock_superblock().ensure_healthy()?;
         Ok(())
     }
 

@@ -329,17 +329,28 @@ impl Node {
         self.hosts.get(&group).and_then(|h| h.replica.leader())
     }
 
-    /// A clean shutdown: every partition publishes what it appended (the metadata group's
-    /// entries are durable already), then the process exits. Returns the first failure.
+    /// A clean shutdown: every group publishes what it appended with its log synced, the node
+    /// writes the clean-shutdown marker when all of them succeeded (so its next boot skips
+    /// the rewrites of trusted state), then the process exits. Returns the first failure.
     pub fn shutdown(&mut self) -> Result<(), String> {
         let mut result = Ok(());
         for host in self.hosts.values() {
-            if let Store::Partition { partition, .. } = &host.store
-                && let Err(e) = partition.publish()
+            let prepared = match &host.store {
+                Store::Partition { partition, .. } => {
+                    partition.prepare_shutdown().map_err(|e| e.to_string())
+                }
+                Store::Metadata(group) => group.prepare_shutdown().map_err(|e| e.to_string()),
+            };
+            if let Err(e) = prepared
                 && result.is_ok()
             {
                 result = Err(format!("node {}: {}: {e}", self.index, host.kind.label()));
             }
+        }
+        if result.is_ok() {
+            // Every group synced what it trusts: the next boot may skip the rewrites.
+            result = iggy_recovery::write_clean_shutdown(&self.storage, Path::new(""))
+                .map_err(|e| format!("node {}: clean-shutdown marker: {e}", self.index));
         }
         self.crash(false);
         result

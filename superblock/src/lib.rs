@@ -392,8 +392,12 @@ fn check_identity(
 /// Whether [`Superblock::open`] rewrites damaged or stale copies.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RepairPolicy {
-    /// Rewrite them through the normal write path before returning.
+    /// Rewrite them through the normal write path before returning, and the good copies too
+    /// (the same bytes: what this boot trusts may be a crashed process's page cache only).
     Repair,
+    /// Rewrite only the damaged or stale copies: for a boot after a clean shutdown, whose
+    /// process synced every write it made, so the good copies are durable already.
+    RepairDamaged,
     /// Leave the file untouched and only report them.
     ReportOnly,
 }
@@ -403,7 +407,9 @@ pub enum RepairPolicy {
 pub struct Superblock<S: Storage> {
     storage: S,
     path: PathBuf,
-    file: S::File,
+    /// Opened by the first update and kept: a group that boots and idles holds no descriptor
+    /// for its superblock (a node of 10,000 partitions has a file limit to respect).
+    file: Option<S::File>,
     record: Record,
     checksum: Checksum,
     poisoned: bool,
@@ -450,13 +456,13 @@ impl<S: Storage> Superblock<S> {
         // The rename is the moment the group exists; it must be durable before we return.
         storage.sync_dir(dir)?;
         drop(file);
-        // Reopened under its final name, so every later error and trace names the real file.
-        let file = storage.open(&path, OpenMode::Existing)?;
         let checksum = copy::record_checksum(&record);
         Ok(Self {
             storage,
             path,
-            file,
+            // Opened under its final name by the first update, so every later error and trace
+            // names the real file.
+            file: None,
             record,
             checksum,
             poisoned: false,
@@ -473,7 +479,7 @@ impl<S: Storage> Superblock<S> {
         policy: RepairPolicy,
     ) -> Result<Option<(Self, Vec<CopyRepair>)>, SuperblockError> {
         let opened = read(&storage, dir, expected)?;
-        if policy == RepairPolicy::Repair {
+        if policy != RepairPolicy::ReportOnly {
             remove_leftover_temp(&storage, dir)?;
         }
         let (record, checksum, repairs) = match opened {
@@ -485,11 +491,10 @@ impl<S: Storage> Superblock<S> {
             } => (record, checksum, repairs),
         };
         let path = file_path(dir);
-        let file = storage.open(&path, OpenMode::Existing)?;
         let mut superblock = Self {
             storage,
             path,
-            file,
+            file: None,
             record,
             checksum,
             poisoned: false,
@@ -503,8 +508,27 @@ impl<S: Storage> Superblock<S> {
             for slot in Slot::ALL {
                 superblock.write_copy(slot, &record)?;
             }
+            superblock.file = None;
+        } else if policy == RepairPolicy::RepairDamaged && !repairs.is_empty() {
+            for slot in Slot::ALL {
+                if repairs.iter().any(|r| r.slot == slot) {
+                    superblock.write_copy(slot, &record)?;
+                }
+            }
+            superblock.file = None;
         }
         Ok(Some((superblock, repairs)))
+    }
+
+    /// Refuses (`Poisoned`) when a failed write poisoned this handle: its state may not be
+    /// durable. What a clean shutdown checks before it says so.
+    pub fn ensure_healthy(&self) -> Result<(), SuperblockError> {
+        if self.poisoned {
+            return Err(SuperblockError::Poisoned {
+                path: self.path.clone(),
+            });
+        }
+        Ok(())
     }
 
     /// The current durable record's state: what the replica may act on.
@@ -589,7 +613,15 @@ impl<S: Storage> Superblock<S> {
         let bytes = copy::encode(record, slot);
         // This copy must be durable before the other is touched (and before the caller acts on
         // the new state): one copy is always intact. Write and sync go out as one step.
-        let result = self.file.write_all_and_sync_data(slot.offset(), &bytes);
+        let file = match &mut self.file {
+            Some(file) => file,
+            None => match self.storage.open(&self.path, OpenMode::Existing) {
+                Ok(file) => self.file.insert(file),
+                // Nothing was written: the durable state is as it was (not poisoned).
+                Err(error) => return Err(error.into()),
+            },
+        };
+        let result = file.write_all_and_sync_data(slot.offset(), &bytes);
         if let Err(error) = result {
             self.poisoned = true;
             return Err(error.into());
