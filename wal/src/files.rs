@@ -160,7 +160,6 @@ impl<S: Storage> Wal<S> {
         }
         // Everything kept was synced above.
         state.synced_sequence = next.sequence;
-        state.carried_since_sync = 0;
         state.carry = Some(CarryRun::default());
         let old_end = file.end;
         file.file.write_zeros(new_end, old_end - new_end)?;

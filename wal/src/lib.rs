@@ -172,8 +172,6 @@ struct State<F> {
     /// The last publication that synced the log files (every entry through its head is durable
     /// in the log itself).
     synced_sequence: u64,
-    /// Publications since then that carried their entries (each in a ring pair of its own).
-    carried_since_sync: usize,
     /// Ring records that may hold data (bit `i`: record `i`), zeroed when the log is cut back.
     ring_written: u64,
     published: Frontier,
@@ -406,7 +404,6 @@ impl<S: Storage> Wal<S> {
             // Created, or booted: boot synced every file holding published entries (carried
             // ones written back first), so nothing earlier is needed from the ring.
             synced_sequence: published.sequence,
-            carried_since_sync: 0,
             ring_written: ring.written,
             published,
             publishing: false,

@@ -222,9 +222,12 @@ impl<S: Storage> Wal<S> {
                 || (run.file_first_op == head_first_op
                     && run.offset + run.bytes.len() as u64 == head_end)
         };
+        // The records this one needs at boot (those after the last sync) must all be in the
+        // ring: at most `PAIRS`, or the pair it takes still holds the only copy of something.
+        let unsynced = next.sequence - state.synced_sequence;
         if self.ring_available
             && self.config.carry_small_publications
-            && state.carried_since_sync < ring::PAIRS
+            && unsynced <= ring::PAIRS as u64
             && let Some(run) = run.filter(carries)
         {
             let record = Carried {
@@ -232,10 +235,16 @@ impl<S: Storage> Wal<S> {
                 synced_sequence: state.synced_sequence,
                 entries: run.bytes,
             };
-            // Not synced by this publication: the files stay dirty until one that syncs.
-            state.dirty = dirty;
+            // The last one the ring has room for syncs the log alongside its own flush; the
+            // others leave the files dirty.
+            let sync_log = if unsynced == ring::PAIRS as u64 {
+                Some(dirty)
+            } else {
+                state.dirty = dirty;
+                None
+            };
             drop(state);
-            return self.run_carried(chunks, record, covered, previous, appended_bytes);
+            return self.run_carried(chunks, record, sync_log, covered, previous, appended_bytes);
         }
         let head = state
             .files
@@ -317,7 +326,6 @@ impl<S: Storage> Wal<S> {
                 // Every file written before it was synced: the ring's older records are no
                 // longer the only copy of anything.
                 state.synced_sequence = next.sequence;
-                state.carried_since_sync = 0;
                 Ok(())
             }
             Err(error) => {
@@ -332,18 +340,29 @@ impl<S: Storage> Wal<S> {
     }
 
     /// A publication whose entries travel in its ring records: the log's copy is written but
-    /// not synced, and both records go out in one flush of the frontier file. Fewer than
-    /// [`ring::PAIRS`] carried publications since the log was last synced (checked by the
-    /// caller), so the pair it overwrites holds nothing that exists only there.
+    /// not synced, and both records go out in one flush of the frontier file. At most
+    /// [`ring::PAIRS`] publications since the log was last synced (checked by the caller), so
+    /// the pair it overwrites holds nothing that exists only there. With `sync_log` (the last
+    /// publication the ring has room for), those files and this one's are synced too, on a
+    /// second thread while the frontier's flush is in flight (the device takes both at once),
+    /// and every entry through this publication is then durable in the log.
     fn run_carried<'a>(
         &'a self,
         chunks: Vec<Chunk<S::File>>,
         record: Carried,
+        sync_log: Option<Vec<(u64, Arc<S::File>)>>,
         mut covered: Vec<Waiter>,
         previous: Frontier,
         appended_bytes: u64,
     ) -> Result<MutexGuard<'a, State<S::File>>, WalError> {
         let [first, second] = ring::records_of(record.frontier.sequence);
+        let syncs_log = sync_log.is_some();
+        let mut sync_log = sync_log.unwrap_or_default();
+        if syncs_log {
+            for chunk in &chunks {
+                mark_dirty(&mut sync_log, chunk.first_op, &chunk.file);
+            }
+        }
         let result = (|| {
             for chunk in &chunks {
                 chunk.file.write_all_at(chunk.offset, &chunk.bytes)?;
@@ -351,12 +370,25 @@ impl<S: Storage> Wal<S> {
             for waiter in covered.drain(..) {
                 waiter.wake(Some(previous));
             }
-            self.frontier_file()?
-                .write_all_at(ring::offset(first), &ring::encode(&record, first))?;
-            // Both copies in one flush: the publication exists once this returns, and nothing is
-            // acknowledged before.
-            self.frontier_file()?
-                .write_all_and_sync_data(ring::offset(second), &ring::encode(&record, second))
+            let frontier = self.frontier_file()?;
+            frontier.write_all_at(ring::offset(first), &ring::encode(&record, first))?;
+            let second_bytes = ring::encode(&record, second);
+            if !syncs_log {
+                // Both copies in one flush: the publication exists once this returns, and
+                // nothing is acknowledged before.
+                return frontier.write_all_and_sync_data(ring::offset(second), &second_bytes);
+            }
+            std::thread::scope(|scope| {
+                // Every entry of this publication and the ones before it was written above or
+                // earlier: this sync makes them all durable in the log.
+                let log =
+                    scope.spawn(|| sync_log.iter().try_for_each(|(_, file)| file.sync_data()));
+                let ring = frontier.write_all_and_sync_data(ring::offset(second), &second_bytes);
+                let log = log
+                    .join()
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+                ring.and(log)
+            })
         })();
         for waiter in covered.drain(..) {
             waiter.wake(Some(previous));
@@ -365,12 +397,15 @@ impl<S: Storage> Wal<S> {
         state.publishing = false;
         match result {
             Ok(()) => {
-                for chunk in &chunks {
-                    mark_dirty(&mut state.dirty, chunk.first_op, &chunk.file);
+                if syncs_log {
+                    state.synced_sequence = record.frontier.sequence;
+                } else {
+                    for chunk in &chunks {
+                        mark_dirty(&mut state.dirty, chunk.first_op, &chunk.file);
+                    }
                 }
                 state.published = record.frontier;
                 state.published_bytes = appended_bytes;
-                state.carried_since_sync += 1;
                 state.ring_written |= (1 << first) | (1 << second);
                 Ok(state)
             }
@@ -393,19 +428,21 @@ mod tests {
 
     /// A publication with nothing written since the last one (no public call reaches this
     /// today, the branch is defensive) makes its frontier durable when it returns, through the
-    /// ring (zero entries carried) and through a slot when the ring has no room.
+    /// ring (zero entries carried) and through a slot when publications do not carry.
     #[test]
     fn a_publication_with_nothing_written_makes_its_frontier_durable() {
-        for ring_full in [false, true] {
+        for slots_only in [false, true] {
             let storage = iggy_io::SimStorage::new(1);
             let dir = Path::new("wal");
-            let wal = Wal::create(storage.clone(), dir, Config::new(7), 1, 0).expect("create");
+            let config = Config {
+                carry_small_publications: !slots_only,
+                ..Config::new(7)
+            };
+            let wal = Wal::create(storage.clone(), dir, config, 1, 0).expect("create");
             let before = wal.published();
-            let mut state = wal.lock();
-            if ring_full {
-                state.carried_since_sync = crate::ring::PAIRS;
-            }
-            let state = wal.run_publication(state, Vec::new()).expect("publish");
+            let state = wal
+                .run_publication(wal.lock(), Vec::new())
+                .expect("publish");
             let after = state.published;
             drop(state);
             assert_eq!(after.sequence, before.sequence + 1);
@@ -413,7 +450,7 @@ mod tests {
             storage.power_loss_durable_only();
             let bytes = storage.read_all(dir.join(FRONTIER_FILE)).expect("frontier");
             let slots = frontier::decode_file(&bytes);
-            if ring_full {
+            if slots_only {
                 assert_eq!(slots[after.slot()], Ok(after), "the publication is durable");
             } else {
                 let file = iggy_io::ReadStorage::open_read(&storage, dir.join(FRONTIER_FILE))
