@@ -114,6 +114,10 @@ pub struct Cell {
     /// The latency CDF behind `latency`: (microseconds, quantile), for the chart.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub cdf: Vec<(f64, f64)>,
+    /// Bytes a cold replay read from the device (its block counters; the median over rounds),
+    /// where the kernel exposes them: so two replay figures compare like work.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub device_read_bytes: Option<u64>,
 }
 
 /// What one run of a scenario measured.
@@ -123,6 +127,8 @@ pub struct Measured {
     pub value: f64,
     /// Per-append latencies, for the durable scenarios.
     pub latencies: Option<Latencies>,
+    /// Bytes read from the device meanwhile (cold replays).
+    pub device_read_bytes: Option<u64>,
 }
 
 /// Pseudo-random, incompressible record bytes (the same for every engine).
@@ -205,6 +211,7 @@ pub fn run_one(
             Some(Measured {
                 value: rate(records, started),
                 latencies: Some(latencies),
+                device_read_bytes: None,
             })
         }
         Scenario::UnpublishedBatches if kind.has_unpublished_mode() => {
@@ -214,6 +221,7 @@ pub fn run_one(
             Some(Measured {
                 value: rate(records, started),
                 latencies: None,
+                device_read_bytes: None,
             })
         }
         Scenario::SinglePublished => {
@@ -228,6 +236,7 @@ pub fn run_one(
             Some(Measured {
                 value: rate(sizes.single_records, started),
                 latencies: Some(latencies),
+                device_read_bytes: None,
             })
         }
         Scenario::Concurrent64 if kind.has_group_commit() => {
@@ -258,6 +267,7 @@ pub fn run_one(
             Some(Measured {
                 value: rate(64 * per_thread, started),
                 latencies: Some(latencies),
+                device_read_bytes: None,
             })
         }
         Scenario::ReplayWarm | Scenario::ReplayCold if kind.has_own_replay() => {
@@ -284,13 +294,21 @@ pub fn run_one(
                 1
             };
             let mut rates = Vec::with_capacity(replays);
+            let mut device_read_bytes = None;
             for _ in 0..replays {
                 if scenario == Scenario::ReplayCold && !drop_page_cache() {
                     return Err("cannot drop the page cache here (needs root)".into());
                 }
+                let read_before = iggy_io::device_counters(&dir).map(|c| c.sectors_read);
                 let started = Instant::now();
                 let replayed = kind.replay(&dir, sizes.record_bytes)?;
                 let seconds = started.elapsed().as_secs_f64().max(f64::MIN_POSITIVE);
+                if scenario == Scenario::ReplayCold {
+                    device_read_bytes = iggy_io::device_counters(&dir)
+                        .map(|c| c.sectors_read)
+                        .zip(read_before)
+                        .map(|(after, before)| after.saturating_sub(before) * 512);
+                }
                 if replayed != written {
                     return Err(format!("replayed {replayed} records of {written}"));
                 }
@@ -300,6 +318,7 @@ pub fn run_one(
             Some(Measured {
                 value: rates[rates.len() / 2],
                 latencies: None,
+                device_read_bytes,
             })
         }
         Scenario::UnpublishedBatches
@@ -313,7 +332,13 @@ pub fn run_one(
 }
 
 /// One engine's values, note and latencies for a scenario, gathered over the rounds.
-type EngineSamples = (EngineKind, Vec<f64>, Option<String>, Option<Latencies>);
+type EngineSamples = (
+    EngineKind,
+    Vec<f64>,
+    Option<String>,
+    Option<Latencies>,
+    Vec<u64>,
+);
 
 /// Runs the matrix, interleaving engines within each round; `progress` hears each step.
 pub fn run_matrix(
@@ -328,10 +353,10 @@ pub fn run_matrix(
     for &scenario in scenarios {
         let mut samples: Vec<EngineSamples> = engines
             .iter()
-            .map(|&e| (e, Vec::new(), None, None))
+            .map(|&e| (e, Vec::new(), None, None, Vec::new()))
             .collect();
         for round in 0..sizes.rounds {
-            for (kind, values, note, latency) in &mut samples {
+            for (kind, values, note, latency, read) in &mut samples {
                 progress(&format!(
                     "{} / {} / round {}",
                     scenario.name(),
@@ -341,6 +366,7 @@ pub fn run_matrix(
                 match run_one(*kind, scenario, sizes, base, &data) {
                     Ok(Some(measured)) => {
                         values.push(measured.value);
+                        read.extend(measured.device_read_bytes);
                         if let Some(recorded) = measured.latencies {
                             latency.get_or_insert_with(Latencies::new).merge(&recorded);
                         }
@@ -350,8 +376,9 @@ pub fn run_matrix(
                 }
             }
         }
-        for (engine, mut values, note, latency) in samples {
+        for (engine, mut values, note, latency, mut read) in samples {
             values.sort_by(f64::total_cmp);
+            read.sort_unstable();
             let median = (!values.is_empty()).then(|| values[values.len() / 2]);
             cells.push(Cell {
                 scenario,
@@ -361,6 +388,7 @@ pub fn run_matrix(
                 note,
                 latency: latency.as_ref().map(Latencies::percentiles),
                 cdf: latency.map(|l| l.cdf(200)).unwrap_or_default(),
+                device_read_bytes: read.get(read.len() / 2).copied(),
             });
         }
     }
@@ -424,6 +452,22 @@ pub fn render(cells: &[Cell], engines: &[EngineKind]) -> String {
                 Some(Cell { note: Some(_), .. }) => "error".to_string(),
                 _ => "-".to_string(),
             };
+            let _ = write!(out, " {text:>22}");
+        }
+        out.push('\n');
+    }
+    let read: Vec<&Cell> = cells
+        .iter()
+        .filter(|c| c.device_read_bytes.is_some())
+        .collect();
+    if !read.is_empty() {
+        let _ = write!(out, "{:<30}", "cold replay read (MB, device)");
+        for &engine in engines {
+            let text = read
+                .iter()
+                .find(|c| c.engine == engine)
+                .and_then(|c| c.device_read_bytes)
+                .map_or("-".to_string(), |b| format!("{:.0}", b as f64 / 1e6));
             let _ = write!(out, " {text:>22}");
         }
         out.push('\n');

@@ -31,6 +31,7 @@ fn the_chart_labels_every_scenario_and_engine() {
                 note: None,
                 latency: Some(latencies.percentiles()),
                 cdf: latencies.cdf(50),
+                device_read_bytes: None,
             });
         }
     }
@@ -53,4 +54,30 @@ fn the_chart_labels_every_scenario_and_engine() {
     }
     // One CDF polyline per engine in the single-record scenario.
     assert!(svg.matches("<polyline").count() >= engines.len(), "{svg}");
+}
+
+#[test]
+fn the_table_says_what_each_cold_replay_read_from_the_device() {
+    let engines = [EngineKind::IggyWal, EngineKind::RaftEngine];
+    let cells: Vec<Cell> = engines
+        .iter()
+        .zip([Some(140_000_000), None])
+        .map(|(&engine, read)| Cell {
+            scenario: Scenario::ReplayCold,
+            engine,
+            median: Some(1e6),
+            samples: vec![1e6],
+            note: None,
+            latency: None,
+            cdf: Vec::new(),
+            device_read_bytes: read,
+        })
+        .collect();
+    let table = iggy_benches::compare::render(&cells, &engines);
+    let row = table
+        .lines()
+        .find(|l| l.starts_with("cold replay read (MB, device)"))
+        .unwrap_or_else(|| panic!("no device-read row in\n{table}"));
+    let fields: Vec<&str> = row.split_whitespace().rev().take(2).collect();
+    assert_eq!(fields, ["-", "140"], "{row}");
 }

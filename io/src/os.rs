@@ -25,6 +25,8 @@ use crate::uring::{Ring, Step, with_thread_ring};
 /// Cumulative I/O counters of the block device that holds a path (`/sys/dev/block/M:m/stat`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct DeviceCounters {
+    /// 512-byte sectors read.
+    pub sectors_read: u64,
     /// 512-byte sectors written.
     pub sectors_written: u64,
     /// Flush requests completed (each `fsync`/`fdatasync` that reaches a device with a volatile
@@ -45,6 +47,7 @@ pub fn device_counters(path: impl AsRef<Path>) -> Option<DeviceCounters> {
         .filter_map(|f| f.parse().ok())
         .collect();
     Some(DeviceCounters {
+        sectors_read: *fields.get(2)?,
         sectors_written: *fields.get(6)?,
         flushes: *fields.get(15)?,
     })
