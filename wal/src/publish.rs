@@ -255,6 +255,7 @@ impl<S: Storage> Wal<S> {
         drop(state);
 
         let frontier_bytes = frontier::encode(&next);
+        let covered_waiters = !covered.is_empty();
         let mut wake = || {
             for waiter in covered.drain(..) {
                 waiter.wake(Some(previous));
@@ -288,9 +289,10 @@ impl<S: Storage> Wal<S> {
                     } else {
                         file.write_all_and_sync_data(last.0, last.1)?;
                     }
-                } else {
+                } else if covered_waiters {
                     // The publication exists once this returns: nothing is acknowledged
-                    // before it.
+                    // before it. Waking the callers the previous publication covered overlaps
+                    // this chain's I/O.
                     file.write_sync_then_write_sync(
                         last.0,
                         last.1,
@@ -299,6 +301,14 @@ impl<S: Storage> Wal<S> {
                         &frontier_bytes,
                         &mut wake,
                     )?;
+                } else {
+                    // Nothing to do while the I/O runs: the same four steps as system calls,
+                    // which skip the hand-offs to io_uring's workers.
+                    file.write_all_at(last.0, last.1)?;
+                    file.sync_data()?;
+                    let frontier = self.frontier_file()?;
+                    frontier.write_all_at(next.offset(), &frontier_bytes)?;
+                    frontier.sync_data()?;
                 }
             }
             if dirty.is_empty() {
