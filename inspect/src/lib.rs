@@ -477,13 +477,23 @@ fn frontier(path: &Path) -> Result<Inspected, String> {
             Ok(c) => {
                 let entries = iggy_wal::carried::carried_entries(&c.entries);
                 let f = &c.frontier;
+                let carries = match entries {
+                    0 => {
+                        "carries no entries (nothing new since the publication before)".to_string()
+                    }
+                    n => format!(
+                        "carries {n} {} (ops {}..={}, {} bytes at offset {})",
+                        if n == 1 { "entry" } else { "entries" },
+                        f.head_op + 1 - n,
+                        f.head_op,
+                        c.entries.len(),
+                        c.log_offset()
+                    ),
+                };
                 text.push_str(&format!(
                     "ring record {record} (offset {start}): sequence {} head op {} in the file keyed \
-                     {:020}, published length {}; carries {entries} entries (ops {}..={}, {} bytes \
-                     at offset {}); log synced through publication {}\n",
-                    f.sequence, f.head_op, f.head_file_key, f.published_length,
-                    f.head_op + 1 - entries, f.head_op, c.entries.len(), c.log_offset(),
-                    c.synced_sequence
+                     {:020}, published length {}; {carries}; log synced through publication {}\n",
+                    f.sequence, f.head_op, f.head_file_key, f.published_length, c.synced_sequence
                 ));
                 records.push(json!({
                     "record": record, "offset": start, "valid": true, "sequence": f.sequence,
@@ -561,7 +571,8 @@ fn carried_in_use(frontier_path: &Path, bytes: &[u8]) -> Vec<String> {
             let [a, b] = iggy_wal::ring::records_of(c.frontier.sequence);
             format!(
                 "publication {} carries ops {}..={} in ring records {a} and {b}: {} bytes for the \
-                 file keyed {:020} at offset {} (boot writes them back)",
+                 file keyed {:020} at offset {} (the log's copy is not synced yet: boot writes \
+                 it back if it was lost)",
                 c.frontier.sequence,
                 c.frontier.head_op + 1 - entries,
                 c.frontier.head_op,

@@ -496,3 +496,59 @@ fn help_lists_the_exit_codes_and_completions_and_man_page_are_generated() {
     assert_eq!(code, 0);
     assert!(man.contains(".TH") && man.contains("iggy-inspect"), "{man}");
 }
+
+/// A log whose small publications carried their entries: `frontier` lists each ring record with
+/// the ops it carries, and `wal` says which publications' ring records the frontier relies on.
+#[test]
+fn frontier_and_wal_say_which_ring_record_carries_which_entries() {
+    let dir = node();
+    let wal = path(&dir, "metadata/wal");
+    let frontier = run(&["frontier", &format!("{wal}/frontier")]);
+    let json: serde_json::Value =
+        serde_json::from_str(&run(&["--json", "frontier", &format!("{wal}/frontier")])).unwrap();
+    // The node's three small publications after its first each carried one entry, in both
+    // records of the pair their sequence names.
+    let ring = json["ring"].as_array().unwrap();
+    assert_eq!(ring.len(), 6, "{json:#}");
+    let mut ops = Vec::new();
+    for pair in ring.chunks(2) {
+        let sequence = pair[0]["sequence"].as_u64().unwrap();
+        for (copy, record) in pair.iter().enumerate() {
+            assert_eq!(record["valid"], true, "{record}");
+            assert_eq!(record["sequence"].as_u64(), Some(sequence), "{record}");
+            let index = record["record"].as_u64().unwrap();
+            assert_eq!(index, (sequence % 16) * 2 + copy as u64, "{record}");
+            assert!(
+                frontier.contains(&format!(
+                    "ring record {index} (offset {}): sequence {sequence} head op {}",
+                    record["offset"], record["head_op"]
+                )),
+                "{frontier}"
+            );
+        }
+        assert_eq!(pair[0]["carried_entries"], 1, "{}", pair[0]);
+        ops.push(pair[0]["carried_first_op"].as_u64().unwrap());
+    }
+    assert_eq!(ops, [1, 2, 3], "{json:#}");
+    assert!(
+        frontier.contains("carries 1 entry (ops 1..=1, "),
+        "{frontier}"
+    );
+    assert!(
+        frontier.contains("relies on the ring records of publications 2..=4"),
+        "{frontier}"
+    );
+    // `wal` names the publication, its ops, its two records and what boot does with them.
+    let shown = run(&["wal", &wal]);
+    for (publication, op, records) in [(2, 1, "4 and 5"), (3, 2, "6 and 7"), (4, 3, "8 and 9")] {
+        let line =
+            format!("publication {publication} carries ops {op}..={op} in ring records {records}");
+        assert!(shown.contains(&line), "{line} missing:\n{shown}");
+    }
+    assert!(
+        shown.contains("boot writes it back if it was lost"),
+        "{shown}"
+    );
+    // The log holds its copy (no power loss here): nothing is restored.
+    assert!(!shown.contains("restore-carried"), "{shown}");
+}
