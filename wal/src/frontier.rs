@@ -230,10 +230,11 @@ pub fn decode_fields(bytes: &[u8]) -> Frontier {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn sample(sequence: u64) -> Frontier {
+    /// A frontier with every field set, for the codecs' tests (the ring's too).
+    pub(crate) fn sample(sequence: u64) -> Frontier {
         Frontier {
             sequence,
             generation: 1,

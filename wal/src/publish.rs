@@ -32,6 +32,16 @@ impl Waiter {
 }
 
 /// Wakes every waiter to look again under the lock (poisoned log, truncated head).
+/// The waiters the published frontier covers, taken out of the queue.
+fn take_covered<F>(state: &mut State<F>) -> Vec<Waiter> {
+    let head = state.published.head_op;
+    let (covered, rest) = std::mem::take(&mut state.waiters)
+        .into_iter()
+        .partition(|waiter| waiter.op <= head);
+    state.waiters = rest;
+    covered
+}
+
 pub(crate) fn wake_all_to_look_again(waiters: &mut Vec<Waiter>) {
     for waiter in waiters.drain(..) {
         waiter.wake(None);
@@ -57,12 +67,19 @@ impl<S: Storage> Wal<S> {
         let mut state = self.lock_idle()?;
         state.carry = None;
         let mut state = self.run_publication(state, Vec::new())?;
-        let published = state.published;
-        let (covered, rest): (Vec<Waiter>, Vec<Waiter>) = std::mem::take(&mut state.waiters)
-            .into_iter()
-            .partition(|waiter| waiter.op <= published.head_op);
-        state.waiters = rest;
+        let covered = take_covered(&mut state);
+        Ok(self.stop_leading(state, covered))
+    }
+
+    /// Ends a leader's run: wakes the callers its last publication covered and, if others still
+    /// wait, one of them to lead; returns that publication's frontier.
+    fn stop_leading(
+        &self,
+        mut state: MutexGuard<'_, State<S::File>>,
+        covered: Vec<Waiter>,
+    ) -> Frontier {
         let next_leader = state.waiters.pop();
+        let published = state.published;
         drop(state);
         for waiter in covered {
             waiter.wake(Some(published));
@@ -70,8 +87,9 @@ impl<S: Storage> Wal<S> {
         if let Some(waiter) = next_leader {
             waiter.wake(None);
         }
+        // Callers of `lock_idle` wait for no publication in flight.
         self.published_changed.notify_all();
-        Ok(published)
+        published
     }
 
     /// Returns once a publication covers `op`, publishing if no other caller is (group commit:
@@ -147,10 +165,7 @@ impl<S: Storage> Wal<S> {
             let mut extra = 0;
             loop {
                 let head = state.published.head_op;
-                let (covered, rest) = std::mem::take(&mut state.waiters)
-                    .into_iter()
-                    .partition(|waiter| waiter.op <= head);
-                state.waiters = rest;
+                let covered = take_covered(&mut state);
                 if extra < EXTRA_PUBLICATIONS && !state.waiters.is_empty() && state.head_op > head {
                     // Callers sleep on entries appended during that publication: lead theirs
                     // at once, and wake the callers it published while the disk works on this
@@ -166,18 +181,7 @@ impl<S: Storage> Wal<S> {
                     continue;
                 }
                 // The callers still waiting need a leader: one of them looks again.
-                let next_leader = state.waiters.pop();
-                let published = state.published;
-                drop(state);
-                for waiter in covered {
-                    waiter.wake(Some(published));
-                }
-                if let Some(waiter) = next_leader {
-                    waiter.wake(None);
-                }
-                // Callers of `lock_idle` wait for no publication in flight.
-                self.published_changed.notify_all();
-                return Ok(published);
+                return Ok(self.stop_leading(state, covered));
             }
         }
     }

@@ -207,17 +207,7 @@ mod tests {
 
     fn sample(sequence: u64, entries: usize) -> Carried {
         Carried {
-            frontier: Frontier {
-                sequence,
-                generation: 1,
-                group: 7,
-                incarnation: 2,
-                head_op: 99,
-                head_checksum: 0xABCD,
-                head_file: 50,
-                published_length: 123_456,
-                head_file_key: 4_000,
-            },
+            frontier: crate::frontier::tests::sample(sequence),
             synced_sequence: sequence - 3,
             entries: (0..entries)
                 .map(|i| (i as u64 * 7 + sequence).to_le_bytes()[0])
