@@ -5,7 +5,8 @@
 #
 #   scripts/delete-syncs.sh [crate ...]        # default: wal superblock segments snapshot metadata
 #
-# A deletion keeps the types: `x.sync_data()` and `x.sync_all()` become `x.len().map(|_| ())`,
+# A deletion keeps the types: `x.sync_data()` and `x.sync_all()` become `x.write_all_at(0, &[])`
+# (a write of nothing; `WriteFile`, which has both, is in scope wherever a sync is called),
 # `x.sync_dir(p)` becomes `x.exists(p).map(|_| ())`, and `x.write_all_and_sync_data(..)` becomes
 # `x.write_all_at(..)` (the write stays, its sync goes). Prints one line per site (KILLED: a test
 # failed; SURVIVED: every test passed; UNBUILT: the deletion did not compile) and a summary.
@@ -36,8 +37,8 @@ for crate in "${crates[@]}"; do
         fi
         current="$file"
         perl -i -pe 'if ($. == '"$line"') {
-            s/\.sync_data\(\)/.len().map(|_| ())/ or
-            s/\.sync_all\(\)/.len().map(|_| ())/ or
+            s/\.sync_data\(\)/.write_all_at(0, &[])/ or
+            s/\.sync_all\(\)/.write_all_at(0, &[])/ or
             s/\.write_all_and_sync_data\(/.write_all_at(/ or
             s/\.sync_dir(\((?:[^()]++|(?1))*\))/.exists$1.map(|_| ())/;
         }' "$file"
