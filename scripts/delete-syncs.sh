@@ -3,7 +3,7 @@
 # must be needed by a test (docs/testing.md, "Mutation testing"). cargo-mutants never deletes a
 # statement, so this covers what it cannot.
 #
-#   scripts/delete-syncs.sh [crate ...]        # default: wal superblock segments snapshot metadata
+#   scripts/delete-syncs.sh [crate ...]        # default: wal superblock segments snapshot metadata recovery
 #
 # A deletion keeps the types: `x.sync_data()` and `x.sync_all()` become `x.write_all_at(0, &[])`
 # (a write of nothing; `WriteFile`, which has both, is in scope wherever a sync is called),
@@ -15,7 +15,7 @@
 set -u
 cd "$(dirname "$0")/.."
 crates=("$@")
-[ ${#crates[@]} -gt 0 ] || crates=(wal superblock segments snapshot metadata)
+[ ${#crates[@]} -gt 0 ] || crates=(wal superblock segments snapshot metadata recovery)
 pattern='\.(sync_data\(\)|sync_all\(\)|sync_dir\(|write_all_and_sync_data\()'
 
 current=""

@@ -35,10 +35,7 @@ pub fn snapshot<R: ReadStorage>(
             let relative = path.strip_prefix(root).unwrap_or(&path).to_path_buf();
             // The clean-shutdown marker says how the last process ended, not data; boot
             // removes it before it writes anything.
-            if relative == Path::new(LOCK_FILE)
-                || relative == Path::new(CLEAN_SHUTDOWN_FILE)
-                || relative == Path::new("clean-shutdown.tmp")
-            {
+            if relative == Path::new(LOCK_FILE) || relative == Path::new(CLEAN_SHUTDOWN_FILE) {
                 continue;
             }
             let node = match entry.kind {

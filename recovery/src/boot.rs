@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use iggy_io::{EntryKind, ErrorKind, FileLock, ReadFile, ReadStorage, Storage, WriteFile};
+use iggy_io::{EntryKind, ErrorKind, FileLock, ReadFile, ReadStorage, Storage};
 use iggy_metadata::group::{self as metadata_group, GroupError, MetadataGroup};
 use iggy_segments::{Partition, PartitionError};
 use iggy_superblock::copy::{self, Slot};
@@ -31,7 +31,6 @@ pub const LOCK_FILE: &str = "lock";
 /// process that wrote it, so boot skips the rewrites that guard against a process that died
 /// after a failed sync (3 flushes a group).
 pub const CLEAN_SHUTDOWN_FILE: &str = "clean-shutdown";
-const CLEAN_SHUTDOWN_TEMP_FILE: &str = "clean-shutdown.tmp";
 
 /// A partition's identity: `partitions/<stream>.<topic>.<partition>/`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -232,40 +231,31 @@ impl<S: Storage + Clone> NodeState<S> {
     }
 }
 
-/// Writes the clean-shutdown marker durably (temp file, sync, rename, directory sync), for a
-/// process that made every group's state durable and writes nothing after.
+/// Writes the clean-shutdown marker durably, for a process that made every group's state
+/// durable and writes nothing after. The marker is an empty file: its name is the whole
+/// statement, so creating it and syncing the directory is all there is (a crash leaves it
+/// either absent or whole).
 pub fn write_clean_shutdown<S: Storage>(
     storage: &S,
     data_dir: &Path,
 ) -> Result<(), iggy_io::Error> {
-    let temp = data_dir.join(CLEAN_SHUTDOWN_TEMP_FILE);
-    let file = storage.open(&temp, iggy_io::OpenMode::Create)?;
-    file.set_len(0)?;
-    file.write_all_at(0, b"clean shutdown\n")?;
-    file.sync_data()?;
-    drop(file);
-    storage.rename(&temp, data_dir.join(CLEAN_SHUTDOWN_FILE))?;
+    drop(storage.open(
+        data_dir.join(CLEAN_SHUTDOWN_FILE),
+        iggy_io::OpenMode::Create,
+    )?);
     storage.sync_dir(data_dir)
 }
 
-/// Whether the previous process shut down cleanly: removes the marker (and a leftover temp)
-/// durably before boot writes anything, so a crash during this boot is never taken for a clean
-/// shutdown.
+/// Whether the previous process shut down cleanly: removes the marker durably before boot
+/// writes anything, so a crash during this boot is never taken for a clean shutdown.
 fn consume_clean_shutdown<S: Storage>(
     storage: &S,
     data_dir: &Path,
 ) -> Result<bool, iggy_io::Error> {
     let marker = data_dir.join(CLEAN_SHUTDOWN_FILE);
-    let temp = data_dir.join(CLEAN_SHUTDOWN_TEMP_FILE);
     let clean = storage.exists(&marker)?;
-    let leftover = storage.exists(&temp)?;
     if clean {
         storage.unlink(&marker)?;
-    }
-    if leftover {
-        storage.unlink(&temp)?;
-    }
-    if clean || leftover {
         storage.sync_dir(data_dir)?;
     }
     Ok(clean)

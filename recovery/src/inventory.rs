@@ -41,7 +41,7 @@ fn expected(level: Level, name: &str) -> Option<(EntryKind, Option<Level>)> {
         Level::Root => match name {
             METADATA_DIR => dir(Level::Metadata),
             PARTITIONS_DIR => dir(Level::Partitions),
-            LOCK_FILE | CLEAN_SHUTDOWN_FILE | "clean-shutdown.tmp" => file,
+            LOCK_FILE | CLEAN_SHUTDOWN_FILE => file,
             _ => None,
         },
         Level::Metadata => match name {

@@ -31,7 +31,6 @@ impl Waiter {
     }
 }
 
-/// Wakes every waiter to look again under the lock (poisoned log, truncated head).
 /// The waiters the published frontier covers, taken out of the queue.
 fn take_covered<F>(state: &mut State<F>) -> Vec<Waiter> {
     let head = state.published.head_op;
@@ -42,6 +41,7 @@ fn take_covered<F>(state: &mut State<F>) -> Vec<Waiter> {
     covered
 }
 
+/// Wakes every waiter to look again under the lock (poisoned log, truncated head).
 pub(crate) fn wake_all_to_look_again(waiters: &mut Vec<Waiter>) {
     for waiter in waiters.drain(..) {
         waiter.wake(None);
