@@ -14,6 +14,7 @@
 
 pub mod boot;
 pub mod carried;
+mod check_reads;
 mod error;
 mod files;
 pub mod frontier;
