@@ -417,11 +417,7 @@ impl<S: Storage + Clone> MetadataGroup<S> {
         identity: &Identity,
         wal: Config,
     ) -> Result<Option<(Self, Checked)>, GroupError> {
-        let policy = if wal.previous_shutdown_clean {
-            RepairPolicy::RepairDamaged
-        } else {
-            RepairPolicy::Repair
-        };
+        let policy = RepairPolicy::at_boot(wal.previous_shutdown_clean);
         let Some((checked, wal_plan)) = plan(&storage, dir, identity)? else {
             // Nothing here; a leftover superblock.tmp of an unfinished creation is removed.
             Superblock::open(storage.clone(), dir, identity, policy)?;

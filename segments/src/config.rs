@@ -69,11 +69,7 @@ impl Config {
 
     /// How boot repairs the superblock.
     pub(crate) fn superblock_policy(&self) -> iggy_superblock::RepairPolicy {
-        if self.previous_shutdown_clean {
-            iggy_superblock::RepairPolicy::RepairDamaged
-        } else {
-            iggy_superblock::RepairPolicy::Repair
-        }
+        iggy_superblock::RepairPolicy::at_boot(self.previous_shutdown_clean)
     }
 
     pub(crate) fn wal(&self) -> wal::Config {

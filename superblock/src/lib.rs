@@ -402,6 +402,18 @@ pub enum RepairPolicy {
     ReportOnly,
 }
 
+impl RepairPolicy {
+    /// What a writing boot uses: [`RepairPolicy::RepairDamaged`] right after a clean shutdown
+    /// (its process synced every write), [`RepairPolicy::Repair`] otherwise.
+    pub fn at_boot(previous_shutdown_clean: bool) -> Self {
+        if previous_shutdown_clean {
+            Self::RepairDamaged
+        } else {
+            Self::Repair
+        }
+    }
+}
+
 /// An open superblock through which the group's durable state is updated.
 #[derive(Debug)]
 pub struct Superblock<S: Storage> {

@@ -8,7 +8,7 @@ use iggy_io::{ReadFile, ReadStorage};
 
 use crate::boot::{Report, corrupt};
 use crate::error::WalError;
-use crate::scan::{From, StopReason, scan};
+use crate::scan::{From, Scan, StopReason, scan};
 
 /// The trusted entries `from..=to`, verified (headers, bodies, chain), read through `report`'s
 /// files without opening the log for writing: what a `Check` replays where `Open` would read
@@ -33,18 +33,8 @@ pub fn read_entries<R: ReadStorage>(
         if file.entries == 0 || last <= from || file.first_op > to {
             continue;
         }
-        let reader = report.overlay(storage).open_read(&file.path)?;
         let until = to.min(last - 1);
-        let scanned = scan(
-            &reader,
-            From {
-                start: 0,
-                first_op: file.first_op,
-                parent: None,
-                until_op: Some(until),
-                group: report.group,
-            },
-        )?;
+        let (reader, scanned) = scan_through(storage, report, file, until)?;
         let start = from.max(file.first_op);
         for op in start..=until {
             let index = usize::try_from(op - file.first_op).unwrap_or(usize::MAX);
@@ -92,17 +82,7 @@ pub fn header_at<R: ReadStorage>(
         .iter()
         .find(|f| f.first_op <= op && op < f.first_op + f.entries)
         .ok_or_else(out_of_range)?;
-    let reader = report.overlay(storage).open_read(&file.path)?;
-    let scanned = scan(
-        &reader,
-        From {
-            start: 0,
-            first_op: file.first_op,
-            parent: None,
-            until_op: Some(op),
-            group: report.group,
-        },
-    )?;
+    let (reader, scanned) = scan_through(storage, report, file, op)?;
     let offset = scanned
         .offsets
         .last()
@@ -116,4 +96,32 @@ pub fn header_at<R: ReadStorage>(
         offset,
         reason: StopReason::Header(error),
     })
+}
+
+/// Opens `file` through the carried entries `report` relies on and verifies it from its start
+/// through op `until` (the report's boot verified the chain between files).
+fn scan_through<'a, R: ReadStorage>(
+    storage: &'a R,
+    report: &Report,
+    file: &crate::FileInfo,
+    until: u64,
+) -> Result<
+    (
+        <crate::overlay::Overlay<'a, R> as ReadStorage>::Reader,
+        Scan,
+    ),
+    WalError,
+> {
+    let reader = report.overlay(storage).open_read(&file.path)?;
+    let scanned = scan(
+        &reader,
+        From {
+            start: 0,
+            first_op: file.first_op,
+            parent: None,
+            until_op: Some(until),
+            group: report.group,
+        },
+    )?;
+    Ok((reader, scanned))
 }
