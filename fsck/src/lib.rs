@@ -49,6 +49,13 @@ pub struct Cli {
     /// holds), run boot in Repair mode, then check again.
     #[arg(long)]
     pub repair: bool,
+    /// Read and verify every retained WAL byte. Without it, the check reads what boot reads:
+    /// a WAL file the durable frontier has passed is taken from its seal (its two ends
+    /// verified, its bodies verified by each read that serves them), so damage inside such a
+    /// file is found by the read that meets it, or by this. Slower: it reads every retained
+    /// byte of every group. Checks only (not with --repair).
+    #[arg(long, conflicts_with = "repair")]
+    pub deep: bool,
     /// With --repair: do not ask for confirmation.
     #[arg(long, requires = "repair")]
     pub yes: bool,
@@ -107,12 +114,22 @@ pub fn run(
 
 /// The check. `ours`: this process holds the node's lock (`--repair`), so a holder with this
 /// pid is not "another process".
-fn check(storage: &OsStorage, data_dir: &Path, ours: bool) -> Result<Report, String> {
+/// `deep`: read every retained WAL byte (`--deep`).
+fn check(storage: &OsStorage, data_dir: &Path, ours: bool, deep: bool) -> Result<Report, String> {
     let bar = indicatif::ProgressBar::hidden();
     let mut shown = false;
-    let mut report = iggy_recovery::check(
+    let config = iggy_recovery::BootConfig {
+        verify: if deep {
+            iggy_recovery::Verify::Everything
+        } else {
+            iggy_recovery::Verify::Sealed
+        },
+        ..iggy_recovery::BootConfig::new(0)
+    };
+    let mut report = iggy_recovery::check_with(
         &ReadOnly::new(storage.clone()),
         Path::new(""),
+        &config,
         |done, total| {
             // A bar for many partitions, on a terminal only (indicatif draws nothing elsewhere).
             if !shown && total >= 16 && std::io::stderr().is_terminal() {
@@ -159,7 +176,7 @@ fn fsck(
 ) -> Result<u8, String> {
     let storage = OsStorage::open(data_dir).map_err(|e| format!("{}: {e}", data_dir.display()))?;
     if !cli.repair {
-        let report = check(&storage, data_dir, false)?;
+        let report = check(&storage, data_dir, false, cli.deep)?;
         if report.in_use.is_some() {
             let _ = writeln!(
                 err,
@@ -179,7 +196,7 @@ fn fsck(
     // printed here and the plan applied below.
     let lock = iggy_recovery::lock(&storage, Path::new(""))
         .map_err(|e| format!("{}: {e}", data_dir.display()))?;
-    let before = check(&storage, data_dir, true)?;
+    let before = check(&storage, data_dir, true, false)?;
     let applied: Vec<&iggy_recovery::Finding> = before
         .findings
         .iter()
@@ -229,7 +246,7 @@ fn fsck(
         )
         .map_err(|e| format!("{}: {e}", data_dir.display()))?;
         // Closes every group; the lock goes with it, after the check below.
-        let after = check(&storage, data_dir, true)?;
+        let after = check(&storage, data_dir, true, false)?;
         drop(node);
         let _ = writeln!(
             err,

@@ -618,8 +618,12 @@ fn wal(dir: &Path, list_entries: bool) -> Result<Inspected, String> {
         Ok((_, None)) => json!({ "dir": dir.display().to_string(), "verdict": "fresh" }),
         Ok((group, Some(report))) => {
             text.push_str(&format!(
-                "boot trusts ops {}..={} ({} bytes); discards {} bytes\n",
-                report.first_op, report.head_op, report.durable_bytes, report.discarded_bytes
+                "boot trusts ops {}..={} ({} bytes, {} of them from seals); discards {} bytes\n",
+                report.first_op,
+                report.head_op,
+                report.durable_bytes,
+                report.sealed_bytes,
+                report.discarded_bytes
             ));
             if !report.is_clean() {
                 verdict = Verdict::Damaged;
@@ -660,7 +664,7 @@ fn wal(dir: &Path, list_entries: bool) -> Result<Inspected, String> {
                 "dir": dir.display().to_string(), "group": format!("{group:#x}"),
                 "first_op": report.first_op, "head_op": report.head_op,
                 "durable_bytes": report.durable_bytes, "discarded_bytes": report.discarded_bytes,
-                "findings": findings, "files": files, "carried": carried,
+                "sealed_bytes": report.sealed_bytes, "findings": findings, "files": files, "carried": carried,
             })
         }
         Err(error) => {
@@ -725,6 +729,10 @@ fn wal_files(
             decoded["valid_end"],
             decoded["seen_end"],
         ));
+        let seal = seal_of(storage, &path, &decoded);
+        if let Some(line) = seal["text"].as_str() {
+            text.push_str(&format!("    {line}\n"));
+        }
         let (trusted_entries, trusted_end) = trusted.unzip();
         if list_entries {
             for line in listing.lines() {
@@ -736,9 +744,48 @@ fn wal_files(
             "trusted_end": trusted_end, "valid_entries": decoded["valid_entries"],
             "valid_end": decoded["valid_end"], "seen_end": decoded["seen_end"],
             "entries": if list_entries { decoded["entries"].clone() } else { Value::Null },
+            "seal": seal,
         }));
     }
     Ok(files)
+}
+
+/// What the seal beside a log file at `path` says (`docs/format.md`, "Seals"), against what the
+/// file's own entries (`decoded`) verify to: `null` without a seal.
+fn seal_of(storage: &ReadOnly<OsStorage>, path: &Path, decoded: &Value) -> Value {
+    let seal_path = iggy_wal::seal::path_for(path);
+    let Ok(bytes) = storage.open_read(&seal_path).and_then(|f| f.read_all()) else {
+        return Value::Null;
+    };
+    match iggy_wal::seal::decode(&bytes) {
+        Ok(seal) => {
+            let entries = seal.offsets.len() as u64;
+            let agrees = decoded["valid_entries"].as_u64() == Some(entries)
+                && decoded["valid_end"].as_u64() == Some(seal.end);
+            json!({
+                "file": seal_path.display().to_string(), "valid": true, "entries": entries,
+                "end": seal.end, "first_op": seal.first_op,
+                "first_parent": hex128(seal.first_parent),
+                "last_checksum": hex128(seal.last_checksum), "agrees": agrees,
+                "text": format!(
+                    "sealed: {entries} entries (ops {}..) to byte {}, last checksum {}; {}",
+                    seal.first_op,
+                    seal.end,
+                    hex128(seal.last_checksum),
+                    if agrees {
+                        "agrees with the file (boot takes the file from its seal if it links)"
+                    } else {
+                        "disagrees with what the file verifies to (boot scans the file)"
+                    }
+                ),
+            })
+        }
+        Err(error) => json!({
+            "file": seal_path.display().to_string(), "valid": false,
+            "error": error.to_string(),
+            "text": format!("seal unusable ({error}): boot scans the file"),
+        }),
+    }
 }
 
 fn snapshot(path: &Path) -> Result<Inspected, String> {

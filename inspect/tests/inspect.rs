@@ -552,3 +552,49 @@ fn frontier_and_wal_say_which_ring_record_carries_which_entries() {
     // The log holds its copy (no power loss here): nothing is restored.
     assert!(!shown.contains("restore-carried"), "{shown}");
 }
+
+/// Which files boot takes from their seals: each sealed file's line says what its seal holds
+/// and whether it agrees with what the file verifies to; a rotten seal is named unusable.
+#[test]
+fn wal_shows_each_files_seal_and_whether_it_agrees() {
+    let dir = tempfile::tempdir().unwrap();
+    let storage = OsStorage::open(dir.path()).unwrap();
+    let config = iggy_wal::Config {
+        file_size_bytes: 8192,
+        ..iggy_wal::Config::new(7)
+    };
+    let wal = iggy_wal::Wal::create(storage.clone(), Path::new("log"), config, 1, 0).unwrap();
+    for i in 0..40u8 {
+        wal.append_body(&[i; 700], 1, 0).unwrap();
+        wal.publish().unwrap();
+    }
+    drop(wal);
+    let log = path(&dir, "log");
+    let text = run(&["wal", &log]);
+    assert!(text.contains("of them from seals"), "{text}");
+    assert!(
+        text.contains("sealed: ") && text.contains("agrees with the file"),
+        "{text}"
+    );
+    let json: serde_json::Value = serde_json::from_str(&run(&["--json", "wal", &log])).unwrap();
+    assert!(json["sealed_bytes"].as_u64().unwrap() > 0, "{json}");
+    let files = json["files"].as_array().unwrap();
+    assert!(files.len() >= 3, "{json}");
+    let first = &files[0];
+    assert_eq!(first["seal"]["valid"], true, "{first}");
+    assert_eq!(first["seal"]["agrees"], true, "{first}");
+    assert_eq!(first["seal"]["entries"], first["valid_entries"], "{first}");
+    assert!(
+        files.last().unwrap()["seal"].is_null(),
+        "the head file has none"
+    );
+    // A rotten seal: unusable, and boot scans its file.
+    let seal = iggy_wal::seal::path_for(&Path::new("log").join(first["file"].as_str().unwrap()));
+    let file = storage.open(&seal, OpenMode::Existing).unwrap();
+    let last = file.len().unwrap() - 1;
+    let mut byte = [0u8];
+    file.read_exact_at(last, &mut byte).unwrap();
+    file.write_all_at(last, &[byte[0] ^ 1]).unwrap();
+    let text = run(&["wal", &log]);
+    assert!(text.contains("seal unusable (checksum mismatch"), "{text}");
+}

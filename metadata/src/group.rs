@@ -271,7 +271,17 @@ pub fn check<R: ReadStorage>(
     dir: &Path,
     identity: &Identity,
 ) -> Result<Option<Checked>, GroupError> {
-    Ok(plan(storage, dir, identity)?.map(|(checked, _)| checked))
+    check_verifying(storage, dir, identity, iggy_wal::boot::Verify::Sealed)
+}
+
+/// [`check`], reading as much of the WAL's retained files as `verify` says.
+pub fn check_verifying<R: ReadStorage>(
+    storage: &R,
+    dir: &Path,
+    identity: &Identity,
+    verify: iggy_wal::boot::Verify,
+) -> Result<Option<Checked>, GroupError> {
+    Ok(plan(storage, dir, identity, verify)?.map(|(checked, _)| checked))
 }
 
 /// The one analysis of the group, shared by [`check`] and [`MetadataGroup::open_reporting`]:
@@ -281,6 +291,7 @@ fn plan<R: ReadStorage>(
     storage: &R,
     dir: &Path,
     identity: &Identity,
+    verify: iggy_wal::boot::Verify,
 ) -> Result<Option<(Checked, Option<iggy_wal::boot::Plan>)>, GroupError> {
     let (record, superblock_repairs) = match iggy_superblock::read(storage, dir, identity)? {
         iggy_superblock::Opened::Fresh => return Ok(None),
@@ -290,7 +301,13 @@ fn plan<R: ReadStorage>(
     };
     let leftovers = leftovers(storage, dir)?;
     let wal_dir = dir.join(WAL_DIR);
-    let Some(wal) = iggy_wal::boot::plan(storage, &wal_dir, GROUP_ID, iggy_wal::Naming::ByOp)?
+    let Some(wal) = iggy_wal::boot::plan_verifying(
+        storage,
+        &wal_dir,
+        GROUP_ID,
+        iggy_wal::Naming::ByOp,
+        verify,
+    )?
     else {
         // Creation writes the superblock, then the WAL: a crash in between leaves the
         // superblock at its creation record and no log. Nothing was ever acknowledged, so the
@@ -418,7 +435,9 @@ impl<S: Storage + Clone> MetadataGroup<S> {
         wal: Config,
     ) -> Result<Option<(Self, Checked)>, GroupError> {
         let policy = RepairPolicy::at_boot(wal.previous_shutdown_clean);
-        let Some((checked, wal_plan)) = plan(&storage, dir, identity)? else {
+        let Some((checked, wal_plan)) =
+            plan(&storage, dir, identity, iggy_wal::boot::Verify::Sealed)?
+        else {
             // Nothing here; a leftover superblock.tmp of an unfinished creation is removed.
             Superblock::open(storage.clone(), dir, identity, policy)?;
             return Ok(None);

@@ -107,6 +107,10 @@ pub struct BootConfig {
     /// The previous process shut down cleanly: set by boot itself when it finds (and removes)
     /// the clean-shutdown marker; a caller's value is ignored.
     pub previous_shutdown_clean: bool,
+    /// How much of each WAL's retained files a check reads: files the frontier passed are
+    /// taken from their seals ([`iggy_wal::boot::Verify::Sealed`], every boot), or read and
+    /// verified to the last byte ([`iggy_wal::boot::Verify::Everything`], `iggy-fsck --deep`).
+    pub verify: iggy_wal::boot::Verify,
 }
 
 impl BootConfig {
@@ -124,6 +128,7 @@ impl BootConfig {
             unpublished_bytes_max: partition.unpublished_bytes_max,
             boot_threads: 1,
             previous_shutdown_clean: false,
+            verify: iggy_wal::boot::Verify::Sealed,
         }
     }
 
@@ -158,6 +163,7 @@ impl BootConfig {
         config.incarnation = self.incarnation;
         config.replicated = identity.replica_count > 1;
         config.previous_shutdown_clean = self.previous_shutdown_clean;
+        config.verify = self.verify;
         config
     }
 
@@ -1052,6 +1058,20 @@ pub fn wal_finding(label: &str, finding: &iggy_wal::Finding) -> Finding {
             "a leftover frontier.tmp".into(),
             Action::RemoveLeftover,
         ),
+        FindingKind::StaleSeal => (
+            "stale-seal",
+            "a seal beside no file it may describe (its file removed, or the head file, after \
+             a crash or a cut): never trusted, removed"
+                .into(),
+            Action::RemoveLeftover,
+        ),
+        FindingKind::SealDisagrees => (
+            "seal-disagrees",
+            "a seal whose entry sizes are not its file's (a deep check read the file): removed, \
+             and the file sealed again"
+                .into(),
+            Action::RemoveLeftover,
+        ),
         FindingKind::UnknownFile => (
             "unknown-file",
             "a file the log does not know; left alone".into(),
@@ -1314,10 +1334,11 @@ pub fn check_with<R: ReadStorage>(
     let has_partitions = !walk.dirs.is_empty();
     let fresh = fresh_metadata(storage, &metadata_dir)?;
     let checked = if storage.exists(&metadata_dir)? {
-        metadata_group::check(
+        metadata_group::check_verifying(
             storage,
             &metadata_dir,
             &walk.identity.unwrap_or(UNKNOWN_IDENTITY),
+            config.verify,
         )
         .map(|c| c.map(|c| ((), c)))
     } else {

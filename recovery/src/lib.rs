@@ -25,6 +25,7 @@ pub use boot::{
     metadata_wal_config, partition_config, wal_finding, write_clean_shutdown,
 };
 pub use iggy_wal::Mode;
+pub use iggy_wal::boot::Verify;
 pub use report::{
     Action, Component, Finding, Group, InUse, PartitionSummary, Report, Status, Summary, exit,
     next_step,

@@ -64,7 +64,8 @@ pub(crate) fn plan<R: ReadStorage>(
         } => (record, repairs),
     };
     let superblock_temp = superblock_temp_finding(storage, &live)?;
-    let mut wal_plan = wal::boot::plan(storage, &live, config.group, Naming::ByKey)?;
+    let mut wal_plan =
+        wal::boot::plan_verifying(storage, &live, config.group, Naming::ByKey, config.verify)?;
     let wal_report = match &wal_plan {
         Some(plan) => plan.report().clone(),
         None => fresh_wal_report(&live, config, wal::boot::creation_findings(storage, &live)?),
@@ -127,6 +128,7 @@ pub(crate) fn fresh_wal_report(
         head_op: 0,
         durable_bytes: 0,
         discarded_bytes: 0,
+        sealed_bytes: 0,
         findings,
         files: Vec::new(),
         carried: Vec::new(),

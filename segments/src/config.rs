@@ -44,6 +44,9 @@ pub struct Config {
     /// the superblock and not the trusted frontier (see `iggy_wal::Config`). Set by the
     /// node's boot.
     pub previous_shutdown_clean: bool,
+    /// How much of the WAL's retained files boot reads (`Verify::Everything`: `iggy-fsck
+    /// --deep`).
+    pub verify: wal::boot::Verify,
 }
 
 impl Config {
@@ -64,6 +67,7 @@ impl Config {
             read_path: ReadPath::Mapped,
             replicated: false,
             previous_shutdown_clean: false,
+            verify: wal::boot::Verify::Sealed,
         }
     }
 

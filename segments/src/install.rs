@@ -406,7 +406,10 @@ impl<S: Storage + Clone> Install<S> {
             let name = entry.name.to_string_lossy().into_owned();
             let old_segment =
                 Naming::ByKey.parse(entry.name.as_ref()).is_some() && !new_names.contains(&name);
-            if old_segment || index::parse_file_name(&name).is_some() {
+            // Seals describe the old segments (the new ones are sealed by their first
+            // publications), like the indexes.
+            let seal = iggy_wal::seal::sealed_name(entry.name.as_ref()).is_some();
+            if old_segment || seal || index::parse_file_name(&name).is_some() {
                 storage.unlink(dir.join(&name))?;
             }
         }

@@ -12,7 +12,9 @@ use std::path::PathBuf;
 
 use common::{GROUP, PARTITION, client_batch, config, dir, read_all};
 use iggy_io::{OpenMode, ReadOnly, ReadStorage, SimStorage, Storage, WriteFile};
-use iggy_segments::{FindingKind, Partition, PartitionError, check, index, offsets::ConsumerKind};
+use iggy_segments::{
+    Config, FindingKind, Partition, PartitionError, check, index, offsets::ConsumerKind,
+};
 use iggy_superblock::{Superblock, VsrState};
 use iggy_wal::{Mode, Naming, Wal, WalError};
 
@@ -159,8 +161,30 @@ fn a_flipped_bit_in_a_sealed_segment_refuses_with_file_and_offset() {
             .unwrap()
             .len() as u64
         + 256;
-    let victim = second_batch + 100;
+    // Past the batch header (which boot's segment scan reads and checks): in a message.
+    let victim = second_batch + iggy_format::batch::BATCH_HEADER_SIZE as u64 + 20;
     storage.rot(&segment.path, victim, 0x04).unwrap();
+    // The segment is sealed (the frontier passed it): boot takes its entries from the seal,
+    // and the read that meets the damaged batch refuses it, naming file and offset.
+    let (partition, _) = open(&storage);
+    match partition.read(segment.start_offset, u64::MAX).unwrap_err() {
+        PartitionError::Corrupt { file, offset, .. } => {
+            assert_eq!(file, segment.path);
+            assert_eq!(offset, second_batch - 256);
+        }
+        other => panic!("{other:?}"),
+    }
+    drop(partition);
+    // A deep check (`iggy-fsck --deep`), and a boot without the seal, read every body: they
+    // refuse the partition.
+    let deep = Config {
+        verify: iggy_wal::boot::Verify::Everything,
+        ..config()
+    };
+    assert!(check(&ReadOnly::new(storage.clone()), dir(), &deep).is_err());
+    storage
+        .unlink(iggy_wal::seal::path_for(&segment.path))
+        .unwrap();
     let error = Partition::open(storage.clone(), dir(), config(), Mode::Open).unwrap_err();
     match error {
         PartitionError::Wal(boxed) => match *boxed {

@@ -26,11 +26,14 @@ use std::path::{Path, PathBuf};
 use iggy_format::Header;
 use iggy_format::checksum::Checksum;
 use iggy_format::constants::HEADER_SIZE;
-use iggy_io::{EntryKind, ReadFile, ReadStorage, Storage, WriteFile};
+use iggy_io::{EntryKind, ReadFile, ReadStorage};
 
+pub(crate) use crate::apply::apply;
 pub use crate::check_reads::{header_at, read_entries};
 use crate::error::WalError;
 use crate::frontier::{self, Frontier, SlotError};
+use crate::retained::Retained;
+pub use crate::retained::Verify;
 use crate::scan::{From, Scan, StopReason, last_nonzero_end, scan};
 
 pub const FRONTIER_FILE: &str = "frontier";
@@ -38,6 +41,10 @@ pub const FRONTIER_TEMP_FILE: &str = "frontier.tmp";
 pub const EXTENSION: &str = "wal";
 /// The extension of a keyed log's files (a partition's segments).
 pub const KEYED_EXTENSION: &str = "log";
+/// A seal's extensions (`crate::seal`): the sealed file's name plus `.seal`.
+pub const SEALED_EXTENSION: &str = "wal.seal";
+pub const KEYED_SEALED_EXTENSION: &str = "log.seal";
+const _: () = assert!(SEALED_EXTENSION.len() == EXTENSION.len() + crate::seal::SUFFIX.len());
 
 /// How a log names its files: `{key:020}.{extension}`, where the key is monotonic across files.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -155,6 +162,12 @@ pub enum FindingKind {
     /// Both copies of carried publication `sequence` are unusable: its entries must be in the
     /// log already (verified with the rest of the published prefix).
     CarriedPublicationUnreadable { sequence: u64 },
+    /// A seal beside no file it may describe (its file removed, or the head file or past it,
+    /// after a crash or a cut): removed.
+    StaleSeal,
+    /// A seal whose ends verify but whose entry sizes are not the file's (found only by
+    /// `Verify::Everything`, which reads the file): removed; the file is sealed again.
+    SealDisagrees,
 }
 
 impl FindingKind {
@@ -162,7 +175,10 @@ impl FindingKind {
     pub fn action(&self) -> Action {
         match self {
             Self::UnpublishedTail { .. } => Action::DiscardUnpublished,
-            Self::FileBeyondFrontier { .. } | Self::LeftoverTemp => Action::RemoveFile,
+            Self::FileBeyondFrontier { .. }
+            | Self::LeftoverTemp
+            | Self::StaleSeal
+            | Self::SealDisagrees => Action::RemoveFile,
             Self::FrontierSlotDamaged { .. } | Self::Adopted { .. } => Action::RepairFrontier,
             Self::UnknownFile => Action::None,
             Self::NotCreated | Self::MissingHeadFile => Action::Create,
@@ -197,6 +213,9 @@ pub struct Report {
     pub durable_bytes: u64,
     /// Bytes past the frontier that boot discards.
     pub discarded_bytes: u64,
+    /// Bytes of the trusted prefix boot took from seals instead of reading them (files before
+    /// the head file; `Verify::Everything` reads them all: 0).
+    pub sealed_bytes: u64,
     pub findings: Vec<Finding>,
     /// The files boot keeps and the trusted entries in each, oldest first.
     pub files: Vec<crate::FileInfo>,
@@ -254,6 +273,10 @@ pub(crate) struct BootFile {
     pub offsets: Vec<u64>,
     /// End of the trusted entries.
     pub end: u64,
+    /// The parent the file's first entry names (the chain's head when the file was started).
+    pub first_parent: Checksum,
+    /// Its entries were taken from a seal that verified (it need not be written again).
+    pub sealed: bool,
 }
 
 /// What boot decided about a log before changing anything: the report and the plan behind it
@@ -313,7 +336,18 @@ pub fn plan<R: ReadStorage>(
     group: u128,
     naming: Naming,
 ) -> Result<Option<Plan>, WalError> {
-    Ok(analyze(storage, dir, group, naming)?.map(Plan))
+    plan_verifying(storage, dir, group, naming, Verify::Sealed)
+}
+
+/// [`plan`], reading as much of the retained files as `verify` says.
+pub fn plan_verifying<R: ReadStorage>(
+    storage: &R,
+    dir: &Path,
+    group: u128,
+    naming: Naming,
+    verify: Verify,
+) -> Result<Option<Plan>, WalError> {
+    Ok(analyze(storage, dir, group, naming, verify)?.map(Plan))
 }
 
 /// The full result of the analysis: the report and the plan behind it.
@@ -398,12 +432,14 @@ pub(crate) fn analyze<R: ReadStorage>(
     dir: &Path,
     group: u128,
     naming: Naming,
+    verify: Verify,
 ) -> Result<Option<Analysis>, WalError> {
     if !storage.exists(dir)? {
         return Ok(None);
     }
     let mut findings = Vec::new();
     let mut wal_files = Vec::new();
+    let mut seal_files = Vec::new();
     let mut has_frontier = false;
     for entry in storage.list_dir(dir)? {
         let path = dir.join(&entry.name);
@@ -421,6 +457,11 @@ pub(crate) fn analyze<R: ReadStorage>(
             .filter(|_| entry.kind == EntryKind::File)
         {
             wal_files.push((key, path));
+        } else if let Some(key) = crate::seal::sealed_name(&entry.name)
+            .and_then(|name| naming.parse(name))
+            .filter(|_| entry.kind == EntryKind::File)
+        {
+            seal_files.push((key, path));
         } else if naming == Naming::ByOp {
             findings.push(Finding {
                 file: path,
@@ -519,9 +560,26 @@ pub(crate) fn analyze<R: ReadStorage>(
             });
         }
     }
-    // Each file is verified as its own chain, in parallel; the links between files and every
-    // refusal are then checked in file order, so the error named is the first one on disk.
-    let scans = scan_in_parallel(storage, retained, &until, group);
+    // Each file is verified as its own chain, in parallel, or taken from its seal; the links
+    // between files and every refusal are then checked in file order, so the error named is the
+    // first one on disk.
+    let sealed_through = head_index.unwrap_or(0);
+    let reads = Retained {
+        files: retained,
+        keys: &keys,
+        sealed_through,
+        until: &until,
+        group,
+        head_checksum: frontier.head_checksum,
+    };
+    let mut disagreeing = Vec::new();
+    let (scans, sealed) = reads.read(storage, verify, &mut disagreeing);
+    findings.extend(disagreeing.into_iter().map(|file| Finding {
+        file,
+        offset: 0,
+        bytes: 0,
+        kind: FindingKind::SealDisagrees,
+    }));
     for (index, ((first_op, path), result)) in retained.iter().zip(scans).enumerate() {
         let key = keys[index];
         if let Some(expected) = next_op
@@ -558,6 +616,10 @@ pub(crate) fn analyze<R: ReadStorage>(
         if result.stop != StopReason::Reached {
             return Err(corrupt(path.clone(), result.end, result.stop));
         }
+        let first_parent = result
+            .first_parent
+            .or(parent)
+            .unwrap_or(frontier.head_checksum);
         parent = result.last_checksum.or(parent);
         next_op = Some(until(index) + 1);
         files.push(BootFile {
@@ -566,6 +628,8 @@ pub(crate) fn analyze<R: ReadStorage>(
             path: path.clone(),
             offsets: result.offsets,
             end: result.end,
+            first_parent,
+            sealed: sealed[index],
         });
     }
     if head_index.is_none() {
@@ -577,7 +641,21 @@ pub(crate) fn analyze<R: ReadStorage>(
             path: dir.join(naming.file_name(frontier.head_file_key)),
             offsets: Vec::new(),
             end: 0,
+            first_parent: frontier.head_checksum,
+            sealed: false,
         });
+    }
+    // A seal is kept only beside a file before the head file (one boot may take entries from):
+    // any other (its file gone, or the head or past it, after a crash or a cut) is removed.
+    for (key, path) in seal_files {
+        if !keys[..sealed_through].contains(&key) {
+            findings.push(Finding {
+                file: path,
+                offset: 0,
+                bytes: 0,
+                kind: FindingKind::StaleSeal,
+            });
+        }
     }
     let head_file = files
         .last()
@@ -603,6 +681,7 @@ pub(crate) fn analyze<R: ReadStorage>(
             head_op: frontier.head_op,
             durable_bytes: 0,
             discarded_bytes: 0,
+            sealed_bytes: files.iter().filter(|f| f.sealed).map(|f| f.end).sum(),
             findings,
             files: Vec::new(),
             carried: restore,
@@ -727,58 +806,6 @@ fn first_header<F: ReadFile>(file: &F) -> iggy_io::Result<Result<Header, StopRea
     Ok(Header::decode(&bytes).map_err(StopReason::Header))
 }
 
-/// Scans `files[i]` from its start up to `until(i)` (first link unchecked), on one thread per
-/// core; results in file order.
-fn scan_in_parallel<R: ReadStorage>(
-    storage: &R,
-    files: &[(u64, PathBuf)],
-    until: &(dyn Fn(usize) -> u64 + Sync),
-    group: u128,
-) -> Vec<iggy_io::Result<Scan>> {
-    let scan_one = |index: usize| -> iggy_io::Result<Scan> {
-        let (first_op, path) = &files[index];
-        let file = storage.open_read(path)?;
-        scan(
-            &file,
-            From {
-                start: 0,
-                first_op: *first_op,
-                parent: None,
-                until_op: Some(until(index)),
-                group,
-            },
-        )
-    };
-    let threads = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
-    let threads = threads.clamp(1, files.len().max(1));
-    let mut results: Vec<Option<iggy_io::Result<Scan>>> = files.iter().map(|_| None).collect();
-    std::thread::scope(|scope| {
-        let workers: Vec<_> = (0..threads)
-            .map(|worker| {
-                let scan_one = &scan_one;
-                scope.spawn(move || {
-                    (worker..files.len())
-                        .step_by(threads)
-                        .map(|index| (index, scan_one(index)))
-                        .collect::<Vec<_>>()
-                })
-            })
-            .collect();
-        for worker in workers {
-            let done = worker
-                .join()
-                .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
-            for (index, result) in done {
-                results[index] = Some(result);
-            }
-        }
-    });
-    results
-        .into_iter()
-        .map(|r| r.unwrap_or_else(|| unreachable!("every file scanned")))
-        .collect()
-}
-
 /// Rules 5 and 6: what lies past the frontier.
 fn past_the_frontier<R: ReadStorage>(
     storage: &R,
@@ -841,6 +868,8 @@ fn past_the_frontier<R: ReadStorage>(
                 path: path.clone(),
                 offsets: Vec::new(),
                 end: 0,
+                first_parent: analysis.head_checksum,
+                sealed: false,
             });
             continue;
         }
@@ -947,115 +976,6 @@ fn past_the_frontier<R: ReadStorage>(
     Ok(())
 }
 
-/// Carries out the plan of `analysis` (Open and Repair modes) for the boot of `incarnation`.
-pub(crate) fn apply<S: Storage>(
-    storage: &S,
-    analysis: &Analysis,
-    incarnation: u64,
-    previous_shutdown_clean: bool,
-) -> Result<(), WalError> {
-    let report = &analysis.report;
-    crate::carried::write_back(storage, analysis)?;
-    for (path, from, to) in &analysis.zero {
-        // The file's key: a partition segment's first offset (`.log`), a `.wal` file's first op.
-        let start = path
-            .file_stem()
-            .and_then(|s| s.to_str())
-            .and_then(|s| s.parse::<u64>().ok());
-        tracing::warn!(
-            group = %format_args!("{:#x}", report.group),
-            incarnation,
-            published_by = report.incarnation,
-            file = %path.display(),
-            start_offset = start,
-            durable_bytes = report.durable_bytes,
-            discarded_bytes = to - from,
-            "discarding unpublished bytes beyond the durable WAL frontier"
-        );
-        let file = storage.open(path, iggy_io::OpenMode::Existing)?;
-        file.write_zeros(*from, to - from)?;
-        // The discarded bytes must stay discarded: a later crash must not bring them back
-        // behind entries appended over them.
-        file.sync_data()?;
-    }
-    for path in &analysis.remove {
-        tracing::warn!(
-            group = %format_args!("{:#x}", report.group),
-            incarnation,
-            published_by = report.incarnation,
-            file = %path.display(),
-            durable_bytes = report.durable_bytes,
-            "removing a file beyond the durable WAL frontier"
-        );
-        storage.unlink(path)?;
-    }
-    if !analysis.remove.is_empty() {
-        // The removals must be durable before a new file of the same name can be created.
-        storage.sync_dir(&report.dir)?;
-    }
-    for (path, from, to) in &analysis.adopted_files {
-        // Adopted entries were read, perhaps from the page cache of a crashed process whose sync
-        // failed: after a failed fsync the kernel may keep pages that no later fsync writes. So
-        // they are written again, then synced, before a frontier names them.
-        let file = storage.open(path, iggy_io::OpenMode::Existing)?;
-        rewrite(&file, *from, *to)?;
-        file.sync_data()?;
-    }
-    if previous_shutdown_clean && analysis.new_frontier.is_none() && analysis.carried.is_empty() {
-        // Everything the clean process published was synced before it exited: nothing to
-        // make durable, and no descriptor held for it.
-        return Ok(());
-    }
-    let frontier_file =
-        storage.open(report.dir.join(FRONTIER_FILE), iggy_io::OpenMode::Existing)?;
-    match &analysis.new_frontier {
-        Some(new) => {
-            tracing::warn!(
-                group = %format_args!("{:#x}", report.group),
-                head_op = new.head_op,
-                "rewriting the WAL frontier"
-            );
-            frontier_file.write_all_at(new.offset(), &frontier::encode(new))?;
-        }
-        None if analysis.carried.is_empty() => {
-            // The same bytes again: the trusted slot may be in the page cache only, written by
-            // a publication whose sync failed before the process died (its acknowledgment was
-            // never given, but this boot trusts it). Writing it again makes it durable.
-            let trusted = &analysis.frontier;
-            frontier_file.write_all_at(trusted.offset(), &frontier::encode(trusted))?;
-        }
-        None => {
-            // The trusted publication is carried: its records again, both copies, for the same
-            // reason (and to repair a damaged copy).
-            for carried in &analysis.carried {
-                for record in crate::ring::records_of(carried.frontier.sequence) {
-                    frontier_file.write_all_at(
-                        crate::ring::offset(record),
-                        &crate::ring::encode(carried, record),
-                    )?;
-                }
-            }
-        }
-    }
-    // What this boot trusts is durable before the log is used: the next boot trusts it too.
-    frontier_file.sync_data()?;
-    Ok(())
-}
-
-/// Writes `[from, to)` of `file` again with the bytes it reads there, through a bounded buffer.
-fn rewrite<F: WriteFile>(file: &F, from: u64, to: u64) -> iggy_io::Result<()> {
-    const CHUNK: u64 = 1 << 20;
-    let mut buffer = vec![0u8; usize::try_from((to - from).min(CHUNK)).unwrap_or(0)];
-    let mut at = from;
-    while at < to {
-        let len = usize::try_from((to - at).min(CHUNK)).unwrap_or(0);
-        file.read_exact_at(at, &mut buffer[..len])?;
-        file.write_all_at(at, &buffer[..len])?;
-        at += len as u64;
-    }
-    Ok(())
-}
-
 /// What creating the log in `dir` does, for a group whose log does not exist yet ([`check`]
 /// returned `None`) and that its open will create: a leftover `frontier.tmp` is removed and the
 /// log is created. Reported so that a check names every change the open makes.
@@ -1098,5 +1018,16 @@ pub fn check_named<R: ReadStorage>(
     group: u128,
     naming: Naming,
 ) -> Result<Option<Report>, WalError> {
-    Ok(analyze(storage, dir, group, naming)?.map(|analysis| analysis.report))
+    check_verifying(storage, dir, group, naming, Verify::Sealed)
+}
+
+/// [`check_named`], reading as much of the retained files as `verify` says.
+pub fn check_verifying<R: ReadStorage>(
+    storage: &R,
+    dir: &Path,
+    group: u128,
+    naming: Naming,
+    verify: Verify,
+) -> Result<Option<Report>, WalError> {
+    Ok(analyze(storage, dir, group, naming, verify)?.map(|analysis| analysis.report))
 }

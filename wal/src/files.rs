@@ -1,7 +1,7 @@
 //! The log's files: creating one (preallocated, its name durable), cutting the log back
 //! (`truncate_after`), dropping a prefix, and the zeros written ahead of small publications.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use iggy_format::Header;
@@ -12,6 +12,7 @@ use iggy_io::{OpenMode, ReadFile, Storage, WriteFile};
 use crate::frontier::{self, Frontier};
 use crate::publish::wake_all_to_look_again;
 use crate::ring;
+use crate::seal::{self, Seal};
 use crate::{CarryRun, Chunk, LogFile, State, StopReason, Wal, WalError, poisoned_error};
 
 impl<S: Storage> Wal<S> {
@@ -56,6 +57,8 @@ impl<S: Storage> Wal<S> {
                 } else {
                     0
                 },
+                first_parent: state.head_checksum,
+                sealed: false,
             })
         })();
         match result {
@@ -165,10 +168,14 @@ impl<S: Storage> Wal<S> {
         file.file.write_zeros(new_end, old_end - new_end)?;
         // Zeroed so the dropped entries cannot reappear behind entries appended over them.
         file.file.sync_data()?;
-        let removed: Vec<LogFile<S::File>> = state.files.drain(index + 1..).collect();
-        for file in &removed {
+        let mut removed: Vec<LogFile<S::File>> = state.files.drain(index + 1..).collect();
+        for file in &mut removed {
+            self.remove_seal(file);
             self.storage.unlink(&file.path)?;
         }
+        // The cut file takes new entries: its seal no longer describes it.
+        self.remove_seal(&mut state.files[index]);
+        state.sealed_below = state.sealed_below.min(state.files[index].first_op);
         if !removed.is_empty() {
             // The removals are durable before a file of the same name can be created again.
             self.storage.sync_dir(&self.dir)?;
@@ -211,8 +218,14 @@ impl<S: Storage> Wal<S> {
             .windows(2)
             .take_while(|pair| pair[1].first_op <= op + 1 && pair[0].first_op < published_file)
             .count();
-        let removed: Vec<PathBuf> = state.files.drain(..count).map(|f| f.path).collect();
+        let mut removed_files: Vec<LogFile<S::File>> = state.files.drain(..count).collect();
         drop(state);
+        // Seals first: a crash between leaves a file without one (scanned), not a seal beside
+        // no file.
+        removed_files
+            .iter_mut()
+            .for_each(|file| self.remove_seal(file));
+        let removed: Vec<PathBuf> = removed_files.into_iter().map(|f| f.path).collect();
         // Oldest first, each removal durable before the next: a crash leaves a shorter prefix,
         // never a hole, even on a file system that persists directory changes out of order
         // (found by the unordered crash enumeration of the metadata group's checkpoints). The
@@ -228,6 +241,62 @@ impl<S: Storage> Wal<S> {
             return Err(error);
         }
         Ok(removed.len())
+    }
+}
+
+impl<S: Storage> Wal<S> {
+    /// Writes the seal of every file the published frontier has passed that has none yet: such
+    /// a file holds exactly its entries, all durable, and none will be added. Derived data,
+    /// written without a sync (`crate::seal`): a seal that is lost, torn or fails to be written
+    /// only costs the next boot a scan of its file, so a failure here is logged, not an error.
+    pub(crate) fn seal_passed(&self, state: &mut State<S::File>) {
+        let head_file = state.published.head_file;
+        if head_file <= state.sealed_below {
+            return;
+        }
+        for index in 0..state.files.len().saturating_sub(1) {
+            let (file, next) = (&state.files[index], &state.files[index + 1]);
+            if file.sealed || file.first_op >= head_file {
+                continue;
+            }
+            let seal = Seal {
+                group: self.config.group,
+                key: file.key,
+                first_op: file.first_op,
+                offsets: file.offsets.clone(),
+                end: file.end,
+                first_parent: file.first_parent,
+                last_checksum: next.first_parent,
+            };
+            if let Err(error) = self.write_seal(&file.path, &seal) {
+                tracing::warn!(
+                    file = %file.path.display(),
+                    %error,
+                    "could not write the WAL file's seal (the next boot scans the file instead)"
+                );
+            }
+            state.files[index].sealed = true;
+        }
+        state.sealed_below = head_file;
+    }
+
+    fn write_seal(&self, file: &Path, seal: &Seal) -> iggy_io::Result<()> {
+        let path = seal::path_for(file);
+        // A stale seal of the same name (a file cut back and filled again) goes first: the new
+        // one is a new file, never a mix of the two.
+        if self.storage.exists(&path)? {
+            self.storage.unlink(&path)?;
+        }
+        let handle = self.storage.open(&path, OpenMode::CreateNew)?;
+        handle.write_all_at(0, &seal::encode(seal))
+    }
+
+    /// Removes the seal of `file` if one was written (best effort: a seal left behind is found
+    /// stale by the next boot, and never trusted, since it does not link).
+    pub(crate) fn remove_seal(&self, file: &mut LogFile<S::File>) {
+        if std::mem::take(&mut file.sealed) {
+            let _ = self.storage.unlink(seal::path_for(&file.path));
+        }
     }
 }
 

@@ -12,6 +12,7 @@
 //! - after a failed write or sync the log is poisoned and refuses everything until reopened;
 //! - boot ([`Wal::open`], [`check`]) trusts the published prefix only; see [`boot`].
 
+mod apply;
 pub mod boot;
 pub mod carried;
 mod check_reads;
@@ -20,8 +21,10 @@ mod files;
 pub mod frontier;
 mod overlay;
 mod publish;
+mod retained;
 pub mod ring;
 pub mod scan;
+pub mod seal;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
@@ -150,6 +153,10 @@ struct LogFile<F> {
     /// Bytes from the start known to be written (entries or zeros), not merely allocated: a
     /// publication into them needs no block-map update in its `fdatasync`.
     prepared: u64,
+    /// The parent its first entry names.
+    first_parent: Checksum,
+    /// Its seal is written (or was found valid at boot), or its writing failed: not tried again.
+    sealed: bool,
 }
 
 struct Chunk<F> {
@@ -186,6 +193,8 @@ struct State<F> {
     poisoned: Option<String>,
     appended_bytes: u64,
     published_bytes: u64,
+    /// Every file starting before this op is sealed (or its seal was tried).
+    sealed_below: u64,
 }
 
 /// The entries since the last publication, as one contiguous run of a file.
@@ -261,7 +270,15 @@ impl<S: Storage> Wal<S> {
             config.naming == Naming::ByKey || first_key == first_op,
             "an op-named log's files are keyed by their first op"
         );
-        if boot::analyze(&storage, dir, config.group, config.naming)?.is_some() {
+        if boot::analyze(
+            &storage,
+            dir,
+            config.group,
+            config.naming,
+            boot::Verify::Sealed,
+        )?
+        .is_some()
+        {
             return Err(WalError::AlreadyExists {
                 dir: dir.to_path_buf(),
             });
@@ -364,6 +381,8 @@ impl<S: Storage> Wal<S> {
                 offsets: boot_file.offsets,
                 end: boot_file.end,
                 prepared: boot_file.end,
+                first_parent: boot_file.first_parent,
+                sealed: boot_file.sealed,
             });
         }
         let ring_available = storage.open_read(dir.join(FRONTIER_FILE))?.len()? >= ring::FILE_SIZE;
@@ -413,6 +432,7 @@ impl<S: Storage> Wal<S> {
             poisoned: None,
             appended_bytes: 0,
             published_bytes: 0,
+            sealed_below: 0,
         };
         Self {
             storage,

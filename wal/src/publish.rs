@@ -78,6 +78,7 @@ impl<S: Storage> Wal<S> {
         mut state: MutexGuard<'_, State<S::File>>,
         covered: Vec<Waiter>,
     ) -> Frontier {
+        self.seal_passed(&mut state);
         let next_leader = state.waiters.pop();
         let published = state.published;
         drop(state);

@@ -186,19 +186,29 @@ fn truncate_after_and_drop_prefix() {
         wal.append_body(b"new history", 2, op).unwrap();
     }
     wal.publish().unwrap();
-    let files_before = iggy_io::ReadStorage::list_dir(&storage, "wal")
-        .unwrap()
-        .len();
+    // Seals beside the files the frontier passed; dropping a file drops its seal.
+    let names = || -> Vec<String> {
+        iggy_io::ReadStorage::list_dir(&storage, "wal")
+            .unwrap()
+            .into_iter()
+            .map(|e| e.name.to_string_lossy().into_owned())
+            .collect()
+    };
+    let is_seal = |name: &String| name.ends_with(".seal");
+    assert!(names().iter().any(is_seal), "passed files are sealed");
+    let files_before = names().iter().filter(|n| !is_seal(n)).count();
     assert!(
         matches!(wal.drop_prefix(61), Err(WalError::OutOfRange { .. })),
         "unpublished"
     );
     let dropped = wal.drop_prefix(60).unwrap();
     assert!(dropped > 0);
-    let files_after = iggy_io::ReadStorage::list_dir(&storage, "wal")
-        .unwrap()
-        .len();
+    let files_after = names().iter().filter(|n| !is_seal(n)).count();
     assert_eq!(files_after, files_before - dropped);
+    assert!(
+        !names().iter().any(is_seal),
+        "the seals went with their files"
+    );
     assert_eq!(files_after, 2, "the frontier and the head file remain");
     let first = wal.first_op();
     assert!(first > 13, "first op {first}");

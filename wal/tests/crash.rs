@@ -19,6 +19,7 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use iggy_io::{
@@ -123,7 +124,11 @@ fn record(seed: u64, naming: Naming) -> (Vec<TraceOp>, Vec<Model>) {
         .filter(|name| name != "frontier")
         .collect();
     assert!(names.len() >= 3, "{names:?}");
+    // Every file the frontier passed has its seal (what boot takes instead of reading it).
+    let seals = names.iter().filter(|name| name.ends_with(".seal")).count();
+    assert!(seals >= 1, "{names:?}");
     for name in &names {
+        let name = name.strip_suffix(".seal").unwrap_or(name);
         let key = naming
             .parse(name.as_ref())
             .unwrap_or_else(|| panic!("{name}"));
@@ -151,7 +156,12 @@ fn parse(mark: &str) -> Event<'_> {
     }
 }
 
-fn check_state(crash: &CrashState<'_>, snapshots: &[Model], naming: Naming) -> Result<(), String> {
+fn check_state(
+    crash: &CrashState<'_>,
+    snapshots: &[Model],
+    naming: Naming,
+    sealed_states: &AtomicUsize,
+) -> Result<(), String> {
     let check = |storage: &dyn Fn() -> SimStorage| {
         check_named(&ReadOnly::new(storage()), dir(), GROUP, naming).map_err(|e| e.to_string())
     };
@@ -198,6 +208,9 @@ fn check_state(crash: &CrashState<'_>, snapshots: &[Model], naming: Naming) -> R
         .ok_or("fresh")?;
     if !after.is_clean() {
         return Err(format!("open left work behind: {after:?}"));
+    }
+    if checked.sealed_bytes > 0 {
+        sealed_states.fetch_add(1, Ordering::Relaxed);
     }
 
     let (head, _) = wal.head();
@@ -278,10 +291,16 @@ fn enumerate_workload(naming: Naming) {
             dir_order,
             ..EnumerationConfig::default()
         };
+        let sealed_states = AtomicUsize::new(0);
         let counts = enumerate(&trace, &config, |crash| {
-            check_state(crash, &snapshots.lock().unwrap(), naming)
+            check_state(crash, &snapshots.lock().unwrap(), naming, &sealed_states)
         })
         .unwrap_or_else(|failure| panic!("{dir_order:?}: {failure}"));
+        // Boots that took files from their seals are among the states checked (every check
+        // above held for them: the seals never changed what boot trusts).
+        let sealed_states = sealed_states.into_inner();
+        assert!(sealed_states > 0, "no state booted from a seal");
+        eprintln!("{dir_order:?}: {sealed_states} states booted with sealed files");
         assert_eq!(counts.points, storage_ops + 1);
         assert!(counts.torn_states > 0, "{counts:?}");
         eprintln!("{dir_order:?}: checked {counts:?} over {storage_ops} storage operations");

@@ -94,7 +94,7 @@ fn a_rotten_byte_in_the_published_prefix_refuses_naming_file_and_offset() {
     storage
         .rot(victim, second_entry_offset + 300, 0x04)
         .unwrap();
-    match refusal(&storage) {
+    let expect_named = |error: WalError| match error {
         WalError::Corrupt {
             file,
             offset,
@@ -108,7 +108,31 @@ fn a_rotten_byte_in_the_published_prefix_refuses_naming_file_and_offset() {
             assert_eq!(reason, StopReason::Body { op: first_op + 1 });
         }
         other => panic!("{other}"),
-    }
+    };
+    // The victim is sealed (the frontier passed it): boot takes its entries from the seal and
+    // does not read the body, but every read of the entry verifies it and refuses to serve it.
+    let (sealed, _) = Wal::open(storage.fork(), dir(), config(), Mode::Open)
+        .unwrap()
+        .unwrap();
+    expect_named(sealed.read(first_op + 1, first_op + 1).unwrap_err());
+    assert_eq!(
+        sealed.read(first_op, first_op).unwrap()[0].body,
+        entries[0].body,
+        "the undamaged entry beside it is served"
+    );
+    // A deep verification reads every body: it refuses, naming file and offset.
+    let deep = iggy_wal::boot::check_verifying(
+        &storage,
+        dir(),
+        GROUP,
+        iggy_wal::Naming::ByOp,
+        iggy_wal::boot::Verify::Everything,
+    );
+    expect_named(deep.unwrap_err());
+    // Without its seal the file is scanned, and boot itself refuses.
+    let unsealed = storage.fork();
+    unsealed.unlink(iggy_wal::seal::path_for(victim)).unwrap();
+    expect_named(refusal(&unsealed));
     let at = usize::try_from(second_entry_offset).unwrap() + 300;
     assert_eq!(
         storage.read_all(victim).unwrap()[at],

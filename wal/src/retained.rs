@@ -1,0 +1,233 @@
+//! Reading the retained files at boot: each file before the head file from its seal when the
+//! seal's checks pass (`crate::seal`), every other file scanned, in parallel, entry by entry.
+
+use std::path::PathBuf;
+
+use iggy_format::Header;
+use iggy_format::checksum::Checksum;
+use iggy_format::constants::HEADER_SIZE;
+use iggy_io::{ReadFile, ReadStorage};
+
+use crate::scan::{From, Scan, StopReason, scan};
+
+/// How much of the retained files boot reads.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Verify {
+    /// Files before the head file whose seal verifies and links are taken from the seal; the
+    /// rest is read and verified entry by entry (what every boot does).
+    #[default]
+    Sealed,
+    /// Every retained entry is read and verified, seals or not (`iggy-fsck --deep`).
+    Everything,
+}
+
+/// The retained files of a boot, and what each must hold.
+pub(crate) struct Retained<'a> {
+    pub(crate) files: &'a [(u64, PathBuf)],
+    pub(crate) keys: &'a [u64],
+    /// Files `..sealed_through` (those before the head file) may be taken from a seal.
+    pub(crate) sealed_through: usize,
+    pub(crate) until: &'a (dyn Fn(usize) -> u64 + Sync),
+    pub(crate) group: u128,
+    /// Where the chain must end (the frontier's head).
+    pub(crate) head_checksum: Checksum,
+}
+
+impl Retained<'_> {
+    /// Each file's entries, from its seal or from a scan, and whether they came from a seal.
+    /// A seal is used only when its checksums link with its neighbours (and the last one with
+    /// the frontier's head): a seal that does not is set aside and its file scanned, so the
+    /// result is what scanning every file gives whenever that verifies.
+    pub(crate) fn read<R: ReadStorage>(
+        &self,
+        storage: &R,
+        verify: Verify,
+        disagreeing: &mut Vec<PathBuf>,
+    ) -> (Vec<iggy_io::Result<Scan>>, Vec<bool>) {
+        let count = self.files.len();
+        let mut seals: Vec<Option<Scan>> = (0..count)
+            .map(|index| match verify {
+                Verify::Sealed if index < self.sealed_through => self.usable_seal(storage, index),
+                _ => None,
+            })
+            .collect();
+        let mut scans: Vec<Option<iggy_io::Result<Scan>>> = (0..count).map(|_| None).collect();
+        loop {
+            let missing: Vec<usize> = (0..count)
+                .filter(|&i| seals[i].is_none() && scans[i].is_none())
+                .collect();
+            let files: Vec<(u64, PathBuf)> =
+                missing.iter().map(|&i| self.files[i].clone()).collect();
+            let until = |k: usize| (self.until)(missing[k]);
+            for (&index, result) in missing
+                .iter()
+                .zip(scan_in_parallel(storage, &files, &until, self.group))
+            {
+                scans[index] = Some(result);
+            }
+            let ends = |i: usize| -> (Option<Checksum>, Option<Checksum>) {
+                match (&seals[i], &scans[i]) {
+                    (Some(seal), _) => (seal.first_parent, seal.last_checksum),
+                    (None, Some(Ok(scan))) => (scan.first_parent, scan.last_checksum),
+                    _ => (None, None),
+                }
+            };
+            let mut set_aside = Vec::new();
+            let mut previous: Option<(usize, Checksum)> = None;
+            for index in 0..count {
+                let (first_parent, last) = ends(index);
+                if let (Some((before, expected)), Some(found)) = (previous, first_parent)
+                    && expected != found
+                {
+                    set_aside.extend([before, index]);
+                    break;
+                }
+                if let Some(last) = last {
+                    previous = Some((index, last));
+                }
+            }
+            if set_aside.is_empty()
+                && let Some((last, checksum)) = previous
+                && checksum != self.head_checksum
+            {
+                set_aside.push(last);
+            }
+            set_aside.retain(|&i| seals[i].is_some());
+            if set_aside.is_empty() {
+                break;
+            }
+            for index in set_aside {
+                seals[index] = None;
+            }
+        }
+        let sealed = seals.iter().map(Option::is_some).collect();
+        if verify == Verify::Everything {
+            // Every seal boot would take is compared with what its file holds: one that says
+            // other sizes (written wrong: its checks prove only the file's two ends) is removed.
+            for (index, scan) in scans.iter().enumerate().take(self.sealed_through) {
+                let Some(seal) = self.usable_seal(storage, index) else {
+                    continue;
+                };
+                let agrees = matches!(scan, Some(Ok(scan))
+                    if scan.offsets == seal.offsets && scan.end == seal.end);
+                if !agrees {
+                    disagreeing.push(crate::seal::path_for(&self.files[index].1));
+                }
+            }
+        }
+        let results = seals
+            .into_iter()
+            .zip(scans)
+            .map(|(seal, scan)| match seal {
+                Some(seal) => Ok(seal),
+                None => scan.unwrap_or_else(|| unreachable!("every file without a seal scanned")),
+            })
+            .collect();
+        (results, sealed)
+    }
+
+    /// File `index`'s seal as a scan would have found it, when the seal verifies and says what
+    /// the file must hold; `None` otherwise (no seal, torn, stale, another file's: the file is
+    /// scanned; a seal that cannot be read is no different).
+    fn usable_seal<R: ReadStorage>(&self, storage: &R, index: usize) -> Option<Scan> {
+        let (first_op, path) = &self.files[index];
+        let bytes = storage
+            .open_read(crate::seal::path_for(path))
+            .and_then(|file| file.read_all())
+            .ok()?;
+        let seal = crate::seal::decode(&bytes).ok()?;
+        let entries = (self.until)(index).checked_add(1)?.checked_sub(*first_op)?;
+        let file_len = storage.open_read(path).and_then(|file| file.len()).ok()?;
+        let fits = seal.group == self.group
+            && seal.key == self.keys[index]
+            && seal.first_op == *first_op
+            && entries > 0
+            && seal.offsets.len() as u64 == entries
+            && seal.end <= file_len;
+        if !fits {
+            return None;
+        }
+        // The file's two ends must be what the seal says: its first entry names the seal's
+        // parent, its last is the seal's last checksum and ends where the seal does. Two reads
+        // per file; they tell a file swapped in from another history, or a seal of another
+        // file, from the file the seal describes. What lies between is verified by every read
+        // that serves it (and by `Verify::Everything`).
+        let file = storage.open_read(path).ok()?;
+        let header_at = |offset: u64| -> Option<(Header, Checksum)> {
+            let mut bytes = [0u8; HEADER_SIZE];
+            file.read_exact_at(offset, &mut bytes).ok()?;
+            let header = Header::decode(&bytes).ok()?;
+            Some((header, iggy_format::header::stored_checksum(&bytes)))
+        };
+        let last_offset = *seal.offsets.last()?;
+        let (first, _) = header_at(0)?;
+        let (last, last_checksum) = header_at(last_offset)?;
+        let ends_match = first.op == *first_op
+            && first.parent == seal.first_parent
+            && first.group == self.group
+            && last.op == *first_op + entries - 1
+            && last.group == self.group
+            && last_checksum == seal.last_checksum
+            && last_offset + u64::from(last.size) == seal.end;
+        ends_match.then_some(Scan {
+            first_op: *first_op,
+            offsets: seal.offsets,
+            last_checksum: Some(seal.last_checksum),
+            first_parent: Some(seal.first_parent),
+            end: seal.end,
+            stop: StopReason::Reached,
+        })
+    }
+}
+
+/// Scans `files[i]` from its start up to `until(i)` (first link unchecked), on one thread per
+/// core; results in file order.
+fn scan_in_parallel<R: ReadStorage>(
+    storage: &R,
+    files: &[(u64, PathBuf)],
+    until: &(dyn Fn(usize) -> u64 + Sync),
+    group: u128,
+) -> Vec<iggy_io::Result<Scan>> {
+    let scan_one = |index: usize| -> iggy_io::Result<Scan> {
+        let (first_op, path) = &files[index];
+        let file = storage.open_read(path)?;
+        scan(
+            &file,
+            From {
+                start: 0,
+                first_op: *first_op,
+                parent: None,
+                until_op: Some(until(index)),
+                group,
+            },
+        )
+    };
+    let threads = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
+    let threads = threads.clamp(1, files.len().max(1));
+    let mut results: Vec<Option<iggy_io::Result<Scan>>> = files.iter().map(|_| None).collect();
+    std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..threads)
+            .map(|worker| {
+                let scan_one = &scan_one;
+                scope.spawn(move || {
+                    (worker..files.len())
+                        .step_by(threads)
+                        .map(|index| (index, scan_one(index)))
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        for worker in workers {
+            let done = worker
+                .join()
+                .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+            for (index, result) in done {
+                results[index] = Some(result);
+            }
+        }
+    });
+    results
+        .into_iter()
+        .map(|r| r.unwrap_or_else(|| unreachable!("every file scanned")))
+        .collect()
+}

@@ -1,0 +1,328 @@
+//! Seals: what boot takes instead of reading a file the frontier passed, and every way a seal
+//! that does not describe its file is set aside (the file is scanned) or removed.
+#![allow(
+    clippy::unwrap_used,
+    reason = "test code: a failed unwrap is a failed test"
+)]
+
+use std::path::{Path, PathBuf};
+
+use iggy_io::{OpenMode, ReadStorage, SimStorage, Storage, WriteFile};
+use iggy_wal::boot::Verify;
+use iggy_wal::seal::{self, Seal};
+use iggy_wal::{Config, FindingKind, Mode, Naming, Report, Wal, check};
+
+const GROUP: u128 = 0x5EA1;
+
+fn config() -> Config {
+    Config {
+        file_size_bytes: 4096,
+        flush_bytes: 1024,
+        ..Config::new(GROUP)
+    }
+}
+
+fn dir() -> &'static Path {
+    Path::new("wal")
+}
+
+fn body(i: u64) -> Vec<u8> {
+    vec![u8::try_from(i % 251).unwrap(); 300 + usize::try_from(i % 7).unwrap() * 50]
+}
+
+/// 40 entries over several files, published (and synced, so the ring holds nothing boot needs).
+fn published(storage: &SimStorage) -> Wal<SimStorage> {
+    let wal = Wal::create(storage.clone(), dir(), config(), 1, 0).unwrap();
+    for i in 1..=40 {
+        wal.append_body(&body(i), 1, i).unwrap();
+    }
+    wal.publish_synced().unwrap();
+    wal
+}
+
+fn log_files(storage: &SimStorage) -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = storage
+        .list_dir(dir())
+        .unwrap()
+        .into_iter()
+        .map(|e| dir().join(e.name))
+        .filter(|p| p.extension().is_some_and(|x| x == "wal"))
+        .collect();
+    files.sort();
+    files
+}
+
+fn seals(storage: &SimStorage) -> Vec<PathBuf> {
+    let mut seals: Vec<PathBuf> = storage
+        .list_dir(dir())
+        .unwrap()
+        .into_iter()
+        .map(|e| dir().join(e.name))
+        .filter(|p| p.extension().is_some_and(|x| x == "seal"))
+        .collect();
+    seals.sort();
+    seals
+}
+
+fn report(storage: &SimStorage) -> Report {
+    check(storage, dir(), GROUP).unwrap().unwrap()
+}
+
+/// What a scan of every file gives: the seals may change how much boot reads, never what it
+/// trusts.
+fn deep(storage: &SimStorage) -> Report {
+    iggy_wal::boot::check_verifying(storage, dir(), GROUP, Naming::ByOp, Verify::Everything)
+        .unwrap()
+        .unwrap()
+}
+
+fn same_trust(sealed: &Report, deep: &Report) {
+    assert_eq!(sealed.files, deep.files, "the same files and entries");
+    assert_eq!(sealed.head_op, deep.head_op);
+    assert_eq!(sealed.durable_bytes, deep.durable_bytes);
+    assert_eq!(deep.sealed_bytes, 0, "a deep check reads everything");
+}
+
+#[test]
+fn every_file_the_frontier_passed_is_sealed_and_boot_reads_only_the_head_file() {
+    let storage = SimStorage::new(1);
+    drop(published(&storage));
+    let files = log_files(&storage);
+    assert!(files.len() >= 4, "{files:?}");
+    let expected: Vec<PathBuf> = files[..files.len() - 1]
+        .iter()
+        .map(|f| seal::path_for(f))
+        .collect();
+    assert_eq!(seals(&storage), expected, "every file but the head file");
+    let sealed = report(&storage);
+    let head = sealed.files.last().unwrap();
+    assert_eq!(
+        sealed.sealed_bytes,
+        sealed.durable_bytes - head.end,
+        "every byte before the head file came from seals"
+    );
+    assert!(sealed.is_clean(), "{:?}", sealed.findings);
+    same_trust(&sealed, &deep(&storage));
+    // And the log booted from seals serves every entry.
+    let (wal, _) = Wal::open(storage.fork(), dir(), config(), Mode::Open)
+        .unwrap()
+        .unwrap();
+    let entries = wal.read(1, 40).unwrap();
+    for (i, entry) in (1..).zip(&entries) {
+        assert_eq!(entry.body, body(i), "op {i}");
+    }
+}
+
+#[test]
+fn a_log_without_seals_is_sealed_by_its_first_publication_after_boot() {
+    let storage = SimStorage::new(2);
+    drop(published(&storage));
+    for seal in seals(&storage) {
+        storage.unlink(seal).unwrap();
+    }
+    let scanned = report(&storage);
+    assert_eq!(scanned.sealed_bytes, 0);
+    let (wal, _) = Wal::open(storage.clone(), dir(), config(), Mode::Open)
+        .unwrap()
+        .unwrap();
+    wal.append_body(b"one more", 1, 41).unwrap();
+    wal.publish().unwrap();
+    drop(wal);
+    let resealed = report(&storage);
+    assert!(resealed.sealed_bytes > 0, "sealed again");
+    same_trust(&resealed, &deep(&storage));
+}
+
+/// Every way a seal can fail to describe its file: each is set aside (the file scanned, the
+/// trusted prefix the same) and none is a finding, since nothing on disk is wrong but the seal.
+#[test]
+fn a_seal_that_does_not_describe_its_file_is_set_aside() {
+    let storage = SimStorage::new(3);
+    drop(published(&storage));
+    let victim = seal::path_for(&log_files(&storage)[1]);
+    let good = storage.read_all(&victim).unwrap();
+    let decoded = seal::decode(&good).unwrap();
+    let all_sealed = report(&storage).sealed_bytes;
+    let victim_bytes = decoded.end;
+    let variants: Vec<(&str, Vec<u8>)> = vec![
+        ("torn", good[..good.len() / 2].to_vec()),
+        ("rotten", {
+            let mut bytes = good.clone();
+            bytes[good.len() - 1] ^= 1;
+            bytes
+        }),
+        (
+            "another group's",
+            seal::encode(&Seal {
+                group: GROUP + 1,
+                ..decoded.clone()
+            }),
+        ),
+        (
+            "a wrong parent",
+            seal::encode(&Seal {
+                first_parent: decoded.first_parent ^ 1,
+                ..decoded.clone()
+            }),
+        ),
+        (
+            "a wrong last checksum",
+            seal::encode(&Seal {
+                last_checksum: decoded.last_checksum ^ 1,
+                ..decoded.clone()
+            }),
+        ),
+        ("one entry short", {
+            let mut offsets = decoded.offsets.clone();
+            let last = offsets.pop().unwrap();
+            seal::encode(&Seal {
+                offsets,
+                end: last,
+                ..decoded.clone()
+            })
+        }),
+    ];
+    for (what, bytes) in variants {
+        let forked = storage.fork();
+        let file = forked.open(&victim, OpenMode::Existing).unwrap();
+        file.set_len(0).unwrap();
+        file.write_all_at(0, &bytes).unwrap();
+        let checked = report(&forked);
+        assert_eq!(
+            checked.sealed_bytes,
+            all_sealed - victim_bytes,
+            "{what}: only that file is scanned"
+        );
+        assert!(checked.is_clean(), "{what}: {:?}", checked.findings);
+        same_trust(&checked, &deep(&forked));
+    }
+}
+
+#[test]
+fn a_seal_beside_the_head_file_or_beside_no_file_is_removed_and_never_trusted() {
+    let storage = SimStorage::new(4);
+    let wal = published(&storage);
+    let files = log_files(&storage);
+    let old_seals: Vec<(PathBuf, Vec<u8>)> = seals(&storage)
+        .into_iter()
+        .map(|p| {
+            let bytes = storage.read_all(&p).unwrap();
+            (p, bytes)
+        })
+        .collect();
+    // A cut back into the second file: its seal and every later one go with it.
+    let cut = seal::decode(&old_seals[1].1).unwrap().first_op + 1;
+    wal.truncate_after(cut).unwrap();
+    let after_cut = seals(&storage);
+    assert_eq!(
+        after_cut,
+        vec![old_seals[0].0.clone()],
+        "only the first stays"
+    );
+    // New entries of another size over the cut: the cut file now holds other bytes.
+    for i in 0..3 {
+        wal.append_body(&[0xEE; 900], 2, i).unwrap();
+    }
+    wal.publish_synced().unwrap();
+    drop(wal);
+    // A crash that lost the seals' removal: the cut file's old seal and a removed file's.
+    let removed = &old_seals[old_seals.len() - 1];
+    for (path, bytes) in [&old_seals[1], removed] {
+        let file = storage.open(path, OpenMode::Create).unwrap();
+        file.write_all_at(0, bytes).unwrap();
+    }
+    let checked = report(&storage);
+    let stale: Vec<&PathBuf> = checked
+        .findings
+        .iter()
+        .filter(|f| f.kind == FindingKind::StaleSeal)
+        .map(|f| &f.file)
+        .collect();
+    assert!(stale.contains(&&removed.0), "{:?}", checked.findings);
+    let head_file = checked.files.last().unwrap().path.clone();
+    if head_file == files[1] {
+        assert!(stale.contains(&&old_seals[1].0), "the head file's seal");
+    }
+    same_trust(&checked, &deep(&storage));
+    let (_, opened) = Wal::open(storage.clone(), dir(), config(), Mode::Open)
+        .unwrap()
+        .unwrap();
+    assert_eq!(opened, checked, "open does what check said");
+    for path in stale {
+        assert!(!storage.exists(path).unwrap(), "{} removed", path.display());
+    }
+    assert!(report(&storage).is_clean());
+}
+
+#[test]
+fn a_file_swapped_for_another_with_the_same_ends_is_caught_by_a_read_or_a_deep_check() {
+    // The seal proves a file's two ends, not what lies between: a body changed in the middle
+    // (rot after it was written) boots, is refused by the read that would serve it, and by a
+    // deep check. `refusals.rs` shows the same damage refused by boot without the seal.
+    let storage = SimStorage::new(5);
+    drop(published(&storage));
+    let victim = log_files(&storage)[1].clone();
+    let decoded = seal::decode(&storage.read_all(seal::path_for(&victim)).unwrap()).unwrap();
+    assert!(decoded.offsets.len() >= 3, "{decoded:?}");
+    let middle = decoded.offsets[1] + 256 + 10;
+    storage.rot(&victim, middle, 0x10).unwrap();
+    let checked = report(&storage);
+    assert!(checked.is_clean());
+    let error =
+        iggy_wal::boot::check_verifying(&storage, dir(), GROUP, Naming::ByOp, Verify::Everything)
+            .unwrap_err();
+    assert!(
+        matches!(&error, iggy_wal::WalError::Corrupt { file, offset, .. }
+            if *file == victim && *offset == decoded.offsets[1]),
+        "{error}"
+    );
+    let (wal, _) = Wal::open(storage.fork(), dir(), config(), Mode::Open)
+        .unwrap()
+        .unwrap();
+    let op = decoded.first_op + 1;
+    assert!(matches!(
+        wal.read(op, op),
+        Err(iggy_wal::WalError::Corrupt { file, offset, .. })
+            if file == victim && offset == decoded.offsets[1]
+    ));
+}
+
+#[test]
+fn a_seal_written_with_wrong_sizes_is_found_by_a_deep_check_and_refused_by_reads() {
+    // Its two ends verify, so boot takes it (the seal's checks prove a file's ends, and its
+    // sizes are what its writer knew). The read that meets a wrong offset refuses, naming the
+    // file; a deep check reads the file, finds the seal disagrees, and removes it.
+    let storage = SimStorage::new(6);
+    drop(published(&storage));
+    let victim_file = log_files(&storage)[1].clone();
+    let victim = seal::path_for(&victim_file);
+    let decoded = seal::decode(&storage.read_all(&victim).unwrap()).unwrap();
+    let mut offsets = decoded.offsets.clone();
+    offsets[1] += 1;
+    let file = storage.open(&victim, OpenMode::Existing).unwrap();
+    file.write_all_at(
+        0,
+        &seal::encode(&Seal {
+            offsets,
+            ..decoded.clone()
+        }),
+    )
+    .unwrap();
+    let (wal, _) = Wal::open(storage.fork(), dir(), config(), Mode::Open)
+        .unwrap()
+        .unwrap();
+    let op = decoded.first_op + 1;
+    assert!(matches!(
+        wal.read(op, op),
+        Err(iggy_wal::WalError::Corrupt { file, .. }) if file == victim_file
+    ));
+    let deep = deep(&storage);
+    assert_eq!(
+        deep.findings
+            .iter()
+            .filter(|f| f.kind == FindingKind::SealDisagrees)
+            .map(|f| &f.file)
+            .collect::<Vec<_>>(),
+        vec![&victim]
+    );
+}
