@@ -570,7 +570,6 @@ pub(crate) fn analyze<R: ReadStorage>(
         sealed_through,
         until: &until,
         group,
-        head_checksum: frontier.head_checksum,
     };
     let mut disagreeing = Vec::new();
     let (scans, sealed) = reads.read(storage, verify, &mut disagreeing);

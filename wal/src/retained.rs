@@ -29,15 +29,13 @@ pub(crate) struct Retained<'a> {
     pub(crate) sealed_through: usize,
     pub(crate) until: &'a (dyn Fn(usize) -> u64 + Sync),
     pub(crate) group: u128,
-    /// Where the chain must end (the frontier's head).
-    pub(crate) head_checksum: Checksum,
 }
 
 impl Retained<'_> {
     /// Each file's entries, from its seal or from a scan, and whether they came from a seal.
-    /// A seal is used only when its checksums link with its neighbours (and the last one with
-    /// the frontier's head): a seal that does not is set aside and its file scanned, so the
-    /// result is what scanning every file gives whenever that verifies.
+    /// A seal is used only when it says what its file must hold and its file's two ends are
+    /// what it says ([`Self::usable_seal`]); the result is what scanning every file gives
+    /// whenever that verifies.
     pub(crate) fn read<R: ReadStorage>(
         &self,
         storage: &R,
@@ -45,60 +43,25 @@ impl Retained<'_> {
         disagreeing: &mut Vec<PathBuf>,
     ) -> (Vec<iggy_io::Result<Scan>>, Vec<bool>) {
         let count = self.files.len();
-        let mut seals: Vec<Option<Scan>> = (0..count)
+        let seals: Vec<Option<Scan>> = (0..count)
             .map(|index| match verify {
                 Verify::Sealed if index < self.sealed_through => self.usable_seal(storage, index),
                 _ => None,
             })
             .collect();
+        // The files without a usable seal, scanned in parallel. The links between files (a
+        // sealed one's checksums included: its ends were read and checked) are checked by the
+        // caller in file order, as for scanned files: a seal whose ends verify carries the
+        // file's real first parent and last checksum, so a link it breaks is the log's own.
         let mut scans: Vec<Option<iggy_io::Result<Scan>>> = (0..count).map(|_| None).collect();
-        loop {
-            let missing: Vec<usize> = (0..count)
-                .filter(|&i| seals[i].is_none() && scans[i].is_none())
-                .collect();
-            let files: Vec<(u64, PathBuf)> =
-                missing.iter().map(|&i| self.files[i].clone()).collect();
-            let until = |k: usize| (self.until)(missing[k]);
-            for (&index, result) in missing
-                .iter()
-                .zip(scan_in_parallel(storage, &files, &until, self.group))
-            {
-                scans[index] = Some(result);
-            }
-            let ends = |i: usize| -> (Option<Checksum>, Option<Checksum>) {
-                match (&seals[i], &scans[i]) {
-                    (Some(seal), _) => (seal.first_parent, seal.last_checksum),
-                    (None, Some(Ok(scan))) => (scan.first_parent, scan.last_checksum),
-                    _ => (None, None),
-                }
-            };
-            let mut set_aside = Vec::new();
-            let mut previous: Option<(usize, Checksum)> = None;
-            for index in 0..count {
-                let (first_parent, last) = ends(index);
-                if let (Some((before, expected)), Some(found)) = (previous, first_parent)
-                    && expected != found
-                {
-                    set_aside.extend([before, index]);
-                    break;
-                }
-                if let Some(last) = last {
-                    previous = Some((index, last));
-                }
-            }
-            if set_aside.is_empty()
-                && let Some((last, checksum)) = previous
-                && checksum != self.head_checksum
-            {
-                set_aside.push(last);
-            }
-            set_aside.retain(|&i| seals[i].is_some());
-            if set_aside.is_empty() {
-                break;
-            }
-            for index in set_aside {
-                seals[index] = None;
-            }
+        let missing: Vec<usize> = (0..count).filter(|&i| seals[i].is_none()).collect();
+        let files: Vec<(u64, PathBuf)> = missing.iter().map(|&i| self.files[i].clone()).collect();
+        let until = |k: usize| (self.until)(missing[k]);
+        for (&index, result) in missing
+            .iter()
+            .zip(scan_in_parallel(storage, &files, &until, self.group))
+        {
+            scans[index] = Some(result);
         }
         let sealed = seals.iter().map(Option::is_some).collect();
         if verify == Verify::Everything {

@@ -6,13 +6,12 @@
 //! durable). It names the entries' sizes, the parent the first entry names and the last entry's
 //! header checksum. Boot uses a seal only for a file before the head file, only when it
 //! verifies (checksum, group, key, first op, exactly as many entries as the file must hold,
-//! inside the file's length), and only when its two checksums link with the files on either
-//! side; otherwise the file is scanned as before. The right-hand link is what makes a seal safe
-//! without a sync: the head file is always scanned and ends at the frontier's `head_checksum`,
-//! each header commits to its parent, so a seal whose last checksum is the next file's first
-//! parent describes exactly the entries the published chain holds, and their sizes (committed
-//! by the same headers) give every offset. A seal torn, lost, stale (left by a crash or a cut)
-//! or foreign only costs the scan it would have saved. See `docs/format.md`, "Seals".
+//! inside the file's length), and only when the file's first and last headers are what it says
+//! (`crate::retained`); otherwise the file is scanned as before. Its two checksums are then the
+//! file's real ends, and the links between files are checked as for scanned ones, ending at the
+//! frontier's `head_checksum`: each header commits to its parent, so the last header names the
+//! whole history before it. A seal torn, lost, stale (left by a crash or a cut) or foreign
+//! only costs the scan it would have saved. See `docs/format.md`, "Seals".
 //!
 //! ```text
 //!    0  checksum        u128  XXH3-128 of bytes [16, end of file)
