@@ -292,7 +292,7 @@ impl<S: Storage> Wal<S> {
     }
 
     /// Removes the seal of `file` if one was written (best effort: a seal left behind is found
-    /// stale by the next boot, and never trusted, since it does not link).
+    /// stale by the next boot, or fails its checks of the file's two ends; never trusted).
     pub(crate) fn remove_seal(&self, file: &mut LogFile<S::File>) {
         if std::mem::take(&mut file.sealed) {
             let _ = self.storage.unlink(seal::path_for(&file.path));

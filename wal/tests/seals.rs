@@ -40,28 +40,25 @@ fn published(storage: &SimStorage) -> Wal<SimStorage> {
     wal
 }
 
-fn log_files(storage: &SimStorage) -> Vec<PathBuf> {
+/// The files in the log's directory with `extension`, sorted.
+fn listed(storage: &SimStorage, extension: &str) -> Vec<PathBuf> {
     let mut files: Vec<PathBuf> = storage
         .list_dir(dir())
         .unwrap()
         .into_iter()
         .map(|e| dir().join(e.name))
-        .filter(|p| p.extension().is_some_and(|x| x == "wal"))
+        .filter(|p| p.extension().is_some_and(|x| x == extension))
         .collect();
     files.sort();
     files
 }
 
+fn log_files(storage: &SimStorage) -> Vec<PathBuf> {
+    listed(storage, "wal")
+}
+
 fn seals(storage: &SimStorage) -> Vec<PathBuf> {
-    let mut seals: Vec<PathBuf> = storage
-        .list_dir(dir())
-        .unwrap()
-        .into_iter()
-        .map(|e| dir().join(e.name))
-        .filter(|p| p.extension().is_some_and(|x| x == "seal"))
-        .collect();
-    seals.sort();
-    seals
+    listed(storage, "seal")
 }
 
 fn report(storage: &SimStorage) -> Report {
