@@ -97,12 +97,23 @@ fn open(storage: &SimStorage) -> Result<Option<MetadataGroup<SimStorage>>, Group
 }
 
 /// Crashes, boots (retrying after injected I/O faults), and checks the restored state.
+/// Whether `error` is damage in a file this run rotted: a refusal it must make (a WAL file the
+/// frontier passed is taken from its seal, and a seal is written without a sync, so a later boot
+/// may scan the file and meet the rot an earlier one did not read).
+fn refused_rot(error: &GroupError, rotted: &[std::path::PathBuf]) -> bool {
+    matches!(error, GroupError::Wal(wal_error)
+        if matches!(&**wal_error, WalError::Corrupt { file, .. } if rotted.contains(file)))
+}
+
+/// The "process" dies and boots; `None`: boot refused damage in a file this run rotted (the
+/// replica needs its peers now; the run ends).
 fn restart(
     storage: &SimStorage,
     rng: &mut Rng,
     acknowledged: &mut Vec<Op>,
     failed: Option<Op>,
-) -> Result<MetadataGroup<SimStorage>, String> {
+    rotted: &[std::path::PathBuf],
+) -> Result<Option<MetadataGroup<SimStorage>>, String> {
     for _ in 0..20 {
         if rng.below(2) == 0 {
             storage.crash_process();
@@ -112,6 +123,7 @@ fn restart(
         let group = match open(storage) {
             Ok(Some(group)) => group,
             Ok(None) => return Err("the group vanished".into()),
+            Err(error) if refused_rot(&error, rotted) => return Ok(None),
             Err(error) if !poisoned(&error)? => continue,
             Err(error) => return Err(format!("boot refused: {error}")),
         };
@@ -131,9 +143,10 @@ fn restart(
         drop(group);
         storage.power_loss();
         match open(storage) {
-            Ok(Some(again)) if *again.state() == state => return Ok(again),
+            Ok(Some(again)) if *again.state() == state => return Ok(Some(again)),
             Ok(Some(_)) => return Err("a power loss after boot took back restored ops".into()),
             Ok(None) => return Err("the group vanished".into()),
+            Err(error) if refused_rot(&error, rotted) => return Ok(None),
             Err(error) if !poisoned(&error)? => {}
             Err(error) => return Err(format!("boot refused: {error}")),
         }
@@ -148,6 +161,9 @@ fn run(seed: u64) -> Result<(), String> {
         .map_err(|e| e.to_string())?;
     storage.set_faults(iggy_io::soak::faults());
     let mut acknowledged: Vec<Op> = Vec::new();
+    // Files rotted at rest so far: a WAL file the frontier passed is taken from its seal at
+    // boot, its bodies verified by the reads that serve them, so the rot may surface later.
+    let mut rotted_files: Vec<std::path::PathBuf> = Vec::new();
     let mut checkpoints = 0;
     for step in 0..250u64 {
         let choice = rng.below(100);
@@ -169,6 +185,7 @@ fn run(seed: u64) -> Result<(), String> {
             drop(group);
             let rotted =
                 iggy_io::soak::rot_one_file(&storage, dir(), &mut rng).ok_or("nothing to rot")?;
+            rotted_files.push(rotted.clone());
             let mut opened = None;
             for _ in 0..20 {
                 match open(&storage) {
@@ -201,21 +218,55 @@ fn run(seed: u64) -> Result<(), String> {
             (Ok(()), None)
         } else {
             drop(group);
-            group = restart(&storage, &mut rng, &mut acknowledged, None)
-                .map_err(|e| format!("step {step}: {e}"))?;
+            match restart(&storage, &mut rng, &mut acknowledged, None, &rotted_files)
+                .map_err(|e| format!("step {step}: {e}"))?
+            {
+                Some(booted) => group = booted,
+                None => return Ok(()),
+            }
             (Ok(()), None)
         };
+        if let Err(error) = &result
+            && let GroupError::Wal(wal_error) = error
+            && let WalError::Corrupt { file, .. } = &**wal_error
+        {
+            // A read met rot at rest in a sealed file and refused to serve it, naming the
+            // file: only a file rotted here may be named, and a deep check must refuse the
+            // group too. The replica needs its peers now, as after a refusal at boot.
+            if !rotted_files.contains(file) {
+                return Err(format!(
+                    "step {step}: damage in a file never rotted: {error}"
+                ));
+            }
+            drop(group);
+            let deep = iggy_metadata::group::check_verifying(
+                &iggy_io::ReadOnly::new(storage.clone()),
+                dir(),
+                &ID,
+                iggy_wal::boot::Verify::Everything,
+            );
+            if deep.is_ok() {
+                return Err(format!(
+                    "step {step}: a read refused ({error}), a deep check did not"
+                ));
+            }
+            return Ok(());
+        }
         if let Err(error) = result {
             // A failed submit may have been published anyway; the restart decides.
             if poisoned(&error).map_err(|e| format!("step {step}: {e}"))? || failed.is_some() {
                 drop(group);
-                group = restart(&storage, &mut rng, &mut acknowledged, failed)
-                    .map_err(|e| format!("step {step}: {e}"))?;
+                match restart(&storage, &mut rng, &mut acknowledged, failed, &rotted_files)
+                    .map_err(|e| format!("step {step}: {e}"))?
+                {
+                    Some(booted) => group = booted,
+                    None => return Ok(()),
+                }
             }
         }
     }
     drop(group);
-    restart(&storage, &mut rng, &mut acknowledged, None)?;
+    restart(&storage, &mut rng, &mut acknowledged, None, &rotted_files)?;
     if checkpoints == 0 {
         return Err("no checkpoint succeeded".into());
     }
