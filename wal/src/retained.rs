@@ -13,8 +13,8 @@ use crate::scan::{From, Scan, StopReason, scan};
 /// How much of the retained files boot reads.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Verify {
-    /// Files before the head file whose seal verifies and links are taken from the seal; the
-    /// rest is read and verified entry by entry (what every boot does).
+    /// Files before the head file whose seal verifies and whose two ends match it are taken
+    /// from the seal; the rest is read and verified entry by entry (what every boot does).
     #[default]
     Sealed,
     /// Every retained entry is read and verified, seals or not (`iggy-fsck --deep`).
