@@ -100,7 +100,8 @@ impl Retained<'_> {
             .ok()?;
         let seal = crate::seal::decode(&bytes).ok()?;
         let entries = (self.until)(index).checked_add(1)?.checked_sub(*first_op)?;
-        let file_len = storage.open_read(path).and_then(|file| file.len()).ok()?;
+        let file = storage.open_read(path).ok()?;
+        let file_len = file.len().ok()?;
         let fits = seal.group == self.group
             && seal.key == self.keys[index]
             && seal.first_op == *first_op
@@ -115,7 +116,6 @@ impl Retained<'_> {
         // per file; they tell a file swapped in from another history, or a seal of another
         // file, from the file the seal describes. What lies between is verified by every read
         // that serves it (and by `Verify::Everything`).
-        let file = storage.open_read(path).ok()?;
         let header_at = |offset: u64| -> Option<(Header, Checksum)> {
             let mut bytes = [0u8; HEADER_SIZE];
             file.read_exact_at(offset, &mut bytes).ok()?;
