@@ -258,7 +258,7 @@ fn a_seal_beside_the_head_file_or_beside_no_file_is_removed_and_never_trusted() 
 }
 
 #[test]
-fn a_file_swapped_for_another_with_the_same_ends_is_caught_by_a_read_or_a_deep_check() {
+fn rot_between_a_sealed_files_two_ends_is_refused_by_the_read_and_by_a_deep_check() {
     // The seal proves a file's two ends, not what lies between: a body changed in the middle
     // (rot after it was written) boots, is refused by the read that would serve it, and by a
     // deep check. `refusals.rs` shows the same damage refused by boot without the seal.
@@ -271,6 +271,10 @@ fn a_file_swapped_for_another_with_the_same_ends_is_caught_by_a_read_or_a_deep_c
     storage.rot(&victim, middle, 0x10).unwrap();
     let checked = report(&storage);
     assert!(checked.is_clean());
+    assert!(
+        checked.sealed_bytes >= decoded.end,
+        "the victim came from its seal"
+    );
     let error =
         iggy_wal::boot::check_verifying(&storage, dir(), GROUP, Naming::ByOp, Verify::Everything)
             .unwrap_err();
