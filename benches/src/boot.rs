@@ -22,6 +22,8 @@ pub struct Sizes {
     /// Partition counts, each a node of its own.
     pub partitions: Vec<u32>,
     pub segment_size_bytes: u64,
+    /// Boot writes synced once for the node (`BootConfig::defer_boot_syncs`), or by each group.
+    pub defer_boot_syncs: bool,
 }
 
 /// One node.
@@ -85,6 +87,7 @@ fn run_one(
             segment_size_bytes: sizes.segment_size_bytes,
             // As the server and the tools boot (`BootConfig::fresh`).
             boot_threads: BootConfig::fresh().boot_threads,
+            defer_boot_syncs: sizes.defer_boot_syncs,
             ..BootConfig::new(1)
         };
         progress(&format!("{partitions} partitions: creating"));

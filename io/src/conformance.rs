@@ -315,6 +315,25 @@ pub fn paths_outside_the_root_are_refused<S: Storage>(storage: &S) {
 /// `(storage, guard)`: the guard (a temp dir, say) lives as long as the test.
 /// A lock is exclusive: a second taker fails at once naming the holder's pid, a probe sees the
 /// holder without taking the lock, and dropping the lock frees it.
+pub fn sync_filesystem_where_offered<S: Storage>(storage: &S) {
+    let file = storage.open("f", OpenMode::CreateNew).expect("create");
+    file.write_all_at(0, b"data").expect("write");
+    storage.create_dir("d").expect("create_dir");
+    let result = storage.sync_filesystem();
+    if storage.can_sync_filesystem() {
+        result.expect("sync_filesystem where the storage offers it");
+        storage
+            .sync_filesystem()
+            .expect("a second sync_filesystem with nothing new");
+    } else {
+        assert!(
+            matches!(kind(result), ErrorKind::Unsupported(_)),
+            "a storage that cannot syncfs refuses instead of pretending"
+        );
+    }
+    assert_eq!(read_all(&file), b"data");
+}
+
 pub fn locks_are_exclusive_until_dropped<S: Storage>(storage: &S) {
     assert_eq!(storage.lock_holder("lock").expect("probe"), None, "no file");
     let held = storage.lock("lock").expect("lock");
@@ -349,6 +368,7 @@ macro_rules! conformance_suite {
             directories,
             rename_link_unlink,
             paths_outside_the_root_are_refused,
+            sync_filesystem_where_offered,
             locks_are_exclusive_until_dropped
         );
     };

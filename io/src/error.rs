@@ -18,6 +18,7 @@ pub enum Op {
     SyncData,
     SyncAll,
     SyncDir,
+    SyncFs,
     Rename,
     HardLink,
     Unlink,
@@ -40,6 +41,7 @@ impl fmt::Display for Op {
             Self::SyncData => "sync_data",
             Self::SyncAll => "sync_all",
             Self::SyncDir => "sync_dir",
+            Self::SyncFs => "sync_filesystem",
             Self::Rename => "rename",
             Self::HardLink => "hard_link",
             Self::Unlink => "unlink",
@@ -82,6 +84,8 @@ pub enum ErrorKind {
     Locked {
         pid: Option<u32>,
     },
+    /// The storage does not offer the operation (see `Storage::can_sync_filesystem`).
+    Unsupported(&'static str),
     /// Any other error from the operating system (`errno`).
     Os(i32),
 }
@@ -105,6 +109,7 @@ impl fmt::Display for ErrorKind {
             }
             Self::Locked { pid: Some(pid) } => write!(f, "locked by process {pid}"),
             Self::Locked { pid: None } => f.write_str("locked by another process"),
+            Self::Unsupported(what) => write!(f, "{what} is not supported by this storage"),
             Self::Os(errno) => write!(f, "{}", std::io::Error::from_raw_os_error(*errno)),
         }
     }

@@ -475,6 +475,19 @@ fn read_lock_pid(file: &OsFile) -> Option<u32> {
     parse_lock_contents(&bytes[..count])
 }
 
+/// Whether this kernel's `syncfs` returns write-back errors: Linux 5.8 and later (before, it
+/// returned success whatever happened, so nothing may rely on it).
+static SYNCFS_REPORTS_ERRORS: std::sync::LazyLock<bool> = std::sync::LazyLock::new(|| {
+    let uname = rustix::system::uname();
+    let release = uname.release().to_string_lossy();
+    let mut numbers = release
+        .split(|c: char| !c.is_ascii_digit())
+        .map(|n| n.parse::<u32>().unwrap_or(0));
+    let major = numbers.next().unwrap_or(0);
+    let minor = numbers.next().unwrap_or(0);
+    (major, minor) >= (5, 8)
+});
+
 impl Storage for OsStorage {
     type File = OsFile;
 
@@ -552,6 +565,26 @@ impl Storage for OsStorage {
         self.remove_tree(path, dir.as_fd())?;
         rustix::fs::unlinkat(parent_fd, name, AtFlags::REMOVEDIR)
             .map_err(|errno| os_error(Op::RemoveDirAll, path, errno))
+    }
+
+    fn sync_filesystem(&self) -> Result<()> {
+        if !self.can_sync_filesystem() {
+            return Err(Error::new(
+                Op::SyncFs,
+                Path::new(""),
+                ErrorKind::Unsupported("syncfs that reports write-back errors (Linux 5.8)"),
+            ));
+        }
+        // On the root's descriptor, opened with this storage: `syncfs` reports every write-back
+        // error on the file system since the descriptor was opened (the kernel keeps one error
+        // sequence per file system and a cursor per open file), so an error in a write-back the
+        // kernel started on its own, before this call, is reported too.
+        retry(|| rustix::fs::syncfs(self.root.as_fd()))
+            .map_err(|errno| os_error(Op::SyncFs, Path::new(""), errno))
+    }
+
+    fn can_sync_filesystem(&self) -> bool {
+        *SYNCFS_REPORTS_ERRORS
     }
 
     fn lock(&self, path: impl AsRef<Path>) -> Result<FileLock> {

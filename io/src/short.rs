@@ -157,6 +157,14 @@ impl<S: Storage> Storage for ShortIo<S> {
         self.inner.remove_dir_all(path)
     }
 
+    fn sync_filesystem(&self) -> Result<()> {
+        self.inner.sync_filesystem()
+    }
+
+    fn can_sync_filesystem(&self) -> bool {
+        self.inner.can_sync_filesystem()
+    }
+
     fn lock(&self, path: impl AsRef<Path>) -> Result<FileLock> {
         self.inner.lock(path)
     }

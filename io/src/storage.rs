@@ -335,6 +335,27 @@ pub trait Storage: ReadStorage {
     /// Removes a directory and everything under it. Durable after `sync_dir` of the parent.
     fn remove_dir_all(&self, path: impl AsRef<Path>) -> Result<()>;
 
+    /// Makes every write and directory operation made through this storage durable at once,
+    /// with every other on its file system (Linux `syncfs`: one device flush, where a sync per file
+    /// is one each). Fails if any write-back on the file system failed since this storage
+    /// was opened: after an error, nothing written since may be taken as durable. Only where
+    /// [`Storage::can_sync_filesystem`] says so; otherwise it refuses with
+    /// [`ErrorKind::Unsupported`](crate::ErrorKind).
+    fn sync_filesystem(&self) -> Result<()> {
+        Err(crate::Error::new(
+            crate::Op::SyncFs,
+            Path::new(""),
+            crate::ErrorKind::Unsupported("sync_filesystem"),
+        ))
+    }
+
+    /// Whether [`Storage::sync_filesystem`] makes everything durable and reports every failed
+    /// write-back (Linux 5.8 and later; before, `syncfs` returned success whatever happened).
+    /// A caller that may defer syncs to it checks this first.
+    fn can_sync_filesystem(&self) -> bool {
+        false
+    }
+
     /// Takes an exclusive lock on the file at `path` (created if missing) and writes this
     /// process's id into it; fails at once with [`ErrorKind::Locked`] (naming the holder's pid)
     /// if someone else holds it. The lock lasts until the returned value is dropped. It says

@@ -225,3 +225,59 @@ fn handles_from_before_a_crash_are_stale() {
     let reopened = storage.open_read("f").unwrap();
     assert_eq!(reopened.len().unwrap(), 1);
 }
+
+/// `sync_filesystem` is every sync at once: data in several directories, a created file's
+/// name, an unlink and a rename all survive a power loss that keeps nothing pending.
+#[test]
+fn sync_filesystem_makes_every_pending_write_and_name_durable() {
+    let storage = SimStorage::recording(3);
+    assert!(storage.can_sync_filesystem());
+    storage.create_dir("a").unwrap();
+    storage.create_dir("a/b").unwrap();
+    storage.sync_dir("").unwrap();
+    storage.sync_dir("a").unwrap();
+    let old = durable_file(&storage, "a/old", b"old");
+    let gone = durable_file(&storage, "a/b/gone", b"gone");
+    drop(gone);
+    old.write_all_at(0, b"NEW").unwrap();
+    let created = storage.open("a/b/created", OpenMode::CreateNew).unwrap();
+    created.write_all_at(0, b"created").unwrap();
+    storage.unlink("a/b/gone").unwrap();
+    storage.rename("a/old", "a/renamed").unwrap();
+    storage.sync_filesystem().unwrap();
+    storage.power_loss_durable_only();
+    assert_eq!(storage.read_all("a/renamed").unwrap(), b"NEW");
+    assert!(!storage.exists("a/old").unwrap());
+    assert_eq!(storage.read_all("a/b/created").unwrap(), b"created");
+    assert!(!storage.exists("a/b/gone").unwrap());
+    assert!(storage.pending_writes().is_empty());
+    assert_eq!(storage.pending_dir_ops(), 0);
+}
+
+/// A write-back that fails inside `sync_filesystem` fails the call and loses that file's
+/// pending writes for good (as after a failed `fsync`), while the other files' are durable.
+#[test]
+fn a_failed_sync_filesystem_loses_the_failed_files_writes_and_keeps_the_others() {
+    let storage = SimStorage::recording(4);
+    let bad = durable_file(&storage, "bad", b"1");
+    let good = durable_file(&storage, "good", b"1");
+    bad.write_all_at(0, b"2").unwrap();
+    good.write_all_at(0, b"2").unwrap();
+    storage.arm("bad", iggy_io::Fault::SyncError).unwrap();
+    let error = storage.sync_filesystem().unwrap_err();
+    assert_eq!(error.op, iggy_io::Op::SyncFs);
+    assert!(
+        storage
+            .trace()
+            .iter()
+            .any(|op| matches!(op, TraceOp::SyncFs { failed } if failed.len() == 1))
+    );
+    storage.sync_filesystem().unwrap();
+    storage.power_loss_durable_only();
+    assert_eq!(storage.read_all("good").unwrap(), b"2");
+    assert_eq!(
+        storage.read_all("bad").unwrap(),
+        b"1",
+        "the failed write-back never reached the disk, though a later syncfs succeeded"
+    );
+}

@@ -434,7 +434,7 @@ impl<S: Storage + Clone> MetadataGroup<S> {
         identity: &Identity,
         wal: Config,
     ) -> Result<Option<(Self, Checked)>, GroupError> {
-        let policy = RepairPolicy::at_boot(wal.previous_shutdown_clean);
+        let policy = RepairPolicy::at_boot(wal.previous_shutdown_clean, wal.defer_boot_syncs);
         let Some((checked, wal_plan)) =
             plan(&storage, dir, identity, iggy_wal::boot::Verify::Sealed)?
         else {

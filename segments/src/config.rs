@@ -44,6 +44,10 @@ pub struct Config {
     /// the superblock and not the trusted frontier (see `iggy_wal::Config`). Set by the
     /// node's boot.
     pub previous_shutdown_clean: bool,
+    /// Boot leaves its rewrites of the superblock and the WAL unsynced, and the caller syncs
+    /// the file system before the partition is used (see `iggy_wal::Config::defer_boot_syncs`).
+    /// Set by the node's boot; off by default.
+    pub defer_boot_syncs: bool,
     /// How much of the WAL's retained files boot reads (`Verify::Everything`: `iggy-fsck
     /// --deep`).
     pub verify: wal::boot::Verify,
@@ -67,13 +71,14 @@ impl Config {
             read_path: ReadPath::Mapped,
             replicated: false,
             previous_shutdown_clean: false,
+            defer_boot_syncs: false,
             verify: wal::boot::Verify::Sealed,
         }
     }
 
     /// How boot repairs the superblock.
     pub(crate) fn superblock_policy(&self) -> iggy_superblock::RepairPolicy {
-        iggy_superblock::RepairPolicy::at_boot(self.previous_shutdown_clean)
+        iggy_superblock::RepairPolicy::at_boot(self.previous_shutdown_clean, self.defer_boot_syncs)
     }
 
     pub(crate) fn wal(&self) -> wal::Config {
@@ -83,6 +88,7 @@ impl Config {
             unpublished_bytes_max: self.unpublished_bytes_max,
             naming: Naming::ByKey,
             previous_shutdown_clean: self.previous_shutdown_clean,
+            defer_boot_syncs: self.defer_boot_syncs,
             ..wal::Config::new(self.group)
         }
     }

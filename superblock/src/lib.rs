@@ -398,18 +398,25 @@ pub enum RepairPolicy {
     /// Rewrite only the damaged or stale copies: for a boot after a clean shutdown, whose
     /// process synced every write it made, so the good copies are durable already.
     RepairDamaged,
+    /// As [`RepairPolicy::Repair`], without syncing the copies: for a boot whose caller syncs
+    /// the file system before the group is used (`iggy_io::Storage::sync_filesystem`). Each
+    /// copy is written from the chosen record, so a crash before that sync leaves every copy
+    /// as it was or as the chosen record (a torn write of a copy's same bytes is those bytes):
+    /// the next boot chooses the same record.
+    RepairUnsynced,
     /// Leave the file untouched and only report them.
     ReportOnly,
 }
 
 impl RepairPolicy {
     /// What a writing boot uses: [`RepairPolicy::RepairDamaged`] right after a clean shutdown
-    /// (its process synced every write), [`RepairPolicy::Repair`] otherwise.
-    pub fn at_boot(previous_shutdown_clean: bool) -> Self {
-        if previous_shutdown_clean {
-            Self::RepairDamaged
-        } else {
-            Self::Repair
+    /// (its process synced every write), [`RepairPolicy::Repair`] otherwise, or
+    /// [`RepairPolicy::RepairUnsynced`] instead of `Repair` when the caller defers boot syncs.
+    pub fn at_boot(previous_shutdown_clean: bool, defer_syncs: bool) -> Self {
+        match (previous_shutdown_clean, defer_syncs) {
+            (true, _) => Self::RepairDamaged,
+            (false, false) => Self::Repair,
+            (false, true) => Self::RepairUnsynced,
         }
     }
 }
@@ -511,14 +518,15 @@ impl<S: Storage> Superblock<S> {
             checksum,
             poisoned: false,
         };
-        if policy == RepairPolicy::Repair {
+        if matches!(policy, RepairPolicy::Repair | RepairPolicy::RepairUnsynced) {
             // Every copy is written from the chosen record: the reported repairs, and the copies
             // that read as good. A good copy may be in the page cache only, written by an update
             // whose sync failed before the process died (after a failed fsync the kernel may keep
             // pages that no later fsync writes); writing its same bytes again makes what this boot
             // trusts durable. Copy A first, then B, as in an update.
+            let sync = policy == RepairPolicy::Repair;
             for slot in Slot::ALL {
-                superblock.write_copy(slot, &record)?;
+                superblock.write_copy_with(slot, &record, sync)?;
             }
             superblock.file = None;
         } else if policy == RepairPolicy::RepairDamaged && !repairs.is_empty() {
@@ -617,6 +625,17 @@ impl<S: Storage> Superblock<S> {
 
     /// Writes one copy and makes it durable; poisons the handle on failure.
     fn write_copy(&mut self, slot: Slot, record: &Record) -> Result<(), SuperblockError> {
+        self.write_copy_with(slot, record, true)
+    }
+
+    /// Writes one copy, synced or not (a boot whose caller syncs the file system after);
+    /// poisons the handle on failure.
+    fn write_copy_with(
+        &mut self,
+        slot: Slot,
+        record: &Record,
+        sync: bool,
+    ) -> Result<(), SuperblockError> {
         if self.poisoned {
             return Err(SuperblockError::Poisoned {
                 path: self.path.clone(),
@@ -633,7 +652,11 @@ impl<S: Storage> Superblock<S> {
                 Err(error) => return Err(error.into()),
             },
         };
-        let result = file.write_all_and_sync_data(slot.offset(), &bytes);
+        let result = if sync {
+            file.write_all_and_sync_data(slot.offset(), &bytes)
+        } else {
+            file.write_all_at(slot.offset(), &bytes)
+        };
         if let Err(error) = result {
             self.poisoned = true;
             return Err(error.into());

@@ -61,6 +61,21 @@ fn every_crash_state_boots_to_the_acknowledged_or_the_in_flight_state() {
                 record.sequence
             ));
         }
+        // A node's boot repairs without syncing and syncs the file system once after every
+        // group: a power loss before that sync, keeping, losing or tearing each copy write,
+        // still leaves copies that choose the same record.
+        let deferred = crash.storage.fork();
+        Superblock::open(deferred.clone(), dir(), &ID, RepairPolicy::RepairUnsynced)
+            .map_err(|e| format!("unsynced repair refused: {e}"))?;
+        deferred.power_loss();
+        match read(&ReadOnly::new(deferred), dir(), &ID) {
+            Ok(Opened::Present { record: again, .. }) if again == record => {}
+            other => {
+                return Err(format!(
+                    "after an unsynced repair and a power loss: {other:?}"
+                ));
+            }
+        }
         // Open mode repairs, after which the superblock is clean and says the same.
         let (repaired, _) =
             Superblock::open(crash.storage.clone(), dir(), &ID, RepairPolicy::Repair)

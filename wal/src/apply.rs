@@ -13,9 +13,13 @@ pub(crate) fn apply<S: Storage>(
     analysis: &Analysis,
     incarnation: u64,
     previous_shutdown_clean: bool,
+    defer_syncs: bool,
 ) -> Result<(), WalError> {
     let report = &analysis.report;
-    crate::carried::write_back(storage, analysis)?;
+    // Adopted entries must be durable before the new frontier that names them: that order is
+    // kept. Every other write here stands alone (`Config::defer_boot_syncs`).
+    let sync = !defer_syncs || analysis.new_frontier.is_some();
+    crate::carried::write_back(storage, analysis, sync)?;
     for (path, from, to) in &analysis.zero {
         // The file's key: a partition segment's first offset (`.log`), a `.wal` file's first op.
         let start = path
@@ -35,8 +39,11 @@ pub(crate) fn apply<S: Storage>(
         let file = storage.open(path, iggy_io::OpenMode::Existing)?;
         file.write_zeros(*from, to - from)?;
         // The discarded bytes must stay discarded: a later crash must not bring them back
-        // behind entries appended over them.
-        file.sync_data()?;
+        // behind entries appended over them (deferred: nothing is appended before the caller's
+        // sync).
+        if sync {
+            file.sync_data()?;
+        }
     }
     for path in &analysis.remove {
         if crate::seal::sealed_name(path.file_name().unwrap_or_default()).is_some() {
@@ -55,7 +62,7 @@ pub(crate) fn apply<S: Storage>(
         );
         storage.unlink(path)?;
     }
-    if !analysis.remove.is_empty() {
+    if !analysis.remove.is_empty() && sync {
         // The removals must be durable before a new file of the same name can be created.
         storage.sync_dir(&report.dir)?;
     }
@@ -104,7 +111,9 @@ pub(crate) fn apply<S: Storage>(
         }
     }
     // What this boot trusts is durable before the log is used: the next boot trusts it too.
-    frontier_file.sync_data()?;
+    if sync {
+        frontier_file.sync_data()?;
+    }
     Ok(())
 }
 

@@ -234,10 +234,12 @@ pub fn carried_entries(bytes: &[u8]) -> u64 {
 
 /// Writes the carried entries boot relies on back into the log and syncs each file written, so
 /// the log holds them durably before anything else happens (every boot that relies on the ring:
-/// the log's copy may be in a crashed process's page cache only).
+/// the log's copy may be in a crashed process's page cache only). Unsynced when `sync` is off:
+/// the caller syncs the file system before the log is used (`Config::defer_boot_syncs`).
 pub(crate) fn write_back<S: Storage>(
     storage: &S,
     analysis: &crate::boot::Analysis,
+    sync: bool,
 ) -> Result<(), WalError> {
     let mut written: Vec<&Path> = Vec::new();
     let mut files = Vec::new();
@@ -249,8 +251,10 @@ pub(crate) fn write_back<S: Storage>(
             files.push(file);
         }
     }
-    for file in files {
-        file.sync_data()?;
+    if sync {
+        for file in files {
+            file.sync_data()?;
+        }
     }
     Ok(())
 }

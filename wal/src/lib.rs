@@ -78,6 +78,16 @@ pub struct Config {
     /// boot need not write the trusted frontier again (rule 7's rewrite is for a process that
     /// died, perhaps after a failed sync). Set by the node's boot, never by default.
     pub previous_shutdown_clean: bool,
+    /// Boot makes its writes (rules 5 and 7 of `docs/format.md`, "WAL boot": discarded bytes
+    /// zeroed, later files removed, carried entries written back, the trusted frontier written
+    /// again) without syncing them, and the caller makes them durable with one
+    /// [`iggy_io::Storage::sync_filesystem`] before anything is appended, published or
+    /// acknowledged: a node of 10,000 partitions pays one device flush, not four per group.
+    /// Each of those writes stands alone (the same bytes again, or bytes past the frontier), so
+    /// a crash before the caller's sync leaves a log the next boot opens the same way. A boot
+    /// that adopts entries still syncs them, in order, before the new frontier that names them.
+    /// Set by the node's boot where the storage can sync its file system; off by default.
+    pub defer_boot_syncs: bool,
 }
 
 impl Config {
@@ -96,6 +106,7 @@ impl Config {
             naming: Naming::ByOp,
             carry_small_publications: true,
             previous_shutdown_clean: false,
+            defer_boot_syncs: false,
         }
     }
 }
@@ -364,6 +375,7 @@ impl<S: Storage> Wal<S> {
             &analysis,
             config.incarnation,
             config.previous_shutdown_clean,
+            config.defer_boot_syncs,
         )?;
         let published = analysis.new_frontier.unwrap_or(analysis.frontier);
         let mut files = Vec::new();

@@ -9,7 +9,7 @@
 use std::path::Path;
 use std::sync::{Arc, Barrier, Mutex};
 
-use iggy_io::{Fault, SimStorage, TraceOp};
+use iggy_io::{Fault, SimStorage, Storage, TraceOp};
 use iggy_wal::{Config, Mode, Wal, WalError};
 
 const GROUP: u128 = 3;
@@ -237,6 +237,61 @@ fn what_a_boot_trusts_survives_a_later_power_loss_even_after_a_failed_frontier_s
         trusted,
         "a boot trusted entries that were not durable"
     );
+}
+
+/// The same with `defer_boot_syncs`: boot writes the trusted slot again without a sync, and the
+/// caller's one `sync_filesystem` is what makes it durable. Without that sync, the power loss
+/// takes back what the boot trusted (the second half shows the step matters).
+#[test]
+fn a_deferred_boot_is_durable_once_the_caller_syncs_the_file_system() {
+    let deferred = Config {
+        defer_boot_syncs: true,
+        ..config()
+    };
+    for caller_syncs in [true, false] {
+        let storage = SimStorage::recording(24);
+        let wal = Wal::create(storage.clone(), dir(), config(), 1, 0).unwrap();
+        wal.append_body(b"durable", 1, 0).unwrap();
+        wal.publish().unwrap();
+        wal.append_body(b"published, but its frontier sync failed", 1, 0)
+            .unwrap();
+        storage
+            .arm(dir().join("frontier"), Fault::SyncError)
+            .unwrap();
+        assert!(wal.publish().is_err());
+        drop(wal);
+        storage.crash_process();
+        let (wal, _) = Wal::open(storage.clone(), dir(), deferred.clone(), Mode::Open)
+            .unwrap()
+            .unwrap();
+        let trusted = wal.head().0;
+        assert_eq!(trusted, 2, "boot trusts the slot in the page cache");
+        assert!(
+            !storage.pending_writes().is_empty(),
+            "the rewrite of the trusted slot waits for the caller's sync"
+        );
+        if caller_syncs {
+            storage.sync_filesystem().unwrap();
+        }
+        drop(wal);
+        storage.power_loss();
+        let (wal, _) = Wal::open(storage, dir(), config(), Mode::Open)
+            .unwrap()
+            .unwrap();
+        if caller_syncs {
+            assert_eq!(
+                wal.head().0,
+                trusted,
+                "a boot trusted entries that were not durable"
+            );
+        } else {
+            assert_eq!(
+                wal.head().0,
+                1,
+                "without the caller's sync the rewrite is lost"
+            );
+        }
+    }
 }
 
 /// A sync fails while 64 threads append and wait, with leaders going on to publish for others:

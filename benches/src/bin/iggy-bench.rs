@@ -106,6 +106,11 @@ struct BootArgs {
     /// Each partition's segment size, in KiB.
     #[arg(long, default_value_t = 256)]
     segment_kib: u64,
+    /// Each group syncs its own boot writes (superblock copies, frontier, zeroed tail) instead
+    /// of the node's one `syncfs` after every group booted: the code before deferred boot
+    /// syncs, for a side-by-side run.
+    #[arg(long)]
+    per_group_syncs: bool,
     /// Print JSON instead of a table.
     #[arg(long)]
     json: bool,
@@ -488,6 +493,7 @@ fn run_boot(args: &BootArgs) -> Result<(), String> {
     let sizes = iggy_benches::boot::Sizes {
         partitions: args.partitions.clone(),
         segment_size_bytes: args.segment_kib << 10,
+        defer_boot_syncs: !args.per_group_syncs,
     };
     let bar = progress_bar(3 * args.partitions.len() as u64);
     let (runs, failed) = iggy_benches::boot::run(&dir, &sizes, |step| {
@@ -499,9 +505,15 @@ fn run_boot(args: &BootArgs) -> Result<(), String> {
         print_json(&serde_json::json!({ "sizes": sizes, "runs": runs, "failed": failed }))?;
     } else {
         println!(
-            "iggy-bench boot in {}: idle partitions of {} KiB segments, one topic, boot(Open)",
+            "iggy-bench boot in {}: idle partitions of {} KiB segments, one topic, boot(Open), \
+             boot writes synced {}",
             dir.display(),
-            args.segment_kib
+            args.segment_kib,
+            if args.per_group_syncs {
+                "by each group"
+            } else {
+                "once for the node (syncfs)"
+            }
         );
         print!("{}", iggy_benches::boot::render(&runs));
     }

@@ -178,6 +178,12 @@ pub enum TraceOp {
     SyncDir {
         path: PathBuf,
     },
+    /// `sync_filesystem`: every pending write and directory operation made durable at once,
+    /// but the writes of the files in `failed` (inodes), whose write-back failed and which are
+    /// dropped as after a failed sync.
+    SyncFs {
+        failed: Vec<u64>,
+    },
     CreateDir {
         path: PathBuf,
     },
@@ -235,6 +241,8 @@ impl fmt::Debug for TraceOp {
             Self::SyncAll { path, .. } => write!(f, "sync_all {}", path.display()),
             Self::SyncFailed { path, .. } => write!(f, "sync FAILED {}", path.display()),
             Self::SyncDir { path } => write!(f, "sync_dir {:?}", path.display().to_string()),
+            Self::SyncFs { failed } if failed.is_empty() => f.write_str("sync_filesystem"),
+            Self::SyncFs { failed } => write!(f, "sync_filesystem FAILED for inodes {failed:?}"),
             Self::CreateDir { path } => write!(f, "create_dir {}", path.display()),
             Self::Rename { from, to } => write!(f, "rename {} -> {}", from.display(), to.display()),
             Self::HardLink { from, to } => {
@@ -496,6 +504,14 @@ impl Storage for SimStorage {
 
     fn sync_dir(&self, path: impl AsRef<Path>) -> Result<()> {
         self.lock().sync_dir(path.as_ref())
+    }
+
+    fn sync_filesystem(&self) -> Result<()> {
+        self.lock().sync_filesystem()
+    }
+
+    fn can_sync_filesystem(&self) -> bool {
+        true
     }
 
     fn rename(&self, from: impl AsRef<Path>, to: impl AsRef<Path>) -> Result<()> {

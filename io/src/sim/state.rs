@@ -461,21 +461,52 @@ impl SimState {
             .into_iter()
             .partition(|op| op.dir == dir);
         self.pending_dir_ops = others;
-        let durable = &mut self.dir_mut(dir).durable;
+        self.make_dir_ops_durable(mine);
+        self.record(TraceOp::SyncDir {
+            path: path.to_path_buf(),
+        });
+        self.collect_garbage();
+        Ok(())
+    }
+
+    /// Applies `ops` to their directories' durable images.
+    fn make_dir_ops_durable(&mut self, ops: Vec<DirOp>) {
         let mut replaced = false;
-        for op in mine {
+        for op in ops {
+            let durable = &mut self.dir_mut(op.dir).durable;
             // A durable removal or replacement may leave an inode no name reaches any more.
             replaced |= match op.node {
                 Some(node) => durable.insert(op.name, node).is_some(),
                 None => durable.remove(&op.name).is_some(),
             };
         }
-        self.record(TraceOp::SyncDir {
-            path: path.to_path_buf(),
-        });
         self.garbage |= replaced;
-        self.collect_garbage();
-        Ok(())
+    }
+
+    /// `syncfs`: every pending write and directory operation durable at once. A file whose
+    /// write-back fails (an armed `SyncError`, or the configured chance, drawn per file with
+    /// pending writes) loses its pending writes as after a failed sync, and the call fails.
+    pub(crate) fn sync_filesystem(&mut self) -> Result<()> {
+        let inodes: Vec<u64> = self.pending.inodes().collect();
+        let eio = self.faults.sync_error_probability;
+        let mut failed = Vec::new();
+        for inode in inodes {
+            let armed = self.take_armed(inode, |f| *f == Fault::SyncError);
+            if armed.is_some() || self.chance(eio) {
+                failed.push(inode);
+            }
+        }
+        let ok = failed.is_empty();
+        self.apply(TraceOp::SyncFs { failed });
+        if ok {
+            Ok(())
+        } else {
+            Err(Error::new(
+                Op::SyncFs,
+                Path::new(""),
+                ErrorKind::Injected("EIO in a write-back during syncfs"),
+            ))
+        }
     }
 
     pub(crate) fn rename(&mut self, from: &Path, to: &Path) -> Result<()> {
@@ -792,6 +823,20 @@ impl SimState {
                     });
                 }
             }
+            TraceOp::SyncFs { failed } => {
+                let inodes: Vec<u64> = self.pending.inodes().collect();
+                for inode in inodes {
+                    if failed.contains(&inode) {
+                        self.drop_pending(inode);
+                    } else {
+                        self.make_durable(inode);
+                    }
+                }
+                let ops = std::mem::take(&mut self.pending_dir_ops);
+                self.make_dir_ops_durable(ops);
+                self.garbage |= std::mem::take(&mut self.held_by_pending);
+                self.collect_garbage();
+            }
             TraceOp::SyncData { .. } | TraceOp::SyncAll { .. } if self.write_through => {
                 // Written is durable: the durable images are made from the data at a power
                 // loss, not at every sync.
@@ -799,27 +844,13 @@ impl SimState {
                 self.collect_garbage();
             }
             TraceOp::SyncData { inode, .. } | TraceOp::SyncAll { inode, .. } => {
-                let mine = self.pending.take_inode(*inode);
-                let file = self.file_mut(*inode);
-                if file.diverged {
-                    for pending in mine {
-                        apply_change(&mut file.durable, &pending.change);
-                    }
-                } else {
-                    // Every write since the durable image is now durable: the images agree, and
-                    // share every page (applying the writes again would copy each page the
-                    // write had unshared).
-                    file.durable.clone_from(&file.data);
-                }
+                self.make_durable(*inode);
                 // An unlinked file kept for its pending writes may go now.
                 self.garbage |= std::mem::take(&mut self.held_by_pending);
                 self.collect_garbage();
             }
             TraceOp::SyncFailed { inode, .. } => {
-                // The kernel may mark the pages clean after a write-back error: the writes stay
-                // visible until evicted but will never reach the disk.
-                if !self.pending.take_inode(*inode).is_empty() {
-                    self.file_mut(*inode).diverged = true;
+                if self.drop_pending(*inode) {
                     self.garbage |= std::mem::take(&mut self.held_by_pending);
                     self.collect_garbage();
                 }
@@ -853,6 +884,32 @@ impl SimState {
             }
         }
         self.record(op);
+    }
+
+    /// Makes `inode`'s pending writes durable (a sync that succeeded).
+    fn make_durable(&mut self, inode: u64) {
+        let mine = self.pending.take_inode(inode);
+        let file = self.file_mut(inode);
+        if file.diverged {
+            for pending in mine {
+                apply_change(&mut file.durable, &pending.change);
+            }
+        } else {
+            // Every write since the durable image is now durable: the images agree, and share
+            // every page (applying the writes again would copy each page the write had unshared).
+            file.durable.clone_from(&file.data);
+        }
+    }
+
+    /// Drops `inode`'s pending writes without making them durable (a sync that failed): the
+    /// kernel may mark the pages clean after a write-back error, so the writes stay visible
+    /// until evicted but will never reach the disk. Whether there were any.
+    fn drop_pending(&mut self, inode: u64) -> bool {
+        if self.pending.take_inode(inode).is_empty() {
+            return false;
+        }
+        self.file_mut(inode).diverged = true;
+        true
     }
 
     /// Replays a recorded operation on this state (used by the enumerator).
