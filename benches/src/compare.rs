@@ -154,7 +154,7 @@ fn rate(count: u64, started: Instant) -> f64 {
 }
 
 /// Drops the page cache (needs root); false when the kernel refuses.
-fn drop_page_cache() -> bool {
+pub(crate) fn drop_page_cache() -> bool {
     std::process::Command::new("sh")
         .args(["-c", "sync && echo 3 > /proc/sys/vm/drop_caches"])
         .stderr(std::process::Stdio::null())

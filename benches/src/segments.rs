@@ -30,6 +30,8 @@ pub struct Sizes {
     pub read_chunk_bytes: u64,
     pub segment_bytes: u64,
     pub rounds: usize,
+    /// Drop the page cache before each boot (needs root; the tests leave it warm).
+    pub cold_boots: bool,
 }
 
 /// One measured cell: a scenario on one engine, the median over rounds.
@@ -40,6 +42,9 @@ pub struct Cell {
     pub megabytes_per_second: f64,
     pub batches_per_second: f64,
     pub rounds: Vec<f64>,
+    /// What the scenario read from the block device (median over rounds), where measured.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub device_read_mb: Option<f64>,
 }
 
 const GROUP: u128 = 0x5E6;
@@ -165,6 +170,86 @@ fn read_partition(
     Ok((started.elapsed().as_secs_f64(), total))
 }
 
+/// Boots the partition in `dir` cold (page cache dropped), then its keyed WAL alone (the
+/// seals, the head file), each `rounds` times; the retained volume over the boot's seconds, and
+/// the bytes each boot read from the device. Without root (no cache drop) the boots are warm
+/// and say so.
+fn cold_boots(
+    storage: &OsStorage,
+    dir: &Path,
+    sizes: &Sizes,
+    retained: u64,
+) -> Result<Vec<Cell>, String> {
+    let cold = sizes.cold_boots && crate::compare::drop_page_cache();
+    let drop_cache = || {
+        if cold {
+            crate::compare::drop_page_cache();
+        }
+    };
+    let scenario = if cold {
+        "boot (cold)"
+    } else {
+        "boot (warm: no cache drop)"
+    };
+    let mut partition_rates = Vec::new();
+    let mut wal_rates = Vec::new();
+    let mut partition_read = Vec::new();
+    let mut wal_read = Vec::new();
+    let base = storage.root_path().join(dir);
+    let sectors = || iggy_io::device_counters(&base).map(|c| c.sectors_read);
+    for _ in 0..sizes.rounds {
+        drop_cache();
+        let before = sectors();
+        let started = Instant::now();
+        let opened = Partition::open(
+            storage.clone(),
+            dir,
+            config(sizes, ReadPath::Mapped),
+            Mode::Open,
+        )
+        .map_err(|e| e.to_string())?
+        .ok_or("no partition")?;
+        partition_rates.push(retained as f64 / 1e6 / started.elapsed().as_secs_f64());
+        partition_read.extend(
+            sectors()
+                .zip(before)
+                .map(|(a, b)| (a - b) as f64 * 512.0 / 1e6),
+        );
+        drop(opened);
+
+        drop_cache();
+        let before = sectors();
+        let started = Instant::now();
+        let wal_config = iggy_wal::Config {
+            file_size_bytes: sizes.segment_bytes,
+            naming: Naming::ByKey,
+            ..iggy_wal::Config::new(GROUP)
+        };
+        let (wal, _) = Wal::open(storage.clone(), dir, wal_config, Mode::Open)
+            .map_err(|e| e.to_string())?
+            .ok_or("no log")?;
+        wal_rates.push(retained as f64 / 1e6 / started.elapsed().as_secs_f64());
+        wal_read.extend(
+            sectors()
+                .zip(before)
+                .map(|(a, b)| (a - b) as f64 * 512.0 / 1e6),
+        );
+        drop(wal);
+    }
+    let cell = |engine, mut rates: Vec<f64>, mut read: Vec<f64>| Cell {
+        scenario,
+        engine,
+        megabytes_per_second: median(&mut rates),
+        batches_per_second: 0.0,
+        rounds: rates,
+        device_read_mb: (!read.is_empty()).then(|| median(&mut read)),
+    };
+    Ok(vec![
+        cell("partition", partition_rates, partition_read),
+        cell("its keyed WAL alone", wal_rates, wal_read),
+    ])
+}
+
 fn median(values: &mut [f64]) -> f64 {
     values.sort_by(f64::total_cmp);
     values.get(values.len() / 2).copied().unwrap_or(0.0)
@@ -204,6 +289,7 @@ pub fn run(
                 megabytes_per_second: mb,
                 batches_per_second: mb * 1e6 / batch.len() as f64,
                 rounds: rates,
+                device_read_mb: None,
             });
         }
     }
@@ -228,6 +314,8 @@ pub fn run(
             rates.push(total as f64 / 1e6 / seconds);
         }
     }
+    progress("boot: cold, the partition and its bare WAL");
+    cells.extend(cold_boots(&storage, &dir, sizes, read_total)?);
     storage.remove_dir_all(&dir).map_err(|e| e.to_string())?;
     for (engine, mut rates) in [("partition mmap", mapped), ("partition read_at", read_at)] {
         let mb = median(&mut rates);
@@ -237,6 +325,7 @@ pub fn run(
             megabytes_per_second: mb,
             batches_per_second: mb * 1e6 / batch.len() as f64,
             rounds: rates,
+            device_read_mb: None,
         });
     }
     if read_total == 0 {
@@ -250,19 +339,23 @@ pub fn run(
 pub fn render(cells: &[Cell]) -> String {
     let mut out = String::new();
     out.push_str(&format!(
-        "{:<24} {:<18} {:>10} {:>12} {:>8}\n",
-        "scenario", "engine", "MB/s", "batches/s", "ratio"
+        "{:<28} {:<20} {:>10} {:>12} {:>8} {:>12}\n",
+        "scenario", "engine", "MB/s", "batches/s", "ratio", "device MB"
     ));
     for pair in cells.chunks(2) {
         let baseline = pair.get(1).map_or(1.0, |c| c.megabytes_per_second);
         for cell in pair {
+            let read = cell
+                .device_read_mb
+                .map_or_else(String::new, |mb| format!("{mb:.0}"));
             out.push_str(&format!(
-                "{:<24} {:<18} {:>10.0} {:>12.0} {:>7.2}x\n",
+                "{:<28} {:<20} {:>10.0} {:>12.0} {:>7.2}x {:>12}\n",
                 cell.scenario,
                 cell.engine,
                 cell.megabytes_per_second,
                 cell.batches_per_second,
-                cell.megabytes_per_second / baseline
+                cell.megabytes_per_second / baseline,
+                read
             ));
         }
     }

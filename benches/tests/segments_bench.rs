@@ -17,18 +17,22 @@ fn every_scenario_reports_a_rate() {
         read_chunk_bytes: 4096,
         segment_bytes: 128 << 10,
         rounds: 1,
+        cold_boots: false,
     };
     let mut steps = 0;
     let cells = run(dir.path(), &sizes, |_| steps += 1).unwrap();
-    assert_eq!(cells.len(), 6);
-    // Two append scenarios and one read scenario per round, plus writing the read partition.
-    assert_eq!(steps, 3 * sizes.rounds + 1);
+    assert_eq!(cells.len(), 8);
+    // Two append scenarios and one read scenario per round, plus writing the read partition
+    // and the boots.
+    assert_eq!(steps, 3 * sizes.rounds + 2);
     for cell in &cells {
         assert!(cell.megabytes_per_second > 0.0, "{cell:?}");
     }
     let table = render(&cells);
     assert!(
-        table.contains("partition mmap") && table.contains("keyed WAL"),
+        table.contains("partition mmap")
+            && table.contains("keyed WAL")
+            && table.contains("boot (warm"),
         "{table}"
     );
 }

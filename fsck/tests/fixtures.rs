@@ -75,6 +75,9 @@ fn a_flipped_bit_in_one_partition_needs_peer_repair_naming_partition_file_and_of
     let node = root.join("node");
     let (code, json) = fsck(&[node.to_str().unwrap(), "--json"]);
     assert_eq!(code, 2);
+    // A deep check reads every byte: it finds the same.
+    let (deep_code, _) = fsck(&[node.to_str().unwrap(), "--deep", "--json"]);
+    assert_eq!(deep_code, 2);
     let report: serde_json::Value = serde_json::from_str(&json).unwrap();
     let storage = OsStorage::open(&node).unwrap();
     let segment = "partitions/1.1.2/00000000000000000000.log";

@@ -286,6 +286,7 @@ pub fn decode_index(bytes: &[u8], start_offset: u64, log: Option<&[u8]>) -> (Val
         Ok(index::IndexFile {
             interval_bytes: interval,
             entries,
+            summary,
             ..
         }) => {
             let _ = writeln!(
@@ -293,6 +294,68 @@ pub fn decode_index(bytes: &[u8], start_offset: u64, log: Option<&[u8]>) -> (Val
                 "valid: segment {start_offset}, interval {interval} bytes, {} entries",
                 entries.len()
             );
+            let summary_json = match &summary {
+                None => {
+                    let _ = writeln!(
+                        text,
+                        "  version 1: no summary (boot reads the segment and writes version 2)"
+                    );
+                    Value::Null
+                }
+                Some(summary) => {
+                    let last = log.map(|log| last_entry_checksum(log, summary.bytes));
+                    let _ = writeln!(
+                        text,
+                        "  summary: offsets {start_offset}..{}, {} entries ({} batches) from op {}, \
+                         {} bytes, timestamps {} to {}, last entry checksum {:#034x}{}; \
+                         {} consumer offset stores",
+                        summary.next_offset,
+                        summary.entries,
+                        summary.batches,
+                        summary.first_op,
+                        summary.bytes,
+                        timestamp_text(summary.min_timestamp),
+                        timestamp_text(summary.max_timestamp),
+                        summary.last_checksum,
+                        match last {
+                            Some(Some(found)) if found == summary.last_checksum => {
+                                " (the .log's last entry: boot may take a sealed segment from \
+                                 this summary)"
+                                    .to_string()
+                            }
+                            Some(Some(found)) => format!(
+                                " (the .log's entry ending there is {found:#034x}: stale, boot \
+                                 reads the segment)"
+                            ),
+                            Some(None) => " (no entry of the .log ends there: stale)".into(),
+                            None => String::new(),
+                        },
+                        summary.stores.len()
+                    );
+                    for store in &summary.stores {
+                        let _ = writeln!(
+                            text,
+                            "    {} {} at offset {} (op {})",
+                            store.kind.name(),
+                            store.id,
+                            store.offset,
+                            store.op
+                        );
+                    }
+                    json!({
+                        "next_offset": summary.next_offset, "entries": summary.entries,
+                        "batches": summary.batches, "bytes": summary.bytes,
+                        "first_op": summary.first_op,
+                        "min_timestamp": summary.min_timestamp,
+                        "max_timestamp": summary.max_timestamp,
+                        "last_checksum": format!("{:#034x}", summary.last_checksum),
+                        "last_checksum_matches_log": last.map(|l| l == Some(summary.last_checksum)),
+                        "stores": summary.stores.iter().map(|s| json!({
+                            "kind": s.kind.name(), "id": s.id, "offset": s.offset, "op": s.op,
+                        })).collect::<Vec<_>>(),
+                    })
+                }
+            };
             let checked: Vec<Value> = entries
                 .iter()
                 .map(|entry| {
@@ -314,7 +377,7 @@ pub fn decode_index(bytes: &[u8], start_offset: u64, log: Option<&[u8]>) -> (Val
                 .collect();
             (
                 json!({ "valid": true, "start_offset": start_offset, "interval": interval,
-                        "entries": checked }),
+                        "entries": checked, "summary": summary_json }),
                 text,
             )
         }
@@ -330,6 +393,21 @@ pub fn decode_index(bytes: &[u8], start_offset: u64, log: Option<&[u8]>) -> (Val
             )
         }
     }
+}
+
+/// The header checksum of the entry of `log` that ends at `end`, walking the entries from 0
+/// (`None` if no verified entry ends exactly there).
+fn last_entry_checksum(log: &[u8], end: u64) -> Option<u128> {
+    let mut at = 0usize;
+    let end = usize::try_from(end).ok()?;
+    let mut last = None;
+    while at < end {
+        let bytes = log.get(at..at.checked_add(HEADER_SIZE)?)?;
+        let header = Header::decode(bytes).ok()?;
+        last = Some(iggy_format::header::stored_checksum(bytes.try_into().ok()?));
+        at = at.checked_add(usize::try_from(header.size).ok()?)?;
+    }
+    (at == end).then_some(last).flatten()
 }
 
 /// Whether the log holds, at the entry's position, the batch the entry names.

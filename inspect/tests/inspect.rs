@@ -471,6 +471,12 @@ fn the_text_has_no_debug_forms_and_shows_dates() {
         index_text.contains("at 2023-11-14T22:13:20"),
         "{index_text}"
     );
+    // A sealed segment's index shows its summary and whether boot may take it.
+    assert!(
+        index_text.contains("summary: offsets 0..")
+            && index_text.contains("the .log's last entry: boot may take a sealed segment"),
+        "{index_text}"
+    );
 }
 
 /// `-h` and `--help` list the exit codes; completions and the man page come from the tool.

@@ -221,6 +221,8 @@ impl<S: Storage + Clone> Partition<S> {
                 min_timestamp: timestamp,
                 max_timestamp: timestamp,
                 index: Vec::new(),
+                stores: Vec::new(),
+                last_checksum: None,
             };
             state.segments.push(Segment::new(info));
         }
@@ -232,14 +234,17 @@ impl<S: Storage + Clone> Partition<S> {
             .info;
         segment.entries += 1;
         segment.bytes = location.offset + location.size;
+        segment.last_checksum = Some(header.checksum());
         let mut message_count = 0;
         if let Kind::ConsumerOffset { kind, id, offset } = kind {
-            state.uncommitted_offsets.push(OffsetEntry {
+            let store = OffsetEntry {
                 op,
                 kind,
                 id,
                 offset,
-            });
+            };
+            segment.note_store(store);
+            state.uncommitted_offsets.push(store);
         } else if let Kind::Messages(batch) = kind {
             add_batch(
                 segment,

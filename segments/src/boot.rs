@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 
 use iggy_format::Header;
 use iggy_format::batch::BATCH_HEADER_SIZE;
+use iggy_format::checksum::Checksum;
 use iggy_format::constants::HEADER_SIZE;
 use iggy_io::{EntryKind, ErrorKind, OpenMode, ReadFile, ReadStorage, Storage, WriteFile};
 use iggy_superblock::{self as superblock, Opened};
@@ -18,7 +19,7 @@ use iggy_wal::{self as wal, FileInfo, Mode, Naming};
 use crate::config::{Config, STAGING_SUFFIX};
 use crate::entry::{self, Kind, OffsetEntry};
 use crate::error::PartitionError;
-use crate::index::{self, IndexEntry};
+use crate::index::{self, IndexEntry, IndexFile};
 use crate::install::{self, InstallFinding};
 use crate::offsets::{self, ConsumerKind};
 use crate::report::{Finding, FindingKind, Report, SegmentInfo};
@@ -131,6 +132,7 @@ pub(crate) fn fresh_wal_report(
         sealed_bytes: 0,
         findings,
         files: Vec::new(),
+        sealed: Vec::new(),
         carried: Vec::new(),
     }
 }
@@ -193,23 +195,40 @@ pub(crate) fn analyze<R: ReadStorage>(
     let count = wal_report.files.len();
     for (i, file) in wal_report.files.iter().enumerate() {
         let expected = segments.last().map(|s| s.next_offset);
-        let segment = if storage.exists(&file.path)? {
-            let reader = storage.open_read(&file.path)?;
-            scan_segment(&reader, file, config, expected, &mut stores)?
+        let sealed = wal_report.sealed.get(i).copied().flatten();
+        let summarized = match sealed {
+            Some(last) if config.verify == wal::boot::Verify::Sealed => {
+                summarized_segment(storage, dir, file, config, expected, last, vsr.commit_max)?
+            }
+            _ => None,
+        };
+        let segment = if let Some(segment) = summarized {
+            // Taken from its index file's summary: the file agrees with the log by the checks
+            // made, so there is nothing to rebuild.
+            for store in &segment.stores {
+                stores.add(*store);
+            }
+            segment
         } else {
-            // The first file of a partition whose creation stopped before it was made.
-            empty_segment(file, expected.unwrap_or(file.key))
+            let segment = if storage.exists(&file.path)? {
+                let reader = storage.open_read(&file.path)?;
+                scan_segment(&reader, file, config, expected, &mut stores)?
+            } else {
+                // The first file of a partition whose creation stopped before it was made.
+                empty_segment(file, expected.unwrap_or(file.key))
+            };
+            let index_path = dir.join(index::file_name(segment.start_offset));
+            if let Some(reason) = index_disagreement(storage, &index_path, &segment, config)? {
+                findings.push(Finding {
+                    file: index_path,
+                    kind: FindingKind::IndexRebuild { reason },
+                });
+            }
+            segment
         };
         if segment.entries == 0 && i + 1 < count {
             return Err(PartitionError::EmptySegment {
                 file: file.path.clone(),
-            });
-        }
-        let index_path = dir.join(index::file_name(segment.start_offset));
-        if let Some(reason) = index_disagreement(storage, &index_path, &segment, config)? {
-            findings.push(Finding {
-                file: index_path,
-                kind: FindingKind::IndexRebuild { reason },
             });
         }
         segments.push(segment);
@@ -298,6 +317,8 @@ pub(crate) fn empty_segment(file: &FileInfo, next_offset: u64) -> SegmentInfo {
         min_timestamp: 0,
         max_timestamp: 0,
         index: Vec::new(),
+        stores: Vec::new(),
+        last_checksum: None,
     }
 }
 
@@ -331,13 +352,16 @@ pub(crate) fn scan_segment<F: ReadFile>(
                 &buffer[..len]
             }
         };
-        let header = Header::decode(bytes.get(..HEADER_SIZE).unwrap_or(&[])).map_err(|e| {
-            PartitionError::Corrupt {
-                file: file.path.clone(),
-                offset: position,
-                reason: e.to_string(),
-            }
+        let header_bytes = bytes.get(..HEADER_SIZE).unwrap_or(&[]);
+        let header = Header::decode(header_bytes).map_err(|e| PartitionError::Corrupt {
+            file: file.path.clone(),
+            offset: position,
+            reason: e.to_string(),
         })?;
+        segment.last_checksum = header_bytes
+            .try_into()
+            .ok()
+            .map(iggy_format::header::stored_checksum);
         let kind =
             entry::peek(&header, bytes.get(HEADER_SIZE..).unwrap_or(&[])).map_err(|error| {
                 match error {
@@ -365,12 +389,16 @@ pub(crate) fn scan_segment<F: ReadFile>(
                     config.index_interval_bytes,
                 );
             }
-            Kind::ConsumerOffset { kind, id, offset } => stores.add(OffsetEntry {
-                op: header.op,
-                kind,
-                id,
-                offset,
-            }),
+            Kind::ConsumerOffset { kind, id, offset } => {
+                let store = OffsetEntry {
+                    op: header.op,
+                    kind,
+                    id,
+                    offset,
+                };
+                stores.add(store);
+                segment.note_store(store);
+            }
             Kind::Noop => {}
         }
         segment.entries += 1;
@@ -466,6 +494,93 @@ pub(crate) fn add_to_index(index: &mut Vec<IndexEntry>, entry: IndexEntry, inter
     }
 }
 
+/// The segment of `file` as its index file's summary describes it, when boot may take it from
+/// there instead of reading the segment (`docs/format.md`, "Segment index"): the WAL took the
+/// file from its seal, whose last entry's checksum is `sealed_last`; the summary names that
+/// checksum (so it describes exactly the entries the chain commits to), the file's first op,
+/// entry count and end, the partition's index interval, a name that continues the previous
+/// segment (`expected`), an index inside the segment, and only committed consumer offset
+/// stores. Anything else, or an index file that does not decode: `None`, and the segment is
+/// read.
+fn summarized_segment<R: ReadStorage>(
+    storage: &R,
+    dir: &Path,
+    file: &FileInfo,
+    config: &Config,
+    expected: Option<u64>,
+    sealed_last: Checksum,
+    commit_max: u64,
+) -> Result<Option<SegmentInfo>, PartitionError> {
+    let path = dir.join(index::file_name(file.key));
+    if !storage.exists(&path)? {
+        return Ok(None);
+    }
+    let Ok(reader) = storage.open_read(&path) else {
+        return Ok(None); // not a regular file: the scan's check reports it
+    };
+    let len = reader.len()?;
+    // No more than a summary of this many entries can take.
+    let most = index::HEADER_SIZE as u64
+        + file
+            .entries
+            .saturating_mul((index::ENTRY_SIZE + index::STORE_SIZE) as u64);
+    if len > most {
+        return Ok(None);
+    }
+    let mut bytes = vec![0u8; usize::try_from(len).unwrap_or(0)];
+    reader.read_exact_at(0, &mut bytes)?;
+    let Ok(decoded) = index::decode(&bytes, file.key) else {
+        return Ok(None);
+    };
+    let Some(summary) = decoded.summary else {
+        return Ok(None);
+    };
+    let start = expected.unwrap_or(file.key);
+    let index_inside = decoded
+        .entries
+        .windows(2)
+        .all(|w| w[0].position < w[1].position)
+        && decoded.entries.iter().all(|e| {
+            e.position < summary.bytes && e.offset >= file.key && e.offset < summary.next_offset
+        })
+        && decoded
+            .entries
+            .first()
+            .is_none_or(|first| first.offset == file.key);
+    let agrees = summary.last_checksum == sealed_last
+        && summary.first_op == file.first_op
+        && summary.entries == file.entries
+        && summary.bytes == file.end
+        && decoded.interval_bytes == config.index_interval_bytes
+        && summary.min_timestamp <= summary.max_timestamp
+        && summary.stores.iter().all(|store| store.op <= commit_max)
+        // A segment is named by the offset it starts at, which continues the previous one.
+        && start == file.key
+        && if summary.batches == 0 {
+            summary.next_offset == file.key && decoded.entries.is_empty()
+        } else {
+            summary.next_offset > file.key && !decoded.entries.is_empty()
+        }
+        && index_inside;
+    if !agrees {
+        return Ok(None);
+    }
+    Ok(Some(SegmentInfo {
+        path: file.path.clone(),
+        start_offset: file.key,
+        next_offset: summary.next_offset,
+        first_op: file.first_op,
+        entries: summary.entries,
+        batches: summary.batches,
+        bytes: summary.bytes,
+        min_timestamp: summary.min_timestamp,
+        max_timestamp: summary.max_timestamp,
+        index: decoded.entries,
+        stores: summary.stores,
+        last_checksum: Some(summary.last_checksum),
+    }))
+}
+
 /// Why the index file of `segment` cannot be used as it is, if it cannot.
 fn index_disagreement<R: ReadStorage>(
     storage: &R,
@@ -487,14 +602,19 @@ fn index_disagreement<R: ReadStorage>(
         Err(error) => return Err(error.into()),
     };
     let len = file.len()?;
-    let expected_len = (index::HEADER_SIZE + segment.index.len() * index::ENTRY_SIZE) as u64;
-    if len != expected_len {
+    let expected_len = (index::HEADER_SIZE
+        + segment.index.len() * index::ENTRY_SIZE
+        + segment.stores.len() * index::STORE_SIZE) as u64;
+    // A version 1 file (no summary) has a 64-byte header and no stores.
+    let version_1_len = (64 + segment.index.len() * index::ENTRY_SIZE) as u64;
+    if len != expected_len && len != version_1_len {
         return Ok(Some(format!(
             "{len} bytes where the log gives {expected_len}"
         )));
     }
     let mut bytes = vec![0u8; usize::try_from(len).unwrap_or(0)];
     file.read_exact_at(0, &mut bytes)?;
+    let summary = index::summary_of(segment);
     Ok(match index::decode(&bytes, segment.start_offset) {
         Err(error) => Some(error.to_string()),
         Ok(file) if file.entries != segment.index => Some("disagrees with the log".into()),
@@ -502,18 +622,29 @@ fn index_disagreement<R: ReadStorage>(
             "interval {} where the partition uses {}",
             file.interval_bytes, config.index_interval_bytes
         )),
+        Ok(IndexFile { summary: None, .. }) => Some("version 1 (no summary)".into()),
+        Ok(file) if file.summary.as_ref() != Some(&summary) => {
+            Some("its summary disagrees with the log".into())
+        }
         Ok(_) => None,
     })
 }
 
-/// Writes a segment's index file (derived data: no sync; boot checks it against the log).
+/// Writes a segment's index file and summary (derived data: no sync; boot checks it against
+/// the log, or, for a sealed segment, against its seal's last checksum).
 pub(crate) fn write_index_file<S: Storage>(
     storage: &S,
     dir: &Path,
     info: &SegmentInfo,
     config: &Config,
 ) -> Result<(), PartitionError> {
-    let bytes = index::encode(info.start_offset, config.index_interval_bytes, &info.index);
+    let summary = index::summary_of(info);
+    let bytes = index::encode(
+        info.start_offset,
+        config.index_interval_bytes,
+        &info.index,
+        &summary,
+    );
     let path = dir.join(index::file_name(info.start_offset));
     let file = storage.open(&path, OpenMode::Create)?;
     file.set_len(0)?;

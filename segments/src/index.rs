@@ -1,38 +1,64 @@
 //! The sparse index of one segment: `{start_offset:020}.index` beside `{start_offset:020}.log`.
 //!
 //! Invariants:
-//! - the index is derived data: boot rebuilds it from the `.log` and compares; a missing, torn,
-//!   rotten or disagreeing index file is rewritten, never trusted over the log;
+//! - the index is derived data: written without a sync; a missing, torn, rotten or disagreeing
+//!   index file is rewritten, never trusted over the log;
 //! - entries are in log order; an entry is taken for the segment's first batch and then for the
 //!   first batch at least `interval_bytes` past the previous entry's position;
 //! - an entry names a batch by its first message offset, its base timestamp, the byte position
-//!   of its WAL entry in the `.log` file, and its WAL op.
+//!   of its WAL entry in the `.log` file, and its WAL op;
+//! - since version 2 it also carries the segment's summary (next offset, counts, timestamps,
+//!   the last consumer offset store of each consumer, and the checksum of the segment's last
+//!   WAL entry): boot takes a sealed segment from it without reading the segment, when the
+//!   WAL took that file from its seal and the checksums agree (`docs/format.md`, "Segment
+//!   index").
 //!
 //! Layout (little-endian; see `docs/format.md`, "Segment index"):
 //!
 //! ```text
 //!   0 checksum u128 (XXH3-128 of bytes [16, end)) | 16 magic "IGGYINDX" u64 | 24 version u16
-//!  26 zero 6 B | 32 start_offset u64 | 40 interval_bytes u64 | 48 count u64 | 56 zero 8 B
-//!  64 entries: count x [offset u64 | timestamp u64 | position u64 | op u64]
+//!  26 zero 6 B | 32 start_offset u64 | 40 interval_bytes u64 | 48 count u64 | 56 stores u64
+//!  64 next_offset | 72 entries | 80 batches | 88 bytes | 96 min_timestamp | 104 max_timestamp
+//! 112 first_op | 120 zero 8 B | 128 last_checksum u128 | 144 zero 16 B
+//! 160 entries: count x [offset u64 | timestamp u64 | position u64 | op u64]
+//!     stores: stores x [op u64 | offset u64 | id u32 | kind u8 | zero 11 B]
 //! ```
+//!
+//! Version 1 (read, never written): the 64-byte header up to `count`, zero at 56, then the
+//! entries; it has no summary, so boot reads its segment.
 
+use iggy_format::checksum::Checksum;
 use iggy_format::{checksum, le};
 
+use crate::entry::OffsetEntry;
+use crate::offsets::ConsumerKind;
+use crate::report::SegmentInfo;
+
 pub const MAGIC: u64 = u64::from_le_bytes(*b"IGGYINDX");
-pub const VERSION: u16 = 1;
-pub const HEADER_SIZE: usize = 64;
+pub const VERSION: u16 = 2;
+pub const HEADER_SIZE: usize = 160;
 pub const ENTRY_SIZE: usize = 32;
+pub const STORE_SIZE: usize = 32;
 pub const EXTENSION: &str = "index";
 
+const V1_HEADER_SIZE: usize = 64;
 const CHECKSUMMED_OFFSET: usize = 16;
 const MAGIC_OFFSET: usize = 16;
 const VERSION_OFFSET: usize = 24;
 const START_OFFSET_OFFSET: usize = 32;
 const INTERVAL_OFFSET: usize = 40;
 const COUNT_OFFSET: usize = 48;
-const ZERO_RANGES: [(usize, usize); 2] = [(VERSION_OFFSET + 2, START_OFFSET_OFFSET), (56, 64)];
+const STORES_OFFSET: usize = 56;
+const SUMMARY_OFFSET: usize = 64;
+const LAST_CHECKSUM_OFFSET: usize = 128;
+const V1_ZERO_RANGES: [(usize, usize); 2] = [(VERSION_OFFSET + 2, START_OFFSET_OFFSET), (56, 64)];
+const ZERO_RANGES: [(usize, usize); 3] = [
+    (VERSION_OFFSET + 2, START_OFFSET_OFFSET),
+    (120, LAST_CHECKSUM_OFFSET),
+    (LAST_CHECKSUM_OFFSET + 16, HEADER_SIZE),
+];
 
-const _: () = assert!(COUNT_OFFSET + 8 + 8 == HEADER_SIZE);
+const _: () = assert!(LAST_CHECKSUM_OFFSET + 16 + 16 == HEADER_SIZE);
 
 /// One sparse index entry.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -47,12 +73,33 @@ pub struct IndexEntry {
     pub op: u64,
 }
 
+/// What a segment holds, as its appender or boot's scan derived it (version 2).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Summary {
+    pub next_offset: u64,
+    /// WAL entries of every kind.
+    pub entries: u64,
+    pub batches: u64,
+    /// Where its last entry ends.
+    pub bytes: u64,
+    pub min_timestamp: u64,
+    pub max_timestamp: u64,
+    pub first_op: u64,
+    /// The header checksum of its last WAL entry: the summary describes the entries this
+    /// checksum commits to (each header names its parent), and no others.
+    pub last_checksum: Checksum,
+    /// The last consumer offset store of each consumer in the segment, by (kind, id).
+    pub stores: Vec<OffsetEntry>,
+}
+
 /// A decoded index file.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct IndexFile {
     pub start_offset: u64,
     pub interval_bytes: u64,
     pub entries: Vec<IndexEntry>,
+    /// `None` in a version 1 file.
+    pub summary: Option<Summary>,
 }
 
 /// Why an index file is not used (it is rebuilt instead).
@@ -72,6 +119,8 @@ pub enum IndexError {
     Count { count: u64, entries: usize },
     #[error("for segment {found}, not {expected}")]
     Segment { expected: u64, found: u64 },
+    #[error("a consumer offset store of unknown kind {code}")]
+    StoreKind { code: u8 },
 }
 
 /// The index file name of the segment starting at `start_offset`.
@@ -89,15 +138,51 @@ pub fn parse_file_name(name: &str) -> Option<u64> {
         .flatten()
 }
 
-/// Encodes a segment's index.
+/// The summary of `segment` (a segment without entries names checksum 0).
 #[must_use]
-pub fn encode(start_offset: u64, interval_bytes: u64, entries: &[IndexEntry]) -> Vec<u8> {
-    let mut bytes = vec![0u8; HEADER_SIZE + entries.len() * ENTRY_SIZE];
+pub fn summary_of(segment: &SegmentInfo) -> Summary {
+    Summary {
+        next_offset: segment.next_offset,
+        entries: segment.entries,
+        batches: segment.batches,
+        bytes: segment.bytes,
+        min_timestamp: segment.min_timestamp,
+        max_timestamp: segment.max_timestamp,
+        first_op: segment.first_op,
+        last_checksum: segment.last_checksum.unwrap_or(0),
+        stores: segment.stores.clone(),
+    }
+}
+
+/// Encodes a segment's index and summary (version 2).
+#[must_use]
+pub fn encode(
+    start_offset: u64,
+    interval_bytes: u64,
+    entries: &[IndexEntry],
+    summary: &Summary,
+) -> Vec<u8> {
+    let stores_at = HEADER_SIZE + entries.len() * ENTRY_SIZE;
+    let mut bytes = vec![0u8; stores_at + summary.stores.len() * STORE_SIZE];
     le::put_u64(&mut bytes, MAGIC_OFFSET, MAGIC);
     le::put_u16(&mut bytes, VERSION_OFFSET, VERSION);
     le::put_u64(&mut bytes, START_OFFSET_OFFSET, start_offset);
     le::put_u64(&mut bytes, INTERVAL_OFFSET, interval_bytes);
     le::put_u64(&mut bytes, COUNT_OFFSET, entries.len() as u64);
+    le::put_u64(&mut bytes, STORES_OFFSET, summary.stores.len() as u64);
+    let fields = [
+        summary.next_offset,
+        summary.entries,
+        summary.batches,
+        summary.bytes,
+        summary.min_timestamp,
+        summary.max_timestamp,
+        summary.first_op,
+    ];
+    for (i, value) in fields.iter().enumerate() {
+        le::put_u64(&mut bytes, SUMMARY_OFFSET + 8 * i, *value);
+    }
+    le::put_u128(&mut bytes, LAST_CHECKSUM_OFFSET, summary.last_checksum);
     for (i, entry) in entries.iter().enumerate() {
         let at = HEADER_SIZE + i * ENTRY_SIZE;
         le::put_u64(&mut bytes, at, entry.offset);
@@ -105,16 +190,23 @@ pub fn encode(start_offset: u64, interval_bytes: u64, entries: &[IndexEntry]) ->
         le::put_u64(&mut bytes, at + 16, entry.position);
         le::put_u64(&mut bytes, at + 24, entry.op);
     }
+    for (i, store) in summary.stores.iter().enumerate() {
+        let at = stores_at + i * STORE_SIZE;
+        le::put_u64(&mut bytes, at, store.op);
+        le::put_u64(&mut bytes, at + 8, store.offset);
+        le::put_u32(&mut bytes, at + 16, store.id);
+        bytes[at + 20] = store.kind.code();
+    }
     let sum = checksum::checksum(&bytes[CHECKSUMMED_OFFSET..]);
     le::put_u128(&mut bytes, 0, sum);
     bytes
 }
 
-/// Decodes a segment's index file, checking it belongs to the segment at `start_offset`.
-/// Allocates no more than the bytes present justify.
+/// Decodes a segment's index file (version 1 or 2), checking it belongs to the segment at
+/// `start_offset`. Allocates no more than the bytes present justify.
 pub fn decode(bytes: &[u8], start_offset: u64) -> Result<IndexFile, IndexError> {
     let len = bytes.len();
-    if len < HEADER_SIZE || !(len - HEADER_SIZE).is_multiple_of(ENTRY_SIZE) {
+    if len < V1_HEADER_SIZE {
         return Err(IndexError::Length { len });
     }
     let u64_at = |offset| le::u64_at(bytes, offset).unwrap_or_default();
@@ -127,10 +219,13 @@ pub fn decode(bytes: &[u8], start_offset: u64) -> Result<IndexFile, IndexError> 
         return Err(IndexError::Magic { magic });
     }
     let version = le::u16_at(bytes, VERSION_OFFSET).unwrap_or_default();
-    if version != VERSION {
-        return Err(IndexError::UnknownVersion { version });
-    }
-    if let Some(offset) = le::first_nonzero_in(bytes, &ZERO_RANGES) {
+    let (header, zero_ranges, stores): (usize, &[(usize, usize)], u64) = match version {
+        1 => (V1_HEADER_SIZE, &V1_ZERO_RANGES, 0),
+        VERSION if len >= HEADER_SIZE => (HEADER_SIZE, &ZERO_RANGES, u64_at(STORES_OFFSET)),
+        VERSION => return Err(IndexError::Length { len }),
+        _ => return Err(IndexError::UnknownVersion { version }),
+    };
+    if let Some(offset) = le::first_nonzero_in(bytes, zero_ranges) {
         return Err(IndexError::NonZero { offset });
     }
     let found = u64_at(START_OFFSET_OFFSET);
@@ -140,14 +235,37 @@ pub fn decode(bytes: &[u8], start_offset: u64) -> Result<IndexFile, IndexError> 
             found,
         });
     }
-    let entries = (len - HEADER_SIZE) / ENTRY_SIZE;
     let count = u64_at(COUNT_OFFSET);
-    if count != entries as u64 {
-        return Err(IndexError::Count { count, entries });
+    let body = len - header;
+    // The counts must account for every byte: `count` entries, then `stores` stores.
+    let entries_fit = usize::try_from(count)
+        .ok()
+        .and_then(|count| count.checked_mul(ENTRY_SIZE))
+        .filter(|bytes| *bytes <= body);
+    let Some(entries_bytes) = entries_fit else {
+        return Err(IndexError::Count {
+            count,
+            entries: body / ENTRY_SIZE,
+        });
+    };
+    let stores_bytes = body - entries_bytes;
+    if stores_bytes
+        != usize::try_from(stores)
+            .unwrap_or(usize::MAX)
+            .saturating_mul(STORE_SIZE)
+    {
+        return Err(if version == 1 {
+            IndexError::Length { len }
+        } else {
+            IndexError::Count {
+                count,
+                entries: body / ENTRY_SIZE,
+            }
+        });
     }
-    let entries = (0..entries)
+    let entries = (0..entries_bytes / ENTRY_SIZE)
         .map(|i| {
-            let at = HEADER_SIZE + i * ENTRY_SIZE;
+            let at = header + i * ENTRY_SIZE;
             IndexEntry {
                 offset: u64_at(at),
                 timestamp: u64_at(at + 8),
@@ -156,10 +274,43 @@ pub fn decode(bytes: &[u8], start_offset: u64) -> Result<IndexFile, IndexError> 
             }
         })
         .collect();
+    let summary = if version == 1 {
+        None
+    } else {
+        let stores_at = header + entries_bytes;
+        let mut decoded = Vec::with_capacity(stores_bytes / STORE_SIZE);
+        for i in 0..stores_bytes / STORE_SIZE {
+            let at = stores_at + i * STORE_SIZE;
+            let code = bytes[at + 20];
+            let kind = ConsumerKind::from_code(code).ok_or(IndexError::StoreKind { code })?;
+            if let Some(offset) = le::first_nonzero_in(bytes, &[(at + 21, at + STORE_SIZE)]) {
+                return Err(IndexError::NonZero { offset });
+            }
+            decoded.push(OffsetEntry {
+                op: u64_at(at),
+                offset: u64_at(at + 8),
+                id: le::u32_at(bytes, at + 16).unwrap_or_default(),
+                kind,
+            });
+        }
+        let field = |i: usize| u64_at(SUMMARY_OFFSET + 8 * i);
+        Some(Summary {
+            next_offset: field(0),
+            entries: field(1),
+            batches: field(2),
+            bytes: field(3),
+            min_timestamp: field(4),
+            max_timestamp: field(5),
+            first_op: field(6),
+            last_checksum: le::u128_at(bytes, LAST_CHECKSUM_OFFSET).unwrap_or_default(),
+            stores: decoded,
+        })
+    };
     Ok(IndexFile {
         start_offset,
         interval_bytes: u64_at(INTERVAL_OFFSET),
         entries,
+        summary,
     })
 }
 
@@ -178,12 +329,40 @@ mod tests {
             .collect()
     }
 
+    fn summary() -> Summary {
+        Summary {
+            next_offset: 150,
+            entries: 7,
+            batches: 5,
+            bytes: 20_480,
+            min_timestamp: 5_000,
+            max_timestamp: 5_004,
+            first_op: 7,
+            last_checksum: 0x1234_5678_9abc_def0_0fed_cba9_8765_4321,
+            stores: vec![
+                OffsetEntry {
+                    op: 9,
+                    kind: ConsumerKind::Consumer,
+                    id: 3,
+                    offset: 120,
+                },
+                OffsetEntry {
+                    op: 12,
+                    kind: ConsumerKind::Group,
+                    id: 1,
+                    offset: 140,
+                },
+            ],
+        }
+    }
+
     #[test]
     fn round_trip_and_every_bit_flip_is_detected() {
-        let bytes = encode(100, 4096, &sample());
+        let bytes = encode(100, 4096, &sample(), &summary());
         let decoded = decode(&bytes, 100).unwrap();
         assert_eq!(decoded.entries, sample());
         assert_eq!(decoded.interval_bytes, 4096);
+        assert_eq!(decoded.summary, Some(summary()));
         assert_eq!(
             decode(&bytes, 99),
             Err(IndexError::Segment {
@@ -196,8 +375,37 @@ mod tests {
             damaged[bit / 8] ^= 1 << (bit % 8);
             assert!(decode(&damaged, 100).is_err(), "bit {bit}");
         }
-        assert!(decode(&bytes[..bytes.len() - 1], 100).is_err());
+        for cut in [1, ENTRY_SIZE, STORE_SIZE + 1] {
+            assert!(
+                decode(&bytes[..bytes.len() - cut], 100).is_err(),
+                "cut {cut}"
+            );
+        }
         assert_eq!(parse_file_name(&file_name(100)), Some(100));
         assert_eq!(parse_file_name("00000000000000000100.log"), None);
+    }
+
+    /// A version 1 file (what nodes wrote before summaries) still decodes, without one.
+    #[test]
+    fn a_version_1_file_decodes_without_a_summary() {
+        let entries = sample();
+        let mut bytes = vec![0u8; V1_HEADER_SIZE + entries.len() * ENTRY_SIZE];
+        le::put_u64(&mut bytes, MAGIC_OFFSET, MAGIC);
+        le::put_u16(&mut bytes, VERSION_OFFSET, 1);
+        le::put_u64(&mut bytes, START_OFFSET_OFFSET, 100);
+        le::put_u64(&mut bytes, INTERVAL_OFFSET, 4096);
+        le::put_u64(&mut bytes, COUNT_OFFSET, entries.len() as u64);
+        for (i, entry) in entries.iter().enumerate() {
+            let at = V1_HEADER_SIZE + i * ENTRY_SIZE;
+            le::put_u64(&mut bytes, at, entry.offset);
+            le::put_u64(&mut bytes, at + 8, entry.timestamp);
+            le::put_u64(&mut bytes, at + 16, entry.position);
+            le::put_u64(&mut bytes, at + 24, entry.op);
+        }
+        let sum = checksum::checksum(&bytes[CHECKSUMMED_OFFSET..]);
+        le::put_u128(&mut bytes, 0, sum);
+        let decoded = decode(&bytes, 100).unwrap();
+        assert_eq!(decoded.entries, entries);
+        assert_eq!(decoded.summary, None);
     }
 }

@@ -296,7 +296,8 @@ impl<S: Storage + Clone> Partition<S> {
         Ok(())
     }
 
-    /// Writes a segment's index file (derived data: no sync; boot checks it against the log).
+    /// Writes a segment's index file and summary (derived data: no sync; boot checks it
+    /// against the log).
     pub(crate) fn write_index(&self, info: &SegmentInfo) -> Result<(), PartitionError> {
         boot::write_index_file(&self.storage, &self.dir, info, &self.config)
     }

@@ -3,6 +3,7 @@
 
 use std::path::PathBuf;
 
+use iggy_format::checksum::Checksum;
 use iggy_superblock::CopyRepair;
 use iggy_wal as wal;
 
@@ -92,6 +93,21 @@ pub struct SegmentInfo {
     pub min_timestamp: u64,
     pub max_timestamp: u64,
     pub index: Vec<IndexEntry>,
+    /// The last consumer offset store of each consumer in the segment, by (kind, id).
+    pub stores: Vec<OffsetEntry>,
+    /// The header checksum of its last entry (`None` without entries): its summary names it.
+    pub last_checksum: Option<Checksum>,
+}
+
+impl SegmentInfo {
+    /// Records `store`, the segment's newest of its consumer.
+    pub(crate) fn note_store(&mut self, store: OffsetEntry) {
+        let key = |entry: &OffsetEntry| (entry.kind.code(), entry.id);
+        match self.stores.binary_search_by_key(&key(&store), key) {
+            Ok(at) => self.stores[at] = store,
+            Err(at) => self.stores.insert(at, store),
+        }
+    }
 }
 
 /// What boot found and did in a partition.

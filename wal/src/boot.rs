@@ -219,6 +219,10 @@ pub struct Report {
     pub findings: Vec<Finding>,
     /// The files boot keeps and the trusted entries in each, oldest first.
     pub files: Vec<crate::FileInfo>,
+    /// For each of `files`: the header checksum of its last entry when boot took the file from
+    /// its seal (the seal's checks read that header and found it), `None` when it was read.
+    /// A partition takes a sealed segment's summary only when it names this checksum.
+    pub sealed: Vec<Option<Checksum>>,
     /// Entries boot relies on from the carried ring, where they go (file, offset, bytes): boot
     /// writes them back, and a reader of this report's files reads through them
     /// ([`read_entries`], [`header_at`]).
@@ -277,6 +281,8 @@ pub(crate) struct BootFile {
     pub first_parent: Checksum,
     /// Its entries were taken from a seal that verified (it need not be written again).
     pub sealed: bool,
+    /// Its last entry's header checksum, when `sealed`.
+    pub sealed_last: Option<Checksum>,
 }
 
 /// What boot decided about a log before changing anything: the report and the plan behind it
@@ -629,6 +635,7 @@ pub(crate) fn analyze<R: ReadStorage>(
             end: result.end,
             first_parent,
             sealed: sealed[index],
+            sealed_last: result.last_checksum.filter(|_| sealed[index]),
         });
     }
     if head_index.is_none() {
@@ -642,6 +649,7 @@ pub(crate) fn analyze<R: ReadStorage>(
             end: 0,
             first_parent: frontier.head_checksum,
             sealed: false,
+            sealed_last: None,
         });
     }
     // A seal is kept only beside a file before the head file (one boot may take entries from):
@@ -683,6 +691,7 @@ pub(crate) fn analyze<R: ReadStorage>(
             sealed_bytes: files.iter().filter(|f| f.sealed).map(|f| f.end).sum(),
             findings,
             files: Vec::new(),
+            sealed: Vec::new(),
             carried: restore,
         },
         frontier,
@@ -703,6 +712,7 @@ pub(crate) fn analyze<R: ReadStorage>(
         fallback,
     )?;
     analysis.report.durable_bytes = analysis.files.iter().map(|f| f.end).sum();
+    analysis.report.sealed = analysis.files.iter().map(|f| f.sealed_last).collect();
     analysis.report.files = analysis
         .files
         .iter()
@@ -869,6 +879,7 @@ fn past_the_frontier<R: ReadStorage>(
                 end: 0,
                 first_parent: analysis.head_checksum,
                 sealed: false,
+                sealed_last: None,
             });
             continue;
         }

@@ -53,7 +53,9 @@ enum Command {
     /// A partition through `segments`: append throughput (validate, stamp, WAL entry, sparse
     /// index) against the bare keyed WAL with the same batches, published per batch and
     /// unpublished; then read throughput of a whole partition by offset from a warm page cache,
-    /// through memory maps and through `read_at`. Interleaved over rounds; medians.
+    /// through memory maps and through `read_at`; then the same partition booted cold (page
+    /// cache dropped, with root), against its keyed WAL booted alone, with the bytes each read
+    /// from the device. Interleaved over rounds; medians.
     Segments(SegmentsArgs),
     /// A node's boot with many idle partitions, through the boot path the server and the tools
     /// share: after a clean shutdown, and after a crash that left one unpublished batch in every
@@ -539,8 +541,9 @@ fn run_segments(args: &SegmentsArgs) -> Result<(), String> {
         read_chunk_bytes: args.read_chunk_kib << 10,
         segment_bytes: args.segment_mib << 20,
         rounds: args.rounds,
+        cold_boots: true,
     };
-    let bar = progress_bar((3 * args.rounds + 1) as u64);
+    let bar = progress_bar((3 * args.rounds + 2) as u64);
     let cells = iggy_benches::segments::run(&dir, &sizes, |step| {
         bar.set_message(step.to_string());
         bar.inc(1);

@@ -132,6 +132,13 @@ pub fn build(kind: &str, root: &Path) -> OsStorage {
             let mut byte = read_all(&storage, &path)[usize::try_from(at).unwrap()];
             byte ^= 0x01;
             write_at(&storage, &path, at, &[byte]);
+            // Its seal (and the index's summary that relies on it) lost, as a power loss can
+            // lose them: the check reads the file and meets the damage. With the seal, the
+            // read that serves the batch or `--deep` finds it (`fsck/tests/fixtures.rs`).
+            let seal = iggy_wal::seal::path_for(&path);
+            if storage.exists(&seal).unwrap() {
+                storage.unlink(&seal).unwrap();
+            }
         }
         "refuse" => {
             use iggy_superblock::copy::{self, Slot};
