@@ -79,13 +79,16 @@ impl<S: Storage + Clone> Partition<S> {
         let mut total = 0u64;
         let mut from = offset;
         loop {
-            let Some((reader, map, start)) = self.locate_read(from)? else {
+            let Some((reader, map, start, bytes)) = self.locate_read(from)? else {
                 return Ok(out);
             };
             let before = from;
             let mut position = start.position;
             let mut op = start.op;
-            let end = reader.len()?;
+            // The segment's entries end where boot (or the last append) says: past that a file
+            // may hold zeros, or entries a cut discarded whose zeroing a crash undid. Those are
+            // no part of the log, and a read must not serve them.
+            let end = reader.len()?.min(bytes);
             while op <= through {
                 let stored = match read_entry(&*reader, map.as_deref(), position, op, end)? {
                     Read::End => break,
@@ -115,8 +118,8 @@ impl<S: Storage + Clone> Partition<S> {
         }
     }
 
-    /// The reader, mapping (sealed segments, when `ReadPath::Mapped`) and starting index entry
-    /// for reading `offset`. `None` when nothing is stored at or after it.
+    /// The reader, mapping (sealed segments, when `ReadPath::Mapped`), starting index entry and
+    /// end of the entries of the segment for reading `offset`. `None` when nothing is stored at or after it.
     #[allow(
         clippy::type_complexity,
         reason = "a private triple, named at its one use"
@@ -124,7 +127,8 @@ impl<S: Storage + Clone> Partition<S> {
     fn locate_read(
         &self,
         offset: u64,
-    ) -> Result<Option<(Arc<S::Reader>, Option<Arc<Mapping>>, IndexEntry)>, PartitionError> {
+    ) -> Result<Option<(Arc<S::Reader>, Option<Arc<Mapping>>, IndexEntry, u64)>, PartitionError>
+    {
         let mut state = self.lock();
         if offset >= state.next_offset {
             return Ok(None);
@@ -163,7 +167,7 @@ impl<S: Storage + Clone> Partition<S> {
             segment.map = reader.map()?.map(Arc::new);
         }
         let map = if sealed { segment.map.clone() } else { None };
-        Ok(Some((reader, map, start)))
+        Ok(Some((reader, map, start, segment.info.bytes)))
     }
 
     /// The offset of the first message whose timestamp is at or after `timestamp` (published

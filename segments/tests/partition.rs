@@ -436,3 +436,56 @@ fn a_log_that_ends_below_the_offset_frontier_refuses() {
         other => panic!("{other:?}"),
     }
 }
+
+/// Found by the partition soak (seed 182 of 200, after segment summaries changed its path): a
+/// sealed segment's file may hold a valid entry past its last one, an entry of the next op that
+/// was discarded (unpublished at a crash) and whose zeroing a later crash undid, while the op
+/// itself went on into the next segment with other bytes. Boot trusts exactly the segment's
+/// entries; a read must stop at their end too, or it serves the discarded batch beside the
+/// real one (fails without the bound in `read_until`).
+#[test]
+fn a_read_stops_at_a_sealed_segments_last_entry_whatever_lies_past_it() {
+    let storage = SimStorage::new(12);
+    let partition = Partition::create(storage.clone(), dir(), config()).unwrap();
+    // Fill the first segment to a little under its 8 KiB.
+    let mut i = 0u64;
+    while partition.segments()[0].bytes < 6000 {
+        let mut batch = client_batch(i, 2);
+        partition.append(&mut batch, 1_000 + i).unwrap();
+        i += 1;
+    }
+    partition.publish().unwrap();
+    let first = partition.segments()[0].clone();
+    // Another history: a small batch that fits in the first segment, as the discarded op did.
+    let other = storage.fork();
+    drop(partition);
+    let (alternative, _) = Partition::open(other.clone(), dir(), config(), Mode::Open)
+        .unwrap()
+        .unwrap();
+    let mut small = client_batch(900, 1);
+    alternative.append(&mut small, 5_000).unwrap();
+    alternative.publish().unwrap();
+    let grown = alternative.segments()[0].bytes;
+    assert!(
+        grown > first.bytes,
+        "the small batch went into the first segment"
+    );
+    let stale = other.read_all(&first.path).unwrap()[first.bytes as usize..grown as usize].to_vec();
+    drop(alternative);
+    // This history: the same op with a batch too large for the first segment starts a second.
+    let (partition, _) = open(&storage);
+    let mut large = client_batch(901, 40);
+    partition.append(&mut large, 5_000).unwrap();
+    partition.publish().unwrap();
+    assert_eq!(partition.segments().len(), 2);
+    let expected = read_all(&partition);
+    drop(partition);
+    // The discarded entry reappears past the first segment's end.
+    storage
+        .open(&first.path, OpenMode::Existing)
+        .unwrap()
+        .write_all_at(first.bytes, &stale)
+        .unwrap();
+    let (partition, _) = open(&storage);
+    assert_eq!(read_all(&partition), expected);
+}
