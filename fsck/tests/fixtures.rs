@@ -101,3 +101,25 @@ fn a_flipped_bit_in_one_partition_needs_peer_repair_naming_partition_file_and_of
         assert_eq!(group["status"], expected, "{group}");
     }
 }
+
+/// A plain check says how much it took from seals without reading it, and that `--deep` reads
+/// it; a deep check takes nothing from seals.
+#[test]
+fn a_check_says_what_it_took_from_seals_and_a_deep_check_takes_nothing() {
+    let node = fixtures_dir().join("clean").join("node");
+    let (_, json) = fsck(&[node.to_str().unwrap(), "--json"]);
+    let plain: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert!(
+        plain["summary"]["sealed_bytes"].as_u64().unwrap() > 0,
+        "{json}"
+    );
+    let (_, text) = fsck(&[node.to_str().unwrap()]);
+    assert!(
+        text.contains("taken from their seals, not read (--deep reads"),
+        "{text}"
+    );
+    let (code, json) = fsck(&[node.to_str().unwrap(), "--deep", "--json"]);
+    assert_eq!(code, 0);
+    let deep: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(deep["summary"]["sealed_bytes"], 0, "{json}");
+}

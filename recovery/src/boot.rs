@@ -724,6 +724,7 @@ impl Builder {
         match outcome {
             Ok(Some((opened, report))) => {
                 self.group(label, dir, partition_findings(label, dir, &report));
+                self.report.summary.sealed_bytes += report.wal.sealed_bytes;
                 self.report.partitions.push(PartitionSummary {
                     group: label.into(),
                     next_offset: report.next_offset,
@@ -956,6 +957,7 @@ impl Walk {
             groups: builder.report.groups.len(),
             files: counted.files,
             bytes: counted.bytes,
+            sealed_bytes: builder.report.summary.sealed_bytes,
             elapsed_ms: u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX),
         };
         Ok(builder.report)
@@ -1304,6 +1306,8 @@ fn record_metadata<T>(
     match outcome {
         Ok(Some((opened, checked))) => {
             builder.group(label, dir, metadata_findings(label, dir, &checked));
+            builder.report.summary.sealed_bytes +=
+                checked.wal.as_ref().map_or(0, |wal| wal.sealed_bytes);
             (Some(opened), Some(checked.state))
         }
         Ok(None) => {
