@@ -49,11 +49,12 @@ pub struct Cli {
     /// holds), run boot in Repair mode, then check again.
     #[arg(long)]
     pub repair: bool,
-    /// Read and verify every retained WAL byte. Without it, the check reads what boot reads:
-    /// a WAL file the durable frontier has passed is taken from its seal (its two ends
-    /// verified, its bodies verified by each read that serves them), so damage inside such a
-    /// file is found by the read that meets it, or by this. Slower: it reads every retained
-    /// byte of every group. Checks only (not with --repair).
+    /// Read and verify every retained WAL byte and segment. Without it, the check reads what
+    /// boot reads: a WAL file the durable frontier has passed is taken from its seal (its two
+    /// ends verified, its bodies verified by each read that serves them), and a sealed
+    /// segment's facts from its index summary, so damage inside such a file is found by the
+    /// read that meets it, or by this. Slower: it reads every retained byte of every group.
+    /// Checks only (not with --repair).
     #[arg(long, conflicts_with = "repair")]
     pub deep: bool,
     /// With --repair: do not ask for confirmation.

@@ -1091,8 +1091,9 @@ pub fn wal_finding(label: &str, finding: &iggy_wal::Finding) -> Finding {
         ),
         FindingKind::SealDisagrees => (
             "seal-disagrees",
-            "a seal whose entry sizes are not its file's (a deep check read the file): removed, \
-             and the file sealed again"
+            "a seal whose entry sizes are not its file's (only a deep check reads the file; a \
+             plain boot takes the seal, and reads at its offsets refuse): remove it by hand \
+             before starting the node (derived data: the next boot reads the file)"
                 .into(),
             Action::RemoveLeftover,
         ),

@@ -512,11 +512,9 @@ fn summarized_segment<R: ReadStorage>(
     commit_max: u64,
 ) -> Result<Option<SegmentInfo>, PartitionError> {
     let path = dir.join(index::file_name(file.key));
-    if !storage.exists(&path)? {
-        return Ok(None);
-    }
     let Ok(reader) = storage.open_read(&path) else {
-        return Ok(None); // not a regular file: the scan's check reports it
+        // Missing, or not a regular file: the segment is read, and its check reports it.
+        return Ok(None);
     };
     let len = reader.len()?;
     // No more than a summary of this many entries can take.
@@ -535,7 +533,6 @@ fn summarized_segment<R: ReadStorage>(
     let Some(summary) = decoded.summary else {
         return Ok(None);
     };
-    let start = expected.unwrap_or(file.key);
     let index_inside = decoded
         .entries
         .windows(2)
@@ -555,7 +552,7 @@ fn summarized_segment<R: ReadStorage>(
         && summary.min_timestamp <= summary.max_timestamp
         && summary.stores.iter().all(|store| store.op <= commit_max)
         // A segment is named by the offset it starts at, which continues the previous one.
-        && start == file.key
+        && expected.is_none_or(|next| next == file.key)
         && if summary.batches == 0 {
             summary.next_offset == file.key && decoded.entries.is_empty()
         } else {
@@ -606,7 +603,7 @@ fn index_disagreement<R: ReadStorage>(
         + segment.index.len() * index::ENTRY_SIZE
         + segment.stores.len() * index::STORE_SIZE) as u64;
     // A version 1 file (no summary) has a 64-byte header and no stores.
-    let version_1_len = (64 + segment.index.len() * index::ENTRY_SIZE) as u64;
+    let version_1_len = (index::V1_HEADER_SIZE + segment.index.len() * index::ENTRY_SIZE) as u64;
     if len != expected_len && len != version_1_len {
         return Ok(Some(format!(
             "{len} bytes where the log gives {expected_len}"

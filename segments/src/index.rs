@@ -41,7 +41,8 @@ pub const ENTRY_SIZE: usize = 32;
 pub const STORE_SIZE: usize = 32;
 pub const EXTENSION: &str = "index";
 
-const V1_HEADER_SIZE: usize = 64;
+/// A version 1 file's header (no summary, no stores).
+pub const V1_HEADER_SIZE: usize = 64;
 const CHECKSUMMED_OFFSET: usize = 16;
 const MAGIC_OFFSET: usize = 16;
 const VERSION_OFFSET: usize = 24;
@@ -119,6 +120,12 @@ pub enum IndexError {
     Count { count: u64, entries: usize },
     #[error("for segment {found}, not {expected}")]
     Segment { expected: u64, found: u64 },
+    #[error("{bytes} bytes after the index entries where {stores} stores need {expected}")]
+    Stores {
+        stores: u64,
+        bytes: usize,
+        expected: usize,
+    },
     #[error("a consumer offset store of unknown kind {code}")]
     StoreKind { code: u8 },
 }
@@ -249,17 +256,17 @@ pub fn decode(bytes: &[u8], start_offset: u64) -> Result<IndexFile, IndexError> 
         });
     };
     let stores_bytes = body - entries_bytes;
-    if stores_bytes
-        != usize::try_from(stores)
-            .unwrap_or(usize::MAX)
-            .saturating_mul(STORE_SIZE)
-    {
+    let stores_expected = usize::try_from(stores)
+        .unwrap_or(usize::MAX)
+        .saturating_mul(STORE_SIZE);
+    if stores_bytes != stores_expected {
         return Err(if version == 1 {
             IndexError::Length { len }
         } else {
-            IndexError::Count {
-                count,
-                entries: body / ENTRY_SIZE,
+            IndexError::Stores {
+                stores,
+                bytes: stores_bytes,
+                expected: stores_expected,
             }
         });
     }

@@ -119,10 +119,11 @@ impl<S: Storage + Clone> Partition<S> {
     }
 
     /// The reader, mapping (sealed segments, when `ReadPath::Mapped`), starting index entry and
-    /// end of the entries of the segment for reading `offset`. `None` when nothing is stored at or after it.
+    /// end of the entries of the segment for reading `offset`. `None` when nothing is stored at
+    /// or after it.
     #[allow(
         clippy::type_complexity,
-        reason = "a private triple, named at its one use"
+        reason = "a private quadruple, named at its one use"
     )]
     fn locate_read(
         &self,

@@ -166,7 +166,9 @@ pub enum FindingKind {
     /// after a crash or a cut): removed.
     StaleSeal,
     /// A seal whose ends verify but whose entry sizes are not the file's (found only by
-    /// `Verify::Everything`, which reads the file): removed; the file is sealed again.
+    /// `Verify::Everything`, which reads the file): removed by a boot that verifies everything.
+    /// A plain boot takes such a seal (its ends verify), so the node's tools say to remove it
+    /// by hand.
     SealDisagrees,
 }
 
@@ -279,9 +281,8 @@ pub(crate) struct BootFile {
     pub end: u64,
     /// The parent the file's first entry names (the chain's head when the file was started).
     pub first_parent: Checksum,
-    /// Its entries were taken from a seal that verified (it need not be written again).
-    pub sealed: bool,
-    /// Its last entry's header checksum, when `sealed`.
+    /// Its last entry's header checksum when its entries were taken from a seal that verified
+    /// (it need not be written again); `None` when the file was read.
     pub sealed_last: Option<Checksum>,
 }
 
@@ -634,7 +635,6 @@ pub(crate) fn analyze<R: ReadStorage>(
             offsets: result.offsets,
             end: result.end,
             first_parent,
-            sealed: sealed[index],
             sealed_last: result.last_checksum.filter(|_| sealed[index]),
         });
     }
@@ -648,7 +648,6 @@ pub(crate) fn analyze<R: ReadStorage>(
             offsets: Vec::new(),
             end: 0,
             first_parent: frontier.head_checksum,
-            sealed: false,
             sealed_last: None,
         });
     }
@@ -688,7 +687,11 @@ pub(crate) fn analyze<R: ReadStorage>(
             head_op: frontier.head_op,
             durable_bytes: 0,
             discarded_bytes: 0,
-            sealed_bytes: files.iter().filter(|f| f.sealed).map(|f| f.end).sum(),
+            sealed_bytes: files
+                .iter()
+                .filter(|f| f.sealed_last.is_some())
+                .map(|f| f.end)
+                .sum(),
             findings,
             files: Vec::new(),
             sealed: Vec::new(),
@@ -878,7 +881,6 @@ fn past_the_frontier<R: ReadStorage>(
                 offsets: Vec::new(),
                 end: 0,
                 first_parent: analysis.head_checksum,
-                sealed: false,
                 sealed_last: None,
             });
             continue;

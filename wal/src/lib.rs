@@ -394,7 +394,7 @@ impl<S: Storage> Wal<S> {
                 end: boot_file.end,
                 prepared: boot_file.end,
                 first_parent: boot_file.first_parent,
-                sealed: boot_file.sealed,
+                sealed: boot_file.sealed_last.is_some(),
             });
         }
         let ring_available = storage.open_read(dir.join(FRONTIER_FILE))?.len()? >= ring::FILE_SIZE;
