@@ -123,6 +123,7 @@ fn ratios<DB: DrawingBackend>(
 fn short_name(scenario: Scenario) -> &'static str {
     match scenario {
         Scenario::PublishedBatches => "batches, published",
+        Scenario::SteadyBatches => "batches, steady",
         Scenario::UnpublishedBatches => "batches, unpublished",
         Scenario::SinglePublished => "single, published",
         Scenario::Concurrent64 => "64 appenders",

@@ -16,6 +16,10 @@ use crate::stats::{Latencies, Percentiles};
 pub enum Scenario {
     /// Batches of `batch` records, each batch durable before the next.
     PublishedBatches,
+    /// Published batches in a steady state: the engine compacts as it goes, keeping
+    /// `steady_retain_bytes`, after an untimed warm-up that did the same (so engines that
+    /// recycle retired files have some to reuse).
+    SteadyBatches,
     /// Batches of `batch` records, durable only at the end.
     UnpublishedBatches,
     /// One record at a time, each durable before the next.
@@ -29,8 +33,9 @@ pub enum Scenario {
 }
 
 impl Scenario {
-    pub const ALL: [Self; 6] = [
+    pub const ALL: [Self; 7] = [
         Self::PublishedBatches,
+        Self::SteadyBatches,
         Self::UnpublishedBatches,
         Self::SinglePublished,
         Self::Concurrent64,
@@ -42,6 +47,7 @@ impl Scenario {
     pub fn name(self) -> &'static str {
         match self {
             Self::PublishedBatches => "batches of 250, published",
+            Self::SteadyBatches => "batches of 250, published, steady state",
             Self::UnpublishedBatches => "batches of 250, unpublished",
             Self::SinglePublished => "single records, published",
             Self::Concurrent64 => "64 appenders, each published",
@@ -68,6 +74,10 @@ pub struct Sizes {
     pub single_records: u64,
     pub concurrent_records_per_thread: u64,
     pub replay_bytes: u64,
+    /// What the steady state keeps behind the head.
+    pub steady_retain_bytes: u64,
+    /// What its untimed warm-up writes (compacting as it goes) before the timed batches.
+    pub steady_warm_up_bytes: u64,
     pub rounds: usize,
 }
 
@@ -82,6 +92,8 @@ impl Sizes {
             single_records: 5000,
             concurrent_records_per_thread: 500,
             replay_bytes: 1 << 30,
+            steady_retain_bytes: 128 << 20,
+            steady_warm_up_bytes: 384 << 20,
             rounds: 3,
         }
     }
@@ -94,6 +106,8 @@ impl Sizes {
             single_records: 1000,
             concurrent_records_per_thread: 20,
             replay_bytes: 128 << 20,
+            steady_retain_bytes: 32 << 20,
+            steady_warm_up_bytes: 192 << 20,
             rounds: 1,
             ..Self::full()
         }
@@ -189,6 +203,59 @@ fn batches(
     Ok(count * sizes.batch_records as u64)
 }
 
+/// Compactions per retained volume in the steady state (a checkpoint every quarter of it).
+const COMPACTIONS_PER_RETAINED: u64 = 4;
+
+/// The steady state: an untimed warm-up of `steady_warm_up_bytes`, then `batch_total_bytes`
+/// timed, each batch durable, the engine compacting to `steady_retain_bytes` each time a quarter
+/// of that was written, as checkpoints would (its time counts in the rate, not in a batch's
+/// latency). `None` for an engine the bench
+/// cannot compact; a raw baseline writes its batches as in `PublishedBatches` (its prefilled
+/// file is a steady state already).
+fn steady_batches(
+    kind: EngineKind,
+    engine: &dyn Engine,
+    sizes: &Sizes,
+    data: &[Vec<u8>],
+    latencies: &mut Latencies,
+) -> Result<Option<f64>, String> {
+    if kind.is_raw() {
+        let started = Instant::now();
+        let records = batches(engine, sizes, data, true, Some(latencies))?;
+        return Ok(Some(rate(records, started)));
+    }
+    let keep = sizes.steady_retain_bytes / sizes.record_bytes as u64;
+    if !engine.compact(keep)? {
+        return Ok(None);
+    }
+    let batch: Vec<&[u8]> = data
+        .iter()
+        .take(sizes.batch_records)
+        .map(Vec::as_slice)
+        .collect();
+    let batch_bytes = (sizes.record_bytes * sizes.batch_records) as u64;
+    let per_compaction =
+        (sizes.steady_retain_bytes / COMPACTIONS_PER_RETAINED / batch_bytes).max(1);
+    let run = |count: u64, mut latencies: Option<&mut Latencies>| -> Result<(), String> {
+        for index in 0..count {
+            let began = Instant::now();
+            engine.append(0, &batch, true)?;
+            if let Some(latencies) = latencies.as_deref_mut() {
+                latencies.record(began.elapsed());
+            }
+            if index % per_compaction == per_compaction - 1 {
+                engine.compact(keep)?;
+            }
+        }
+        Ok(())
+    };
+    run((sizes.steady_warm_up_bytes / batch_bytes).max(1), None)?;
+    let count = (sizes.batch_total_bytes / batch_bytes).max(1);
+    let started = Instant::now();
+    run(count, Some(latencies))?;
+    Ok(Some(rate(count * sizes.batch_records as u64, started)))
+}
+
 /// Boots of the same written data per warm replay round; the round's figure is their median.
 pub const WARM_REPLAYS_PER_ROUND: usize = 3;
 
@@ -212,6 +279,16 @@ pub fn run_one(
                 value: rate(records, started),
                 latencies: Some(latencies),
                 device_read_bytes: None,
+            })
+        }
+        Scenario::SteadyBatches => {
+            let engine = kind.open(&dir, capacity)?;
+            steady_batches(kind, engine.as_ref(), sizes, data, &mut latencies)?.map(|value| {
+                Measured {
+                    value,
+                    latencies: Some(latencies),
+                    device_read_bytes: None,
+                }
             })
         }
         Scenario::UnpublishedBatches if kind.has_unpublished_mode() => {
@@ -475,6 +552,7 @@ pub fn render(cells: &[Cell], engines: &[EngineKind]) -> String {
     let _ = writeln!(out, "\nlatency per durable append, us (p50 / p99 / p999)");
     for scenario in [
         Scenario::PublishedBatches,
+        Scenario::SteadyBatches,
         Scenario::SinglePublished,
         Scenario::Concurrent64,
     ] {

@@ -16,6 +16,13 @@ pub trait Engine: Send + Sync {
     fn append(&self, stream: usize, records: &[&[u8]], durable: bool) -> Result<(), String>;
     /// Makes everything appended so far durable.
     fn sync(&self) -> Result<(), String>;
+    /// Drops what lies more than `keep_records` behind the last durable record, as a replica
+    /// does after a checkpoint (the steady-state scenario). `false`: the bench does not drive
+    /// this engine's compaction.
+    fn compact(&self, keep_records: u64) -> Result<bool, String> {
+        let _ = keep_records;
+        Ok(false)
+    }
 }
 
 /// The engines, by name.
@@ -93,6 +100,16 @@ impl EngineKind {
         matches!(
             self,
             Self::IggyWal | Self::OkayWal | Self::RaftEngine | Self::Fjall
+        )
+    }
+
+    /// Whether the engine writes its one preallocated file (or appends to it) with nothing to
+    /// compact: a raw baseline.
+    #[must_use]
+    pub fn is_raw(self) -> bool {
+        matches!(
+            self,
+            Self::RawPrefilled | Self::RawFrontier | Self::RawAppend
         )
     }
 
@@ -314,6 +331,16 @@ impl<S: Storage> Engine for IggyWal<S> {
     fn sync(&self) -> Result<(), String> {
         self.wal.publish().map(|_| ()).map_err(err)
     }
+
+    fn compact(&self, keep_records: u64) -> Result<bool, String> {
+        // One record per entry: the ops more than `keep_records` behind the published head go
+        // (whole files only; retired ones become spares, `Config::spare_files`).
+        let head = self.wal.published().head_op;
+        if head > keep_records {
+            self.wal.drop_prefix(head - keep_records).map_err(err)?;
+        }
+        Ok(true)
+    }
 }
 
 #[derive(Debug)]
@@ -457,6 +484,17 @@ impl Engine for RaftEngine {
 
     fn sync(&self) -> Result<(), String> {
         self.engine.sync().map_err(err)
+    }
+
+    fn compact(&self, keep_records: u64) -> Result<bool, String> {
+        // Stream 0's region; its purged files go to raft-engine's recycling pool
+        // (`enable-log-recycle`, on by default in 0.4).
+        let next = self.next_index[0].load(Ordering::Relaxed);
+        if next > keep_records + 1 {
+            self.engine.compact_to(1, next - keep_records);
+            self.engine.purge_expired_files().map_err(err)?;
+        }
+        Ok(true)
     }
 }
 

@@ -81,3 +81,44 @@ fn the_table_says_what_each_cold_replay_read_from_the_device() {
     let fields: Vec<&str> = row.split_whitespace().rev().take(2).collect();
     assert_eq!(fields, ["-", "140"], "{row}");
 }
+
+/// The steady-state scenario runs (warm-up, compactions, timed batches) for the engines it can
+/// compact and for the raw baselines, with latencies, and is n/a for an engine it does not
+/// drive.
+#[test]
+fn the_steady_state_scenario_runs_where_the_engine_compacts() {
+    let sizes = iggy_benches::compare::Sizes {
+        batch_total_bytes: 2 << 20,
+        steady_retain_bytes: 1 << 20,
+        steady_warm_up_bytes: 2 << 20,
+        ..iggy_benches::compare::Sizes::quick()
+    };
+    let data = iggy_benches::compare::records(sizes.batch_records, sizes.record_bytes, 7);
+    let base = tempfile::tempdir().unwrap();
+    for engine in [
+        EngineKind::RawPrefilled,
+        EngineKind::IggyWal,
+        EngineKind::RaftEngine,
+    ] {
+        let measured = iggy_benches::compare::run_one(
+            engine,
+            Scenario::SteadyBatches,
+            &sizes,
+            base.path(),
+            &data,
+        )
+        .unwrap()
+        .unwrap_or_else(|| panic!("{engine:?}: n/a"));
+        assert!(measured.value > 0.0, "{engine:?}");
+        assert!(measured.latencies.is_some(), "{engine:?}");
+    }
+    let okaywal = iggy_benches::compare::run_one(
+        EngineKind::OkayWal,
+        Scenario::SteadyBatches,
+        &sizes,
+        base.path(),
+        &data,
+    )
+    .unwrap();
+    assert!(okaywal.is_none(), "the bench does not compact okaywal");
+}

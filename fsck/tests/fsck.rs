@@ -8,6 +8,7 @@
 mod common;
 
 use common::{copy_tree, fixtures_dir, fsck, hash_tree};
+use iggy_io::{OpenMode, OsStorage, ReadFile, ReadStorage, Storage, WriteFile};
 
 #[test]
 fn repair_applies_the_plan_and_the_directory_then_checks_clean() {
@@ -111,4 +112,33 @@ fn the_human_report_names_each_finding_and_file_once() {
             }
         }
     }
+}
+
+/// A spare (a retired WAL file kept for reuse) is neither a finding nor part of a log: the check
+/// stays clean, says how many it saw, and `--json` counts them.
+#[test]
+fn a_spare_log_file_is_counted_not_judged() {
+    let temp = tempfile::tempdir().unwrap();
+    let node = temp.path().join("node");
+    copy_tree(&fixtures_dir().join("clean").join("node"), &node);
+    let wal = OsStorage::open(node.join("metadata/wal")).unwrap();
+    let log = wal
+        .list_dir("")
+        .unwrap()
+        .into_iter()
+        .find(|e| e.name.to_string_lossy().ends_with(".wal"))
+        .unwrap();
+    // An earlier use's bytes: a copy of a log file, as `drop_prefix` leaves one.
+    let bytes = wal.open_read(&log.name).unwrap().read_all().unwrap();
+    wal.open("00000000000000000000.spare", OpenMode::CreateNew)
+        .unwrap()
+        .write_all_at(0, &bytes)
+        .unwrap();
+    let (code, text) = fsck(&[node.to_str().unwrap()]);
+    assert_eq!(code, 0, "{text}");
+    assert!(text.contains("1 spare log file(s)"), "{text}");
+    let (_, json) = fsck(&[node.to_str().unwrap(), "--json"]);
+    let json: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(json["summary"]["spare_files"], 1, "{json}");
+    assert!(json["findings"].as_array().unwrap().is_empty(), "{json}");
 }

@@ -632,6 +632,17 @@ fn wal(dir: &Path, list_entries: bool) -> Result<Inspected, String> {
             for line in &carried {
                 text.push_str(&format!("  {line}\n"));
             }
+            let spares: Vec<String> = report
+                .spares
+                .iter()
+                .map(|path| path.display().to_string())
+                .collect();
+            for spare in &spares {
+                text.push_str(&format!(
+                    "  {spare}: a spare (a retired file kept for reuse: the next file the log \
+                     needs is one renamed; its bytes are an earlier use's, not the log's)\n"
+                ));
+            }
             // In the words and actions of iggy-fsck.
             let findings: Vec<Value> = report
                 .findings
@@ -665,6 +676,7 @@ fn wal(dir: &Path, list_entries: bool) -> Result<Inspected, String> {
                 "first_op": report.first_op, "head_op": report.head_op,
                 "durable_bytes": report.durable_bytes, "discarded_bytes": report.discarded_bytes,
                 "sealed_bytes": report.sealed_bytes, "findings": findings, "files": files, "carried": carried,
+                "spares": spares,
             })
         }
         Err(error) => {

@@ -64,7 +64,20 @@ fn node() -> tempfile::TempDir {
         .rfind(|e| e.name.to_string_lossy().ends_with(".wal"))
         .unwrap();
     let file = storage.open(&head.name, OpenMode::Existing).unwrap();
-    file.write_all_at(3000, b"unpublished garbage").unwrap();
+    // Where the next entry's header would go (boot reads no further: bytes past a gap cannot
+    // join the chain).
+    let end = iggy_wal::check(
+        &iggy_io::ReadOnly::new(storage.clone()),
+        Path::new(""),
+        iggy_metadata::group::GROUP_ID,
+    )
+    .unwrap()
+    .unwrap()
+    .files
+    .last()
+    .unwrap()
+    .end;
+    file.write_all_at(end, b"unpublished garbage").unwrap();
     dir
 }
 

@@ -725,6 +725,7 @@ impl Builder {
             Ok(Some((opened, report))) => {
                 self.group(label, dir, partition_findings(label, dir, &report));
                 self.report.summary.sealed_bytes += report.wal.sealed_bytes;
+                self.report.summary.spare_files += report.wal.spares.len() as u64;
                 self.report.partitions.push(PartitionSummary {
                     group: label.into(),
                     next_offset: report.next_offset,
@@ -958,6 +959,7 @@ impl Walk {
             files: counted.files,
             bytes: counted.bytes,
             sealed_bytes: builder.report.summary.sealed_bytes,
+            spare_files: builder.report.summary.spare_files,
             elapsed_ms: u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX),
         };
         Ok(builder.report)
@@ -1309,6 +1311,10 @@ fn record_metadata<T>(
             builder.group(label, dir, metadata_findings(label, dir, &checked));
             builder.report.summary.sealed_bytes +=
                 checked.wal.as_ref().map_or(0, |wal| wal.sealed_bytes);
+            builder.report.summary.spare_files += checked
+                .wal
+                .as_ref()
+                .map_or(0, |wal| wal.spares.len() as u64);
             (Some(opened), Some(checked.state))
         }
         Ok(None) => {

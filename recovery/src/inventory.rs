@@ -56,7 +56,8 @@ fn expected(level: Level, name: &str) -> Option<(EntryKind, Option<Level>)> {
         Level::MetadataWal => match name {
             iggy_wal::boot::FRONTIER_FILE | iggy_wal::boot::FRONTIER_TEMP_FILE => file,
             _ if numbered(iggy_wal::boot::EXTENSION)
-                || numbered(iggy_wal::boot::SEALED_EXTENSION) =>
+                || numbered(iggy_wal::boot::SEALED_EXTENSION)
+                || numbered(iggy_wal::boot::SPARE_EXTENSION) =>
             {
                 file
             }
@@ -76,6 +77,7 @@ fn expected(level: Level, name: &str) -> Option<(EntryKind, Option<Level>)> {
             | iggy_segments::install::RETIRED_DIR => dir(Level::Opaque),
             _ if numbered(iggy_wal::boot::KEYED_EXTENSION)
                 || numbered(iggy_wal::boot::KEYED_SEALED_EXTENSION)
+                || numbered(iggy_wal::boot::SPARE_EXTENSION)
                 || numbered("index")
                 || name
                     .strip_suffix(iggy_segments::STAGING_SUFFIX)

@@ -161,6 +161,10 @@ pub struct Summary {
     /// their facts from their index summaries) without reading them: damage there is found by
     /// the read that serves it or by `--deep`, which reads everything (0 then).
     pub sealed_bytes: u64,
+    /// Of the files, retired log files kept for reuse (`{n:020}.spare`, `iggy_wal::Config::
+    /// spare_files`): not part of any log, and read by nothing until a log takes one.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub spare_files: u64,
     /// Wall time of the check, in milliseconds.
     pub elapsed_ms: u64,
 }
@@ -368,6 +372,14 @@ impl Report {
                 summary.sealed_bytes
             );
         }
+        if summary.spare_files > 0 {
+            let _ = writeln!(
+                out,
+                "  of them, {} spare log file(s): retired files a log keeps for reuse (not part of \
+                 any log; the next file it needs is one of them, renamed)",
+                summary.spare_files
+            );
+        }
         let verdict = match self.exit_code() {
             exit::CLEAN => "clean: boot changes nothing",
             exit::REPAIR => "boot would repair locally, without losing published data",
@@ -403,4 +415,12 @@ fn render_finding(out: &mut String, finding: &Finding) {
             String::new()
         }
     );
+}
+
+#[allow(
+    clippy::trivially_copy_pass_by_ref,
+    reason = "serde's skip_serializing_if passes a reference"
+)]
+fn is_zero(value: &u64) -> bool {
+    *value == 0
 }

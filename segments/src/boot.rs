@@ -134,6 +134,7 @@ pub(crate) fn fresh_wal_report(
         files: Vec::new(),
         sealed: Vec::new(),
         carried: Vec::new(),
+        spares: Vec::new(),
     }
 }
 

@@ -89,6 +89,8 @@ impl Config {
             naming: Naming::ByKey,
             previous_shutdown_clean: self.previous_shutdown_clean,
             defer_boot_syncs: self.defer_boot_syncs,
+            // A partition's WAL files are its segments: retention removes them to free disk.
+            spare_files: 0,
             ..wal::Config::new(self.group)
         }
     }

@@ -10,11 +10,13 @@
 //!    op, file after file, and end exactly at the frontier's head op, offset and checksum. Any
 //!    damage there refuses, naming file and offset: it is never truncated away.
 //! 5. Everything past the frontier is discarded (zeroed in the head file, later files removed)
-//!    and reported, even entries that verify.
+//!    and reported, even entries that verify: as far as entries continue the chain, plus the
+//!    header's place where they stop (a recycled file holds an earlier use's bytes beyond).
 //! 6. If one slot is unreadable, boot cannot tell whether it held the newest publication, so it
 //!    adopts the entries past the valid slot's head that verify as a chain, up to zeros or the end
-//!    of a file, and publishes them anew. An entry there that does not verify, or a later file
-//!    with entries the chain does not reach, refuses: it may be published history.
+//!    of a file (or on into a later file that starts at the next op), and publishes them anew.
+//!    An entry there that does not verify, or a later file with entries the chain does not
+//!    reach, refuses: it may be published history.
 //! 7. What boot trusts is written again and synced before the log is used (see `apply`).
 //! 8. A publication in the carried ring newer than both slots is the frontier; the entries of
 //!    the carried publications since the log was last synced are verified as they will lie once
@@ -34,7 +36,7 @@ use crate::error::WalError;
 use crate::frontier::{self, Frontier, SlotError};
 use crate::retained::Retained;
 pub use crate::retained::Verify;
-use crate::scan::{From, Scan, StopReason, last_nonzero_end, scan};
+use crate::scan::StopReason;
 
 pub const FRONTIER_FILE: &str = "frontier";
 pub const FRONTIER_TEMP_FILE: &str = "frontier.tmp";
@@ -44,6 +46,9 @@ pub const KEYED_EXTENSION: &str = "log";
 /// A seal's extensions (`crate::seal`): the sealed file's name plus `.seal`.
 pub const SEALED_EXTENSION: &str = "wal.seal";
 pub const KEYED_SEALED_EXTENSION: &str = "log.seal";
+/// The extension of a spare (a retired file kept for reuse: `Config::spare_files`), in either
+/// naming.
+pub const SPARE_EXTENSION: &str = "spare";
 const _: () = assert!(SEALED_EXTENSION.len() == EXTENSION.len() + crate::seal::SUFFIX.len());
 
 /// How a log names its files: `{key:020}.{extension}`, where the key is monotonic across files.
@@ -229,6 +234,9 @@ pub struct Report {
     /// writes them back, and a reader of this report's files reads through them
     /// ([`read_entries`], [`header_at`]).
     pub carried: Vec<(PathBuf, u64, std::sync::Arc<[u8]>)>,
+    /// Retired files kept for reuse (`{n:020}.spare`), by number: not part of the log; the
+    /// next file the log needs is one of them, renamed (see `Config::spare_files`).
+    pub spares: Vec<PathBuf>,
 }
 
 impl Report {
@@ -447,6 +455,7 @@ pub(crate) fn analyze<R: ReadStorage>(
     let mut findings = Vec::new();
     let mut wal_files = Vec::new();
     let mut seal_files = Vec::new();
+    let mut spares = Vec::new();
     let mut has_frontier = false;
     for entry in storage.list_dir(dir)? {
         let path = dir.join(&entry.name);
@@ -469,6 +478,10 @@ pub(crate) fn analyze<R: ReadStorage>(
             .filter(|_| entry.kind == EntryKind::File)
         {
             seal_files.push((key, path));
+        } else if let Some(number) =
+            crate::files::parse_spare(&entry.name).filter(|_| entry.kind == EntryKind::File)
+        {
+            spares.push((number, path));
         } else if naming == Naming::ByOp {
             findings.push(Finding {
                 file: path,
@@ -696,6 +709,10 @@ pub(crate) fn analyze<R: ReadStorage>(
             files: Vec::new(),
             sealed: Vec::new(),
             carried: restore,
+            spares: {
+                spares.sort();
+                spares.into_iter().map(|(_, path)| path).collect()
+            },
         },
         frontier,
         new_frontier: None,
@@ -707,7 +724,7 @@ pub(crate) fn analyze<R: ReadStorage>(
         carried,
         ring_written: ring.written,
     };
-    past_the_frontier(
+    crate::past::past_the_frontier(
         storage,
         &mut analysis,
         &wal_files[retained_count..],
@@ -806,7 +823,7 @@ fn first_header_op<F: ReadFile>(file: &F) -> iggy_io::Result<Result<u64, StopRea
 }
 
 /// A file's first entry header, verified on its own (the scan verifies the rest).
-fn first_header<F: ReadFile>(file: &F) -> iggy_io::Result<Result<Header, StopReason>> {
+pub(crate) fn first_header<F: ReadFile>(file: &F) -> iggy_io::Result<Result<Header, StopReason>> {
     if file.len()? < HEADER_SIZE as u64 {
         return Ok(Err(StopReason::EndOfFile));
     }
@@ -816,176 +833,6 @@ fn first_header<F: ReadFile>(file: &F) -> iggy_io::Result<Result<Header, StopRea
         return Ok(Err(StopReason::Zeros));
     }
     Ok(Header::decode(&bytes).map_err(StopReason::Header))
-}
-
-/// Rules 5 and 6: what lies past the frontier.
-fn past_the_frontier<R: ReadStorage>(
-    storage: &R,
-    analysis: &mut Analysis,
-    later_files: &[(u64, PathBuf)],
-    later_keys: &[u64],
-    fallback: bool,
-) -> Result<(), WalError> {
-    let mut later = later_files.iter().zip(later_keys).peekable();
-    let mut adopted = 0u64;
-    loop {
-        let head = analysis
-            .files
-            .last_mut()
-            .unwrap_or_else(|| unreachable!("a head file"));
-        if !storage.exists(&head.path)? {
-            // The empty log whose first file is missing: nothing past it; open creates it.
-            analysis.report.findings.push(Finding {
-                file: head.path.clone(),
-                offset: 0,
-                bytes: 0,
-                kind: FindingKind::MissingHeadFile,
-            });
-            break;
-        }
-        let file = storage.open_read(&head.path)?;
-        let next_op = head.first_op + head.offsets.len() as u64;
-        let tail: Scan = scan(
-            &file,
-            From {
-                start: head.end,
-                first_op: next_op,
-                parent: Some(analysis.head_checksum),
-                until_op: None,
-                group: analysis.report.group,
-            },
-        )?;
-        if fallback && !tail.offsets.is_empty() {
-            adopted += tail.offsets.len() as u64;
-            let from = head.end;
-            head.offsets.extend_from_slice(&tail.offsets);
-            head.end = tail.end;
-            analysis.head_checksum = tail.last_checksum.unwrap_or(analysis.head_checksum);
-            analysis
-                .adopted_files
-                .push((head.path.clone(), from, tail.end));
-        }
-        let head_end = head.end;
-        let head_path = head.path.clone();
-        let next_op = head.first_op + head.offsets.len() as u64;
-        // Adoption continues into the next file when it starts exactly where this one stopped.
-        if fallback
-            && matches!(tail.stop, StopReason::EndOfFile | StopReason::Zeros)
-            && later.peek().is_some_and(|((op, _), _)| *op == next_op)
-            && let Some(((first_op, path), key)) = later.next()
-        {
-            analysis.files.push(BootFile {
-                first_op: *first_op,
-                key: *key,
-                path: path.clone(),
-                offsets: Vec::new(),
-                end: 0,
-                first_parent: analysis.head_checksum,
-                sealed_last: None,
-            });
-            continue;
-        }
-        if fallback && !matches!(tail.stop, StopReason::EndOfFile | StopReason::Zeros) {
-            // Behind an unreadable slot, boot cannot tell an entry that does not verify from a
-            // published one that rotted: refuse rather than discard it (rule 6).
-            return Err(corrupt(head_path, tail.end, tail.stop));
-        }
-        let seen_end = last_nonzero_end(&file, head_end)?;
-        if seen_end > head_end {
-            let entries = if fallback {
-                0
-            } else {
-                tail.offsets.len() as u64
-            };
-            analysis.report.findings.push(Finding {
-                file: head_path,
-                offset: head_end,
-                bytes: seen_end - head_end,
-                kind: FindingKind::UnpublishedTail { entries },
-            });
-        }
-        break;
-    }
-    let next_op = analysis
-        .files
-        .last()
-        .map_or(0, |f| f.first_op + f.offsets.len() as u64);
-    let published_head = analysis.frontier.head_op;
-    for ((first_op, path), _) in later {
-        let file = storage.open_read(path)?;
-        // A first entry that verifies but belongs to another group, or is at or before the
-        // published head, cannot have been written by this log after its last publication: it
-        // is not an unpublished tail but a file copied in from another log. Never delete it as
-        // if it were ours.
-        if let Ok(header) = first_header(&file)?
-            && (header.group != analysis.report.group || header.op <= published_head)
-        {
-            return Err(WalError::ForeignFile {
-                file: path.clone(),
-                first_op: header.op,
-                group: header.group,
-                head_op: published_head,
-            });
-        }
-        let entries = scan(
-            &file,
-            From {
-                start: 0,
-                first_op: *first_op,
-                parent: None,
-                until_op: None,
-                group: analysis.report.group,
-            },
-        )?
-        .offsets
-        .len() as u64;
-        if fallback && entries > 0 {
-            // Entries the adopted chain does not reach: behind an unreadable slot they may be
-            // published history (the newest slot may have named them). Refuse (rule 6).
-            return Err(WalError::Hole {
-                file: path.clone(),
-                expected: next_op,
-                found: *first_op,
-            });
-        }
-        let bytes = last_nonzero_end(&file, 0)?;
-        analysis.report.findings.push(Finding {
-            file: path.clone(),
-            offset: 0,
-            bytes,
-            kind: FindingKind::FileBeyondFrontier { entries },
-        });
-    }
-    let head = analysis
-        .files
-        .last()
-        .unwrap_or_else(|| unreachable!("a head file"));
-    let head_op = head.first_op + head.offsets.len() as u64 - 1;
-    if adopted > 0 {
-        analysis.report.findings.push(Finding {
-            file: head.path.clone(),
-            offset: analysis.frontier.published_length,
-            bytes: 0,
-            kind: FindingKind::Adopted {
-                entries: adopted,
-                head_op,
-            },
-        });
-    }
-    analysis.report.head_op = head_op;
-    if fallback {
-        let old = analysis.frontier;
-        analysis.new_frontier = Some(Frontier {
-            sequence: old.sequence + 1,
-            head_op,
-            head_checksum: analysis.head_checksum,
-            head_file: head.first_op,
-            published_length: head.end,
-            head_file_key: head.key,
-            ..old
-        });
-    }
-    Ok(())
 }
 
 /// What creating the log in `dir` does, for a group whose log does not exist yet ([`check`]

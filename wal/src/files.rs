@@ -1,5 +1,7 @@
-//! The log's files: creating one (preallocated, its name durable), cutting the log back
-//! (`truncate_after`), dropping a prefix, and the zeros written ahead of small publications.
+//! The log's files: creating one (preallocated, its name durable, or a spare taken into use),
+//! cutting the log back (`truncate_after`), dropping a prefix (retired files kept as spares up
+//! to `Config::spare_files`), and the zeros written ahead of small publications and past the
+//! entries of a recycled file (`docs/format.md`, "Recycled files").
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -33,8 +35,33 @@ impl<S: Storage> Wal<S> {
                 last_key: last.key,
             });
         }
+        let path = self.dir.join(self.config.naming.file_name(key));
+        if let Some(spare) = state.spares.first().cloned() {
+            match self.reuse_spare(&spare, &path) {
+                Ok(file) => {
+                    state.spares.remove(0);
+                    state.files.push(LogFile {
+                        first_op,
+                        key,
+                        path,
+                        file: Arc::new(file.0),
+                        offsets: Vec::new(),
+                        end: 0,
+                        prepared: file.1,
+                        first_parent: state.head_checksum,
+                        sealed: false,
+                        stale_tail: true,
+                    });
+                    return Ok(());
+                }
+                Err(error) => {
+                    let error = WalError::from(error);
+                    self.poison(state, &error);
+                    return Err(error);
+                }
+            }
+        }
         let result = (|| {
-            let path = self.dir.join(self.config.naming.file_name(key));
             let file = self.storage.open(&path, OpenMode::CreateNew)?;
             file.allocate(0, self.config.file_size_bytes)?;
             if self.config.zero_fill {
@@ -59,6 +86,7 @@ impl<S: Storage> Wal<S> {
                 },
                 first_parent: state.head_checksum,
                 sealed: false,
+                stale_tail: false,
             })
         })();
         match result {
@@ -73,6 +101,45 @@ impl<S: Storage> Wal<S> {
             }
         }
     }
+    /// Takes the spare at `spare` into use as the log file at `path`: its first header zeroed
+    /// and synced before the rename (so that, renamed but not yet named by a frontier, it is a
+    /// later file with nothing in it, not a file whose first entry lies before the published
+    /// head: boot refuses that as `ForeignFile`), then the rename made durable before a
+    /// frontier may name the file. Returns the file and the bytes of it already written.
+    fn reuse_spare(&self, spare: &Path, path: &Path) -> iggy_io::Result<(S::File, u64)> {
+        if self.storage.exists(path)? {
+            return Err(iggy_io::Error::new(
+                iggy_io::Op::Rename,
+                path,
+                iggy_io::ErrorKind::AlreadyExists,
+            ));
+        }
+        let file = self.storage.open(spare, OpenMode::Existing)?;
+        let len = file.len()?;
+        file.write_zeros(0, (ring::SECTOR as u64).min(len))?;
+        if len < self.config.file_size_bytes {
+            file.allocate(0, self.config.file_size_bytes)?;
+            file.sync_all()?;
+        } else {
+            file.sync_data()?;
+        }
+        self.storage.rename(spare, path)?;
+        self.storage.sync_dir(&self.dir)?;
+        // Only the blocks it held before count as written (a spare shorter than a file was
+        // allocated above, and the new blocks are not).
+        Ok((file, len.min(self.config.file_size_bytes)))
+    }
+
+    /// Takes the spares boot found as this log's (their numbers continue past the highest).
+    pub(crate) fn adopt_spares(&self, state: &mut State<S::File>, spares: &[PathBuf]) {
+        state.next_spare = spares
+            .iter()
+            .filter_map(|path| path.file_name().and_then(parse_spare))
+            .max()
+            .map_or(0, |n| n + 1);
+        state.spares = spares.to_vec();
+    }
+
     /// Drops every entry after `op` (a view change cutting an uncommitted suffix). Durable
     /// before it returns: the cut is published first, then the bytes past it are zeroed and
     /// later files removed.
@@ -219,6 +286,11 @@ impl<S: Storage> Wal<S> {
             .take_while(|pair| pair[1].first_op <= op + 1 && pair[0].first_op < published_file)
             .count();
         let mut removed_files: Vec<LogFile<S::File>> = state.files.drain(..count).collect();
+        // The oldest retired files become spares while there is room; the rest are unlinked.
+        let room = self.config.spare_files.saturating_sub(state.spares.len());
+        let first_spare = state.next_spare;
+        let kept = room.min(removed_files.len());
+        state.next_spare += kept as u64;
         drop(state);
         // Seals first: a crash between leaves a file without one (scanned), not a seal beside
         // no file.
@@ -230,14 +302,26 @@ impl<S: Storage> Wal<S> {
         // never a hole, even on a file system that persists directory changes out of order
         // (found by the unordered crash enumeration of the metadata group's checkpoints). The
         // last sync also makes the removals durable before the caller relies on them, and before
-        // a file of the same name could be created again.
-        let result = removed.iter().try_for_each(|path| {
-            self.storage.unlink(path)?;
+        // a file of the same name could be created again. A file kept as a spare is renamed
+        // instead of unlinked, with the same sync: a spare is never a hole either (boot does not
+        // read spares as the log's), and it is offered for reuse only once its rename is
+        // durable, so a crash can never leave it under two names.
+        let mut spares = Vec::new();
+        let result = removed.iter().enumerate().try_for_each(|(index, path)| {
+            if index < kept {
+                let spare = self.dir.join(spare_name(first_spare + index as u64));
+                self.storage.rename(path, &spare)?;
+                spares.push(spare);
+            } else {
+                self.storage.unlink(path)?;
+            }
             self.storage.sync_dir(&self.dir)
         });
+        let mut state = self.lock();
+        state.spares.extend(spares);
         if let Err(error) = result {
             let error = WalError::from(error);
-            self.poison(&mut self.lock(), &error);
+            self.poison(&mut state, &error);
             return Err(error);
         }
         Ok(removed.len())
@@ -339,6 +423,42 @@ pub(crate) fn zeros_ahead<F>(
         from,
         to,
     })
+}
+
+/// The zeros a publication writes past its entries in a head file whose tail may hold bytes
+/// that are not this log's ([`LogFile::stale_tail`]): through the end of the 4 KiB block that
+/// holds the next header's place, so that at every sync the chain is followed by zeros, as in a
+/// fresh file (boot's rule 6 adopts a chain only up to zeros). `None` when nothing new goes to
+/// the head file since the previous publication, whose entries there ended at `since` (its
+/// zeros are still there), or the file ends there.
+pub(crate) fn terminator<F>(head: &LogFile<F>, since: u64, file_size: u64) -> Option<Pad> {
+    if !head.stale_tail || head.end <= since {
+        return None;
+    }
+    let to = (head.end + HEADER_SIZE as u64)
+        .next_multiple_of(ring::SECTOR as u64)
+        .min(file_size);
+    (to > head.end).then_some(Pad {
+        first_op: head.first_op,
+        from: head.end,
+        to,
+    })
+}
+
+/// The name of spare number `n`: `{n:020}.spare`.
+pub(crate) fn spare_name(n: u64) -> String {
+    format!("{n:020}.{}", crate::boot::SPARE_EXTENSION)
+}
+
+/// The number of a spare's file name, if `name` is one.
+pub(crate) fn parse_spare(name: &std::ffi::OsStr) -> Option<u64> {
+    let digits = name
+        .to_str()?
+        .strip_suffix(crate::boot::SPARE_EXTENSION)?
+        .strip_suffix('.')?;
+    (digits.len() == 20 && digits.bytes().all(|b| b.is_ascii_digit()))
+        .then(|| digits.parse().ok())
+        .flatten()
 }
 
 pub(crate) fn mark_dirty<F>(dirty: &mut Vec<(u64, Arc<F>)>, first_op: u64, file: &Arc<F>) {

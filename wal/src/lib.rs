@@ -20,6 +20,7 @@ mod error;
 mod files;
 pub mod frontier;
 mod overlay;
+mod past;
 mod publish;
 mod retained;
 pub mod ring;
@@ -88,6 +89,12 @@ pub struct Config {
     /// that adopts entries still syncs them, in order, before the new frontier that names them.
     /// Set by the node's boot where the storage can sync its file system; off by default.
     pub defer_boot_syncs: bool,
+    /// Files `drop_prefix` retires are kept, up to this many, as spares (`{n:020}.spare`) that
+    /// later become new log files: their blocks are written already, so a publication into
+    /// them needs no block-map update in its `fdatasync` (`docs/benchmarks.md`, "Recycled
+    /// files"). 0 unlinks every retired file, as a partition does (its files are segments,
+    /// and retention is how it frees disk).
+    pub spare_files: usize,
 }
 
 impl Config {
@@ -107,6 +114,7 @@ impl Config {
             carry_small_publications: true,
             previous_shutdown_clean: false,
             defer_boot_syncs: false,
+            spare_files: 2,
         }
     }
 }
@@ -168,6 +176,12 @@ struct LogFile<F> {
     first_parent: Checksum,
     /// Its seal is written (or was found valid at boot), or its writing failed: not tried again.
     sealed: bool,
+    /// Past its entries the file may hold non-zero bytes that are not this log's: a spare taken
+    /// into use (an earlier use's entries), or a file boot opened (boot zeroes only what could
+    /// join the chain). Every publication into such a head file writes zeros past its entries
+    /// (see [`files::zeros_ahead`]), so at each sync the chain is followed by zeros, as in a
+    /// fresh file.
+    stale_tail: bool,
 }
 
 struct Chunk<F> {
@@ -206,6 +220,10 @@ struct State<F> {
     published_bytes: u64,
     /// Every file starting before this op is sealed (or its seal was tried).
     sealed_below: u64,
+    /// Retired files kept for reuse, in the order they were retired (see [`Config::spare_files`]).
+    spares: Vec<PathBuf>,
+    /// The number the next spare is named by (one more than any spare's seen or made).
+    next_spare: u64,
 }
 
 /// The entries since the last publication, as one contiguous run of a file.
@@ -395,6 +413,7 @@ impl<S: Storage> Wal<S> {
                 prepared: boot_file.end,
                 first_parent: boot_file.first_parent,
                 sealed: boot_file.sealed_last.is_some(),
+                stale_tail: true,
             });
         }
         let ring_available = storage.open_read(dir.join(FRONTIER_FILE))?.len()? >= ring::FILE_SIZE;
@@ -410,6 +429,7 @@ impl<S: Storage> Wal<S> {
             files,
             analysis.head_checksum,
         );
+        wal.adopt_spares(&mut wal.lock(), &analysis.report.spares);
         if let Some((first_op, key)) = missing_head {
             wal.create_file(&mut wal.lock(), first_op, key)?;
         }
@@ -445,6 +465,8 @@ impl<S: Storage> Wal<S> {
             appended_bytes: 0,
             published_bytes: 0,
             sealed_below: 0,
+            spares: Vec::new(),
+            next_spare: 0,
         };
         Self {
             storage,

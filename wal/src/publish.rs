@@ -7,7 +7,7 @@ use std::sync::{Arc, MutexGuard, OnceLock};
 
 use iggy_io::{Storage, WriteFile};
 
-use crate::files::{mark_dirty, zeros_ahead};
+use crate::files::{Pad, mark_dirty, terminator, zeros_ahead};
 use crate::frontier::{self, Frontier};
 use crate::ring::{self, Carried};
 use crate::{CarryRun, Chunk, State, Wal, WalError, poisoned_error};
@@ -219,6 +219,15 @@ impl<S: Storage> Wal<S> {
             head_file_key: head.key,
             ..state.published
         };
+        let since = if previous.head_file == head.first_op {
+            previous.published_length
+        } else {
+            0
+        };
+        let ending = terminator(head, since, self.config.file_size_bytes);
+        // A carried publication writes no zeros ahead (a megabyte of them in the 16th's log
+        // sync measured no faster and a longer p999: docs/benchmarks.md), only a stale tail's.
+        let carried_pad = ending.map(|pad| (pad, Arc::clone(&head.file)));
         let appended_bytes = state.appended_bytes;
         let (head_first_op, head_end) = (next.head_file, next.published_length);
         let run = state.carry.replace(CarryRun::default());
@@ -248,14 +257,25 @@ impl<S: Storage> Wal<S> {
                 state.dirty = dirty;
                 None
             };
+            state.padding = carried_pad.is_some();
             drop(state);
-            return self.run_carried(chunks, record, sync_log, covered, previous, appended_bytes);
+            return self.run_carried(
+                LogWrites {
+                    chunks,
+                    pad: carried_pad,
+                },
+                record,
+                sync_log,
+                covered,
+                previous,
+                appended_bytes,
+            );
         }
         let head = state
             .files
             .last()
             .unwrap_or_else(|| unreachable!("a head file exists"));
-        let pad = zeros_ahead(head, &chunks, self.config.file_size_bytes);
+        let pad = zeros_ahead(head, &chunks, self.config.file_size_bytes).or(ending);
         state.padding = pad.is_some();
         drop(state);
 
@@ -363,13 +383,14 @@ impl<S: Storage> Wal<S> {
     /// and every entry through this publication is then durable in the log.
     fn run_carried<'a>(
         &'a self,
-        chunks: Vec<Chunk<S::File>>,
+        writes: LogWrites<S::File>,
         record: Carried,
         sync_log: Option<Vec<(u64, Arc<S::File>)>>,
         mut covered: Vec<Waiter>,
         previous: Frontier,
         appended_bytes: u64,
     ) -> Result<MutexGuard<'a, State<S::File>>, WalError> {
+        let LogWrites { chunks, pad } = writes;
         let [first, second] = ring::records_of(record.frontier.sequence);
         let syncs_log = sync_log.is_some();
         let mut sync_log = sync_log.unwrap_or_default();
@@ -381,6 +402,10 @@ impl<S: Storage> Wal<S> {
         let result = (|| {
             for chunk in &chunks {
                 chunk.file.write_all_at(chunk.offset, &chunk.bytes)?;
+            }
+            if let Some((pad, file)) = &pad {
+                // A stale tail: zeros after the entries (synced with them by the 16th).
+                file.write_zeros(pad.from, pad.to - pad.from)?;
             }
             for waiter in covered.drain(..) {
                 waiter.wake(Some(previous));
@@ -413,8 +438,14 @@ impl<S: Storage> Wal<S> {
         }
         let mut state = self.lock();
         state.publishing = false;
+        state.padding = false;
         match result {
             Ok(()) => {
+                if let Some((pad, _)) = &pad
+                    && let Some(file) = state.files.iter_mut().find(|f| f.first_op == pad.first_op)
+                {
+                    file.prepared = file.prepared.max(pad.to);
+                }
                 if syncs_log {
                     state.synced_sequence = record.frontier.sequence;
                 } else {
@@ -435,6 +466,13 @@ impl<S: Storage> Wal<S> {
             }
         }
     }
+}
+
+/// What a carried publication writes to the log files (unsynced, but for the 16th): its entries,
+/// and the zeros ending a stale tail past them.
+struct LogWrites<F> {
+    chunks: Vec<Chunk<F>>,
+    pad: Option<(Pad, Arc<F>)>,
 }
 
 #[cfg(test)]

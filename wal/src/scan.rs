@@ -202,36 +202,3 @@ pub(crate) fn scan<F: ReadFile>(file: &F, from: From) -> iggy_io::Result<Scan> {
 pub(crate) fn is_zero(bytes: &[u8]) -> bool {
     bytes.iter().fold(0u8, |acc, &b| acc | b) == 0
 }
-
-/// The offset just past the last non-zero byte of `file` at or after `from` (`from` if none).
-/// Only the regions the file system reports as data are read: preallocated space that was never
-/// written is a hole, and holes read as zeros, so a mostly empty 64 MiB file costs nothing.
-pub(crate) fn last_nonzero_end<F: ReadFile>(file: &F, from: u64) -> iggy_io::Result<u64> {
-    let len = file.len()?;
-    let mut end = from;
-    let mut offset = from;
-    let mut buf = vec![0u8; WINDOW_BYTES];
-    while offset < len {
-        let Some(data) = file.seek_data(offset)? else {
-            break;
-        };
-        let hole = file.seek_hole(data)?.min(len);
-        let mut position = data;
-        while position < hole {
-            let count = usize::try_from((hole - position).min(WINDOW_BYTES as u64)).unwrap_or(0);
-            file.read_exact_at(position, &mut buf[..count])?;
-            // Whole 4 KiB blocks are tested with an OR-reduction (vectorized); only the last
-            // non-zero block is searched byte by byte.
-            let last_block = buf[..count].chunks(4096).rposition(|block| !is_zero(block));
-            if let Some(block) = last_block {
-                let start = block * 4096;
-                let stop = (start + 4096).min(count);
-                let at = buf[start..stop].iter().rposition(|&b| b != 0).unwrap_or(0);
-                end = position + (start + at) as u64 + 1;
-            }
-            position += count as u64;
-        }
-        offset = hole.max(data + 1);
-    }
-    Ok(end)
-}

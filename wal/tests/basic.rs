@@ -195,21 +195,28 @@ fn truncate_after_and_drop_prefix() {
             .collect()
     };
     let is_seal = |name: &String| name.ends_with(".seal");
+    let is_log = |name: &String| !name.ends_with(".seal") && !name.ends_with(".spare");
     assert!(names().iter().any(is_seal), "passed files are sealed");
-    let files_before = names().iter().filter(|n| !is_seal(n)).count();
+    let files_before = names().iter().filter(|n| is_log(n)).count();
     assert!(
         matches!(wal.drop_prefix(61), Err(WalError::OutOfRange { .. })),
         "unpublished"
     );
     let dropped = wal.drop_prefix(60).unwrap();
     assert!(dropped > 0);
-    let files_after = names().iter().filter(|n| !is_seal(n)).count();
+    let files_after = names().iter().filter(|n| is_log(n)).count();
     assert_eq!(files_after, files_before - dropped);
     assert!(
         !names().iter().any(is_seal),
         "the seals went with their files"
     );
     assert_eq!(files_after, 2, "the frontier and the head file remain");
+    let spares = names().iter().filter(|n| n.ends_with(".spare")).count();
+    assert_eq!(
+        spares,
+        dropped.min(iggy_wal::Config::new(0).spare_files),
+        "the oldest retired files are kept as spares"
+    );
     let first = wal.first_op();
     assert!(first > 13, "first op {first}");
     assert!(matches!(

@@ -33,9 +33,10 @@ enum Command {
     Wal(WalArgs),
     /// The WAL scenario matrix for the raw baselines, the toolkit's WAL and peer logs
     /// (okaywal, raft-engine) in one run, interleaved over rounds; medians and ratios to the
-    /// raw prefilled baseline. Scenarios: batches of 250 published; unpublished; single records
-    /// published; 64 concurrent appenders each waiting on its own record; boot replay warm and
-    /// cold (cold runs `sync; echo 3 > /proc/sys/vm/drop_caches`, which needs root and drops the
+    /// raw prefilled baseline. Scenarios: batches of 250 published; the same in a steady state
+    /// (the engine compacting as it goes, after a warm-up, so recycled files are reused);
+    /// unpublished; single records published; 64 concurrent appenders each waiting on its own
+    /// record; boot replay warm and cold (cold runs `sync; echo 3 > /proc/sys/vm/drop_caches`, which needs root and drops the
     /// page cache of the whole machine, not only this benchmark's files).
     Compare(CompareArgs),
     /// Times boot of an existing iggy WAL directory (for example one written by `iggy-bench wal
@@ -251,8 +252,8 @@ struct CompareArgs {
     /// raw-prefilled. Default: all.
     #[arg(long, value_delimiter = ',', value_parser = parse_engine)]
     engines: Vec<EngineKind>,
-    /// Only these scenarios, comma-separated: published, unpublished, single, concurrent,
-    /// replay-warm, replay-cold. Default: all.
+    /// Only these scenarios, comma-separated: published, steady, unpublished, single,
+    /// concurrent, replay-warm, replay-cold. Default: all.
     #[arg(long, value_delimiter = ',', value_parser = parse_scenario)]
     scenarios: Vec<Scenario>,
     /// Print JSON instead of a table.
@@ -625,6 +626,7 @@ fn parse_engine(name: &str) -> Result<EngineKind, String> {
 fn parse_scenario(name: &str) -> Result<Scenario, String> {
     Ok(match name {
         "published" => Scenario::PublishedBatches,
+        "steady" => Scenario::SteadyBatches,
         "unpublished" => Scenario::UnpublishedBatches,
         "single" => Scenario::SinglePublished,
         "concurrent" => Scenario::Concurrent64,
