@@ -179,7 +179,7 @@ struct LogFile<F> {
     /// Past its entries the file may hold non-zero bytes that are not this log's: a spare taken
     /// into use (an earlier use's entries), or a file boot opened (boot zeroes only what could
     /// join the chain). Every publication into such a head file writes zeros past its entries
-    /// (see [`files::zeros_ahead`]), so at each sync the chain is followed by zeros, as in a
+    /// (see [`files::terminator`]), so at each sync the chain is followed by zeros, as in a
     /// fresh file.
     stale_tail: bool,
 }

@@ -1,5 +1,6 @@
-//! Seeded simulation soak: a random workload (appends, publications, truncations, process
-//! crashes, power losses, now and then a flipped bit at rest) on a `SimStorage` that also injects short reads and writes and EIO on
+//! Seeded simulation soak: a random workload (appends, publications, truncations, dropped
+//! prefixes that recycle files, process crashes, power losses, now and then a flipped bit at
+//! rest) on a `SimStorage` that also injects short reads and writes and EIO on
 //! writes and syncs. After a failed operation the harness keeps using the log, as a careless
 //! caller would; the log must refuse (poisoned), and then the "process" crashes and boots again. After every boot: boot succeeded, and every acknowledged entry
 //! is present, unchanged, and chained. A run is a pure function of its seed; a failure prints
@@ -53,19 +54,29 @@ fn crash(storage: &SimStorage, rng: &mut Rng) {
     }
 }
 
-fn verify(wal: &Wal<SimStorage>, acknowledged: &[Vec<u8>], first_op: u64) -> Result<(), String> {
+/// Checks the log against the acknowledged ops `1..=acknowledged.len()`, of which a prefix
+/// through `dropped` (the highest `drop_prefix` asked for) may be gone: the log's first op is at
+/// most one past it, and every acknowledged op from there is present and unchanged.
+fn verify(wal: &Wal<SimStorage>, acknowledged: &[Vec<u8>], dropped: u64) -> Result<(), String> {
     let head = wal.head().0;
-    let durable_head = first_op + acknowledged.len() as u64 - 1;
+    let durable_head = acknowledged.len() as u64;
     if head < durable_head {
         return Err(format!("head {head} below the acknowledged {durable_head}"));
     }
-    if acknowledged.is_empty() {
+    let first_op = wal.first_op();
+    if first_op > dropped + 1 {
+        return Err(format!(
+            "first op {first_op} past the dropped prefix (through {dropped})"
+        ));
+    }
+    if durable_head < first_op {
         return Ok(());
     }
     let entries = wal
         .read(first_op, durable_head)
         .map_err(|e| format!("read: {e}"))?;
-    for (entry, body) in entries.iter().zip(acknowledged) {
+    let from = usize::try_from(first_op - 1).unwrap();
+    for (entry, body) in entries.iter().zip(&acknowledged[from..]) {
         if &entry.body != body {
             return Err(format!("acknowledged op {} changed", entry.header.op));
         }
@@ -83,10 +94,11 @@ fn restart(
     storage: &SimStorage,
     rng: &mut Rng,
     acknowledged: &[Vec<u8>],
+    dropped: u64,
 ) -> Result<Wal<SimStorage>, String> {
     crash(storage, rng);
     let wal = boot(storage, rng)?;
-    verify(&wal, acknowledged, 1)?;
+    verify(&wal, acknowledged, dropped)?;
     // Whatever this boot trusts must survive the next power loss: a booted node relies on it.
     // (A slot left in the page cache by a failed sync must not be trusted without being made
     // durable.) Check it before the cut below publishes anew.
@@ -119,6 +131,9 @@ fn run(seed: u64) -> Result<(), String> {
     // Bodies appended since the last acknowledgment (the candidates of the next one).
     let mut pending: Vec<Vec<u8>> = Vec::new();
     let mut failures = 0;
+    // The highest op a `drop_prefix` was asked to drop through (the files it retires become
+    // spares, and later files are spares renamed: the soak recycles files under its faults).
+    let mut dropped = 0u64;
     for step in 0..400u64 {
         let result: Result<(), WalError> = match rng.below(100) {
             0..=59 => {
@@ -140,7 +155,7 @@ fn run(seed: u64) -> Result<(), String> {
             87..=92 => {
                 drop(wal);
                 pending.clear();
-                wal = restart(&storage, &mut rng, &acknowledged)
+                wal = restart(&storage, &mut rng, &acknowledged, dropped)
                     .map_err(|e| format!("step {step}: {e}"))?;
                 Ok(())
             }
@@ -165,7 +180,7 @@ fn run(seed: u64) -> Result<(), String> {
                     }
                 }
                 let opened = booted.ok_or(format!("step {step}: boot failed 20 times"))?;
-                if let Err(error) = verify(&opened, &acknowledged, 1) {
+                if let Err(error) = verify(&opened, &acknowledged, dropped) {
                     // A file the frontier passed is taken from its seal: its bodies are left to
                     // the reads that serve them, and the read that meets the rot refuses it,
                     // naming the file (never serving it). A deep check must refuse too; the
@@ -196,6 +211,12 @@ fn run(seed: u64) -> Result<(), String> {
                 }
                 Ok(())
             }
+            94..=95 => {
+                // A checkpoint: drop what lies some way behind the published head.
+                let upto = wal.published().head_op.saturating_sub(rng.below(24));
+                dropped = dropped.max(upto);
+                wal.drop_prefix(upto).map(|_| ())
+            }
             _ => match wal.read(wal.first_op(), wal.head().0) {
                 Ok(_) | Err(WalError::OutOfRange { .. }) => Ok(()),
                 Err(other) => Err(other),
@@ -209,7 +230,7 @@ fn run(seed: u64) -> Result<(), String> {
                 WalError::Poisoned { .. } => {
                     drop(wal);
                     pending.clear();
-                    wal = restart(&storage, &mut rng, &acknowledged)
+                    wal = restart(&storage, &mut rng, &acknowledged, dropped)
                         .map_err(|e| format!("step {step}: {e}"))?;
                 }
                 WalError::Backpressure { .. } => {}
@@ -220,7 +241,7 @@ fn run(seed: u64) -> Result<(), String> {
     drop(wal);
     storage.power_loss();
     let wal = boot(&storage, &mut rng)?;
-    verify(&wal, &acknowledged, 1)?;
+    verify(&wal, &acknowledged, dropped)?;
     if acknowledged.is_empty() && failures == 0 {
         return Err("the run acknowledged nothing".into());
     }
