@@ -617,3 +617,36 @@ fn wal_shows_each_files_seal_and_whether_it_agrees() {
     let text = run(&["wal", &log]);
     assert!(text.contains("seal unusable (checksum mismatch"), "{text}");
 }
+
+/// A spare in a WAL directory is listed as what it is (a retired file kept for reuse, not part
+/// of the log), in text and JSON, and changes nothing about what boot trusts.
+#[test]
+fn wal_lists_a_spare_as_a_retired_file_not_the_logs() {
+    let dir = node();
+    let wal_dir = dir.path().join("metadata/wal");
+    let storage = OsStorage::open(&wal_dir).unwrap();
+    let log = iggy_io::ReadStorage::list_dir(&storage, "")
+        .unwrap()
+        .into_iter()
+        .find(|e| e.name.to_string_lossy().ends_with(".wal"))
+        .unwrap();
+    let bytes = iggy_io::ReadStorage::open_read(&storage, &log.name)
+        .unwrap()
+        .read_all()
+        .unwrap();
+    storage
+        .open("00000000000000000003.spare", OpenMode::CreateNew)
+        .unwrap()
+        .write_all_at(0, &bytes)
+        .unwrap();
+    let text = run(&["wal", &path(&dir, "metadata/wal")]);
+    assert!(text.contains("boot trusts ops 1..=3"), "{text}");
+    assert!(
+        text.contains("00000000000000000003.spare: a spare (a retired file kept for reuse"),
+        "{text}"
+    );
+    let json: serde_json::Value =
+        serde_json::from_str(&run(&["wal", &path(&dir, "metadata/wal"), "--json"])).unwrap();
+    let spares = json["spares"].as_array();
+    assert_eq!(spares.map(Vec::len), Some(1), "{json}");
+}
