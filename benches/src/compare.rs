@@ -176,12 +176,21 @@ pub(crate) fn drop_page_cache() -> bool {
         .is_ok_and(|status| status.success())
 }
 
+/// The steady state's compaction: to `keep` records behind the head, after every `every`-th
+/// batch (its time counts in the rate, not in a batch's latency).
+#[derive(Clone, Copy)]
+struct Compaction {
+    keep: u64,
+    every: u64,
+}
+
 fn batches(
     engine: &dyn Engine,
     sizes: &Sizes,
     data: &[Vec<u8>],
     durable: bool,
     mut latencies: Option<&mut Latencies>,
+    compaction: Option<Compaction>,
 ) -> Result<u64, String> {
     let batch_bytes = (sizes.record_bytes * sizes.batch_records) as u64;
     let count = (sizes.batch_total_bytes / batch_bytes).max(1);
@@ -190,11 +199,16 @@ fn batches(
         .take(sizes.batch_records)
         .map(Vec::as_slice)
         .collect();
-    for _ in 0..count {
+    for index in 0..count {
         let began = Instant::now();
         engine.append(0, &batch, durable)?;
         if let Some(latencies) = latencies.as_deref_mut() {
             latencies.record(began.elapsed());
+        }
+        if let Some(Compaction { keep, every }) = compaction
+            && index % every == every - 1
+        {
+            engine.compact(keep)?;
         }
     }
     if !durable {
@@ -208,8 +222,7 @@ const COMPACTIONS_PER_RETAINED: u64 = 4;
 
 /// The steady state: an untimed warm-up of `steady_warm_up_bytes`, then `batch_total_bytes`
 /// timed, each batch durable, the engine compacting to `steady_retain_bytes` each time a quarter
-/// of that was written, as checkpoints would (its time counts in the rate, not in a batch's
-/// latency). `None` for an engine the bench
+/// of that was written, as checkpoints would ([`Compaction`]). `None` for an engine the bench
 /// cannot compact; a raw baseline writes its batches as in `PublishedBatches` (its prefilled
 /// file is a steady state already).
 fn steady_batches(
@@ -221,39 +234,26 @@ fn steady_batches(
 ) -> Result<Option<f64>, String> {
     if kind.is_raw() {
         let started = Instant::now();
-        let records = batches(engine, sizes, data, true, Some(latencies))?;
+        let records = batches(engine, sizes, data, true, Some(latencies), None)?;
         return Ok(Some(rate(records, started)));
     }
     let keep = sizes.steady_retain_bytes / sizes.record_bytes as u64;
     if !engine.compact(keep)? {
         return Ok(None);
     }
-    let batch: Vec<&[u8]> = data
-        .iter()
-        .take(sizes.batch_records)
-        .map(Vec::as_slice)
-        .collect();
     let batch_bytes = (sizes.record_bytes * sizes.batch_records) as u64;
-    let per_compaction =
-        (sizes.steady_retain_bytes / COMPACTIONS_PER_RETAINED / batch_bytes).max(1);
-    let run = |count: u64, mut latencies: Option<&mut Latencies>| -> Result<(), String> {
-        for index in 0..count {
-            let began = Instant::now();
-            engine.append(0, &batch, true)?;
-            if let Some(latencies) = latencies.as_deref_mut() {
-                latencies.record(began.elapsed());
-            }
-            if index % per_compaction == per_compaction - 1 {
-                engine.compact(keep)?;
-            }
-        }
-        Ok(())
+    let compaction = Some(Compaction {
+        keep,
+        every: (sizes.steady_retain_bytes / COMPACTIONS_PER_RETAINED / batch_bytes).max(1),
+    });
+    let warm_up = Sizes {
+        batch_total_bytes: sizes.steady_warm_up_bytes,
+        ..sizes.clone()
     };
-    run((sizes.steady_warm_up_bytes / batch_bytes).max(1), None)?;
-    let count = (sizes.batch_total_bytes / batch_bytes).max(1);
+    batches(engine, &warm_up, data, true, None, compaction)?;
     let started = Instant::now();
-    run(count, Some(latencies))?;
-    Ok(Some(rate(count * sizes.batch_records as u64, started)))
+    let records = batches(engine, sizes, data, true, Some(latencies), compaction)?;
+    Ok(Some(rate(records, started)))
 }
 
 /// Boots of the same written data per warm replay round; the round's figure is their median.
@@ -274,7 +274,14 @@ pub fn run_one(
         Scenario::PublishedBatches => {
             let engine = kind.open(&dir, capacity)?;
             let started = Instant::now();
-            let records = batches(engine.as_ref(), sizes, data, true, Some(&mut latencies))?;
+            let records = batches(
+                engine.as_ref(),
+                sizes,
+                data,
+                true,
+                Some(&mut latencies),
+                None,
+            )?;
             Some(Measured {
                 value: rate(records, started),
                 latencies: Some(latencies),
@@ -294,7 +301,7 @@ pub fn run_one(
         Scenario::UnpublishedBatches if kind.has_unpublished_mode() => {
             let engine = kind.open(&dir, capacity)?;
             let started = Instant::now();
-            let records = batches(engine.as_ref(), sizes, data, false, None)?;
+            let records = batches(engine.as_ref(), sizes, data, false, None, None)?;
             Some(Measured {
                 value: rate(records, started),
                 latencies: None,
@@ -358,6 +365,7 @@ pub fn run_one(
                 &replay_sizes,
                 data,
                 kind == EngineKind::OkayWal,
+                None,
                 None,
             )?;
             drop(engine);

@@ -82,12 +82,16 @@ impl Naming {
     /// The key in a file name of this naming, if it is one.
     #[must_use]
     pub fn parse(self, name: &OsStr) -> Option<u64> {
-        let name = name.to_str()?;
-        let digits = name.strip_suffix(self.extension())?.strip_suffix('.')?;
-        (digits.len() == 20 && digits.bytes().all(|b| b.is_ascii_digit()))
-            .then(|| digits.parse().ok())
-            .flatten()
+        parse_numbered(name, self.extension())
     }
+}
+
+/// The number in a name `{n:020}.{extension}`, if `name` is one (a log file's, a spare's).
+pub(crate) fn parse_numbered(name: &OsStr, extension: &str) -> Option<u64> {
+    let digits = name.to_str()?.strip_suffix(extension)?.strip_suffix('.')?;
+    (digits.len() == 20 && digits.bytes().all(|b| b.is_ascii_digit()))
+        .then(|| digits.parse().ok())
+        .flatten()
 }
 
 /// The file name of the WAL file whose first entry is `first_op`.

@@ -452,13 +452,7 @@ pub(crate) fn spare_name(n: u64) -> String {
 
 /// The number of a spare's file name, if `name` is one.
 pub(crate) fn parse_spare(name: &std::ffi::OsStr) -> Option<u64> {
-    let digits = name
-        .to_str()?
-        .strip_suffix(crate::boot::SPARE_EXTENSION)?
-        .strip_suffix('.')?;
-    (digits.len() == 20 && digits.bytes().all(|b| b.is_ascii_digit()))
-        .then(|| digits.parse().ok())
-        .flatten()
+    crate::boot::parse_numbered(name, crate::boot::SPARE_EXTENSION)
 }
 
 pub(crate) fn mark_dirty<F>(dirty: &mut Vec<(u64, Arc<F>)>, first_op: u64, file: &Arc<F>) {
