@@ -9,7 +9,7 @@ use plotters::prelude::*;
 use crate::compare::{Cell, Scenario};
 use crate::engines::EngineKind;
 
-const COLOURS: [RGBColor; 8] = [
+const COLOURS: [RGBColor; 9] = [
     RGBColor(0x1f, 0x77, 0xb4),
     RGBColor(0xff, 0x7f, 0x0e),
     RGBColor(0x2c, 0xa0, 0x2c),
@@ -18,6 +18,7 @@ const COLOURS: [RGBColor; 8] = [
     RGBColor(0x8c, 0x56, 0x4b),
     RGBColor(0xe3, 0x77, 0xc2),
     RGBColor(0x7f, 0x7f, 0x7f),
+    RGBColor(0xbc, 0xbd, 0x22),
 ];
 
 fn colour(index: usize) -> RGBColor {

@@ -33,6 +33,10 @@ pub enum EngineKind {
     /// `raw-prefilled`, then a 4 KiB record `pwrite` + `fdatasync` into a second prefilled file
     /// per batch: the floor of any log that publishes a frontier once its data is durable.
     RawFrontier,
+    /// `raw-frontier` into a data file `fallocate`d but never written, as the WAL's files are:
+    /// the floor of a two-flush publication into new blocks (every data `fdatasync` also
+    /// commits the block map).
+    RawFreshFrontier,
     /// `pwrite` at the end of a growing file, `fdatasync` per batch.
     RawAppend,
     /// The toolkit's WAL (`iggy-wal`).
@@ -48,9 +52,10 @@ pub enum EngineKind {
 }
 
 impl EngineKind {
-    pub const ALL: [Self; 8] = [
+    pub const ALL: [Self; 9] = [
         Self::RawPrefilled,
         Self::RawFrontier,
+        Self::RawFreshFrontier,
         Self::RawAppend,
         Self::IggyWal,
         Self::OkayWal,
@@ -64,6 +69,7 @@ impl EngineKind {
         match self {
             Self::RawPrefilled => "raw-prefilled",
             Self::RawFrontier => "raw-frontier",
+            Self::RawFreshFrontier => "raw-fresh-frontier",
             Self::RawAppend => "raw-append",
             Self::IggyWal => "iggy-wal",
             Self::OkayWal => "okaywal",
@@ -87,11 +93,11 @@ impl EngineKind {
         self != Self::OkayWal
     }
 
-    /// Whether the replay scenarios measure something of its own (`raw-frontier`'s data file is
-    /// `raw-prefilled`'s).
+    /// Whether the replay scenarios measure something of its own (the frontier baselines' data
+    /// files are read as `raw-prefilled`'s is).
     #[must_use]
     pub fn has_own_replay(self) -> bool {
-        self != Self::RawFrontier
+        !matches!(self, Self::RawFrontier | Self::RawFreshFrontier)
     }
 
     /// Whether concurrent appenders are meaningful (the raw baselines have no group commit).
@@ -109,16 +115,23 @@ impl EngineKind {
     pub fn is_raw(self) -> bool {
         matches!(
             self,
-            Self::RawPrefilled | Self::RawFrontier | Self::RawAppend
+            Self::RawPrefilled | Self::RawFrontier | Self::RawFreshFrontier | Self::RawAppend
         )
     }
 
     /// Opens a fresh engine in the empty directory `dir`; `capacity_bytes` sizes preallocation.
     pub fn open(self, dir: &Path, capacity_bytes: u64) -> Result<Box<dyn Engine>, String> {
         Ok(match self {
-            Self::RawPrefilled => Box::new(RawFile::open(dir, Some(capacity_bytes), false)?),
-            Self::RawFrontier => Box::new(RawFile::open(dir, Some(capacity_bytes), true)?),
-            Self::RawAppend => Box::new(RawFile::open(dir, None, false)?),
+            Self::RawPrefilled => {
+                Box::new(RawFile::open(dir, Blocks::Zeroed(capacity_bytes), false)?)
+            }
+            Self::RawFrontier => {
+                Box::new(RawFile::open(dir, Blocks::Zeroed(capacity_bytes), true)?)
+            }
+            Self::RawFreshFrontier => {
+                Box::new(RawFile::open(dir, Blocks::Allocated(capacity_bytes), true)?)
+            }
+            Self::RawAppend => Box::new(RawFile::open(dir, Blocks::Appended, false)?),
             Self::IggyWal => Box::new(IggyWal::open(dir)?),
             Self::OkayWal => Box::new(OkayWal::open(dir)?),
             Self::RaftEngine => Box::new(RaftEngine::open(dir)?),
@@ -131,7 +144,7 @@ impl EngineKind {
     /// returns the number of records.
     pub fn replay(self, dir: &Path, record_bytes: usize) -> Result<u64, String> {
         match self {
-            Self::RawPrefilled | Self::RawFrontier | Self::RawAppend => {
+            Self::RawPrefilled | Self::RawFrontier | Self::RawFreshFrontier | Self::RawAppend => {
                 RawFile::replay(dir, record_bytes)
             }
             Self::IggyWal => IggyWal::replay(dir),
@@ -147,6 +160,18 @@ fn err(error: impl std::fmt::Display) -> String {
     error.to_string()
 }
 
+/// What a raw baseline's data file holds before the timer starts.
+#[derive(Clone, Copy)]
+enum Blocks {
+    /// This many bytes of zeros, written and synced: the writes overwrite written blocks.
+    Zeroed(u64),
+    /// This many bytes `fallocate`d (unwritten extents), size and allocation synced: each
+    /// write's `fdatasync` also converts the extents it wrote.
+    Allocated(u64),
+    /// Nothing: the writes extend the file.
+    Appended,
+}
+
 /// The raw baselines: one file, the batch's bytes written with one `pwrite`; with a frontier,
 /// also a 4 KiB record naming the durable end, written and synced after the data.
 struct RawFile {
@@ -157,20 +182,23 @@ struct RawFile {
 }
 
 impl RawFile {
-    fn open(dir: &Path, prefill_bytes: Option<u64>, frontier: bool) -> Result<Self, String> {
+    fn open(dir: &Path, blocks: Blocks, frontier: bool) -> Result<Self, String> {
         let storage = OsStorage::open(dir).map_err(err)?;
-        let prefilled = |name: &str, len: Option<u64>| {
+        let prefilled = |name: &str, blocks: Blocks| {
             let file = storage.open(name, OpenMode::CreateNew).map_err(err)?;
-            if let Some(len) = len {
-                file.write_zeros(0, len).map_err(err)?;
-                // Durable zeros: the measured overwrites then need no metadata in their fdatasync.
-                file.sync_all().map_err(err)?;
+            match blocks {
+                Blocks::Zeroed(len) => file.write_zeros(0, len).map_err(err)?,
+                Blocks::Allocated(len) => file.allocate(0, len).map_err(err)?,
+                Blocks::Appended => {}
             }
+            // Durable zeros or allocation: the measured writes then need no metadata in their
+            // fdatasync beyond what the blocks themselves ask for.
+            file.sync_all().map_err(err)?;
             Ok::<_, String>(file)
         };
-        let file = prefilled("raw.log", prefill_bytes)?;
+        let file = prefilled("raw.log", blocks)?;
         let frontier = if frontier {
-            Some(prefilled("raw.frontier", Some(8192))?)
+            Some(prefilled("raw.frontier", Blocks::Zeroed(8192))?)
         } else {
             None
         };

@@ -248,7 +248,7 @@ struct CompareArgs {
     #[arg(long)]
     replay_mib: Option<u64>,
     /// Only these engines, comma-separated (names as in the table: raw-prefilled, raw-frontier,
-    /// raw-append, iggy-wal, okaywal, raft-engine, commitlog, fjall). Ratios need
+    /// raw-fresh-frontier, raw-append, iggy-wal, okaywal, raft-engine, commitlog, fjall). Ratios need
     /// raw-prefilled. Default: all.
     #[arg(long, value_delimiter = ',', value_parser = parse_engine)]
     engines: Vec<EngineKind>,
