@@ -193,10 +193,9 @@ impl<S: Storage + Clone> Partition<S> {
             });
         }
         let op = header.op;
-        let location = self
-            .wal
-            .locate(op)
-            .unwrap_or_else(|| unreachable!("op {op} was just appended"));
+        let location = self.wal.locate(op).unwrap_or_else(|error| {
+            unreachable!("op {op} was just appended to the head file: {error}")
+        });
         let rotated = state
             .segments
             .last()

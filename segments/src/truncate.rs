@@ -93,9 +93,7 @@ impl<S: Storage + Clone> Partition<S> {
         let file = &files[at];
         let keep = op + 1 - file.first_op.min(op + 1);
         let end = if keep < file.entries {
-            self.wal
-                .locate(op + 1)
-                .map_or(file.end, |location| location.offset)
+            self.wal.locate(op + 1)?.offset
         } else {
             file.end
         };

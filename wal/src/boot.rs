@@ -34,6 +34,7 @@ pub(crate) use crate::apply::apply;
 pub use crate::check_reads::{header_at, read_entries};
 use crate::error::WalError;
 use crate::frontier::{self, Frontier, SlotError};
+use crate::offsets::Offsets;
 use crate::retained::Retained;
 pub use crate::retained::Verify;
 use crate::scan::StopReason;
@@ -287,8 +288,9 @@ pub(crate) struct BootFile {
     /// The key in the file's name (its first op for op-named logs).
     pub key: u64,
     pub path: PathBuf,
-    /// Offsets of the trusted entries, op `first_op + i` at `offsets[i]`.
-    pub offsets: Vec<u64>,
+    /// Offsets of the trusted entries, op `first_op + i` at offset `i` (in memory, or in the
+    /// file's seal).
+    pub offsets: Offsets,
     /// End of the trusted entries.
     pub end: u64,
     /// The parent the file's first entry names (the chain's head when the file was started).
@@ -622,7 +624,7 @@ pub(crate) fn analyze<R: ReadStorage>(
             && let Some((next_op, next_path)) = wal_files.get(index + 1)
         {
             // The file ends cleanly before the next file begins: a file in between is missing.
-            let expected = *first_op + result.offsets.len() as u64;
+            let expected = *first_op + result.offsets.len();
             return Err(WalError::Hole {
                 file: next_path.clone(),
                 expected,
@@ -662,7 +664,7 @@ pub(crate) fn analyze<R: ReadStorage>(
             first_op: frontier.head_file,
             key: frontier.head_file_key,
             path: dir.join(naming.file_name(frontier.head_file_key)),
-            offsets: Vec::new(),
+            offsets: Offsets::default(),
             end: 0,
             first_parent: frontier.head_checksum,
             sealed_last: None,
@@ -743,7 +745,7 @@ pub(crate) fn analyze<R: ReadStorage>(
         .map(|f| crate::FileInfo {
             key: f.key,
             first_op: f.first_op,
-            entries: f.offsets.len() as u64,
+            entries: f.offsets.len(),
             end: f.end,
             path: f.path.clone(),
         })

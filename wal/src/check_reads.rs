@@ -37,15 +37,9 @@ pub fn read_entries<R: ReadStorage>(
         let (reader, scanned) = scan_through(storage, report, file, until)?;
         let start = from.max(file.first_op);
         for op in start..=until {
-            let index = usize::try_from(op - file.first_op).unwrap_or(usize::MAX);
-            let Some(&offset) = scanned.offsets.get(index) else {
+            let Some((offset, end)) = scanned.offsets.span(op - file.first_op, scanned.end) else {
                 return Err(corrupt(file.path.clone(), scanned.end, scanned.stop));
             };
-            let end = scanned
-                .offsets
-                .get(index + 1)
-                .copied()
-                .unwrap_or(scanned.end);
             let mut bytes = vec![0u8; usize::try_from(end - offset).unwrap_or(0)];
             reader.read_exact_at(offset, &mut bytes)?;
             let corrupt = |reason| WalError::Corrupt {
@@ -86,8 +80,7 @@ pub fn header_at<R: ReadStorage>(
     let offset = scanned
         .offsets
         .last()
-        .copied()
-        .filter(|_| scanned.first_op + scanned.offsets.len() as u64 - 1 == op)
+        .filter(|_| scanned.first_op + scanned.offsets.len() - 1 == op)
         .ok_or(corrupt(file.path.clone(), scanned.end, scanned.stop))?;
     let mut bytes = [0u8; HEADER_SIZE];
     reader.read_exact_at(offset, &mut bytes)?;

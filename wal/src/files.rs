@@ -12,6 +12,7 @@ use iggy_format::header::stored_checksum;
 use iggy_io::{OpenMode, ReadFile, Storage, WriteFile};
 
 use crate::frontier::{self, Frontier};
+use crate::offsets::Offsets;
 use crate::publish::wake_all_to_look_again;
 use crate::ring;
 use crate::seal::{self, Seal};
@@ -45,7 +46,7 @@ impl<S: Storage> Wal<S> {
                         key,
                         path,
                         file: Arc::new(file.0),
-                        offsets: Vec::new(),
+                        offsets: Offsets::default(),
                         end: 0,
                         prepared: file.1,
                         first_parent: state.head_checksum,
@@ -77,7 +78,7 @@ impl<S: Storage> Wal<S> {
                 key,
                 path,
                 file: Arc::new(file),
-                offsets: Vec::new(),
+                offsets: Offsets::default(),
                 end: 0,
                 prepared: if self.config.zero_fill {
                     self.config.file_size_bytes
@@ -158,6 +159,15 @@ impl<S: Storage> Wal<S> {
                 head_op: state.head_op,
             });
         }
+        // The file cut into becomes the head, whose offsets are needed: loaded first, so that a
+        // file that cannot give them (seal and file both fail to verify) refuses the cut with
+        // nothing changed.
+        let index = state
+            .files
+            .iter()
+            .rposition(|f| f.first_op <= op)
+            .unwrap_or(0);
+        self.load_offsets(state, index)?;
         let result = self.truncate_locked(state, op);
         if let Err(error) = &result {
             self.poison(state, error);
@@ -177,6 +187,11 @@ impl<S: Storage> Wal<S> {
             .rposition(|f| f.first_op <= op)
             .unwrap_or(0);
         let keep = usize::try_from(op + 1 - state.files[index].first_op).unwrap_or(0);
+        // The cut file becomes the head: its offsets (loaded by the caller) are kept.
+        let cut_first_op = state.files[index].first_op;
+        state
+            .loaded_sealed
+            .retain(|&first_op| first_op < cut_first_op);
         let file = &state.files[index];
         let (new_end, head_checksum) = if keep == 0 {
             // Nothing kept in this file: the new head is the entry before it, named by the
@@ -194,10 +209,12 @@ impl<S: Storage> Wal<S> {
                     })?,
             )
         } else {
-            let offset = file.offsets[keep - 1];
+            let (offset, end) = file
+                .offsets
+                .span(keep as u64 - 1, file.end)
+                .unwrap_or_else(|| unreachable!("the cut file's offsets were loaded"));
             let mut header = [0u8; HEADER_SIZE];
             file.file.read_exact_at(offset, &mut header)?;
-            let end = file.offsets.get(keep).copied().unwrap_or(file.end);
             (end, stored_checksum(&header))
         };
         let next = Frontier {
@@ -248,7 +265,7 @@ impl<S: Storage> Wal<S> {
             self.storage.sync_dir(&self.dir)?;
         }
         let head = &mut state.files[index];
-        head.offsets.truncate(keep);
+        head.offsets.loaded_mut().truncate(keep);
         head.end = new_end;
         state.head_op = op;
         state.head_checksum = head_checksum;
@@ -286,6 +303,9 @@ impl<S: Storage> Wal<S> {
             .take_while(|pair| pair[1].first_op <= op + 1 && pair[0].first_op < published_file)
             .count();
         let mut removed_files: Vec<LogFile<S::File>> = state.files.drain(..count).collect();
+        if let Some(first) = state.files.first().map(|f| f.first_op) {
+            state.loaded_sealed.retain(|&first_op| first_op >= first);
+        }
         // The oldest retired files become spares while there is room; the rest are unlinked.
         let room = self.config.spare_files.saturating_sub(state.spares.len());
         let first_spare = state.next_spare;
@@ -343,28 +363,36 @@ impl<S: Storage> Wal<S> {
             if file.sealed || file.first_op >= head_file {
                 continue;
             }
+            // A file without a seal has its offsets in memory (only a sealed one lets them go).
+            let Some(offsets) = file.offsets.loaded() else {
+                continue;
+            };
             let seal = Seal {
                 group: self.config.group,
                 key: file.key,
                 first_op: file.first_op,
-                offsets: file.offsets.clone(),
+                offsets: offsets.to_vec(),
                 end: file.end,
                 first_parent: file.first_parent,
                 last_checksum: next.first_parent,
             };
-            if let Err(error) = self.write_seal(&file.path, &seal) {
-                tracing::warn!(
+            let first_op = file.first_op;
+            match self.write_seal(&file.path, &seal) {
+                // Its offsets are in the seal now: they may go when more recent files need room.
+                Ok(()) => state.loaded_sealed.push_back(first_op),
+                Err(error) => tracing::warn!(
                     file = %file.path.display(),
                     %error,
                     "could not write the WAL file's seal (the next boot scans the file instead)"
-                );
+                ),
             }
             state.files[index].sealed = true;
         }
         state.sealed_below = head_file;
+        self.let_go_of_offsets(state);
     }
 
-    fn write_seal(&self, file: &Path, seal: &Seal) -> iggy_io::Result<()> {
+    pub(crate) fn write_seal(&self, file: &Path, seal: &Seal) -> iggy_io::Result<()> {
         let path = seal::path_for(file);
         // A stale seal of the same name (a file cut back and filled again) goes first: the new
         // one is a new file, never a mix of the two.

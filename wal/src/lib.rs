@@ -19,7 +19,10 @@ mod check_reads;
 mod error;
 mod files;
 pub mod frontier;
+mod offsets;
 mod overlay;
+
+use offsets::Offsets;
 mod past;
 mod publish;
 mod retained;
@@ -27,6 +30,7 @@ pub mod ring;
 pub mod scan;
 pub mod seal;
 
+use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 
@@ -95,6 +99,11 @@ pub struct Config {
     /// files"). 0 unlinks every retired file, as a partition does (its files are segments,
     /// and retention is how it frees disk).
     pub spare_files: usize,
+    /// Sealed files whose entry offsets (8 bytes per entry) the log holds in memory at once,
+    /// loaded from their seals by the reads that need them; the oldest loaded lets its offsets
+    /// go past this many. The head file, and any file without a seal on disk, hold theirs
+    /// always. So a log's memory follows what it reads, not what it retains. At least 1.
+    pub sealed_offsets_in_memory: usize,
 }
 
 impl Config {
@@ -115,6 +124,7 @@ impl Config {
             previous_shutdown_clean: false,
             defer_boot_syncs: false,
             spare_files: 2,
+            sealed_offsets_in_memory: offsets::SEALED_IN_MEMORY,
         }
     }
 }
@@ -165,8 +175,9 @@ struct LogFile<F> {
     key: u64,
     path: PathBuf,
     file: Arc<F>,
-    /// Offset of op `first_op + i` at `offsets[i]`.
-    offsets: Vec<u64>,
+    /// Offset of op `first_op + i` at offset `i`: in memory, or (a sealed file's) in its seal
+    /// until a read needs them ([`Wal::load_offsets`]).
+    offsets: Offsets,
     /// End of the bytes assigned to entries (written or buffered).
     end: u64,
     /// Bytes from the start known to be written (entries or zeros), not merely allocated: a
@@ -220,6 +231,10 @@ struct State<F> {
     published_bytes: u64,
     /// Every file starting before this op is sealed (or its seal was tried).
     sealed_below: u64,
+    /// Sealed files (by first op) whose offsets are in memory and in a seal on disk, in the
+    /// order they were loaded or sealed: past [`Config::sealed_offsets_in_memory`], the oldest lets
+    /// its offsets go.
+    loaded_sealed: VecDeque<u64>,
     /// Retired files kept for reuse, in the order they were retired (see [`Config::spare_files`]).
     spares: Vec<PathBuf>,
     /// The number the next spare is named by (one more than any spare's seen or made).
@@ -465,6 +480,7 @@ impl<S: Storage> Wal<S> {
             appended_bytes: 0,
             published_bytes: 0,
             sealed_below: 0,
+            loaded_sealed: VecDeque::new(),
             spares: Vec::new(),
             next_spare: 0,
         };
@@ -623,7 +639,7 @@ impl<S: Storage> Wal<S> {
             .last_mut()
             .unwrap_or_else(|| unreachable!("a head file exists"));
         let offset = head.end;
-        head.offsets.push(offset);
+        head.offsets.loaded_mut().push(offset);
         head.end += size;
         let first_op = head.first_op;
         match state.pending.last_mut() {
@@ -783,11 +799,8 @@ impl<S: Storage> Wal<S> {
         let mut locations = Vec::new();
         for op in from..=to {
             let index = state.files.partition_point(|f| f.first_op <= op) - 1;
-            let file = &state.files[index];
-            let position = usize::try_from(op - file.first_op).unwrap_or(usize::MAX);
-            let offset = file.offsets[position];
-            let end = file.offsets.get(position + 1).copied().unwrap_or(file.end);
-            locations.push((op, Arc::clone(&file.file), offset, end - offset));
+            let (file, offset, end) = self.span_of(&mut state, index, op)?;
+            locations.push((op, file, offset, end - offset));
         }
         Ok(locations)
     }
@@ -842,6 +855,18 @@ impl<S: Storage> Wal<S> {
         Ok(headers)
     }
 
+    /// How many entries' offsets the log holds in memory (8 bytes each): its head file's and
+    /// any unsealed file's, plus at most [`Config::sealed_offsets_in_memory`] sealed files'.
+    pub fn offsets_in_memory(&self) -> u64 {
+        let state = self.lock();
+        state
+            .files
+            .iter()
+            .filter_map(|f| f.offsets.loaded())
+            .map(|offsets| offsets.len() as u64)
+            .sum()
+    }
+
     /// The retained files, oldest first (what a partition lists as its segments).
     pub fn files(&self) -> Vec<FileInfo> {
         let state = self.lock();
@@ -851,29 +876,32 @@ impl<S: Storage> Wal<S> {
             .map(|f| FileInfo {
                 key: f.key,
                 first_op: f.first_op,
-                entries: f.offsets.len() as u64,
+                entries: f.offsets.len(),
                 end: f.end,
                 path: f.path.clone(),
             })
             .collect()
     }
 
-    /// Where the entry `op` lies: its file's key, its byte offset there, and its size.
-    pub fn locate(&self, op: u64) -> Option<Location> {
-        let state = self.lock();
-        if op < state.first_op() || op > state.head_op {
-            return None;
+    /// Where the entry `op` lies: its file's key, its byte offset there, and its size. An op
+    /// outside the log is refused; so is one in a sealed file whose offsets cannot be loaded
+    /// (its seal and the file itself both fail to verify: the error names the file).
+    pub fn locate(&self, op: u64) -> Result<Location, WalError> {
+        let mut state = self.lock();
+        let first_op = state.first_op();
+        if op < first_op || op > state.head_op {
+            return Err(WalError::OutOfRange {
+                what: "locate",
+                op,
+                first_op,
+                head_op: state.head_op,
+            });
         }
-        let index = state
-            .files
-            .partition_point(|f| f.first_op <= op)
-            .checked_sub(1)?;
-        let file = &state.files[index];
-        let position = usize::try_from(op - file.first_op).ok()?;
-        let offset = *file.offsets.get(position)?;
-        let end = file.offsets.get(position + 1).copied().unwrap_or(file.end);
-        Some(Location {
-            key: file.key,
+        let index = state.files.partition_point(|f| f.first_op <= op) - 1;
+        let key = state.files[index].key;
+        let (_, offset, end) = self.span_of(&mut state, index, op)?;
+        Ok(Location {
+            key,
             offset,
             size: end - offset,
         })

@@ -10,6 +10,7 @@ use iggy_io::{ReadFile, ReadStorage};
 use crate::WalError;
 use crate::boot::{Analysis, BootFile, Finding, FindingKind, corrupt, first_header};
 use crate::frontier::Frontier;
+use crate::offsets::Offsets;
 use crate::scan::{From, Scan, StopReason, scan};
 
 /// Rules 5 and 6: what lies past the frontier.
@@ -38,7 +39,7 @@ pub(crate) fn past_the_frontier<R: ReadStorage>(
             break;
         }
         let file = storage.open_read(&head.path)?;
-        let next_op = head.first_op + head.offsets.len() as u64;
+        let next_op = head.first_op + head.offsets.len();
         let tail: Scan = scan(
             &file,
             From {
@@ -50,9 +51,10 @@ pub(crate) fn past_the_frontier<R: ReadStorage>(
             },
         )?;
         if fallback && !tail.offsets.is_empty() {
-            adopted += tail.offsets.len() as u64;
+            adopted += tail.offsets.len();
             let from = head.end;
-            head.offsets.extend_from_slice(&tail.offsets);
+            let adopted_offsets = tail.offsets.loaded().unwrap_or_default();
+            head.offsets.loaded_mut().extend_from_slice(adopted_offsets);
             head.end = tail.end;
             analysis.head_checksum = tail.last_checksum.unwrap_or(analysis.head_checksum);
             analysis
@@ -61,7 +63,7 @@ pub(crate) fn past_the_frontier<R: ReadStorage>(
         }
         let head_end = head.end;
         let head_path = head.path.clone();
-        let next_op = head.first_op + head.offsets.len() as u64;
+        let next_op = head.first_op + head.offsets.len();
         // Adoption continues into the next file when it starts exactly where this one stopped
         // (whatever lies past this file's last entry: a file before the head is not padded, and
         // a recycled one holds an earlier use's bytes there). The next file's scan checks that
@@ -74,7 +76,7 @@ pub(crate) fn past_the_frontier<R: ReadStorage>(
                 first_op: *first_op,
                 key: *key,
                 path: path.clone(),
-                offsets: Vec::new(),
+                offsets: Offsets::default(),
                 end: 0,
                 first_parent: analysis.head_checksum,
                 sealed_last: None,
@@ -88,11 +90,7 @@ pub(crate) fn past_the_frontier<R: ReadStorage>(
         }
         let seen_end = discard_end(&tail, file.len()?);
         if seen_end > head_end {
-            let entries = if fallback {
-                0
-            } else {
-                tail.offsets.len() as u64
-            };
+            let entries = if fallback { 0 } else { tail.offsets.len() };
             analysis.report.findings.push(Finding {
                 file: head_path,
                 offset: head_end,
@@ -105,7 +103,7 @@ pub(crate) fn past_the_frontier<R: ReadStorage>(
     let next_op = analysis
         .files
         .last()
-        .map_or(0, |f| f.first_op + f.offsets.len() as u64);
+        .map_or(0, |f| f.first_op + f.offsets.len());
     let published_head = analysis.frontier.head_op;
     for ((first_op, path), _) in later {
         let file = storage.open_read(path)?;
@@ -133,7 +131,7 @@ pub(crate) fn past_the_frontier<R: ReadStorage>(
                 group: analysis.report.group,
             },
         )?;
-        let entries = scanned.offsets.len() as u64;
+        let entries = scanned.offsets.len();
         if fallback && entries > 0 {
             // Entries the adopted chain does not reach: behind an unreadable slot they may be
             // published history (the newest slot may have named them). Refuse (rule 6).
@@ -155,7 +153,7 @@ pub(crate) fn past_the_frontier<R: ReadStorage>(
         .files
         .last()
         .unwrap_or_else(|| unreachable!("a head file"));
-    let head_op = head.first_op + head.offsets.len() as u64 - 1;
+    let head_op = head.first_op + head.offsets.len() - 1;
     if adopted > 0 {
         analysis.report.findings.push(Finding {
             file: head.path.clone(),

@@ -8,7 +8,9 @@ use iggy_format::checksum::Checksum;
 use iggy_format::constants::HEADER_SIZE;
 use iggy_io::{ReadFile, ReadStorage};
 
+use crate::offsets::Offsets;
 use crate::scan::{From, Scan, StopReason, scan};
+use crate::seal::SealHeader;
 
 /// How much of the retained files boot reads.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -66,13 +68,20 @@ impl Retained<'_> {
         let sealed = seals.iter().map(Option::is_some).collect();
         if verify == Verify::Everything {
             // Every seal boot would take is compared with what its file holds: one that says
-            // other sizes (written wrong: its checks prove only the file's two ends) is removed.
+            // other sizes (written wrong, or rotten: boot checks only its fixed fields and the
+            // file's two ends) is removed.
             for (index, scan) in scans.iter().enumerate().take(self.sealed_through) {
-                let Some(seal) = self.usable_seal(storage, index) else {
+                if self.usable_seal(storage, index).is_none() {
                     continue;
-                };
-                let agrees = matches!(scan, Some(Ok(scan))
-                    if scan.offsets == seal.offsets && scan.end == seal.end);
+                }
+                let whole = storage
+                    .open_read(crate::seal::path_for(&self.files[index].1))
+                    .and_then(|file| file.read_all())
+                    .ok()
+                    .and_then(|bytes| crate::seal::decode(&bytes).ok());
+                let agrees = matches!((scan, whole), (Some(Ok(scan)), Some(seal))
+                    if scan.offsets.loaded() == Some(seal.offsets.as_slice())
+                        && scan.end == seal.end);
                 if !agrees {
                     disagreeing.push(crate::seal::path_for(&self.files[index].1));
                 }
@@ -89,16 +98,19 @@ impl Retained<'_> {
         (results, sealed)
     }
 
-    /// File `index`'s seal as a scan would have found it, when the seal verifies and says what
-    /// the file must hold; `None` otherwise (no seal, torn, stale, another file's: the file is
-    /// scanned; a seal that cannot be read is no different).
+    /// File `index`'s seal as a scan would have found it, when the seal's fixed fields say what
+    /// the file must hold and the seal is exactly as long as they say; `None` otherwise (no seal,
+    /// torn, stale, another file's: the file is scanned; a seal that cannot be read is no
+    /// different). Three small reads of the seal: its header, its length, its last size. The
+    /// sizes between are read (and the seal's checksum verified) by the first read that needs
+    /// them (`crate::Wal::load_offsets`), which scans the file if they do not verify.
     fn usable_seal<R: ReadStorage>(&self, storage: &R, index: usize) -> Option<Scan> {
         let (first_op, path) = &self.files[index];
-        let bytes = storage
-            .open_read(crate::seal::path_for(path))
-            .and_then(|file| file.read_all())
-            .ok()?;
-        let seal = crate::seal::decode(&bytes).ok()?;
+        let seal_file = storage.open_read(crate::seal::path_for(path)).ok()?;
+        let seal_len = seal_file.len().ok()?;
+        let mut header = [0u8; crate::seal::HEADER_BYTES];
+        seal_file.read_exact_at(0, &mut header).ok()?;
+        let seal = crate::seal::decode_header(&header, seal_len).ok()?;
         let entries = (self.until)(index).checked_add(1)?.checked_sub(*first_op)?;
         let file = storage.open_read(path).ok()?;
         let file_len = file.len().ok()?;
@@ -106,11 +118,20 @@ impl Retained<'_> {
             && seal.key == self.keys[index]
             && seal.first_op == *first_op
             && entries > 0
-            && seal.offsets.len() as u64 == entries
+            && seal.entries == entries
             && seal.end <= file_len;
         if !fits {
             return None;
         }
+        let mut last_size = [0u8; 4];
+        seal_file
+            .read_exact_at(SealHeader::size_offset(entries - 1), &mut last_size)
+            .ok()?;
+        let last_size = u64::from(u32::from_le_bytes(last_size));
+        if last_size < HEADER_SIZE as u64 {
+            return None;
+        }
+        let last_offset = seal.end.checked_sub(last_size)?;
         // The file's two ends must be what the seal says: its first entry names the seal's
         // parent, its last is the seal's last checksum and ends where the seal does. Two reads
         // per file; they tell a file swapped in from another history, or a seal of another
@@ -122,7 +143,6 @@ impl Retained<'_> {
             let header = Header::decode(&bytes).ok()?;
             Some((header, iggy_format::header::stored_checksum(&bytes)))
         };
-        let last_offset = *seal.offsets.last()?;
         let (first, _) = header_at(0)?;
         let (last, last_checksum) = header_at(last_offset)?;
         let ends_match = first.op == *first_op
@@ -134,7 +154,10 @@ impl Retained<'_> {
             && last_offset + u64::from(last.size) == seal.end;
         ends_match.then_some(Scan {
             first_op: *first_op,
-            offsets: seal.offsets,
+            offsets: Offsets::Sealed {
+                entries,
+                last: last_offset,
+            },
             last_checksum: Some(seal.last_checksum),
             first_parent: Some(seal.first_parent),
             end: seal.end,

@@ -8,6 +8,8 @@ use iggy_format::constants::HEADER_SIZE;
 use iggy_format::{Header, HeaderError};
 use iggy_io::ReadFile;
 
+use crate::offsets::Offsets;
+
 const WINDOW_BYTES: usize = 1 << 20;
 
 /// Why a scan stopped.
@@ -57,7 +59,7 @@ impl std::fmt::Display for StopReason {
 #[derive(Clone, Debug)]
 pub(crate) struct Scan {
     pub first_op: u64,
-    pub offsets: Vec<u64>,
+    pub offsets: Offsets,
     /// The header checksum of the last verified entry (the next entry's parent).
     pub last_checksum: Option<Checksum>,
     /// The `parent` of the first verified entry (to check the link when it was not given).
@@ -190,7 +192,7 @@ pub(crate) fn scan<F: ReadFile>(file: &F, from: From) -> iggy_io::Result<Scan> {
     };
     Ok(Scan {
         first_op,
-        offsets,
+        offsets: Offsets::Loaded(offsets),
         last_checksum,
         first_parent,
         end: offset,

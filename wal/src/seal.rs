@@ -142,44 +142,85 @@ pub fn encode(seal: &Seal) -> Vec<u8> {
     bytes
 }
 
-/// Decodes a seal's bytes.
-pub fn decode(bytes: &[u8]) -> Result<Seal, SealError> {
-    if bytes.len() < HEADER_BYTES {
-        return Err(SealError::Short { len: bytes.len() });
+/// A seal's fixed fields, read without its sizes (what boot checks: `crate::retained`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SealHeader {
+    pub group: u128,
+    pub key: u64,
+    pub first_op: u64,
+    pub entries: u64,
+    pub end: u64,
+    pub first_parent: Checksum,
+    pub last_checksum: Checksum,
+}
+
+impl SealHeader {
+    /// Where the size of entry `index` lies in the seal.
+    #[must_use]
+    pub fn size_offset(index: u64) -> u64 {
+        HEADER_BYTES as u64 + 4 * index
     }
-    let u64_at = |offset| le::u64_at(bytes, offset).unwrap_or_default();
-    let u128_at = |offset| le::u128_at(bytes, offset).unwrap_or_default();
-    let stored = u128_at(0);
-    let computed = checksum(&bytes[CHECKSUMMED_OFFSET..]);
-    if stored != computed {
-        return Err(SealError::Checksum { stored, computed });
+}
+
+/// Decodes a seal's first [`HEADER_BYTES`] bytes, and checks that a seal of `len` bytes holds
+/// exactly the sizes they count. The checksum covers the sizes too, so it is not checked here:
+/// [`decode`] checks it.
+pub fn decode_header(header: &[u8], len: u64) -> Result<SealHeader, SealError> {
+    if header.len() < HEADER_BYTES || len < HEADER_BYTES as u64 {
+        return Err(SealError::Short {
+            len: usize::try_from(len).unwrap_or(usize::MAX).min(header.len()),
+        });
     }
+    let u64_at = |offset| le::u64_at(header, offset).unwrap_or_default();
+    let u128_at = |offset| le::u128_at(header, offset).unwrap_or_default();
     let magic = u64_at(MAGIC_OFFSET);
     if magic != MAGIC {
         return Err(SealError::Magic { magic });
     }
-    let version = le::u16_at(bytes, VERSION_OFFSET).unwrap_or_default();
+    let version = le::u16_at(header, VERSION_OFFSET).unwrap_or_default();
     if version != VERSION {
         return Err(SealError::UnknownVersion { version });
     }
-    if let Some(offset) = le::first_nonzero_in(&bytes[..HEADER_BYTES], &ZERO_RANGES) {
+    if let Some(offset) = le::first_nonzero_in(&header[..HEADER_BYTES], &ZERO_RANGES) {
         return Err(SealError::NonZero {
             offset,
-            value: bytes[offset],
+            value: header[offset],
         });
     }
     let entries = u64_at(ENTRIES_OFFSET);
     let expected = entries
         .checked_mul(4)
         .and_then(|sizes| sizes.checked_add(HEADER_BYTES as u64));
-    if expected != Some(bytes.len() as u64) {
+    if expected != Some(len) {
         return Err(SealError::Length {
             entries,
             expected: expected.unwrap_or(u64::MAX),
-            len: bytes.len(),
+            len: usize::try_from(len).unwrap_or(usize::MAX),
         });
     }
-    let end = u64_at(END_OFFSET);
+    Ok(SealHeader {
+        group: u128_at(GROUP_OFFSET),
+        key: u64_at(KEY_OFFSET),
+        first_op: u64_at(FIRST_OP_OFFSET),
+        entries,
+        end: u64_at(END_OFFSET),
+        first_parent: u128_at(FIRST_PARENT_OFFSET),
+        last_checksum: u128_at(LAST_CHECKSUM_OFFSET),
+    })
+}
+
+/// Decodes a seal's bytes, its checksum verified.
+pub fn decode(bytes: &[u8]) -> Result<Seal, SealError> {
+    if bytes.len() < HEADER_BYTES {
+        return Err(SealError::Short { len: bytes.len() });
+    }
+    let stored = le::u128_at(bytes, 0).unwrap_or_default();
+    let computed = checksum(&bytes[CHECKSUMMED_OFFSET..]);
+    if stored != computed {
+        return Err(SealError::Checksum { stored, computed });
+    }
+    let header = decode_header(bytes, bytes.len() as u64)?;
+    let (entries, end) = (header.entries, header.end);
     let mut offsets = Vec::with_capacity(usize::try_from(entries).unwrap_or(0));
     let mut sum = 0u64;
     for size in bytes[HEADER_BYTES..].chunks_exact(4) {
@@ -194,13 +235,13 @@ pub fn decode(bytes: &[u8]) -> Result<Seal, SealError> {
         return Err(SealError::End { sum, end });
     }
     Ok(Seal {
-        group: u128_at(GROUP_OFFSET),
-        key: u64_at(KEY_OFFSET),
-        first_op: u64_at(FIRST_OP_OFFSET),
+        group: header.group,
+        key: header.key,
+        first_op: header.first_op,
         offsets,
         end,
-        first_parent: u128_at(FIRST_PARENT_OFFSET),
-        last_checksum: u128_at(LAST_CHECKSUM_OFFSET),
+        first_parent: header.first_parent,
+        last_checksum: header.last_checksum,
     })
 }
 
@@ -236,6 +277,47 @@ mod tests {
         }
         for len in 0..bytes.len() {
             assert!(decode(&bytes[..len]).is_err(), "cut at {len} decoded");
+        }
+    }
+
+    #[test]
+    fn the_header_alone_decodes_to_the_seal_fields_and_checks_the_length() {
+        let seal = sample();
+        let bytes = encode(&seal);
+        let len = bytes.len() as u64;
+        let header = decode_header(&bytes[..HEADER_BYTES], len);
+        assert_eq!(
+            header,
+            Ok(SealHeader {
+                group: 7,
+                key: 100,
+                first_op: 11,
+                entries: 3,
+                end: 1000,
+                first_parent: 0xAB,
+                last_checksum: 0xCD,
+            })
+        );
+        assert_eq!(SealHeader::size_offset(2), len - 4);
+        for wrong in [len - 1, len + 1, len - 4, HEADER_BYTES as u64] {
+            assert!(
+                decode_header(&bytes[..HEADER_BYTES], wrong).is_err(),
+                "a seal of {wrong} bytes for 3 entries"
+            );
+        }
+        // Every bit of the fixed fields the header decode checks (not the checksum, which
+        // covers the sizes): a flipped magic, version, reserved byte or count is refused.
+        for bit in (16 * 8..HEADER_BYTES * 8).filter(|bit| {
+            let byte = bit / 8;
+            !(GROUP_OFFSET..ENTRIES_OFFSET).contains(&byte)
+                && !(END_OFFSET..RESERVED_OFFSET).contains(&byte)
+        }) {
+            let mut damaged = bytes[..HEADER_BYTES].to_vec();
+            damaged[bit / 8] ^= 1 << (bit % 8);
+            assert!(
+                decode_header(&damaged, len).is_err(),
+                "bit {bit} flipped decoded"
+            );
         }
     }
 

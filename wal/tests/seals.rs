@@ -333,3 +333,156 @@ fn a_seal_written_with_wrong_sizes_is_found_by_a_deep_check_and_refused_by_reads
         vec![&victim]
     );
 }
+
+#[test]
+fn boot_reads_a_seals_fixed_fields_not_its_sizes_and_the_first_read_loads_them() {
+    let storage = SimStorage::new(7);
+    drop(published(&storage));
+    let checked = report(&storage);
+    let head_entries = checked.files.last().unwrap().entries;
+    assert!(head_entries < 40, "{:?}", checked.files);
+    let (wal, _) = Wal::open(storage.fork(), dir(), config(), Mode::Open)
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        wal.offsets_in_memory(),
+        head_entries,
+        "only the head file's offsets after boot"
+    );
+    let entries = wal.read(1, 40).unwrap();
+    assert_eq!(entries.len(), 40);
+    assert_eq!(wal.offsets_in_memory(), 40, "every file read is loaded");
+    let first = checked.files[0].entries;
+    assert_eq!(
+        wal.locate(first + 1).unwrap().offset,
+        0,
+        "a file's first entry"
+    );
+}
+
+#[test]
+fn a_seal_whose_sizes_rot_is_taken_at_boot_and_its_first_read_reads_the_file_and_writes_it_again() {
+    let storage = SimStorage::new(8);
+    drop(published(&storage));
+    let all_sealed = report(&storage).sealed_bytes;
+    let victim = seal::path_for(&log_files(&storage)[1]);
+    let good = seal::decode(&storage.read_all(&victim).unwrap()).unwrap();
+    assert!(good.offsets.len() >= 3, "{good:?}");
+    // The first entry's size: neither the fixed fields boot checks nor the last size.
+    storage
+        .rot(&victim, seal::HEADER_BYTES as u64 + 1, 0x10)
+        .unwrap();
+    assert!(seal::decode(&storage.read_all(&victim).unwrap()).is_err());
+    let checked = report(&storage);
+    assert_eq!(
+        checked.sealed_bytes, all_sealed,
+        "boot still takes the seal"
+    );
+    assert!(checked.is_clean(), "{:?}", checked.findings);
+    let (wal, _) = Wal::open(storage.clone(), dir(), config(), Mode::Open)
+        .unwrap()
+        .unwrap();
+    let entries = wal.read(1, 40).unwrap();
+    for (i, entry) in (1..).zip(&entries) {
+        assert_eq!(entry.body, body(i), "op {i}");
+    }
+    let rewritten = seal::decode(&storage.read_all(&victim).unwrap()).unwrap();
+    assert_eq!(rewritten, good, "the seal written again from the file");
+}
+
+#[test]
+fn a_file_whose_seal_sizes_and_an_entry_both_rot_is_refused_by_the_read_naming_file_and_offset() {
+    let storage = SimStorage::new(9);
+    drop(published(&storage));
+    let victim = log_files(&storage)[1].clone();
+    let good = seal::decode(&storage.read_all(seal::path_for(&victim)).unwrap()).unwrap();
+    storage
+        .rot(seal::path_for(&victim), seal::HEADER_BYTES as u64 + 1, 0x10)
+        .unwrap();
+    storage
+        .rot(&victim, good.offsets[1] + 256 + 10, 0x10)
+        .unwrap();
+    let (wal, _) = Wal::open(storage.fork(), dir(), config(), Mode::Open)
+        .unwrap()
+        .unwrap();
+    let op = good.first_op + 2;
+    let error = wal.read(op, op).unwrap_err();
+    assert!(
+        matches!(&error, iggy_wal::WalError::Corrupt { file, offset, .. }
+            if *file == victim && *offset == good.offsets[1]),
+        "{error}"
+    );
+    assert!(
+        matches!(wal.locate(op), Err(iggy_wal::WalError::Corrupt { .. })),
+        "locate refuses too"
+    );
+}
+
+#[test]
+fn past_its_limit_a_log_lets_sealed_offsets_go_and_still_serves_every_read() {
+    let storage = SimStorage::new(10);
+    let config = Config {
+        sealed_offsets_in_memory: 2,
+        ..config()
+    };
+    let wal = Wal::create(storage.clone(), dir(), config.clone(), 1, 0).unwrap();
+    for i in 1..=200 {
+        wal.append_body(&body(i), 1, i).unwrap();
+        if i % 10 == 0 {
+            wal.publish().unwrap();
+        }
+    }
+    wal.publish_synced().unwrap();
+    let files = wal.files();
+    assert!(files.len() > 10, "{files:?}");
+    let widest = files.iter().map(|f| f.entries).max().unwrap();
+    let bound = files.last().unwrap().entries + 2 * widest;
+    assert!(
+        wal.offsets_in_memory() <= bound,
+        "{} offsets in memory after writing, at most {bound}",
+        wal.offsets_in_memory()
+    );
+    drop(wal);
+    let (wal, _) = Wal::open(storage.fork(), dir(), config, Mode::Open)
+        .unwrap()
+        .unwrap();
+    // Forward in one read, then back one entry at a time: files are let go and loaded again.
+    let entries = wal.read(1, 200).unwrap();
+    for (i, entry) in (1..).zip(&entries) {
+        assert_eq!(entry.body, body(i), "op {i}");
+    }
+    assert!(wal.offsets_in_memory() <= bound);
+    for op in (1..=200).rev() {
+        assert_eq!(wal.read(op, op).unwrap()[0].body, body(op), "op {op}");
+        assert!(wal.offsets_in_memory() <= bound, "after op {op}");
+    }
+}
+
+#[test]
+fn a_cut_into_a_file_boot_took_from_its_seal_loads_its_offsets_first() {
+    let storage = SimStorage::new(11);
+    drop(published(&storage));
+    let files = report(&storage).files;
+    let victim = &files[1];
+    assert!(victim.entries >= 3, "{files:?}");
+    let op = victim.first_op + 1;
+    let (wal, _) = Wal::open(storage.clone(), dir(), config(), Mode::Open)
+        .unwrap()
+        .unwrap();
+    wal.truncate_after(op).unwrap();
+    assert_eq!(wal.head().0, op);
+    assert_eq!(wal.files().last().unwrap().first_op, victim.first_op);
+    for i in op + 1..=op + 5 {
+        wal.append_body(&body(i + 1000), 1, i).unwrap();
+    }
+    wal.publish_synced().unwrap();
+    drop(wal);
+    let (wal, _) = Wal::open(storage.fork(), dir(), config(), Mode::Open)
+        .unwrap()
+        .unwrap();
+    let entries = wal.read(1, op + 5).unwrap();
+    for (i, entry) in (1..).zip(&entries) {
+        let expected = if i <= op { body(i) } else { body(i + 1000) };
+        assert_eq!(entry.body, expected, "op {i}");
+    }
+}
