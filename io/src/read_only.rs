@@ -34,6 +34,10 @@ impl<S: ReadStorage> ReadOnly<S> {
 impl<S: ReadStorage> ReadStorage for ReadOnly<S> {
     type Reader = S::Reader;
 
+    fn reads_in_parallel(&self) -> bool {
+        self.inner.reads_in_parallel()
+    }
+
     fn open_read(&self, path: impl AsRef<Path>) -> Result<Self::Reader> {
         self.inner.open_read(path)
     }

@@ -103,6 +103,10 @@ impl<F: WriteFile> WriteFile for ShortFile<F> {
 impl<S: ReadStorage> ReadStorage for ShortIo<S> {
     type Reader = ShortFile<S::Reader>;
 
+    fn reads_in_parallel(&self) -> bool {
+        false // short reads draw from the seeded stream
+    }
+
     fn open_read(&self, path: impl AsRef<Path>) -> Result<Self::Reader> {
         Ok(ShortFile {
             inner: self.inner.open_read(path)?,

@@ -303,6 +303,13 @@ pub trait ReadStorage: Send + Sync {
     /// file does not exist or nobody holds it. Changes nothing; on `OsStorage` it takes a shared
     /// lock for the instant of the probe.
     fn lock_holder(&self, path: impl AsRef<Path>) -> Result<Option<LockHolder>>;
+
+    /// Whether reads from several threads at once behave as the same reads in any order would.
+    /// `false` for a simulated disk whose reads draw from its seeded stream (short reads,
+    /// `EIO`): its callers read in one thread, so that a seed runs the same every time.
+    fn reads_in_parallel(&self) -> bool {
+        true
+    }
 }
 
 /// Read and write access to a tree of files under a root. See the module docs for the

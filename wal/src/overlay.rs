@@ -121,6 +121,10 @@ impl<F: ReadFile> ReadFile for OverlayFile<F> {
 impl<R: ReadStorage> ReadStorage for Overlay<'_, R> {
     type Reader = OverlayFile<R::Reader>;
 
+    fn reads_in_parallel(&self) -> bool {
+        self.inner.reads_in_parallel()
+    }
+
     fn open_read(&self, path: impl AsRef<Path>) -> iggy_io::Result<Self::Reader> {
         let file = self.inner.open_read(path.as_ref())?;
         Ok(match self.patches.get(path.as_ref()) {

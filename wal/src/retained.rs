@@ -45,12 +45,21 @@ impl Retained<'_> {
         disagreeing: &mut Vec<PathBuf>,
     ) -> (Vec<iggy_io::Result<Scan>>, Vec<bool>) {
         let count = self.files.len();
-        let seals: Vec<Option<Scan>> = (0..count)
-            .map(|index| match verify {
-                Verify::Sealed if index < self.sealed_through => self.usable_seal(storage, index),
-                _ => None,
-            })
-            .collect();
+        // A seal's checks are a few small reads of two files (their latency, not the bytes, is
+        // the cost: cold, each is a device round trip), so they go in parallel, more at once
+        // than there are cores, for a device that serves several reads at a time.
+        let sealable = match verify {
+            Verify::Sealed => self.sealed_through,
+            Verify::Everything => 0,
+        };
+        let readers = if storage.reads_in_parallel() {
+            SEAL_READERS
+        } else {
+            1
+        };
+        let mut seals: Vec<Option<Scan>> =
+            in_parallel(sealable, readers, |index| self.usable_seal(storage, index));
+        seals.resize_with(count, || None);
         // The files without a usable seal, scanned in parallel. The links between files (a
         // sealed one's checksums included: its ends were read and checked) are checked by the
         // caller in file order, as for scanned files: a seal whose ends verify carries the
@@ -167,7 +176,7 @@ impl Retained<'_> {
 }
 
 /// Scans `files[i]` from its start up to `until(i)` (first link unchecked), on one thread per
-/// core; results in file order.
+/// core where the storage reads in parallel; results in file order.
 fn scan_in_parallel<R: ReadStorage>(
     storage: &R,
     files: &[(u64, PathBuf)],
@@ -188,17 +197,32 @@ fn scan_in_parallel<R: ReadStorage>(
             },
         )
     };
-    let threads = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
-    let threads = threads.clamp(1, files.len().max(1));
-    let mut results: Vec<Option<iggy_io::Result<Scan>>> = files.iter().map(|_| None).collect();
+    let threads = if storage.reads_in_parallel() {
+        std::thread::available_parallelism().map_or(1, std::num::NonZero::get)
+    } else {
+        1
+    };
+    in_parallel(files.len(), threads, scan_one)
+}
+
+/// Threads checking seals at once (each mostly waits on a small read).
+const SEAL_READERS: usize = 8;
+
+/// `work(i)` for every `i` in `0..count`, on up to `threads` threads; results in order.
+fn in_parallel<T: Send>(count: usize, threads: usize, work: impl Fn(usize) -> T + Sync) -> Vec<T> {
+    let threads = threads.clamp(1, count.max(1));
+    if threads == 1 {
+        return (0..count).map(work).collect();
+    }
+    let mut results: Vec<Option<T>> = (0..count).map(|_| None).collect();
     std::thread::scope(|scope| {
         let workers: Vec<_> = (0..threads)
             .map(|worker| {
-                let scan_one = &scan_one;
+                let work = &work;
                 scope.spawn(move || {
-                    (worker..files.len())
+                    (worker..count)
                         .step_by(threads)
-                        .map(|index| (index, scan_one(index)))
+                        .map(|index| (index, work(index)))
                         .collect::<Vec<_>>()
                 })
             })
@@ -214,6 +238,6 @@ fn scan_in_parallel<R: ReadStorage>(
     });
     results
         .into_iter()
-        .map(|r| r.unwrap_or_else(|| unreachable!("every file scanned")))
+        .map(|r| r.unwrap_or_else(|| unreachable!("every index done")))
         .collect()
 }

@@ -443,6 +443,10 @@ impl SimStorage {
 impl ReadStorage for SimStorage {
     type Reader = SimReader;
 
+    fn reads_in_parallel(&self) -> bool {
+        false // reads may draw from the seeded stream: in order, so a seed replays
+    }
+
     fn open_read(&self, path: impl AsRef<Path>) -> Result<SimReader> {
         let path = path.as_ref();
         let mut state = self.lock();
