@@ -367,15 +367,7 @@ impl<S: Storage> Wal<S> {
             let Some(offsets) = file.offsets.loaded() else {
                 continue;
             };
-            let seal = Seal {
-                group: self.config.group,
-                key: file.key,
-                first_op: file.first_op,
-                offsets: offsets.to_vec(),
-                end: file.end,
-                first_parent: file.first_parent,
-                last_checksum: next.first_parent,
-            };
+            let seal = self.seal_of(file, offsets.to_vec(), next.first_parent);
             let first_op = file.first_op;
             match self.write_seal(&file.path, &seal) {
                 // Its offsets are in the seal now: they may go when more recent files need room.
@@ -390,6 +382,25 @@ impl<S: Storage> Wal<S> {
         }
         state.sealed_below = head_file;
         self.let_go_of_offsets(state);
+    }
+
+    /// The seal of `file`, whose entries start at `offsets` and whose last entry's header
+    /// checksum is `last_checksum` (the next file's first parent).
+    pub(crate) fn seal_of(
+        &self,
+        file: &LogFile<S::File>,
+        offsets: Vec<u64>,
+        last_checksum: iggy_format::checksum::Checksum,
+    ) -> Seal {
+        Seal {
+            group: self.config.group,
+            key: file.key,
+            first_op: file.first_op,
+            offsets,
+            end: file.end,
+            first_parent: file.first_parent,
+            last_checksum,
+        }
     }
 
     pub(crate) fn write_seal(&self, file: &Path, seal: &Seal) -> iggy_io::Result<()> {

@@ -14,7 +14,7 @@ use iggy_format::checksum::Checksum;
 use iggy_io::{ReadFile, Storage};
 
 use crate::scan::{From, StopReason, scan};
-use crate::seal::{self, Seal};
+use crate::seal;
 use crate::{LogFile, State, Wal, WalError};
 
 /// The default of [`crate::Config::sealed_offsets_in_memory`]: 16 files of 64 MiB, the last
@@ -144,15 +144,7 @@ impl<S: Storage> Wal<S> {
                     "the WAL file's seal does not verify: reading the file instead"
                 );
                 let offsets = self.scan_offsets(file, entries, last, last_checksum)?;
-                let seal = Seal {
-                    group: self.config.group,
-                    key: file.key,
-                    first_op: file.first_op,
-                    offsets: offsets.clone(),
-                    end: file.end,
-                    first_parent: file.first_parent,
-                    last_checksum,
-                };
+                let seal = self.seal_of(file, offsets.clone(), last_checksum);
                 let written = self.write_seal(&file.path, &seal);
                 if let Err(error) = &written {
                     tracing::warn!(file = %file.path.display(), %error, "could not write the WAL file's seal again");
