@@ -49,7 +49,7 @@ impl Waiter {
 /// Wakes the callers a publication covers without making the waking thread pay a wake-up for
 /// each: it wakes one and hands it the rest, which [`wake_tree`] spreads from there. A leader's
 /// next flush then starts after one wake-up, not one per covered caller (64 appenders on tmpfs,
-/// where only this path costs: 183k-205k records/s against 150k-162k, docs/benchmarks.md).
+/// where only this path costs: 191k-205k records/s against 150k-162k, docs/benchmarks.md).
 fn wake_covered(mut covered: Vec<Waiter>, published: Frontier) {
     if let Some(first) = covered.pop() {
         first.wake_relaying(Some(published), covered);
