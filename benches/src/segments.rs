@@ -197,6 +197,12 @@ fn cold_boots(
     let mut wal_read = Vec::new();
     let base = storage.root_path().join(dir);
     let sectors = || iggy_io::device_counters(&base).map(|c| c.sectors_read);
+    // Megabytes the device read since `before` (none where the counters cannot be read).
+    let read_since = |before: Option<u64>| {
+        sectors()
+            .zip(before)
+            .map(|(a, b)| (a - b) as f64 * 512.0 / 1e6)
+    };
     for _ in 0..sizes.rounds {
         drop_cache();
         let before = sectors();
@@ -210,11 +216,7 @@ fn cold_boots(
         .map_err(|e| e.to_string())?
         .ok_or("no partition")?;
         partition_rates.push(retained as f64 / 1e6 / started.elapsed().as_secs_f64());
-        partition_read.extend(
-            sectors()
-                .zip(before)
-                .map(|(a, b)| (a - b) as f64 * 512.0 / 1e6),
-        );
+        partition_read.extend(read_since(before));
         drop(opened);
 
         drop_cache();
@@ -229,11 +231,7 @@ fn cold_boots(
             .map_err(|e| e.to_string())?
             .ok_or("no log")?;
         wal_rates.push(retained as f64 / 1e6 / started.elapsed().as_secs_f64());
-        wal_read.extend(
-            sectors()
-                .zip(before)
-                .map(|(a, b)| (a - b) as f64 * 512.0 / 1e6),
-        );
+        wal_read.extend(read_since(before));
         drop(wal);
     }
     let cell = |engine, mut rates: Vec<f64>, mut read: Vec<f64>| Cell {
