@@ -134,3 +134,54 @@ fn boot_times_both_boots_and_counts_what_they_hold_open() {
     let parent = iggy_io::OsStorage::open(temp.path()).unwrap();
     assert_eq!(parent.list_dir("").unwrap(), Vec::new());
 }
+
+fn tiny_disk(dir: &str, json: bool) -> std::process::Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_iggy-bench"));
+    command.args(["disk", "--dir", dir, "--runs", "1"]);
+    command.args(if json { &TINY[..] } else { &TINY[..6] });
+    command
+}
+
+/// On a terminal, stderr shows the progress bar while it measures; on a pipe it shows none and
+/// stdout gets the same report.
+#[test]
+fn a_terminal_gets_a_progress_bar_and_a_pipe_does_not() {
+    use iggy_testkit::{Run, Streams};
+    let temp = tempfile::tempdir().unwrap();
+    let dir = temp.path().to_str().unwrap();
+    let piped = Run::new(tiny_disk(dir, false)).output();
+    assert_eq!(piped.code(), 0, "{}", piped.describe());
+    assert!(!piped.stderr.contains("[="), "{}", piped.describe());
+    assert!(
+        piped.stdout.contains("iggy-bench disk in"),
+        "{}",
+        piped.describe()
+    );
+    let shown = Run::new(tiny_disk(dir, false))
+        .streams(Streams::StderrOnTerminal)
+        .output();
+    assert_eq!(shown.code(), 0, "{}", shown.describe());
+    assert!(
+        shown.stderr.contains("/5"),
+        "no progress bar: {}",
+        shown.describe()
+    );
+    assert!(
+        shown.stdout.contains("iggy-bench disk in"),
+        "{}",
+        shown.describe()
+    );
+}
+
+/// `iggy-bench disk ... | head -c 20`: the reader leaves; the bench stops quietly with exit 0
+/// (before, `println!` panicked on the closed pipe with exit 101).
+#[test]
+fn a_reader_that_goes_away_stops_the_bench_quietly() {
+    use iggy_testkit::Run;
+    let temp = tempfile::tempdir().unwrap();
+    let out = Run::new(tiny_disk(temp.path().to_str().unwrap(), false))
+        .close_stdout_after(20)
+        .output();
+    assert_eq!(out.code(), 0, "{}", out.describe());
+    assert!(!out.stderr.contains("panicked"), "{}", out.describe());
+}

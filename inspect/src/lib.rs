@@ -118,7 +118,9 @@ fn open_file(path: &Path) -> Result<<ReadOnly<OsStorage> as ReadStorage>::Reader
     let name = path
         .file_name()
         .ok_or_else(|| format!("{}: not a file path", path.display()))?;
-    let storage = ReadOnly::new(OsStorage::open(parent).map_err(|e| e.to_string())?);
+    // A missing directory names the file asked for, then the directory that failed.
+    let storage =
+        ReadOnly::new(OsStorage::open(parent).map_err(|e| format!("{}: {e}", path.display()))?);
     storage
         .open_read(name)
         .map_err(|e| as_given(e, path.parent()))

@@ -290,6 +290,30 @@ struct DiskArgs {
     json: bool,
 }
 
+/// `print!` that stops the program quietly (exit 0) when stdout's reader went away
+/// (`iggy-bench ... | head`): what was printed is what the reader wanted. (`print!` panics there.)
+macro_rules! out {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let mut stdout = std::io::stdout();
+        if let Err(error) = write!(stdout, $($arg)*).and_then(|()| stdout.flush()) {
+            if error.kind() == std::io::ErrorKind::BrokenPipe {
+                std::process::exit(0);
+            }
+            eprintln!("iggy-bench: writing to stdout: {error}");
+            std::process::exit(8);
+        }
+    }};
+}
+
+/// `println!` as [`out!`] prints.
+macro_rules! outln {
+    ($($arg:tt)*) => {{
+        out!($($arg)*);
+        out!("\n");
+    }};
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
@@ -322,7 +346,7 @@ fn main() -> ExitCode {
 /// Prints `value` as pretty JSON on stdout (every `--json`).
 fn print_json(value: &impl serde::Serialize) -> Result<(), String> {
     let text = serde_json::to_string_pretty(value).map_err(|e| e.to_string())?;
-    println!("{text}");
+    outln!("{text}");
     Ok(())
 }
 
@@ -429,11 +453,14 @@ fn run_wal(args: &WalArgs) -> Result<(), String> {
     if args.json {
         print_json(&report)?;
     } else {
-        println!(
+        outln!(
             "iggy-wal: {records} records of {} bytes, batches of {}, {} writer(s), {:?}",
-            args.record_bytes, args.batch, args.writers, args.durability
+            args.record_bytes,
+            args.batch,
+            args.writers,
+            args.durability
         );
-        println!(
+        outln!(
             "  {:.0} records/s, {:.1} MB/s; batch latency p50 {:.0}us p99 {:.0}us p999 {:.0}us",
             records as f64 / seconds,
             records as f64 * args.record_bytes as f64 / 1e6 / seconds,
@@ -441,7 +468,7 @@ fn run_wal(args: &WalArgs) -> Result<(), String> {
             latency.p99_us,
             latency.p999_us
         );
-        println!(
+        outln!(
             "  {publications} publications, {:.1} records each",
             records as f64 / publications.max(1) as f64
         );
@@ -477,13 +504,13 @@ fn run_groups(args: &GroupsArgs) -> Result<(), String> {
     if args.json {
         print_json(&serde_json::json!({ "sizes": sizes, "runs": runs }))?;
     } else {
-        println!(
+        outln!(
             "iggy-bench groups in {}: each group publishes {} records of {} bytes, one at a time",
             dir.display(),
             args.records,
             args.record_bytes
         );
-        print!("{}", iggy_benches::groups::render(&runs));
+        out!("{}", iggy_benches::groups::render(&runs));
     }
     Ok(())
 }
@@ -507,7 +534,7 @@ fn run_boot(args: &BootArgs) -> Result<(), String> {
     if args.json {
         print_json(&serde_json::json!({ "sizes": sizes, "runs": runs, "failed": failed }))?;
     } else {
-        println!(
+        outln!(
             "iggy-bench boot in {}: idle partitions of {} KiB segments, one topic, boot(Open), \
              boot writes synced {}",
             dir.display(),
@@ -518,7 +545,7 @@ fn run_boot(args: &BootArgs) -> Result<(), String> {
                 "once for the node (syncfs)"
             }
         );
-        print!("{}", iggy_benches::boot::render(&runs));
+        out!("{}", iggy_benches::boot::render(&runs));
     }
     failed.map_or(Ok(()), Err)
 }
@@ -554,12 +581,12 @@ fn run_segments(args: &SegmentsArgs) -> Result<(), String> {
         let report = serde_json::json!({ "sizes": sizes, "cells": cells });
         print_json(&report)?;
     } else {
-        println!(
+        outln!(
             "iggy-bench segments in {} ({} round(s); median; ratio to the second row)",
             dir.display(),
             args.rounds
         );
-        print!("{}", iggy_benches::segments::render(&cells));
+        out!("{}", iggy_benches::segments::render(&cells));
     }
     Ok(())
 }
@@ -575,7 +602,7 @@ fn run_snapshot(args: &SnapshotArgs) -> Result<(), String> {
     if args.json {
         print_json(&report)?;
     } else {
-        print!("{}", iggy_benches::snapshot::render(&report));
+        out!("{}", iggy_benches::snapshot::render(&report));
     }
     Ok(())
 }
@@ -593,7 +620,7 @@ fn run_replay(args: &ReplayArgs) -> Result<(), String> {
     .map_err(|e| e.to_string())?
     .ok_or("no log there")?;
     let seconds = started.elapsed().as_secs_f64();
-    println!(
+    outln!(
         "verified ops {}..={} ({} bytes) in {:.3}s: {:.0} MB/s; {} finding(s)",
         report.first_op,
         report.head_op,
@@ -674,14 +701,14 @@ fn run_compare(args: &CompareArgs) -> Result<(), String> {
         let report = serde_json::json!({ "sizes": sizes, "cells": cells });
         print_json(&report)?;
     } else {
-        println!(
+        outln!(
             "iggy-bench compare in {} ({} round(s); median; ratio to raw-prefilled)",
             dir.display(),
             sizes.rounds
         );
-        print!("{}", compare::render(&cells, &engines));
+        out!("{}", compare::render(&cells, &engines));
         if let Some(caveat) = compare::caveat(sizes.rounds) {
-            println!("{caveat}");
+            outln!("{caveat}");
         }
     }
     Ok(())
@@ -701,8 +728,8 @@ fn run_disk(args: &DiskArgs) -> Result<(), String> {
     };
     let environment = iggy_benches::environment::describe(&dir);
     if !args.json {
-        println!("iggy-bench disk in {}", dir.display());
-        print!("{}", iggy_benches::environment::render(&environment));
+        outln!("iggy-bench disk in {}", dir.display());
+        out!("{}", iggy_benches::environment::render(&environment));
     }
     let bar = progress_bar(5 * args.runs as u64);
     let mut reports = Vec::with_capacity(args.runs);
@@ -723,9 +750,9 @@ fn run_disk(args: &DiskArgs) -> Result<(), String> {
     } else {
         // The last run in full (latency percentiles, io_uring), then every figure's spread.
         if let Some(last) = reports.last() {
-            print!("{}", disk::render(last));
+            out!("{}", disk::render(last));
         }
-        print!("{}", disk::render_summary(&summary));
+        out!("{}", disk::render_summary(&summary));
     }
     Ok(())
 }
