@@ -4,9 +4,9 @@
 //! ([`MetadataGroup::journal`]); each is durable before it returns (metadata is persisted).
 //! [`MetadataGroup::commit`] executes journaled prepares in order and returns their replies;
 //! [`MetadataGroup::truncate_after`] cuts an uncommitted suffix and never reaches the commit
-//! point. Boot restores the snapshot and replays only up to the superblock's `commit_max` (with
-//! one replica, every journaled op: a quorum of one): the uncommitted suffix stays journaled,
-//! unapplied.
+//! point. Boot restores the snapshot and replays only up to the commit point (the superblock's
+//! `commit_max`, raised to the one the head prepare names; with one replica, every journaled
+//! op: a quorum of one): the uncommitted suffix stays journaled, unapplied.
 //!
 //! Checkpoint order (each step durable before the next): the snapshot of the state at op `n`,
 //! then the superblock's checkpoint (`n` and the checksum of the prepare at `n`), then the WAL
@@ -252,14 +252,16 @@ fn execute(state: &mut State, entry: &iggy_wal::Entry) -> Result<Executed, Group
     ))
 }
 
-/// The op a boot restores the state through: the superblock's commit point (never below the
-/// snapshot, which is taken only at a committed op), or with a single replica every journaled
-/// op (a quorum of one commits what it journals).
-fn commit_point(replica_count: u8, vsr: &VsrState, base_op: u64, head_op: u64) -> u64 {
+/// The op a boot restores the state through: the superblock's commit point raised to
+/// `proven` (the commit point the head prepare names: its primary had committed every op up to
+/// it, and the hash chain makes this log's prefix that primary's), never below the snapshot
+/// (taken only at a committed op), or with a single replica every journaled op (a quorum of one
+/// commits what it journals).
+fn commit_point(replica_count: u8, vsr: &VsrState, proven: u64, base_op: u64, head_op: u64) -> u64 {
     if replica_count == 1 {
         head_op.max(base_op)
     } else {
-        vsr.commit_max.min(head_op).max(base_op)
+        vsr.commit_max.max(proven).min(head_op).max(base_op)
     }
 }
 
@@ -343,9 +345,15 @@ fn plan<R: ReadStorage>(
         |op| Ok(iggy_wal::boot::header_at(storage, report, op)?.checksum()),
     )?;
     // Every committed op after the snapshot, in order.
+    let proven = if report.head_op >= report.first_op.max(1) {
+        iggy_wal::boot::header_at(storage, report, report.head_op)?.commit
+    } else {
+        0
+    };
     let commit_op = commit_point(
         identity.replica_count,
         &record.state,
+        proven,
         base_op,
         report.head_op,
     );

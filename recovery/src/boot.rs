@@ -118,6 +118,9 @@ pub struct BootConfig {
     /// taken from their seals ([`iggy_wal::boot::Verify::Sealed`], every boot), or read and
     /// verified to the last byte ([`iggy_wal::boot::Verify::Everything`], `iggy-fsck --deep`).
     pub verify: iggy_wal::boot::Verify,
+    /// Each partition's boot raises its superblock's commit point to the one its prepares
+    /// prove (`iggy_segments::Config::commit_from_log`). On in every real use.
+    pub commit_from_log: bool,
 }
 
 impl BootConfig {
@@ -137,6 +140,7 @@ impl BootConfig {
             previous_shutdown_clean: false,
             defer_boot_syncs: true,
             verify: iggy_wal::boot::Verify::Sealed,
+            commit_from_log: true,
         }
     }
 
@@ -173,6 +177,7 @@ impl BootConfig {
         config.previous_shutdown_clean = self.previous_shutdown_clean;
         config.defer_boot_syncs = self.defer_boot_syncs;
         config.verify = self.verify;
+        config.commit_from_log = self.commit_from_log;
         config
     }
 

@@ -221,6 +221,7 @@ impl<S: Storage + Clone> Partition<S> {
                 max_timestamp: timestamp,
                 index: Vec::new(),
                 stores: Vec::new(),
+                sessions: Vec::new(),
                 last_checksum: None,
             };
             state.segments.push(Segment::new(info));
@@ -234,6 +235,9 @@ impl<S: Storage + Clone> Partition<S> {
         segment.entries += 1;
         segment.bytes = location.offset + location.size;
         segment.last_checksum = Some(header.checksum());
+        if let Some(session) = crate::sessions::Session::of(header, &kind) {
+            segment.note_session(session);
+        }
         let mut message_count = 0;
         if let Kind::ConsumerOffset { kind, id, offset } = kind {
             let store = OffsetEntry {

@@ -1,7 +1,9 @@
 //! A partition's boot analysis, shared by [`check`] (read-only) and `Partition::open`: the staged
 //! install's state, the superblock, the WAL's plan, every trusted entry of every segment (its
 //! kind, and for batches partition, naming and offset continuity), the sparse indexes, the
-//! leftovers, the consumer offsets, and the committed consumer offset stores not applied yet.
+//! leftovers, the consumer offsets, the committed consumer offset stores not applied yet, the
+//! commit point (the superblock's, raised to what the prepares read prove) and the committed
+//! client sessions.
 //! The analysis is complete before anything is changed; [`apply`] then carries out the
 //! partition's own findings.
 
@@ -23,6 +25,7 @@ use crate::index::{self, IndexEntry, IndexFile};
 use crate::install::{self, InstallFinding};
 use crate::offsets::{self, ConsumerKind};
 use crate::report::{Finding, FindingKind, Report, SegmentInfo};
+use crate::sessions::Session;
 
 /// Reads the partition in `dir` and says what boot would find and do, without writing (the
 /// storage may be read-only). `Ok(None)`: nothing of the partition exists. When an install did
@@ -152,31 +155,49 @@ pub(crate) fn superblock_temp_finding<R: ReadStorage>(
     )
 }
 
-/// The consumer offset stores of the log, split at the superblock's commit point.
+/// What the segments of a log record beyond their batches, in log order: the consumer offset
+/// stores and client sessions (every one of a segment read entry by entry, a summary's newest
+/// of each), and the highest commit point a read prepare names. Split at the commit point once
+/// every segment is known.
+#[derive(Default)]
 pub(crate) struct Stores {
-    commit_max: u64,
-    /// The newest committed store of each consumer: `(offset, op)`.
-    committed: BTreeMap<(ConsumerKind, u32), (u64, u64)>,
-    /// Every store past the commit point, oldest first.
-    uncommitted: Vec<OffsetEntry>,
+    stores: Vec<OffsetEntry>,
+    sessions: Vec<Session>,
+    /// The highest `commit` among the prepares read: every op up to it is committed (the
+    /// prepare's primary had committed it, and the hash chain makes this log's prefix that
+    /// primary's).
+    proven_commit: u64,
 }
 
 impl Stores {
-    pub(crate) fn new(commit_max: u64) -> Self {
-        Self {
-            commit_max,
-            committed: BTreeMap::new(),
-            uncommitted: Vec::new(),
-        }
+    fn add(&mut self, store: OffsetEntry) {
+        self.stores.push(store);
     }
 
-    fn add(&mut self, store: OffsetEntry) {
-        if store.op <= self.commit_max {
-            self.committed
-                .insert((store.kind, store.id), (store.offset, store.op));
-        } else {
-            self.uncommitted.push(store);
+    fn add_session(&mut self, session: Session) {
+        self.sessions.push(session);
+    }
+
+    /// The newest committed store of each consumer (`(offset, op)`), and every store past
+    /// `commit`, oldest first.
+    #[allow(clippy::type_complexity, reason = "the two halves of one split")]
+    fn split(&self, commit: u64) -> (BTreeMap<(ConsumerKind, u32), (u64, u64)>, Vec<OffsetEntry>) {
+        let mut committed = BTreeMap::new();
+        let mut uncommitted = Vec::new();
+        for store in &self.stores {
+            if store.op <= commit {
+                let slot = committed
+                    .entry((store.kind, store.id))
+                    .or_insert((store.offset, store.op));
+                if slot.1 <= store.op {
+                    *slot = (store.offset, store.op);
+                }
+            } else {
+                uncommitted.push(*store);
+            }
         }
+        uncommitted.sort_by_key(|s| s.op);
+        (committed, uncommitted)
     }
 }
 
@@ -192,40 +213,34 @@ pub(crate) fn analyze<R: ReadStorage>(
 ) -> Result<Report, PartitionError> {
     let mut findings = Vec::new();
     let mut segments: Vec<SegmentInfo> = Vec::new();
-    let mut stores = Stores::new(vsr.commit_max);
+    let mut stores = Stores::default();
+    // Segments taken from their summaries, by index: checked against the commit point below.
+    let mut summarized_at = Vec::new();
     let count = wal_report.files.len();
     for (i, file) in wal_report.files.iter().enumerate() {
         let expected = segments.last().map(|s| s.next_offset);
         let sealed = wal_report.sealed.get(i).copied().flatten();
         let summarized = match sealed {
             Some(last) if config.verify == wal::boot::Verify::Sealed => {
-                summarized_segment(storage, dir, file, config, expected, last, vsr.commit_max)?
+                summarized_segment(storage, dir, file, config, expected, last)?
             }
             _ => None,
         };
         let segment = if let Some(segment) = summarized {
             // Taken from its index file's summary: the file agrees with the log by the checks
             // made, so there is nothing to rebuild.
-            for store in &segment.stores {
-                stores.add(*store);
-            }
+            summarized_at.push(i);
             segment
         } else {
-            let segment = if storage.exists(&file.path)? {
-                let reader = storage.open_read(&file.path)?;
-                scan_segment(&reader, file, config, expected, &mut stores)?
-            } else {
-                // The first file of a partition whose creation stopped before it was made.
-                empty_segment(file, expected.unwrap_or(file.key))
-            };
-            let index_path = dir.join(index::file_name(segment.start_offset));
-            if let Some(reason) = index_disagreement(storage, &index_path, &segment, config)? {
-                findings.push(Finding {
-                    file: index_path,
-                    kind: FindingKind::IndexRebuild { reason },
-                });
-            }
-            segment
+            read_segment(
+                storage,
+                dir,
+                file,
+                config,
+                expected,
+                &mut stores,
+                &mut findings,
+            )?
         };
         if segment.entries == 0 && i + 1 < count {
             return Err(PartitionError::EmptySegment {
@@ -233,6 +248,42 @@ pub(crate) fn analyze<R: ReadStorage>(
             });
         }
         segments.push(segment);
+    }
+    // The commit point: the superblock's, or what a prepare read proves (the head segment is
+    // always read, and its prepares name their primaries' commit points), within the log.
+    let head_op = wal_report.head_op;
+    let proven = if config.commit_from_log {
+        stores.proven_commit
+    } else {
+        0
+    };
+    let commit = vsr.commit_max.max(proven).min(head_op);
+    for i in summarized_at {
+        let segment = &segments[i];
+        let past_commit = segment.stores.iter().any(|s| s.op > commit)
+            || segment.sessions.iter().any(|s| s.op > commit);
+        if past_commit {
+            // A summary keeps each consumer's and client's newest only, and that one is not
+            // committed: which of the segment's earlier ones are cannot be told without it.
+            let expected = i.checked_sub(1).map(|p| segments[p].next_offset);
+            let file = &wal_report.files[i];
+            segments[i] = read_segment(
+                storage,
+                dir,
+                file,
+                config,
+                expected,
+                &mut stores,
+                &mut findings,
+            )?;
+        } else {
+            for store in &segment.stores {
+                stores.add(*store);
+            }
+            for session in &segment.sessions {
+                stores.add_session(*session);
+            }
+        }
     }
     if storage.exists(dir)? {
         for entry in storage.list_dir(dir)? {
@@ -268,7 +319,8 @@ pub(crate) fn analyze<R: ReadStorage>(
         });
     }
     // Committed stores whose file is older: a crash between the commit and the store.
-    for ((kind, id), (offset, op)) in stores.committed {
+    let (committed_stores, uncommitted_offsets) = stores.split(commit);
+    for ((kind, id), (offset, op)) in committed_stores {
         let stored = offsets_scan
             .offsets
             .iter()
@@ -301,8 +353,39 @@ pub(crate) fn analyze<R: ReadStorage>(
         segments,
         next_offset: derived,
         offsets: offsets_scan.offsets,
-        uncommitted_offsets: stores.uncommitted,
+        uncommitted_offsets,
+        commit,
+        sessions: crate::sessions::committed(stores.sessions.iter().copied(), commit),
     })
+}
+
+/// Reads `file` entry by entry (or, for a partition whose creation stopped before its first file
+/// was made, takes it as empty), recording its stores and sessions in `stores`, and reports an
+/// index file that disagrees with it.
+fn read_segment<R: ReadStorage>(
+    storage: &R,
+    dir: &Path,
+    file: &FileInfo,
+    config: &Config,
+    expected: Option<u64>,
+    stores: &mut Stores,
+    findings: &mut Vec<Finding>,
+) -> Result<SegmentInfo, PartitionError> {
+    let segment = if storage.exists(&file.path)? {
+        let reader = storage.open_read(&file.path)?;
+        scan_segment(&reader, file, config, expected, stores)?
+    } else {
+        // The first file of a partition whose creation stopped before it was made.
+        empty_segment(file, expected.unwrap_or(file.key))
+    };
+    let index_path = dir.join(index::file_name(segment.start_offset));
+    if let Some(reason) = index_disagreement(storage, &index_path, &segment, config)? {
+        findings.push(Finding {
+            file: index_path,
+            kind: FindingKind::IndexRebuild { reason },
+        });
+    }
+    Ok(segment)
 }
 
 /// A segment with no entries (yet): named `file.key`, its offsets starting at `next_offset`.
@@ -319,6 +402,7 @@ pub(crate) fn empty_segment(file: &FileInfo, next_offset: u64) -> SegmentInfo {
         max_timestamp: 0,
         index: Vec::new(),
         stores: Vec::new(),
+        sessions: Vec::new(),
         last_checksum: None,
     }
 }
@@ -363,6 +447,7 @@ pub(crate) fn scan_segment<F: ReadFile>(
             .try_into()
             .ok()
             .map(iggy_format::header::stored_checksum);
+        stores.proven_commit = stores.proven_commit.max(header.commit);
         let kind =
             entry::peek(&header, bytes.get(HEADER_SIZE..).unwrap_or(&[])).map_err(|error| {
                 match error {
@@ -379,6 +464,10 @@ pub(crate) fn scan_segment<F: ReadFile>(
                     },
                 }
             })?;
+        if let Some(session) = Session::of(&header, &kind) {
+            stores.add_session(session);
+            segment.note_session(session);
+        }
         match kind {
             Kind::Messages(batch) => {
                 check_batch(&file.path, position, &batch, config, &mut next, &segment)?;
@@ -500,9 +589,9 @@ pub(crate) fn add_to_index(index: &mut Vec<IndexEntry>, entry: IndexEntry, inter
 /// file from its seal, whose last entry's checksum is `sealed_last`; the summary names that
 /// checksum (so it describes exactly the entries the chain commits to), the file's first op,
 /// entry count and end, the partition's index interval, a name that continues the previous
-/// segment (`expected`), an index inside the segment, and only committed consumer offset
-/// stores. Anything else, or an index file that does not decode: `None`, and the segment is
-/// read.
+/// segment (`expected`) and an index inside the segment. Anything else, or an index file that
+/// does not decode (a version 2 file has no sessions): `None`, and the segment is read. Its
+/// stores and sessions are checked against the commit point once that is known.
 fn summarized_segment<R: ReadStorage>(
     storage: &R,
     dir: &Path,
@@ -510,7 +599,6 @@ fn summarized_segment<R: ReadStorage>(
     config: &Config,
     expected: Option<u64>,
     sealed_last: Checksum,
-    commit_max: u64,
 ) -> Result<Option<SegmentInfo>, PartitionError> {
     let path = dir.join(index::file_name(file.key));
     let Ok(reader) = storage.open_read(&path) else {
@@ -522,7 +610,7 @@ fn summarized_segment<R: ReadStorage>(
     let most = index::HEADER_SIZE as u64
         + file
             .entries
-            .saturating_mul((index::ENTRY_SIZE + index::STORE_SIZE) as u64);
+            .saturating_mul((index::ENTRY_SIZE + index::STORE_SIZE + index::SESSION_SIZE) as u64);
     if len > most {
         return Ok(None);
     }
@@ -551,7 +639,6 @@ fn summarized_segment<R: ReadStorage>(
         && summary.bytes == file.end
         && decoded.interval_bytes == config.index_interval_bytes
         && summary.min_timestamp <= summary.max_timestamp
-        && summary.stores.iter().all(|store| store.op <= commit_max)
         // A segment is named by the offset it starts at, which continues the previous one.
         && expected.is_none_or(|next| next == file.key)
         && if summary.batches == 0 {
@@ -575,6 +662,7 @@ fn summarized_segment<R: ReadStorage>(
         max_timestamp: summary.max_timestamp,
         index: decoded.entries,
         stores: summary.stores,
+        sessions: summary.sessions,
         last_checksum: Some(summary.last_checksum),
     }))
 }
@@ -600,12 +688,16 @@ fn index_disagreement<R: ReadStorage>(
         Err(error) => return Err(error.into()),
     };
     let len = file.len()?;
-    let expected_len = (index::HEADER_SIZE
-        + segment.index.len() * index::ENTRY_SIZE
-        + segment.stores.len() * index::STORE_SIZE) as u64;
-    // A version 1 file (no summary) has a 64-byte header and no stores.
+    let expected_len = index::encoded_len(
+        segment.index.len(),
+        segment.stores.len(),
+        segment.sessions.len(),
+    ) as u64;
+    // A version 1 file (no summary) has a 64-byte header and no stores; a version 2 one no
+    // sessions.
     let version_1_len = (index::V1_HEADER_SIZE + segment.index.len() * index::ENTRY_SIZE) as u64;
-    if len != expected_len && len != version_1_len {
+    let version_2_len = index::encoded_len(segment.index.len(), segment.stores.len(), 0) as u64;
+    if len != expected_len && len != version_1_len && len != version_2_len {
         return Ok(Some(format!(
             "{len} bytes where the log gives {expected_len}"
         )));
@@ -620,7 +712,15 @@ fn index_disagreement<R: ReadStorage>(
             "interval {} where the partition uses {}",
             file.interval_bytes, config.index_interval_bytes
         )),
-        Ok(IndexFile { summary: None, .. }) => Some("version 1 (no summary)".into()),
+        Ok(IndexFile {
+            summary: None,
+            version,
+            ..
+        }) => Some(if version == 1 {
+            "version 1 (no summary)".into()
+        } else {
+            format!("version {version} (no client sessions)")
+        }),
         Ok(file) if file.summary.as_ref() != Some(&summary) => {
             Some("its summary disagrees with the log".into())
         }

@@ -51,6 +51,10 @@ pub struct Config {
     /// How much of the WAL's retained files boot reads (`Verify::Everything`: `iggy-fsck
     /// --deep`).
     pub verify: wal::boot::Verify,
+    /// Boot raises the superblock's commit point to the one its prepares prove. On in every
+    /// real use; off only to show what that prevents (`iggy-sim --without
+    /// durable-commit-point`: a restarted quorum then ends the log at a stale commit point).
+    pub commit_from_log: bool,
 }
 
 impl Config {
@@ -73,6 +77,7 @@ impl Config {
             previous_shutdown_clean: false,
             defer_boot_syncs: false,
             verify: wal::boot::Verify::Sealed,
+            commit_from_log: true,
         }
     }
 

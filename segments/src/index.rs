@@ -11,7 +11,10 @@
 //!   the last consumer offset store of each consumer, and the checksum of the segment's last
 //!   WAL entry): boot takes a sealed segment from it without reading the segment, when the
 //!   WAL took that file from its seal and the checksums agree (`docs/format.md`, "Segment
-//!   index").
+//!   index");
+//! - since version 3 the summary also carries the newest client session of each client in the
+//!   segment ([`crate::sessions`]); a version 2 file has no sessions, so boot reads its segment
+//!   and rewrites the file.
 //!
 //! Layout (little-endian; see `docs/format.md`, "Segment index"):
 //!
@@ -19,13 +22,16 @@
 //!   0 checksum u128 (XXH3-128 of bytes [16, end)) | 16 magic "IGGYINDX" u64 | 24 version u16
 //!  26 zero 6 B | 32 start_offset u64 | 40 interval_bytes u64 | 48 count u64 | 56 stores u64
 //!  64 next_offset | 72 entries | 80 batches | 88 bytes | 96 min_timestamp | 104 max_timestamp
-//! 112 first_op | 120 zero 8 B | 128 last_checksum u128 | 144 zero 16 B
+//! 112 first_op | 120 sessions u64 | 128 last_checksum u128 | 144 zero 16 B
 //! 160 entries: count x [offset u64 | timestamp u64 | position u64 | op u64]
 //!     stores: stores x [op u64 | offset u64 | id u32 | kind u8 | zero 11 B]
+//!     sessions: sessions x [client u128 | request u64 | op u64 | base_offset u64
+//!                           | message_count u32 | operation u32]
 //! ```
 //!
-//! Version 1 (read, never written): the 64-byte header up to `count`, zero at 56, then the
-//! entries; it has no summary, so boot reads its segment.
+//! Version 2 (read, never written): the same with zero at 120 and no sessions. Version 1:
+//! the 64-byte header up to `count`, zero at 56, then the entries. Neither is taken as a
+//! summary: boot reads the segment and rewrites the file.
 
 use iggy_format::checksum::Checksum;
 use iggy_format::{checksum, le};
@@ -33,12 +39,14 @@ use iggy_format::{checksum, le};
 use crate::entry::OffsetEntry;
 use crate::offsets::ConsumerKind;
 use crate::report::SegmentInfo;
+use crate::sessions::Session;
 
 pub const MAGIC: u64 = u64::from_le_bytes(*b"IGGYINDX");
-pub const VERSION: u16 = 2;
+pub const VERSION: u16 = 3;
 pub const HEADER_SIZE: usize = 160;
 pub const ENTRY_SIZE: usize = 32;
 pub const STORE_SIZE: usize = 32;
+pub const SESSION_SIZE: usize = 48;
 pub const EXTENSION: &str = "index";
 
 /// A version 1 file's header (no summary, no stores).
@@ -51,11 +59,16 @@ const INTERVAL_OFFSET: usize = 40;
 const COUNT_OFFSET: usize = 48;
 const STORES_OFFSET: usize = 56;
 const SUMMARY_OFFSET: usize = 64;
+const SESSIONS_OFFSET: usize = 120;
 const LAST_CHECKSUM_OFFSET: usize = 128;
 const V1_ZERO_RANGES: [(usize, usize); 2] = [(VERSION_OFFSET + 2, START_OFFSET_OFFSET), (56, 64)];
-const ZERO_RANGES: [(usize, usize); 3] = [
+const V2_ZERO_RANGES: [(usize, usize); 3] = [
     (VERSION_OFFSET + 2, START_OFFSET_OFFSET),
-    (120, LAST_CHECKSUM_OFFSET),
+    (SESSIONS_OFFSET, LAST_CHECKSUM_OFFSET),
+    (LAST_CHECKSUM_OFFSET + 16, HEADER_SIZE),
+];
+const ZERO_RANGES: [(usize, usize); 2] = [
+    (VERSION_OFFSET + 2, START_OFFSET_OFFSET),
     (LAST_CHECKSUM_OFFSET + 16, HEADER_SIZE),
 ];
 
@@ -91,15 +104,19 @@ pub struct Summary {
     pub last_checksum: Checksum,
     /// The last consumer offset store of each consumer in the segment, by (kind, id).
     pub stores: Vec<OffsetEntry>,
+    /// The newest session of each client in the segment, by client.
+    pub sessions: Vec<Session>,
 }
 
 /// A decoded index file.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct IndexFile {
+    pub version: u16,
     pub start_offset: u64,
     pub interval_bytes: u64,
     pub entries: Vec<IndexEntry>,
-    /// `None` in a version 1 file.
+    /// `None` in a version 1 or 2 file (version 2's summary lacks the sessions, so it is not
+    /// one boot may take).
     pub summary: Option<Summary>,
 }
 
@@ -128,6 +145,14 @@ pub enum IndexError {
     },
     #[error("a consumer offset store of unknown kind {code}")]
     StoreKind { code: u8 },
+    #[error("{bytes} bytes after the stores where {sessions} sessions need {expected}")]
+    Sessions {
+        sessions: u64,
+        bytes: usize,
+        expected: usize,
+    },
+    #[error("a session of client 0 at op {op}")]
+    SessionClient { op: u64 },
 }
 
 /// The index file name of the segment starting at `start_offset`.
@@ -158,10 +183,17 @@ pub fn summary_of(segment: &SegmentInfo) -> Summary {
         first_op: segment.first_op,
         last_checksum: segment.last_checksum.unwrap_or(0),
         stores: segment.stores.clone(),
+        sessions: segment.sessions.clone(),
     }
 }
 
-/// Encodes a segment's index and summary (version 2).
+/// The length of an index file of `entries` entries, `stores` stores and `sessions` sessions.
+#[must_use]
+pub fn encoded_len(entries: usize, stores: usize, sessions: usize) -> usize {
+    HEADER_SIZE + entries * ENTRY_SIZE + stores * STORE_SIZE + sessions * SESSION_SIZE
+}
+
+/// Encodes a segment's index and summary (version 3).
 #[must_use]
 pub fn encode(
     start_offset: u64,
@@ -170,13 +202,15 @@ pub fn encode(
     summary: &Summary,
 ) -> Vec<u8> {
     let stores_at = HEADER_SIZE + entries.len() * ENTRY_SIZE;
-    let mut bytes = vec![0u8; stores_at + summary.stores.len() * STORE_SIZE];
+    let sessions_at = stores_at + summary.stores.len() * STORE_SIZE;
+    let mut bytes = vec![0u8; sessions_at + summary.sessions.len() * SESSION_SIZE];
     le::put_u64(&mut bytes, MAGIC_OFFSET, MAGIC);
     le::put_u16(&mut bytes, VERSION_OFFSET, VERSION);
     le::put_u64(&mut bytes, START_OFFSET_OFFSET, start_offset);
     le::put_u64(&mut bytes, INTERVAL_OFFSET, interval_bytes);
     le::put_u64(&mut bytes, COUNT_OFFSET, entries.len() as u64);
     le::put_u64(&mut bytes, STORES_OFFSET, summary.stores.len() as u64);
+    le::put_u64(&mut bytes, SESSIONS_OFFSET, summary.sessions.len() as u64);
     let fields = [
         summary.next_offset,
         summary.entries,
@@ -204,12 +238,21 @@ pub fn encode(
         le::put_u32(&mut bytes, at + 16, store.id);
         bytes[at + 20] = store.kind.code();
     }
+    for (i, session) in summary.sessions.iter().enumerate() {
+        let at = sessions_at + i * SESSION_SIZE;
+        le::put_u128(&mut bytes, at, session.client);
+        le::put_u64(&mut bytes, at + 16, session.request);
+        le::put_u64(&mut bytes, at + 24, session.op);
+        le::put_u64(&mut bytes, at + 32, session.base_offset);
+        le::put_u32(&mut bytes, at + 40, session.message_count);
+        le::put_u32(&mut bytes, at + 44, session.operation);
+    }
     let sum = checksum::checksum(&bytes[CHECKSUMMED_OFFSET..]);
     le::put_u128(&mut bytes, 0, sum);
     bytes
 }
 
-/// Decodes a segment's index file (version 1 or 2), checking it belongs to the segment at
+/// Decodes a segment's index file (version 1, 2 or 3), checking it belongs to the segment at
 /// `start_offset`. Allocates no more than the bytes present justify.
 pub fn decode(bytes: &[u8], start_offset: u64) -> Result<IndexFile, IndexError> {
     let len = bytes.len();
@@ -226,12 +269,19 @@ pub fn decode(bytes: &[u8], start_offset: u64) -> Result<IndexFile, IndexError> 
         return Err(IndexError::Magic { magic });
     }
     let version = le::u16_at(bytes, VERSION_OFFSET).unwrap_or_default();
-    let (header, zero_ranges, stores): (usize, &[(usize, usize)], u64) = match version {
-        1 => (V1_HEADER_SIZE, &V1_ZERO_RANGES, 0),
-        VERSION if len >= HEADER_SIZE => (HEADER_SIZE, &ZERO_RANGES, u64_at(STORES_OFFSET)),
-        VERSION => return Err(IndexError::Length { len }),
-        _ => return Err(IndexError::UnknownVersion { version }),
-    };
+    let (header, zero_ranges, stores, sessions): (usize, &[(usize, usize)], u64, u64) =
+        match version {
+            1 => (V1_HEADER_SIZE, &V1_ZERO_RANGES, 0, 0),
+            2 | VERSION if len < HEADER_SIZE => return Err(IndexError::Length { len }),
+            2 => (HEADER_SIZE, &V2_ZERO_RANGES, u64_at(STORES_OFFSET), 0),
+            VERSION => (
+                HEADER_SIZE,
+                &ZERO_RANGES,
+                u64_at(STORES_OFFSET),
+                u64_at(SESSIONS_OFFSET),
+            ),
+            _ => return Err(IndexError::UnknownVersion { version }),
+        };
     if let Some(offset) = le::first_nonzero_in(bytes, zero_ranges) {
         return Err(IndexError::NonZero { offset });
     }
@@ -255,10 +305,22 @@ pub fn decode(bytes: &[u8], start_offset: u64) -> Result<IndexFile, IndexError> 
             entries: body / ENTRY_SIZE,
         });
     };
-    let stores_bytes = body - entries_bytes;
     let stores_expected = usize::try_from(stores)
         .unwrap_or(usize::MAX)
         .saturating_mul(STORE_SIZE);
+    let sessions_expected = usize::try_from(sessions)
+        .unwrap_or(usize::MAX)
+        .saturating_mul(SESSION_SIZE);
+    let after_entries = body - entries_bytes;
+    // The stores, then the sessions, account for every byte after the entries.
+    let stores_bytes = after_entries.saturating_sub(sessions_expected);
+    if after_entries < sessions_expected && version == VERSION {
+        return Err(IndexError::Sessions {
+            sessions,
+            bytes: after_entries,
+            expected: sessions_expected,
+        });
+    }
     if stores_bytes != stores_expected {
         return Err(if version == 1 {
             IndexError::Length { len }
@@ -281,7 +343,7 @@ pub fn decode(bytes: &[u8], start_offset: u64) -> Result<IndexFile, IndexError> 
             }
         })
         .collect();
-    let summary = if version == 1 {
+    let summary = if version < VERSION {
         None
     } else {
         let stores_at = header + entries_bytes;
@@ -300,6 +362,23 @@ pub fn decode(bytes: &[u8], start_offset: u64) -> Result<IndexFile, IndexError> 
                 kind,
             });
         }
+        let sessions_at = stores_at + stores_bytes;
+        let mut decoded_sessions = Vec::with_capacity(sessions_expected / SESSION_SIZE);
+        for i in 0..sessions_expected / SESSION_SIZE {
+            let at = sessions_at + i * SESSION_SIZE;
+            let session = Session {
+                client: le::u128_at(bytes, at).unwrap_or_default(),
+                request: u64_at(at + 16),
+                op: u64_at(at + 24),
+                base_offset: u64_at(at + 32),
+                message_count: le::u32_at(bytes, at + 40).unwrap_or_default(),
+                operation: le::u32_at(bytes, at + 44).unwrap_or_default(),
+            };
+            if session.client == 0 {
+                return Err(IndexError::SessionClient { op: session.op });
+            }
+            decoded_sessions.push(session);
+        }
         let field = |i: usize| u64_at(SUMMARY_OFFSET + 8 * i);
         Some(Summary {
             next_offset: field(0),
@@ -311,9 +390,11 @@ pub fn decode(bytes: &[u8], start_offset: u64) -> Result<IndexFile, IndexError> 
             first_op: field(6),
             last_checksum: le::u128_at(bytes, LAST_CHECKSUM_OFFSET).unwrap_or_default(),
             stores: decoded,
+            sessions: decoded_sessions,
         })
     };
     Ok(IndexFile {
+        version,
         start_offset,
         interval_bytes: u64_at(INTERVAL_OFFSET),
         entries,
@@ -360,6 +441,24 @@ mod tests {
                     offset: 140,
                 },
             ],
+            sessions: vec![
+                Session {
+                    client: 0xC1,
+                    request: 4,
+                    op: 8,
+                    operation: iggy_format::operation::MESSAGES,
+                    base_offset: 110,
+                    message_count: 10,
+                },
+                Session {
+                    client: 0xC2,
+                    request: 9,
+                    op: 12,
+                    operation: iggy_format::operation::CONSUMER_OFFSET,
+                    base_offset: 0,
+                    message_count: 0,
+                },
+            ],
         }
     }
 
@@ -382,7 +481,7 @@ mod tests {
             damaged[bit / 8] ^= 1 << (bit % 8);
             assert!(decode(&damaged, 100).is_err(), "bit {bit}");
         }
-        for cut in [1, ENTRY_SIZE, STORE_SIZE + 1] {
+        for cut in [1, ENTRY_SIZE, STORE_SIZE + 1, SESSION_SIZE] {
             assert!(
                 decode(&bytes[..bytes.len() - cut], 100).is_err(),
                 "cut {cut}"
@@ -413,6 +512,22 @@ mod tests {
         le::put_u128(&mut bytes, 0, sum);
         let decoded = decode(&bytes, 100).unwrap();
         assert_eq!(decoded.entries, entries);
+        assert_eq!(decoded.summary, None);
+    }
+
+    /// A version 2 file (a summary without sessions) decodes, but is no summary boot may take.
+    #[test]
+    fn a_version_2_file_decodes_without_a_summary() {
+        let without = Summary {
+            sessions: Vec::new(),
+            ..summary()
+        };
+        let mut bytes = encode(100, 4096, &sample(), &without);
+        le::put_u16(&mut bytes, VERSION_OFFSET, 2);
+        let sum = checksum::checksum(&bytes[CHECKSUMMED_OFFSET..]);
+        le::put_u128(&mut bytes, 0, sum);
+        let decoded = decode(&bytes, 100).unwrap();
+        assert_eq!((decoded.version, decoded.entries), (2, sample()));
         assert_eq!(decoded.summary, None);
     }
 }

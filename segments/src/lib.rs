@@ -20,6 +20,7 @@ pub mod partition;
 pub mod read;
 pub mod report;
 mod retention;
+pub mod sessions;
 mod truncate;
 
 pub use append::{Appended, Prepared, Request};
@@ -32,3 +33,4 @@ pub use install::{Install, InstallFinding, StateArtifact};
 pub use partition::Partition;
 pub use read::StoredBatch;
 pub use report::{Action, Finding, FindingKind, Report, SegmentInfo};
+pub use sessions::Session;

@@ -64,6 +64,9 @@ pub(crate) struct State<R> {
     pub committed: u64,
     /// Consumer offset stores journaled past `committed`, oldest first.
     pub uncommitted_offsets: Vec<OffsetEntry>,
+    /// The committed client sessions boot found, until the replica takes them
+    /// ([`Partition::take_sessions`]).
+    pub boot_sessions: Vec<crate::sessions::Session>,
 }
 
 /// An open partition.
@@ -173,7 +176,11 @@ impl<S: Storage + Clone> Partition<S> {
             .map(|s| s.max_timestamp)
             .max()
             .unwrap_or(0);
-        let committed = superblock.state().commit_max.min(wal.head().0);
+        // Boot's commit point: the superblock's, raised to what the log's prepares prove.
+        let committed = report
+            .commit
+            .max(superblock.state().commit_max)
+            .min(wal.head().0);
         let partition = Self {
             storage,
             dir: dir.to_path_buf(),
@@ -186,6 +193,7 @@ impl<S: Storage + Clone> Partition<S> {
                 last_timestamp,
                 committed,
                 uncommitted_offsets: report.uncommitted_offsets.clone(),
+                boot_sessions: report.sessions.clone(),
             }),
         };
         let mut state = partition.lock();
@@ -259,6 +267,13 @@ impl<S: Storage + Clone> Partition<S> {
         } else {
             self.wal.published().head_op
         }
+    }
+
+    /// The committed client sessions boot found (each client's last committed request, the op
+    /// and what its client was told), handed over once: what the replica's client table starts
+    /// from, so that a request replayed after a restart is answered, not appended again.
+    pub fn take_sessions(&self) -> Vec<crate::sessions::Session> {
+        std::mem::take(&mut self.lock().boot_sessions)
     }
 
     /// The segments, oldest first.

@@ -11,6 +11,7 @@ use crate::entry::OffsetEntry;
 use crate::index::IndexEntry;
 use crate::install::InstallFinding;
 use crate::offsets::{ConsumerKind, ConsumerOffset};
+use crate::sessions::Session;
 
 /// What boot does about a partition finding (beyond the WAL's own, in [`Report::wal`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -95,6 +96,8 @@ pub struct SegmentInfo {
     pub index: Vec<IndexEntry>,
     /// The last consumer offset store of each consumer in the segment, by (kind, id).
     pub stores: Vec<OffsetEntry>,
+    /// The newest session of each client in the segment, by client.
+    pub sessions: Vec<Session>,
     /// The header checksum of its last entry (`None` without entries): its summary names it.
     pub last_checksum: Option<Checksum>,
 }
@@ -107,6 +110,11 @@ impl SegmentInfo {
             Ok(at) => self.stores[at] = store,
             Err(at) => self.stores.insert(at, store),
         }
+    }
+
+    /// Records `session`, the segment's newest of its client.
+    pub(crate) fn note_session(&mut self, session: Session) {
+        crate::sessions::note(&mut self.sessions, session);
     }
 }
 
@@ -121,9 +129,14 @@ pub struct Report {
     pub segments: Vec<SegmentInfo>,
     pub next_offset: u64,
     pub offsets: Vec<ConsumerOffset>,
-    /// Consumer offset stores journaled past the superblock's commit point, oldest first:
-    /// applied when they commit, dropped if a view change cuts them.
+    /// Consumer offset stores journaled past the commit point, oldest first: applied when they
+    /// commit, dropped if a view change cuts them.
     pub uncommitted_offsets: Vec<OffsetEntry>,
+    /// The commit point boot restores: the superblock's, raised to what the log proves (the
+    /// head segment's prepares each carry their primary's commit point), at most the head op.
+    pub commit: u64,
+    /// The committed session of each client (see [`crate::sessions`]), by client.
+    pub sessions: Vec<Session>,
 }
 
 impl Report {

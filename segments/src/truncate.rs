@@ -20,7 +20,8 @@ impl<S: Storage + Clone> Partition<S> {
     /// Commits every entry up to `op`: the consumer offset stores among them are stored (each
     /// durable before the next), in log order. Committing at or below the commit point is a
     /// no-op; `op` must be journaled. The durable commit point is the superblock's
-    /// (`write_vsr`): boot stores what a crash left unapplied up to it.
+    /// (`write_vsr`), raised at boot to what the log's prepares prove: boot stores what a crash
+    /// left unapplied up to it.
     pub fn commit(&self, op: u64) -> Result<(), PartitionError> {
         let mut state = self.lock();
         if op <= state.committed {
@@ -107,7 +108,7 @@ impl<S: Storage + Clone> Partition<S> {
             .and_then(|i| state.segments.get(i))
             .map(|s| s.info.next_offset);
         let reader = self.storage.open_read(&kept.path)?;
-        let mut stores = Stores::new(u64::MAX);
+        let mut stores = Stores::default();
         let head_segment = boot::scan_segment(&reader, &kept, &self.config, expected, &mut stores)?;
         drop(reader);
         let offset_frontier = self.lock_superblock().state().offset_frontier;
