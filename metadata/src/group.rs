@@ -530,6 +530,14 @@ impl<S: Storage + Clone> MetadataGroup<S> {
         if let Err(error) = codec::decode_op(body) {
             return Err(refuse(format!("the op does not decode: {error}")));
         }
+        if header.op > self.superblock.state().checkpoint_op + JOURNAL_OPS
+            && self.commit_op > self.superblock.state().checkpoint_op
+        {
+            // The state is applied past the checkpoint without one having been taken: a boot
+            // restored it through the commit point its log proves. Taken now, it frees the
+            // journal's prefix.
+            self.checkpoint()?;
+        }
         let checkpoint_op = self.superblock.state().checkpoint_op;
         if header.op > checkpoint_op + JOURNAL_OPS {
             return Err(GroupError::JournalFull {

@@ -451,3 +451,54 @@ fn a_prepare_past_the_journal_is_refused() {
     assert!(group.superblock().state().checkpoint_op > 0);
     group.prepare(&stream(0), &meta(0, 0)).unwrap().unwrap();
 }
+
+/// A replica's superblock records the commit point at view changes and checkpoints, not at every
+/// commit: boot restores through the one its head prepare names (every op up to it committed).
+/// A boot that restores past the checkpoint interval that way takes the checkpoint it skipped
+/// once the journal needs the room, rather than refusing the next prepare as a full journal.
+#[test]
+fn boot_restores_through_the_commit_point_the_head_prepare_names() {
+    let storage = SimStorage::new(11);
+    let mut group = create(&storage, PRIMARY);
+    let mut prepared = Vec::new();
+    let mut prepare = |group: &mut MetadataGroup<SimStorage>, op: &Op, request: u64| {
+        let (head, _) = group.wal().head();
+        let meta = PrepareMeta {
+            commit: head.saturating_sub(2),
+            ..meta(0, request)
+        };
+        let entry = group.prepare(op, &meta).unwrap().unwrap();
+        prepared.push(entry);
+    };
+    let register = Op::RegisterClient {
+        client: CLIENT,
+        session: 1,
+    };
+    prepare(&mut group, &register, 0);
+    for i in 1..1_000 {
+        prepare(&mut group, &stream(i), i);
+    }
+    assert_eq!((group.applied_op(), group.head_op()), (0, 1_000));
+    drop(group);
+    // The head (op 1,000) names commit point 997: boot applies through it.
+    let mut booted = reopen(&storage, &PRIMARY);
+    assert_eq!(booted.applied_op(), 997);
+    assert_eq!(*booted.state(), executed(&prepared[..997]));
+    let checked = group::check(&ReadOnly::new(storage.clone()), dir(), &PRIMARY)
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (checked.commit_op, checked.state),
+        (997, booted.state().clone())
+    );
+    // Past checkpoint 0 plus the journal's 1,024 ops: the checkpoint is taken first.
+    for i in 1_000..1_040 {
+        let meta = PrepareMeta {
+            commit: 997,
+            ..meta(0, i)
+        };
+        booted.prepare(&stream(i), &meta).unwrap().unwrap();
+    }
+    assert_eq!(booted.head_op(), 1_040);
+    assert_eq!(booted.vsr_state().checkpoint_op, 997);
+}
