@@ -145,6 +145,39 @@ impl Checker {
         self.held.insert((node, group), (log_view, op));
     }
 
+    /// Replica `node` of `group` made `log_view` durable: the log it now holds under that view
+    /// (`checksum` of each op it knows, up to `head`) must hold every committed op it reaches,
+    /// as committed. A view whose log lacks one (a merge that missed a committed op) may never
+    /// commit anything that shows it (the replicas that executed the op cannot join it), so the
+    /// commit history alone would not see it.
+    pub fn view_log(
+        &mut self,
+        node: u8,
+        group: u128,
+        log_view: u32,
+        head: u64,
+        checksum: impl Fn(u64) -> Option<Checksum>,
+    ) {
+        let Some(history) = self.history.get(&group) else {
+            return;
+        };
+        // The recent history is where a view change can go wrong (older ops are executed
+        // everywhere and below every log's cut).
+        let differs = history
+            .range(..=head)
+            .rev()
+            .take(1024)
+            .find(|(op, committed)| checksum(**op).is_some_and(|c| c != committed.checksum))
+            .map(|(op, committed)| (*op, committed.checksum));
+        if let Some((op, committed)) = differs {
+            let what = format!(
+                "node {node} group {group:#x}: the log it holds under log_view {log_view} has                  {:#x} at op {op}, where {committed:#x} committed: the view's log lost a                  committed op",
+                checksum(op).unwrap_or(0)
+            );
+            self.fail("view log", what);
+        }
+    }
+
     /// Replica `node` of `group` journaled `op` while its superblock named `log_view`.
     pub fn journaled(&mut self, node: u8, group: u128, log_view: u32, op: u64) {
         let held = self.held.entry((node, group)).or_insert((log_view, op));

@@ -115,6 +115,22 @@ pub struct Options {
     /// processes only, one copy of each byte in memory instead of two. A power loss on such a
     /// disk loses nothing.
     pub write_through: bool,
+    /// Draw the seed's history length from its own stream: half the seeds as given, three in
+    /// ten 5 times longer and two in ten 25 times (requests per client and producer batches
+    /// multiplied, think time and send interval divided): thousands of ops per group, past
+    /// the 128-header window, the metadata checkpoint and many checkpoints of the replicated
+    /// partitions. Off: `requests_per_client`, `think_us` and the workload as given.
+    pub draw_history: bool,
+}
+
+/// How much longer than given a seed's history is, drawn from the seed (`Options::draw_history`).
+#[must_use]
+pub fn history_factor(seed: u64) -> u64 {
+    match Stream::new(seed, "history").below(10) {
+        0..=4 => 1,
+        5..=7 => 5,
+        _ => 25,
+    }
 }
 
 impl Options {
@@ -142,6 +158,7 @@ impl Options {
             repair_ration: true,
             workload: None,
             write_through: false,
+            draw_history: true,
         }
     }
 }
@@ -187,6 +204,13 @@ pub struct Report {
     pub behind_ring: u64,
     /// Sends of the producers with an outcome.
     pub producer_sends: u64,
+    /// Ops committed in each group (the history's length), by group.
+    pub group_ops: Vec<u64>,
+    /// Faults that took two nodes at once, and clean stops of every node.
+    pub two_node_crashes: u64,
+    pub stop_alls: u64,
+    /// How much longer than given the history was drawn (1 when not drawn).
+    pub history_factor: u64,
     /// The first checker that fired, what it found, and the state then.
     pub failure: Option<Failure>,
 }
@@ -307,12 +331,26 @@ pub struct Cluster {
     peak_repair_senders: Vec<usize>,
     /// A node died and its producers' connections have not noticed yet: sends still go to it.
     death_unnoticed: Vec<bool>,
+    two_node_crashes: u64,
+    stop_alls: u64,
 }
 
 impl Cluster {
     /// Creates the cluster of `options` (every node writes the same genesis and boots).
-    pub fn new(options: Options) -> Result<Self, String> {
+    pub fn new(mut options: Options) -> Result<Self, String> {
         let seed = options.seed;
+        if options.draw_history {
+            let factor = history_factor(seed);
+            options.requests_per_client *= factor;
+            options.think_us /= factor;
+            if let Some(workload) = &mut options.workload {
+                workload.batches = workload.batches.saturating_mul(factor);
+                workload.shape.batches_per_second = workload
+                    .shape
+                    .batches_per_second
+                    .saturating_mul(u32::try_from(factor).unwrap_or(1));
+            }
+        }
         let layout = Layout {
             cluster: 0x1667_0000 | u128::from(seed % 0xFFFF),
             replicas: 3,
@@ -419,6 +457,8 @@ impl Cluster {
             repair_senders: std::collections::BTreeSet::new(),
             peak_repair_senders: vec![0; replicas],
             death_unnoticed: vec![false; replicas],
+            two_node_crashes: 0,
+            stop_alls: 0,
         };
         for node in 0..cluster.layout.replicas {
             cluster.start_ticking(node);
@@ -505,6 +545,24 @@ impl Cluster {
                 .filter(|h| h.replica.behind_ring())
                 .count() as u64,
             producer_sends: self.producers.iter().map(|p| p.sends.len() as u64).sum(),
+            group_ops: self
+                .layout
+                .groups()
+                .iter()
+                .map(|k| {
+                    self.checker
+                        .history
+                        .get(&k.id())
+                        .map_or(0, |h| h.len() as u64)
+                })
+                .collect(),
+            two_node_crashes: self.two_node_crashes,
+            stop_alls: self.stop_alls,
+            history_factor: if self.options.draw_history {
+                history_factor(self.options.seed)
+            } else {
+                1
+            },
             failure,
         }
     }
@@ -1066,6 +1124,12 @@ impl Cluster {
             let checksum = host.replica.checksum(op).unwrap_or(0);
             self.checker
                 .log_view_written(node, group, durable.log_view, op, checksum);
+            let head = host.replica.head();
+            let replica = &host.replica;
+            self.checker
+                .view_log(node, group, durable.log_view, head, |op| {
+                    replica.checksum(op)
+                });
         }
         let more = !host.lane.is_empty();
         if !more {
@@ -1212,15 +1276,44 @@ impl Cluster {
         let next = self.faults.between(300_000, 2_000_000);
         self.schedule(next, Event::Fault);
         let faults = self.options.faults;
-        let choice = self.faults.below(4);
+        let choice = self.faults.below(5);
         let node = u8::try_from(self.faults.below(u64::from(self.layout.replicas))).unwrap_or(0);
         match choice {
             0 | 1 if (faults.crashes || faults.power_loss) && self.healthy() => {
-                let power = faults.power_loss && (!faults.crashes || self.faults.chance(0.5));
-                self.crash(node, power);
-                self.restart_pending[usize::from(node)] = true;
-                let after = self.faults.between(200_000, 4_000_000);
-                self.schedule(after, Event::Restart { node });
+                // One node, or two at once: with every replica of every group journaled
+                // through its commit point (`healthy`), the one left holds every committed op,
+                // so nothing acknowledged can be lost, replicated durability included.
+                let replicas = u64::from(self.layout.replicas);
+                let mut down = vec![node];
+                if replicas > 2 && self.faults.chance(0.25) {
+                    let step = 1 + self.faults.below(replicas - 1);
+                    down.push(u8::try_from((u64::from(node) + step) % replicas).unwrap_or(0));
+                    self.two_node_crashes += 1;
+                }
+                for node in down {
+                    let power = faults.power_loss && (!faults.crashes || self.faults.chance(0.5));
+                    self.crash(node, power);
+                    self.restart_pending[usize::from(node)] = true;
+                    let after = self.faults.between(200_000, 4_000_000);
+                    self.schedule(after, Event::Restart { node });
+                }
+            }
+            4 if faults.crashes && self.healthy() && self.faults.chance(0.3) => {
+                // Every node stops cleanly (each publishes everything and marks its clean
+                // shutdown) and they start again together: every group resumes through its
+                // unanswered probes.
+                self.note("stop-all: every node shuts down cleanly".into());
+                self.stop_alls += 1;
+                let after = self.faults.between(200_000, 2_000_000);
+                for node in 0..self.layout.replicas {
+                    if let Err(error) = self.shutdown_node(node) {
+                        self.checker.failure = Some(("shutdown".into(), error));
+                        return;
+                    }
+                    self.crashes += 1;
+                    self.restart_pending[usize::from(node)] = true;
+                    self.schedule(after, Event::Restart { node });
+                }
             }
             2 if faults.network && !self.network.is_partitioned() => {
                 let replicas = u64::from(self.layout.replicas);
@@ -1293,7 +1386,7 @@ impl Cluster {
         if faulty {
             n.storage.set_faults(FaultConfig::default());
         }
-        if let Err(error) = n.boot(&self.layout, true) {
+        if let Err(error) = n.boot(&self.layout) {
             self.checker.failure = Some(("boot".into(), error));
             return;
         }
@@ -1497,6 +1590,10 @@ pub fn run(options: Options) -> Report {
             view_changes: 0,
             behind_ring: 0,
             producer_sends: 0,
+            group_ops: Vec::new(),
+            two_node_crashes: 0,
+            stop_alls: 0,
+            history_factor: 1,
             failure: Some(Failure {
                 checker: "setup".into(),
                 what: error,

@@ -116,6 +116,8 @@ pub struct Setup {
     pub persisted: bool,
     /// Each node rations repair (3 new sessions a tick, 8 in flight).
     pub repair_ration: bool,
+    /// The protocol's safeguards (all on, but to show what one prevents).
+    pub safeguards: iggy_vsr::Safeguards,
 }
 
 impl Setup {
@@ -127,6 +129,7 @@ impl Setup {
             spread: false,
             persisted: false,
             repair_ration: true,
+            safeguards: iggy_vsr::Safeguards::default(),
         }
     }
 }
@@ -143,6 +146,7 @@ pub fn options(setup: Setup, scale: &Scale, shape: Shape) -> Options {
         spread,
         persisted,
         repair_ration,
+        safeguards,
     } = setup;
     Options {
         replicated: if persisted { 0 } else { scale.partitions },
@@ -160,6 +164,8 @@ pub fn options(setup: Setup, scale: &Scale, shape: Shape) -> Options {
         repair_ration,
         checkpoint_bytes: 128 << 20,
         write_through: true,
+        draw_history: false,
+        safeguards,
         workload: Some(Workload {
             shape,
             batches: u64::MAX,
@@ -276,6 +282,9 @@ pub struct Recovered {
     pub adopted_us: Option<u64>,
     pub caught_up_us: Option<u64>,
     pub fetched_bytes: u64,
+    /// The prepare bytes (header and body) of the ops it lacked after its boot, up to where it
+    /// caught up: what it missed while down and what boot discarded. Repair need fetch no more.
+    pub lacked_bytes: u64,
 }
 
 fn failure_of(cluster: &Cluster) -> Result<(), String> {
@@ -594,6 +603,16 @@ pub fn restart(setup: Setup, scale: &Scale) -> Result<RestartReport, String> {
     cluster.restart_node(0);
     failure_of(&cluster)?;
     let discarded = cluster.nodes()[0].discarded.clone();
+    // Where each group's log ended after boot, and where it was when it caught up.
+    let boot_heads: Vec<u64> = groups
+        .iter()
+        .map(|k| {
+            cluster
+                .replica(0, k.id())
+                .map_or(0, iggy_vsr::Replica::journaled_head)
+        })
+        .collect();
+    let mut caught_heads = vec![0u64; groups.len()];
     let caught_up = watch(
         &mut cluster,
         &groups,
@@ -611,25 +630,33 @@ pub fn restart(setup: Setup, scale: &Scale) -> Result<RestartReport, String> {
             })
         },
     )?;
+    for (i, kind) in groups.iter().enumerate() {
+        caught_heads[i] = cluster
+            .replica(0, kind.id())
+            .map_or(0, iggy_vsr::Replica::journaled_head);
+    }
     let recovered = groups
         .iter()
         .enumerate()
-        .map(|(i, kind)| Recovered {
-            label: kind.label(),
-            adopted_us: cluster
-                .view_log()
-                .iter()
-                .find(|(at, node, group, status, _)| {
-                    *at >= restart_us
-                        && *node == 0
-                        && *group == kind.id()
-                        && *status == Status::Normal
-                })
-                .map(|e| e.0),
-            caught_up_us: caught_up[i],
-            fetched_bytes: cluster.repair_bytes(0, kind.id()) - fetched_before[i],
+        .map(|(i, kind)| -> Result<Recovered, String> {
+            Ok(Recovered {
+                label: kind.label(),
+                adopted_us: cluster
+                    .view_log()
+                    .iter()
+                    .find(|(at, node, group, status, _)| {
+                        *at >= restart_us
+                            && *node == 0
+                            && *group == kind.id()
+                            && *status == Status::Normal
+                    })
+                    .map(|e| e.0),
+                caught_up_us: caught_up[i],
+                fetched_bytes: cluster.repair_bytes(0, kind.id()) - fetched_before[i],
+                lacked_bytes: prepare_bytes(&cluster, 0, *kind, boot_heads[i], caught_heads[i])?,
+            })
         })
-        .collect();
+        .collect::<Result<Vec<Recovered>, String>>()?;
     // Every node holds every acknowledged batch once what is in flight has landed: the
     // producers stop, the last prepares reach the backup the quorum did not wait for.
     cluster.stop_producers();
@@ -654,6 +681,165 @@ pub fn restart(setup: Setup, scale: &Scale) -> Result<RestartReport, String> {
             .count(),
         integrity: check_acknowledged(&cluster, &[0, 1, 2]),
     })
+}
+
+/// The prepare bytes (header and body) of `node`'s log of `kind` from op `after` (excluded)
+/// through `through`, as journaled.
+fn prepare_bytes(
+    cluster: &Cluster,
+    node: u8,
+    kind: GroupKind,
+    after: u64,
+    through: u64,
+) -> Result<u64, String> {
+    if through <= after {
+        return Ok(0);
+    }
+    let Some(host) = cluster.nodes()[usize::from(node)].hosts.get(&kind.id()) else {
+        return Ok(0);
+    };
+    let wal = match &host.store {
+        Store::Partition { partition, .. } => partition.wal(),
+        Store::Metadata(group) => group.wal(),
+    };
+    let mut bytes = 0;
+    let mut op = (after + 1).max(wal.first_op());
+    while op <= through {
+        let last = through.min(op + 1023);
+        for header in wal
+            .read_headers(op, last)
+            .map_err(|e| format!("node {node} {}: ops {op}..={last}: {e}", kind.label()))?
+        {
+            bytes += u64::from(header.size);
+        }
+        op = last + 1;
+    }
+    Ok(bytes)
+}
+
+/// What a clean stop of every node, and their start together, did.
+#[derive(Clone, Debug)]
+pub struct RestartAllReport {
+    pub stop_us: u64,
+    /// Acknowledged batches before the stop, and the ops each partition held then (fewest,
+    /// most).
+    pub acknowledged: u64,
+    pub partition_ops: (u64, u64),
+    /// When each group was in normal status on every node again.
+    pub resumed: Vec<(String, Option<u64>)>,
+    /// Prepare bytes repair fetched on any node after the start (nothing was lost: none).
+    pub fetched_bytes: u64,
+    /// Groups with no primary at the end.
+    pub leaderless: Vec<String>,
+    /// Every acknowledged batch on all three nodes, none twice, or what was wrong.
+    pub integrity: Result<u64, String>,
+}
+
+/// After the warm-up the producers stop, what is in flight lands, and every node shuts down
+/// cleanly (each publishes everything with its log synced, records its commit point and marks
+/// its clean shutdown); then all three start together and every group resumes through its
+/// unanswered probes. Watched until every group is back on every node (or 30 s), then 2 s more.
+pub fn restart_all(setup: Setup, scale: &Scale) -> Result<RestartAllReport, String> {
+    let mut cluster = Cluster::new(options(setup, scale, scale.restart_shape))?;
+    cluster.run_until(scale.warm_up_us);
+    failure_of(&cluster)?;
+    cluster.stop_producers();
+    cluster.run_until(scale.warm_up_us + SECOND);
+    failure_of(&cluster)?;
+    let groups = cluster.layout().groups();
+    let replicas = cluster.layout().replicas;
+    let fetched = |c: &Cluster| -> u64 {
+        (0..replicas)
+            .flat_map(|n| groups.iter().map(move |k| (n, k.id())))
+            .map(|(n, g)| c.repair_bytes(n, g))
+            .sum()
+    };
+    let fetched_before = fetched(&cluster);
+    let acknowledged = committed(&cluster);
+    let heads: Vec<u64> = groups
+        .iter()
+        .filter(|k| matches!(k, GroupKind::Partition { .. }))
+        .filter_map(|k| cluster.replica(0, k.id()).map(iggy_vsr::Replica::head))
+        .collect();
+    let partition_ops = (
+        heads.iter().min().copied().unwrap_or(0),
+        heads.iter().max().copied().unwrap_or(0),
+    );
+    let stop_us = cluster.now();
+    for node in 0..replicas {
+        cluster.shutdown_node(node)?;
+    }
+    for node in 0..replicas {
+        cluster.restart_node(node);
+    }
+    failure_of(&cluster)?;
+    let resumed = watch(&mut cluster, &groups, stop_us + 30 * SECOND, |c, kind| {
+        (0..replicas).all(|n| {
+            c.replica(n, kind.id())
+                .is_some_and(|r| r.status() == Status::Normal)
+        })
+    })?;
+    let settle = cluster.now() + 2 * SECOND;
+    cluster.run_until(settle);
+    failure_of(&cluster)?;
+    let leaderless = groups
+        .iter()
+        .filter(|k| cluster.nodes()[0].leader_of(k.id()).is_none())
+        .map(|k| k.label())
+        .collect();
+    Ok(RestartAllReport {
+        stop_us,
+        acknowledged,
+        partition_ops,
+        resumed: groups
+            .iter()
+            .zip(resumed)
+            .map(|(k, at)| (k.label(), at))
+            .collect(),
+        fetched_bytes: fetched(&cluster) - fetched_before,
+        leaderless,
+        integrity: check_acknowledged(&cluster, &[0, 1, 2]),
+    })
+}
+
+/// A clean stop and start of every node: its account.
+#[must_use]
+pub fn render_restart_all(report: &RestartAllReport) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "every node stops cleanly at {} s and all start together; {} acknowledged batches, \
+         {} to {} ops per partition",
+        seconds(report.stop_us),
+        report.acknowledged,
+        report.partition_ops.0,
+        report.partition_ops.1
+    );
+    let back: Vec<u64> = report.resumed.iter().filter_map(|r| r.1).collect();
+    let _ = writeln!(
+        out,
+        "{} of {} groups normal on every node again, {} to {} s after the stop (through \
+         unanswered probes); {} without a primary",
+        back.len(),
+        report.resumed.len(),
+        back.iter()
+            .min()
+            .map_or_else(|| "-".into(), |a| seconds(a - report.stop_us)),
+        back.iter()
+            .max()
+            .map_or_else(|| "-".into(), |a| seconds(a - report.stop_us)),
+        report.leaderless.len()
+    );
+    let _ = writeln!(out, "repair fetched {} B", report.fetched_bytes);
+    let _ = writeln!(
+        out,
+        "integrity: {}",
+        match &report.integrity {
+            Ok(n) => format!("{n} acknowledged batches on all three nodes, none twice"),
+            Err(e) => format!("FAILED: {e}"),
+        }
+    );
+    out
 }
 
 /// What a power loss of every node at once did.
@@ -841,6 +1027,19 @@ fn watch(
     Ok(at)
 }
 
+/// `fetched` as a multiple of `lacked`, for a report.
+fn ratio(fetched: u64, lacked: u64) -> String {
+    if lacked == 0 {
+        if fetched == 0 {
+            "nothing lacked, nothing fetched".into()
+        } else {
+            "nothing lacked".into()
+        }
+    } else {
+        format!("{:.2}x", fetched as f64 / lacked as f64)
+    }
+}
+
 fn seconds(us: u64) -> String {
     format!("{:.3}", us as f64 / 1e6)
 }
@@ -971,14 +1170,33 @@ pub fn render_restart(report: &RestartReport) -> String {
             .unwrap_or(0);
         let _ = writeln!(
             out,
-            "  {:<28} discarded {:>10} B; normal at {} s; caught up at {} s; fetched {} B",
+            "  {:<28} discarded {:>10} B; normal at {} s; caught up at {} s; lacked {} B, \
+             fetched {} B ({})",
             r.label,
             discarded,
             after(r.adopted_us),
             after(r.caught_up_us),
-            r.fetched_bytes
+            r.lacked_bytes,
+            r.fetched_bytes,
+            ratio(r.fetched_bytes, r.lacked_bytes)
         );
     }
+    let lacked: u64 = report.recovered.iter().map(|r| r.lacked_bytes).sum();
+    let fetched: u64 = report.recovered.iter().map(|r| r.fetched_bytes).sum();
+    let _ = writeln!(
+        out,
+        "repair fetched {fetched} B for {lacked} B lacked after boot ({}); the worst group {}",
+        ratio(fetched, lacked),
+        report
+            .recovered
+            .iter()
+            .filter(|r| r.lacked_bytes > 0)
+            .map(|r| r.fetched_bytes as f64 / r.lacked_bytes as f64)
+            .fold(None, |worst: Option<f64>, x| Some(
+                worst.map_or(x, |w| w.max(x))
+            ))
+            .map_or_else(|| "-".into(), |w| format!("{w:.2}x"))
+    );
     let _ = writeln!(
         out,
         "integrity: {}",

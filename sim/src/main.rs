@@ -39,9 +39,10 @@ struct Cli {
     /// default each partition starts at its metadata leader's view, spreading the primaries.
     #[arg(long)]
     no_spread: bool,
-    /// Requests each client sends.
-    #[arg(long, default_value_t = 40)]
-    requests: u64,
+    /// Requests each client sends (default: 40, or for most seeds more, drawn from the seed:
+    /// a history 5 or 25 times longer, with producers' batches to match).
+    #[arg(long)]
+    requests: Option<u64>,
     /// Simulated seconds of the fault phase.
     #[arg(long, default_value_t = 20)]
     fault_seconds: u64,
@@ -51,7 +52,8 @@ struct Cli {
     /// Turn one protocol safeguard off (to show the simulator finds the bug it prevents):
     /// durable-view-gate, publish-before-log-view, nack-header-without-body, body-fetch,
     /// hole-check-lower-bound, incarnation-echo, same-view-keeps-log,
-    /// forgotten-acknowledgments.
+    /// forgotten-acknowledgments, durable-commit-point, keep-durable-log, start-view-resend.
+    /// Also for a failover case (`iggy-sim --without NAME failover CASE`).
     #[arg(long)]
     without: Option<String>,
     /// Put every message delivered to and every storage effect of this group into the trace
@@ -78,6 +80,11 @@ enum Command {
         /// Print the storage crates' WARN lines (boot's discards, frontier rewrites) to stderr.
         #[arg(long)]
         warnings: bool,
+        /// Simulated seconds of load before the fault (default: 3 at the scaled load, 20 at
+        /// the article's). Long warm-ups take every group past the protocol's bounds (the
+        /// 128-header window, checkpoints) before the fault.
+        #[arg(long, value_name = "SECONDS")]
+        warm_up: Option<u64>,
     },
 }
 
@@ -97,20 +104,31 @@ enum Case {
     PowerLoss,
     /// The same with persisted partitions.
     PowerLossPersisted,
+    /// The producers stop, every node shuts down cleanly, and all three start together.
+    RestartAll,
 }
 
-fn failover(case: Case, full: bool, seed: u64) -> ExitCode {
+fn failover(
+    case: Case,
+    full: bool,
+    seed: u64,
+    warm_up: Option<u64>,
+    safeguards: iggy_vsr::Safeguards,
+) -> ExitCode {
     use iggy_sim::failover;
-    let scale = if full {
+    let mut scale = if full {
         failover::Scale::article()
     } else {
         failover::Scale::scaled()
     };
+    if let Some(seconds) = warm_up {
+        scale.warm_up_us = seconds * 1_000_000;
+    }
     let result = match case {
         Case::KillLeader | Case::KillLeaderSpread | Case::KillBackup => {
             let setup = failover::Setup {
                 spread: matches!(case, Case::KillLeaderSpread),
-                ..failover::Setup::article(seed)
+                ..article(seed, safeguards)
             };
             let dead = if matches!(case, Case::KillBackup) {
                 2
@@ -127,7 +145,7 @@ fn failover(case: Case, full: bool, seed: u64) -> ExitCode {
             failover::restart(
                 failover::Setup {
                     persisted,
-                    ..failover::Setup::article(seed)
+                    ..article(seed, safeguards)
                 },
                 &scale,
             )
@@ -136,13 +154,24 @@ fn failover(case: Case, full: bool, seed: u64) -> ExitCode {
                 (failover::render_restart(&r), ok)
             })
         }
+        Case::RestartAll => failover::restart_all(
+            failover::Setup {
+                spread: true,
+                ..article(seed, safeguards)
+            },
+            &scale,
+        )
+        .map(|r| {
+            let ok = r.integrity.is_ok() && r.leaderless.is_empty() && r.fetched_bytes == 0;
+            (failover::render_restart_all(&r), ok)
+        }),
         Case::PowerLoss | Case::PowerLossPersisted => {
             let persisted = matches!(case, Case::PowerLossPersisted);
             failover::power_loss_all(
                 failover::Setup {
                     persisted,
                     spread: true,
-                    ..failover::Setup::article(seed)
+                    ..article(seed, safeguards)
                 },
                 &scale,
             )
@@ -165,6 +194,13 @@ fn failover(case: Case, full: bool, seed: u64) -> ExitCode {
             eprintln!("iggy-sim failover: {error}");
             ExitCode::from(1)
         }
+    }
+}
+
+fn article(seed: u64, safeguards: iggy_vsr::Safeguards) -> iggy_sim::failover::Setup {
+    iggy_sim::failover::Setup {
+        safeguards,
+        ..iggy_sim::failover::Setup::article(seed)
     }
 }
 
@@ -204,6 +240,7 @@ fn main() -> ExitCode {
         full,
         seed,
         warnings,
+        warm_up,
     }) = cli.command
     {
         if warnings {
@@ -212,7 +249,13 @@ fn main() -> ExitCode {
                 .with_max_level(tracing_subscriber::filter::LevelFilter::WARN)
                 .init();
         }
-        return failover(case, full, seed);
+        return match safeguards(cli.without.as_deref()) {
+            Ok(safeguards) => failover(case, full, seed, warm_up, safeguards),
+            Err(error) => {
+                eprintln!("iggy-sim: {error}");
+                ExitCode::from(2)
+            }
+        };
     }
     let safeguards = match safeguards(cli.without.as_deref()) {
         Ok(s) => s,
@@ -230,6 +273,8 @@ fn main() -> ExitCode {
     let mut behind = 0u64;
     let mut simulated = 0u64;
     let mut wall = std::time::Duration::ZERO;
+    // Ops committed per group, over every group of every seed.
+    let mut group_ops: Vec<u64> = Vec::new();
     for seed in from..to {
         let base = if cli.many_groups {
             Options::many_groups(seed)
@@ -237,7 +282,7 @@ fn main() -> ExitCode {
             Options {
                 replicated: cli.replicated,
                 persisted: cli.persisted,
-                requests_per_client: cli.requests,
+                requests_per_client: cli.requests.unwrap_or(40),
                 ..Options::new(seed)
             }
         };
@@ -247,18 +292,24 @@ fn main() -> ExitCode {
             watch: cli.watch,
             safeguards,
             spread_primaries: !cli.no_spread,
+            draw_history: cli.requests.is_none(),
             ..base
         };
         let report = run(options);
+        group_ops.extend(&report.group_ops);
         simulated += report.simulated_us;
         behind += u64::from(report.behind_ring > 0);
         wall += report.wall;
         let line = format!(
-            "seed {seed}: {} simulated s in {:.2} wall s; {} ops committed, {} replies, {} \
-             unknown outcomes, {} crashes, {} view changes, {} behind the ring: {}",
+            "seed {seed}: {} simulated s in {:.2} wall s; {} ops committed ({} to {} a group, \
+             history x{}), {} replies, {} unknown outcomes, {} crashes, {} view changes, {} \
+             behind the ring: {}",
             report.simulated_us / 1_000_000,
             report.wall.as_secs_f64(),
             report.committed_ops,
+            report.group_ops.iter().min().copied().unwrap_or(0),
+            report.group_ops.iter().max().copied().unwrap_or(0),
+            report.history_factor,
             report.replies,
             report.not_committed,
             report.crashes,
@@ -278,12 +329,15 @@ fn main() -> ExitCode {
                 .without
                 .as_deref()
                 .map_or(String::new(), |w| format!(" --without {w}"));
+            let requests = cli
+                .requests
+                .map_or(String::new(), |r| format!(" --requests {r}"));
             let layout = if cli.many_groups {
-                " --many-groups".to_string()
+                format!(" --many-groups{requests}")
             } else {
                 format!(
-                    " --replicated {} --persisted {} --requests {}",
-                    cli.replicated, cli.persisted, cli.requests
+                    " --replicated {} --persisted {}{requests}",
+                    cli.replicated, cli.persisted
                 )
             };
             text += &format!(
@@ -299,9 +353,21 @@ fn main() -> ExitCode {
         }
     }
     let seeds = to - from;
+    group_ops.sort_unstable();
+    let at = |q: usize| {
+        group_ops
+            .get(q.min(group_ops.len().saturating_sub(1)))
+            .copied()
+    };
+    let quantile = |n: usize, d: usize| at(group_ops.len() * n / d).unwrap_or(0);
     say(&format!(
-        "{seeds} seeds, {failed} failed, {behind} with a replica behind every peer's ring; {:.0} \
-         simulated s per wall s\n",
+        "{seeds} seeds, {failed} failed, {behind} with a replica behind every peer's ring (outages \
+         stay within the rings: state transfer is not built); ops committed per group: min {}, \
+         median {}, p90 {}, max {}; {:.0} simulated s per wall s\n",
+        group_ops.first().copied().unwrap_or(0),
+        quantile(1, 2),
+        quantile(9, 10),
+        group_ops.last().copied().unwrap_or(0),
         simulated as f64 / 1e6 / wall.as_secs_f64().max(1e-9)
     ));
     exit(failed)

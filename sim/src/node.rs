@@ -84,6 +84,8 @@ impl Layout {
             // meet backpressure before the checkpoint publishes.
             unpublished_bytes_max: (16 << 20)
                 .max(self.checkpoint_bytes + iggy_segments::config::PREPARE_BYTES_MAX),
+            // Without the safeguard a partition's commit point is its superblock's alone.
+            commit_from_log: self.safeguards.durable_commit_point,
             ..BootConfig::new(incarnation)
         }
     }
@@ -218,13 +220,13 @@ impl Node {
             discarded: BTreeMap::new(),
             lock: None,
         };
-        node.boot(layout, false)?;
+        node.boot(layout)?;
         Ok(node)
     }
 
-    /// Boots the node from its disk through `recovery::boot` (a restart after a crash when
-    /// `restarted`), one replica per group.
-    pub fn boot(&mut self, layout: &Layout, restarted: bool) -> Result<(), String> {
+    /// Boots the node from its disk through `recovery::boot`, one replica per group. A group
+    /// whose superblock records an earlier boot recovers; a new one starts in normal status.
+    pub fn boot(&mut self, layout: &Layout) -> Result<(), String> {
         self.life += 1;
         let incarnation = u64::from(self.index) << 48 | self.life;
         let config = layout.boot_config(incarnation);
@@ -266,7 +268,7 @@ impl Node {
                     let group = metadata
                         .take()
                         .ok_or_else(|| format!("node {}: no metadata group", self.index))?;
-                    let boot = metadata_boot(&group, restarted, incarnation, &layout.vsr)?;
+                    let boot = metadata_boot(&group, incarnation, &layout.vsr)?;
                     (Store::Metadata(group), boot)
                 }
                 GroupKind::Partition { key, persisted } => {
@@ -277,8 +279,7 @@ impl Node {
                             key.dir_name()
                         )
                     })?;
-                    let boot =
-                        partition_boot(&partition, persisted, restarted, incarnation, &layout.vsr)?;
+                    let boot = partition_boot(&partition, persisted, incarnation, layout)?;
                     (
                         Store::Partition {
                             partition,
@@ -334,6 +335,16 @@ impl Node {
     /// the rewrites of trusted state), then the process exits. Returns the first failure.
     pub fn shutdown(&mut self) -> Result<(), String> {
         let mut result = Ok(());
+        for host in self.hosts.values_mut() {
+            // The commit point, exact, for the next boot (the process exits: the replica's view
+            // of its superblock does not matter any more).
+            let recorded = record_commit_point(host);
+            if let Err(e) = recorded
+                && result.is_ok()
+            {
+                result = Err(format!("node {}: {}: {e}", self.index, host.kind.label()));
+            }
+        }
         for host in self.hosts.values() {
             let prepared = match &host.store {
                 Store::Partition { partition, .. } => {
@@ -373,6 +384,10 @@ impl Node {
 /// A log's head op, its checksum, and its tail of entries.
 type Tail = (u64, u128, Vec<(Header, Vec<u8>)>);
 
+/// The log's head, and the tail boot hands the replica: every entry above what storage executed
+/// (at most a pipeline: boot's commit point is the one the head prepare names), and below it as
+/// many as the ring holds (its entry and byte caps), read newest first in bounded batches. The
+/// rest of the log stays on disk.
 fn entries_of(
     wal: &iggy_wal::Wal<SimStorage>,
     applied: u64,
@@ -380,22 +395,27 @@ fn entries_of(
 ) -> Result<Tail, String> {
     let (head, head_checksum) = wal.head();
     let first = wal.first_op().max(1);
-    // Everything above what storage executed, and a tail below it for the ring (bounded: the
-    // rest of the log stays on disk).
-    let tail = u64::try_from(config.ring_entries_max.min(1024)).unwrap_or(1024);
-    let from = first
-        .max(head.saturating_sub(tail) + 1)
-        .min(applied + 1)
-        .max(first);
-    let entries = if head >= from {
-        wal.read(from, head)
-            .map_err(|e| format!("reading the journal back: {e}"))?
-            .into_iter()
-            .map(|e| (e.header, e.body))
-            .collect()
-    } else {
-        Vec::new()
-    };
+    let mut entries: Vec<(Header, Vec<u8>)> = Vec::new();
+    let mut bytes = 0u64;
+    let mut to = head;
+    'read: while to >= first && to > 0 {
+        let from = to.saturating_sub(63).max(first);
+        let batch = wal
+            .read(from, to)
+            .map_err(|e| format!("reading the journal back: {e}"))?;
+        for entry in batch.into_iter().rev() {
+            let above_applied = entry.header.op > applied;
+            let fits = entries.len() < config.ring_entries_max
+                && bytes + entry.body.len() as u64 <= config.ring_bytes_max;
+            if !above_applied && !fits {
+                break 'read;
+            }
+            bytes += entry.body.len() as u64;
+            entries.push((entry.header, entry.body));
+        }
+        to = from - 1;
+    }
+    entries.reverse();
     Ok((head, head_checksum, entries))
 }
 
@@ -404,50 +424,110 @@ fn durable_of(state: &VsrState) -> Durable {
         view: state.view,
         log_view: state.log_view,
         commit_max: state.commit_max,
+        incarnation: state.incarnation,
     }
+}
+
+/// Writes the replica's commit point into its group's superblock (a clean shutdown's last word
+/// on it: exact, where a boot otherwise raises the superblock's to what the log proves).
+fn record_commit_point(host: &mut Host) -> Result<(), String> {
+    let commit_max = host.replica.commit_max();
+    let raise = |state: VsrState| VsrState {
+        commit_max: state.commit_max.max(commit_max),
+        ..state
+    };
+    match &mut host.store {
+        Store::Metadata(group) => {
+            let state = group.vsr_state();
+            if state.commit_max < commit_max {
+                group.write_vsr(raise(state)).map_err(|e| e.to_string())?;
+            }
+        }
+        Store::Partition { partition, .. } => {
+            let state = partition.vsr_state();
+            if state.commit_max < commit_max {
+                partition
+                    .write_vsr(raise(state))
+                    .map_err(|e| e.to_string())?;
+            }
+        }
+    }
+    Ok(())
 }
 
 fn metadata_boot(
     group: &MetadataGroup<SimStorage>,
-    restarted: bool,
     incarnation: u64,
     config: &Config,
 ) -> Result<Boot, String> {
     let applied = group.applied_op();
     let (head, head_checksum, entries) = entries_of(group.wal(), applied, config)?;
+    // The metadata state machine's own client table: each session's last executed request
+    // and its reply.
+    let clients = group
+        .state()
+        .clients
+        .iter()
+        .filter(|(_, s)| s.last_request != 0)
+        .map(|(client, s)| {
+            (
+                *client,
+                iggy_vsr::Session {
+                    request: s.last_request,
+                    op: s.last_op,
+                    reply: s.reply.clone(),
+                },
+            )
+        })
+        .collect();
     Ok(Boot {
         durable: durable_of(&group.vsr_state()),
         applied,
         head,
         head_checksum,
         entries,
-        restarted,
         // Journaled and synced before it is acknowledged.
         forgot_acknowledged: false,
         incarnation,
+        clients,
     })
 }
 
 fn partition_boot(
     partition: &Partition<SimStorage>,
     persisted: bool,
-    restarted: bool,
     incarnation: u64,
-    config: &Config,
+    layout: &Layout,
 ) -> Result<Boot, String> {
+    let durable = durable_of(&partition.vsr_state());
     let applied = partition.committed();
-    let (head, head_checksum, entries) = entries_of(partition.wal(), applied, config)?;
+    let (head, head_checksum, entries) = entries_of(partition.wal(), applied, &layout.vsr)?;
+    let clients = partition
+        .take_sessions()
+        .into_iter()
+        .filter(|s| s.op <= applied)
+        .map(|s| {
+            (
+                s.client,
+                iggy_vsr::Session {
+                    request: s.request,
+                    op: s.op,
+                    reply: s.reply(),
+                },
+            )
+        })
+        .collect();
     Ok(Boot {
-        durable: durable_of(&partition.vsr_state()),
+        durable,
         applied,
         head,
         head_checksum,
         entries,
-        restarted,
         // Replicated durability acknowledges what the WAL queued; boot keeps only what it
         // published. Persisted publishes before it acknowledges.
         forgot_acknowledged: !persisted,
         incarnation,
+        clients,
     })
 }
 
@@ -463,6 +543,7 @@ pub fn execute(store: &mut Store, effect: Effect, now_us: u64, checkpoint_bytes:
                 view: durable.view,
                 log_view: durable.log_view,
                 commit_max: durable.commit_max,
+                incarnation: durable.incarnation,
                 ..group.vsr_state()
             };
             group
@@ -474,6 +555,7 @@ pub fn execute(store: &mut Store, effect: Effect, now_us: u64, checkpoint_bytes:
                 view: durable.view,
                 log_view: durable.log_view,
                 commit_max: durable.commit_max,
+                incarnation: durable.incarnation,
                 ..partition.vsr_state()
             };
             partition
@@ -642,20 +724,12 @@ fn after_journal(
     }
 }
 
-/// A partition's reply to the client of an entry: a batch's base offset and message count,
-/// nothing for other kinds; `None` for an entry no client sent (`client` 0: a no-op).
+/// A partition's reply to the client of an entry (`iggy_segments::Session::reply`: a batch's
+/// base offset and message count, nothing for other kinds; the same bytes boot rebuilds the
+/// client table with); `None` for an entry no client sent (`client` 0: a no-op).
 fn partition_reply(header: &Header, body: &[u8]) -> Option<Vec<u8>> {
-    if header.client == 0 {
-        return None;
-    }
-    Some(match iggy_segments::entry::peek(header, body) {
-        Ok(iggy_segments::Kind::Messages(batch)) => {
-            let mut reply = batch.base_offset.to_le_bytes().to_vec();
-            reply.extend_from_slice(&batch.message_count.to_le_bytes());
-            reply
-        }
-        _ => Vec::new(),
-    })
+    let kind = iggy_segments::entry::peek(header, body).ok()?;
+    iggy_segments::Session::of(header, &kind).map(|s| s.reply())
 }
 
 /// A consumer offset store's request body: kind, id and offset (16 bytes).

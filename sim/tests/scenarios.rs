@@ -33,6 +33,7 @@ fn quiet_with(seed: u64, safeguards: Safeguards, replicated: u32) -> Cluster {
         faults: Faults::none(),
         network: NetworkConfig::reliable(),
         safeguards,
+        draw_history: false,
         // The scripts place node 0 as every group's primary (the article's cluster).
         spread_primaries: false,
         ..Options::new(seed)
@@ -280,7 +281,9 @@ fn a_replica_that_restarts_with_its_view_on_disk_ignores_a_prepare_of_the_old_vi
             .get("prepare_unverified")
             .copied()
             .unwrap_or(0);
-    let _ = dropped;
+    // Replica 0's prepares of view 0 reached it (its pipeline's retransmissions) and were
+    // dropped: the test saw the old view's traffic, not an idle old primary.
+    assert!(dropped > 0, "{}", cluster.status().join("\n"));
     for op in r2.commit_min() + 1..=r2.head() {
         if let Some(header) = r2.header(op) {
             assert!(
@@ -601,7 +604,7 @@ fn without_the_durable_view_gate_a_vote_lost_in_a_crash_undoes_commits() {
     });
     let (checker, what) = cluster.failure().expect("a checker fires");
     assert!(
-        checker == "commit history" || checker == "replies",
+        checker == "commit history" || checker == "replies" || checker == "view log",
         "{checker}: {what}"
     );
 }

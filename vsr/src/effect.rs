@@ -23,6 +23,8 @@ pub struct Durable {
     pub view: u32,
     pub log_view: u32,
     pub commit_max: u64,
+    /// The incarnation of the group's first boot; 0 until that boot recorded it (a new group).
+    pub incarnation: u64,
 }
 
 /// One thing for the host to do.

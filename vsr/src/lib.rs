@@ -22,12 +22,16 @@ pub mod clients;
 pub mod config;
 pub mod effect;
 mod journal;
+mod merge;
 pub mod message;
 pub mod ration;
 pub mod replica;
+pub mod safeguards;
 
+pub use clients::Session;
 pub use config::{Config, TICK_MS, nack_quorum, replication_quorum, view_change_quorum};
 pub use effect::{Destination, Durable, Effect, EffectId, Outcome};
 pub use message::{DecodeError, From, Message, ReplyStatus, ViewHeader};
 pub use ration::RepairRation;
-pub use replica::{Boot, Counters, Identity, Replica, Safeguards, Status};
+pub use replica::{Boot, Counters, Identity, Replica, Status};
+pub use safeguards::Safeguards;

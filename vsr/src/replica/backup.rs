@@ -1,0 +1,140 @@
+//! A backup's part of normal operation: a new prepare of its view's primary is the view's
+//! authority (any other prepare waits for the hash chain, `chain.rs`), journaled bodies are
+//! acknowledged in order with one `PrepareOk` for the newest (an acknowledgment of op N counts
+//! for every op up to N), and the primary's commit broadcast resets the liveness window and
+//! moves the commit point, checked against the backup's own entry there.
+
+use iggy_format::{Checksum, Header};
+
+use super::{Phase, Replica};
+use crate::config::REPAIR_BATCH_MAX;
+use crate::message::{From, Message};
+
+impl Replica {
+    pub(super) fn on_prepare(&mut self, header: Header, body: Vec<u8>) {
+        let op = header.op;
+        if self.phase() == Phase::Recovering {
+            self.count("prepare_while_recovering");
+            return;
+        }
+        if header.view > self.view {
+            // A newer view's primary: ask it for its view rather than take its prepares.
+            self.count("prepare_of_newer_view");
+            let message = Message::RequestStartView {
+                from: self.from(),
+                nonce: self.incarnation,
+            };
+            let primary = self.primary_of(header.view);
+            self.send(primary, message);
+            return;
+        }
+        let checksum = header.checksum();
+        if self
+            .journal
+            .header(op)
+            .is_some_and(|h| h.checksum() == checksum)
+        {
+            // A known header: its body (repair), or a retransmission.
+            if op <= self.journal.journaled_head && self.phase() == Phase::Backup {
+                self.acked_through = self.acked_through.min(op - 1);
+            }
+            self.journal.insert(header, Some(body));
+            return;
+        }
+        let current = header.view == self.view
+            && self.phase() == Phase::Backup
+            && header.replica == self.primary_of(self.view);
+        if current {
+            // A new prepare of this view's primary: the view's authority.
+            if op <= self.executed() {
+                return;
+            }
+            if self.journal.header(op).is_some() {
+                // A slot of another log there (a view this replica did not see start): the
+                // primary's log wins from here on.
+                self.forget_after(op - 1);
+            }
+            self.commit_max = self.commit_max.max(header.commit.min(op - 1));
+            self.journal.insert(header, Some(body));
+            return;
+        }
+        if op > self.commit_min
+            && self.unverified.len() < 2 * usize::try_from(REPAIR_BATCH_MAX).unwrap_or(256)
+        {
+            // Proved (or not) by the chain in `verify_unverified`.
+            self.unverified.insert(op, (header, body));
+        } else {
+            self.count("prepare_unverified");
+        }
+    }
+
+    /// A backup acknowledges, once the superblock holds the view as its log_view, the newest op
+    /// of this view above its commit point it journaled and has not acknowledged: one
+    /// `PrepareOk`, which counts for every op before it (it journals in order).
+    pub(super) fn acknowledge(&mut self) {
+        if self.phase() != Phase::Backup
+            || !self.durable_in(self.view, true)
+            || self.log_view != self.view
+            || !self.marked()
+        {
+            return;
+        }
+        let through = self.journal.journaled_head;
+        let from = self.acked_through.max(self.commit_min) + 1;
+        if through < from {
+            return;
+        }
+        if let Some(header) = self.journal.header(through) {
+            let message = Message::PrepareOk {
+                from: self.from(),
+                op: through,
+                checksum: header.checksum(),
+            };
+            let primary = self.primary_of(self.view);
+            self.send(primary, message);
+            self.acked_through = through;
+        }
+    }
+
+    pub(super) fn on_commit(&mut self, from: From, commit: u64, checksum: Checksum) {
+        if from.view > self.view && self.phase() != Phase::Recovering {
+            self.count("commit_of_newer_view");
+            let message = Message::RequestStartView {
+                from: self.from(),
+                nonce: self.incarnation,
+            };
+            self.send(from.replica, message);
+            return;
+        }
+        let phase = self.phase();
+        if from.view != self.view
+            || !matches!(phase, Phase::Backup | Phase::Adopting)
+            || from.replica != self.primary_of(self.view)
+        {
+            return;
+        }
+        // Only a commit broadcast resets the liveness window.
+        self.heartbeat_at = self.ticks + self.config.heartbeat_timeout_ticks;
+        if phase == Phase::Adopting {
+            return;
+        }
+        if commit > self.executed()
+            && self
+                .journal
+                .checksum(commit)
+                .is_some_and(|held| held != checksum)
+        {
+            // The entry this replica holds there is another log's (the primary's commit point
+            // names its own): forgotten and cut, and the commit point's becomes the anchor the
+            // repaired entries are proved against.
+            self.count("commit_checksum_mismatch");
+            self.forget_after(commit - 1);
+        }
+        if commit > self.commit_max {
+            self.commit_max = commit;
+        }
+        if commit > self.commit_min && self.journal.checksum(commit).is_none() {
+            self.anchor = Some((commit, checksum));
+        }
+    }
+}

@@ -1,0 +1,157 @@
+//! What a host, a checker or a test may read of a replica; nothing here changes anything.
+
+use iggy_format::{Checksum, Header};
+
+use super::{Phase, Replica, Status};
+use crate::clients::Session;
+use crate::effect::Durable;
+use crate::replica::{Counters, Identity};
+
+impl Replica {
+    #[must_use]
+    pub fn identity(&self) -> Identity {
+        self.id
+    }
+
+    #[must_use]
+    pub fn status(&self) -> Status {
+        self.status
+    }
+
+    #[must_use]
+    pub fn view(&self) -> u32 {
+        self.view
+    }
+
+    #[must_use]
+    pub fn log_view(&self) -> u32 {
+        self.log_view
+    }
+
+    /// Whether this replica sent (or, as the new primary, counted) its `DoViewChange` for the
+    /// view change it is in.
+    #[must_use]
+    pub fn sent_do_view_change(&self) -> bool {
+        self.status == Status::ViewChange && self.view_change.dvc_sent_at.is_some()
+    }
+
+    /// The view whose start (truncate, publish, superblock) is under way, if any.
+    #[must_use]
+    pub fn starting_view(&self) -> Option<u32> {
+        self.starting.as_ref().map(|s| s.view)
+    }
+
+    #[must_use]
+    pub fn durable(&self) -> Durable {
+        self.durable
+    }
+
+    /// The op this replica has executed through.
+    #[must_use]
+    pub fn commit_min(&self) -> u64 {
+        self.commit_min
+    }
+
+    /// The highest op it knows to be committed.
+    #[must_use]
+    pub fn commit_max(&self) -> u64 {
+        self.commit_max
+    }
+
+    /// The highest op of its log it knows the header of.
+    #[must_use]
+    pub fn head(&self) -> u64 {
+        self.journal.head()
+    }
+
+    /// The last op its storage journaled.
+    #[must_use]
+    pub fn journaled_head(&self) -> u64 {
+        self.journal.journaled_head
+    }
+
+    /// How many of its own cut entries it holds as candidates the chain may prove.
+    #[must_use]
+    pub fn candidates(&self) -> usize {
+        self.candidates.len()
+    }
+
+    /// The header of op `op`, if this replica holds it.
+    #[must_use]
+    pub fn header(&self, op: u64) -> Option<Header> {
+        self.journal.header(op).copied()
+    }
+
+    /// The checksum of op `op`, if known.
+    #[must_use]
+    pub fn checksum(&self, op: u64) -> Option<Checksum> {
+        self.journal.checksum(op)
+    }
+
+    /// Whether it holds the body of op `op` (can serve it).
+    #[must_use]
+    pub fn holds(&self, op: u64) -> bool {
+        self.journal.has_body(op)
+    }
+
+    #[must_use]
+    pub fn is_primary(&self) -> bool {
+        self.primary_of(self.view) == self.id.replica
+    }
+
+    /// Who leads the group as far as this replica knows: its view's primary while it is in
+    /// normal status in a view that has started here; `None` during a view change or
+    /// recovery (a client asking then is told to retry). The routing fact a node answers
+    /// clients with.
+    #[must_use]
+    pub fn leader(&self) -> Option<u8> {
+        matches!(self.phase(), Phase::Primary | Phase::Backup).then(|| self.primary_of(self.view))
+    }
+
+    /// The primary of `view`.
+    #[must_use]
+    pub fn primary_of(&self, view: u32) -> u8 {
+        u8::try_from(u64::from(view) % u64::from(self.id.replicas)).unwrap_or(0)
+    }
+
+    #[must_use]
+    pub fn counters(&self) -> &Counters {
+        &self.counters
+    }
+
+    /// The ring's slots and body bytes.
+    #[must_use]
+    pub fn ring_size(&self) -> (usize, u64) {
+        self.journal.size()
+    }
+
+    /// The client table's session of `client`, if it has one.
+    #[must_use]
+    pub fn session(&self, client: u128) -> Option<&Session> {
+        self.clients.get(client)
+    }
+
+    /// A one-line status, in the article's form.
+    #[must_use]
+    pub fn describe(&self) -> String {
+        format!(
+            "status={} view={} log_view={} commit={}..{} head={} journaled={} primary={} \
+             repair={}",
+            self.status.name(),
+            self.view,
+            self.log_view,
+            self.commit_min,
+            self.commit_max,
+            self.journal.head(),
+            self.journal.journaled_head,
+            self.is_primary(),
+            if self.behind_ring() {
+                "behind-ring"
+            } else if self.needs_repair() {
+                "yes"
+            } else {
+                "none"
+            }
+        )
+    }
+}

@@ -1,0 +1,233 @@
+//! The primary's part of normal operation: a client's request becomes a prepare (the host builds,
+//! stamps and journals it), the prepare goes to every backup and is sent again to those that have
+//! not acknowledged it, and the commit point advances, in order, over each op a replication
+//! quorum holds. Every 500 ms it broadcasts its commit point: the backups' heartbeat.
+
+use iggy_format::{Checksum, PrepareMeta};
+
+use super::{Inflight, Pending, Phase, Replica, bit};
+use crate::config::replication_quorum;
+use crate::effect::{Effect, EffectId, Outcome};
+use crate::message::{From, Message, ReplyStatus, frame_checksum};
+
+impl Replica {
+    pub(super) fn primary_tick(&mut self) {
+        if self.ticks >= self.commit_broadcast_at {
+            self.commit_broadcast_at = self.ticks + self.config.commit_broadcast_ticks;
+            if self.durable_in(self.view, true) {
+                let checksum = self.journal.checksum(self.commit_max).unwrap_or(0);
+                let message = Message::Commit {
+                    from: self.from(),
+                    commit: self.commit_max,
+                    checksum,
+                };
+                self.broadcast(&message);
+            }
+        }
+        self.retransmit_prepares();
+    }
+
+    fn refuse_request(&mut self, client: u128, request: u64) {
+        let message = Message::Reply {
+            from: self.from(),
+            client,
+            request,
+            op: 0,
+            status: ReplyStatus::NotAccepted,
+            body: Vec::new(),
+        };
+        self.reply(client, message);
+    }
+
+    pub(super) fn on_request(&mut self, client: u128, request: u64, operation: u32, body: Vec<u8>) {
+        if self.phase() != Phase::Primary || !self.durable_in(self.view, true) {
+            self.count("request_not_primary");
+            self.refuse_request(client, request);
+            return;
+        }
+        if client == 0 {
+            self.count("request_without_client");
+            return;
+        }
+        if let Some(session) = self.clients.get(client) {
+            if request < session.request {
+                self.count("request_stale");
+                return;
+            }
+            if request == session.request {
+                // Executed already (in this life or, from the table boot handed over, an
+                // earlier one): the original reply, never a second execution.
+                let message = Message::Reply {
+                    from: self.from(),
+                    client,
+                    request,
+                    op: session.op,
+                    status: ReplyStatus::Committed,
+                    body: session.reply.clone(),
+                };
+                self.count("request_answered_from_the_table");
+                self.reply(client, message);
+                return;
+            }
+        }
+        let in_progress = self
+            .prepares_in_flight
+            .iter()
+            .any(|(_, c, r)| *c == client && *r == request)
+            || (self.commit_min + 1..=self.journal.head()).any(|op| {
+                self.journal
+                    .header(op)
+                    .is_some_and(|h| h.client == client && h.request == request)
+            });
+        if in_progress {
+            self.count("request_in_progress");
+            return;
+        }
+        if self.pipeline.len() + self.prepares_in_flight.len() >= self.config.pipeline_max {
+            self.count("request_pipeline_full");
+            self.refuse_request(client, request);
+            return;
+        }
+        let request_checksum = frame_checksum(
+            &Message::Request {
+                cluster: self.id.cluster,
+                group: self.id.group,
+                client,
+                request,
+                operation,
+                body: body.clone(),
+            }
+            .encode(),
+        );
+        let meta = PrepareMeta {
+            view: self.view,
+            commit: self.commit_max,
+            replica: self.id.replica,
+            client,
+            request,
+            request_checksum,
+            now_us: 0,
+        };
+        self.journal.storage_head += 1;
+        let id = self.storage(
+            |id| Effect::Prepare {
+                id,
+                meta,
+                operation,
+                body,
+            },
+            Pending::Prepare,
+        );
+        self.prepares_in_flight.push_back((id, client, request));
+    }
+
+    pub(super) fn on_prepared(&mut self, id: EffectId, outcome: Outcome) {
+        let Some(position) = self
+            .prepares_in_flight
+            .iter()
+            .position(|(i, _, _)| *i == id)
+        else {
+            return;
+        };
+        let (_, client, request) = self.prepares_in_flight.remove(position).unwrap_or_default();
+        let (header, body) = match outcome {
+            Outcome::Prepared { header, body } => (header, body),
+            Outcome::Refused(_) => {
+                // Storage appended nothing: the prepares behind it take its op.
+                self.count("request_refused");
+                let cut_since = self
+                    .pending
+                    .range(id + 1..)
+                    .any(|(_, p)| matches!(p, Pending::Truncate(_)));
+                if !cut_since {
+                    self.journal.storage_head -= 1;
+                }
+                self.refuse_request(client, request);
+                return;
+            }
+            // `on_completion` let through only the two outcomes of a prepare.
+            _ => return,
+        };
+        let op = header.op;
+        if self.truncated_later(id, op) || op != self.journal.journaled_head + 1 {
+            // A view change cut it before it was ever sent.
+            return;
+        }
+        self.journal.insert(header, Some(body.clone()));
+        self.journal.journaled_head = op;
+        if self.phase() != Phase::Primary || header.view != self.view {
+            // The view moved on while storage prepared it: it stays in the log, uncommitted.
+            return;
+        }
+        let replicas = usize::from(self.id.replicas);
+        self.pipeline.insert(
+            op,
+            Inflight {
+                acks: bit(self.id.replica),
+                sent_at: vec![self.ticks; replicas],
+            },
+        );
+        self.broadcast(&Message::Prepare { header, body });
+        self.advance_commit();
+    }
+
+    fn retransmit_prepares(&mut self) {
+        let every = self.config.prepare_retransmit_ticks;
+        let ticks = self.ticks;
+        let mut resend = Vec::new();
+        for (&op, inflight) in &mut self.pipeline {
+            for to in 0..self.id.replicas {
+                let i = usize::from(to);
+                if inflight.acks & bit(to) == 0 && ticks >= inflight.sent_at[i] + every {
+                    inflight.sent_at[i] = ticks;
+                    resend.push((op, to));
+                }
+            }
+        }
+        for (op, to) in resend {
+            if let Some(slot) = self.journal.slot(op)
+                && let Some(body) = slot.body.clone()
+            {
+                let header = slot.header;
+                self.send(to, Message::Prepare { header, body });
+            }
+        }
+    }
+
+    pub(super) fn on_prepare_ok(&mut self, from: From, op: u64, checksum: Checksum) {
+        if self.phase() != Phase::Primary || from.view != self.view {
+            return;
+        }
+        if self.journal.checksum(op) != Some(checksum) {
+            self.count("prepare_ok_mismatch");
+            return;
+        }
+        // A backup journals in order: its acknowledgment of `op` covers every op before it.
+        for (_, inflight) in self.pipeline.range_mut(..=op) {
+            inflight.acks |= bit(from.replica);
+        }
+        self.advance_commit();
+    }
+
+    pub(super) fn advance_commit(&mut self) {
+        let quorum = replication_quorum(self.id.replicas);
+        // Ops the commit point passed otherwise (a merged log's headers named it) are done.
+        while self
+            .pipeline
+            .first_key_value()
+            .is_some_and(|(op, _)| *op <= self.commit_max)
+        {
+            self.pipeline.pop_first();
+        }
+        while let Some((&op, inflight)) = self.pipeline.first_key_value() {
+            let self_acked = op <= self.journal.journaled_head;
+            let acks = (inflight.acks & !bit(self.id.replica)).count_ones() as usize
+                + usize::from(self_acked);
+            if op != self.commit_max + 1 || acks < quorum {
+                break;
+            }
+            self.commit_max = op;
+            self.pipeline.remove(&op);
+        }
+    }
+}

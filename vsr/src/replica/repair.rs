@@ -1,0 +1,195 @@
+//! Repair: a backup whose storage is behind the higher of its commit point and its head (or a
+//! new primary fetching the bodies its merged log lacks) asks a peer for prepares, at most
+//! [`REPAIR_BATCH_MAX`] a round, and the hash chain proves each as it arrives (`chain.rs`). A
+//! replica serves `RequestPrepares` from its ring; below its oldest prepare it answers
+//! `RangeEvicted`. A replica every peer answered that way is behind the ring: it leaves its
+//! node's repair ration (its asking cannot succeed, and it would keep a slot from groups whose
+//! asking can) and probes one peer at a time, slowly, with a one-op request, in case a peer's
+//! ring holds the range again (a restarted peer rebuilds its ring from its disk).
+
+use super::{Phase, Replica, bit};
+use crate::config::REPAIR_BATCH_MAX;
+use crate::message::{From, Message};
+
+/// A replica behind every peer's ring probes one of them this often (5 s).
+pub(crate) const BEHIND_RING_PROBE_TICKS: u64 = 500;
+
+impl Replica {
+    pub(super) fn needs_repair(&self) -> bool {
+        let target = self.commit_max.max(self.journal.head());
+        self.journal.storage_head < target
+    }
+
+    /// The replica that repairs (a backup in normal status, or a new primary merging its view)
+    /// lacks prepares a peer can serve: what a node's [`crate::RepairRation`] counts as a
+    /// session. A replica behind every peer's ring does not count: its asking cannot succeed.
+    #[must_use]
+    pub fn wants_repair(&self) -> bool {
+        // A primary in normal status holds its whole log (its view started only once it did):
+        // it never repairs.
+        matches!(self.phase(), Phase::Backup | Phase::Merging)
+            && self.needs_repair()
+            && !self.behind_ring()
+    }
+
+    /// Whether it asked every peer for ops they no longer hold (a state transfer's case).
+    #[must_use]
+    pub fn behind_ring(&self) -> bool {
+        let (mask, head) = self.evicted_by;
+        head == self.journal.storage_head
+            && self.needs_repair()
+            && (0..self.id.replicas)
+                .filter(|r| *r != self.id.replica)
+                .all(|r| mask & bit(r) != 0)
+    }
+
+    /// Sets whether the next ticks may ask peers for prepares (the node's ration decides).
+    pub fn permit_repair(&mut self, permitted: bool) {
+        self.repair_permitted = permitted;
+    }
+
+    /// Repair on a tick: a round when due and the ration permits it, or, behind every peer's
+    /// ring, a probe of one peer when due.
+    pub(super) fn repair_tick(&mut self) {
+        if self.ticks < self.repair_at {
+            return;
+        }
+        if self.behind_ring() {
+            if self.ticks >= self.behind_probe_at {
+                self.behind_probe_at = self.ticks + BEHIND_RING_PROBE_TICKS;
+                self.probe_behind_ring();
+            }
+        } else if self.repair_permitted {
+            self.repair();
+        }
+    }
+
+    /// Asks one peer (in turn) for the first op storage lacks, having forgotten that it said it
+    /// no longer holds it: it says so again, or its answer ends this replica being behind.
+    fn probe_behind_ring(&mut self) {
+        let first = self.journal.storage_head + 1;
+        let source = self.repair_source_for(first);
+        self.evicted_by.0 &= !bit(source);
+        self.count("behind_ring_probe");
+        let message = Message::RequestPrepares {
+            from: self.from(),
+            first,
+            last: first,
+        };
+        self.send(source, message);
+    }
+
+    /// Asks a peer for the prepares this replica lacks, at most `REPAIR_BATCH_MAX` a round:
+    /// bodies of known headers from the lowest missing one, or, below the lowest known entry,
+    /// the range under it (proved by the chain as they arrive).
+    pub(super) fn repair(&mut self) {
+        self.repair_at = self.ticks + self.config.repair_retry_ticks;
+        if !self.wants_repair() {
+            return;
+        }
+        let merging = self.phase() == Phase::Merging;
+        if !self.safeguards.body_fetch && merging {
+            return;
+        }
+        let target = self.commit_max.max(self.journal.head());
+        let mut first = self.journal.storage_head + 1;
+        // Its own cut entries are proved from the view's entries above them, not fetched.
+        while first < target && self.is_candidate(first) {
+            first += 1;
+        }
+        if merging
+            && !self.safeguards.hole_check_lower_bound
+            && let Some(starting) = &self.starting
+        {
+            // The check as it was: nothing at or below the merged commit point is looked for.
+            first = first.max(starting.commit + 1);
+        }
+        let known = (first..=target).find(|op| {
+            self.journal.header(*op).is_some() || self.anchor.is_some_and(|a| a.0 == *op)
+        });
+        let (from, to) = match known {
+            Some(k) if k == first => {
+                let last = (first..=target)
+                    .take(usize::try_from(REPAIR_BATCH_MAX).unwrap_or(128))
+                    .take_while(|op| !self.journal.has_body(*op))
+                    .last()
+                    .unwrap_or(first);
+                (first, last)
+            }
+            // At most a round's worth ending at the known entry itself: a peer serves no more
+            // than `REPAIR_BATCH_MAX`, and a range one longer loses its top, the one op the
+            // known entry (often only the anchor) proves, so nothing below is ever proved.
+            Some(k) => (first.max((k + 1).saturating_sub(REPAIR_BATCH_MAX)), k),
+            None => (first, (first + REPAIR_BATCH_MAX - 1).min(target)),
+        };
+        let source = self.repair_source_for(from);
+        let message = Message::RequestPrepares {
+            from: self.from(),
+            first: from,
+            last: to,
+        };
+        self.send(source, message);
+    }
+
+    /// Who to ask: the view's primary first (a backup), the replicas that announced the bodies
+    /// (the new primary), rotating on every retry.
+    fn repair_source_for(&mut self, op: u64) -> u8 {
+        let replicas = self.id.replicas;
+        let candidates: Vec<u8> = if self.is_primary() {
+            let mask = self.view_change.sources.get(&op).copied().unwrap_or(0);
+            let from_dvcs: Vec<u8> = (0..replicas)
+                .filter(|r| *r != self.id.replica && mask & bit(*r) != 0)
+                .collect();
+            if from_dvcs.is_empty() {
+                (0..replicas).filter(|r| *r != self.id.replica).collect()
+            } else {
+                from_dvcs
+            }
+        } else {
+            let primary = self.primary_of(self.view);
+            std::iter::once(primary)
+                .chain((0..replicas).filter(|r| *r != self.id.replica && *r != primary))
+                .collect()
+        };
+        if candidates.is_empty() {
+            return self.id.replica;
+        }
+        let pick = candidates[usize::from(self.repair_source) % candidates.len()];
+        self.repair_source = self.repair_source.wrapping_add(1);
+        pick
+    }
+
+    pub(super) fn on_request_prepares(&mut self, from: From, first: u64, last: u64) {
+        let last = last.min(first.saturating_add(REPAIR_BATCH_MAX - 1));
+        let oldest = self.journal.oldest();
+        let mut start = first;
+        if first < oldest {
+            let message = Message::RangeEvicted {
+                from: self.from(),
+                oldest,
+            };
+            self.send(from.replica, message);
+            start = oldest;
+        }
+        for op in start..=last {
+            if let Some(slot) = self.journal.slot(op)
+                && let Some(body) = slot.body.clone()
+            {
+                let header = slot.header;
+                self.send(from.replica, Message::Prepare { header, body });
+            }
+        }
+    }
+
+    pub(super) fn on_range_evicted(&mut self, from: From, oldest: u64) {
+        let head = self.journal.storage_head;
+        if oldest > head + 1 {
+            self.count("range_evicted");
+            if self.evicted_by.1 != head {
+                // Its storage moved since the last answers: they no longer say anything.
+                self.evicted_by = (0, head);
+            }
+            self.evicted_by.0 |= bit(from.replica);
+        }
+    }
+}

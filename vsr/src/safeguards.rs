@@ -1,0 +1,121 @@
+//! The protocol's safeguards, each a switch. Every one is on in production; the simulator turns
+//! one off at a time to show the bug it prevents (`iggy-sim --without NAME`, `docs/vsr.md`,
+//! "Safeguards", names the test or seed that fails without each).
+
+/// The protocol's safeguards.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[allow(
+    clippy::struct_excessive_bools,
+    reason = "one independent switch per safeguard"
+)]
+pub struct Safeguards {
+    /// No message naming a view leaves before the superblock holds it.
+    pub durable_view_gate: bool,
+    /// The agreed log is published before the superblock names its log_view.
+    pub publish_before_log_view: bool,
+    /// A header held above the commit point without its body counts as a nack.
+    pub nack_header_without_body: bool,
+    /// The new primary fetches the bodies it lacks before it starts the view.
+    pub body_fetch: bool,
+    /// The new primary's hole check starts at the lower of the merged commit point and what it
+    /// has executed.
+    pub hole_check_lower_bound: bool,
+    /// A restarted replica takes only a `StartView` that echoes its incarnation (or a newer
+    /// view's broadcast).
+    pub incarnation_echo: bool,
+    /// Adopting a log of the view the superblock already names as log_view keeps all of
+    /// storage (up to the adopted head): this replica's acknowledgments in that view stay true.
+    pub same_view_keeps_log: bool,
+    /// A replica that restarted without what it acknowledged says so in its `DoViewChange`:
+    /// no nack for an op of a view it forgot, and no quorum of the merge stands on its log
+    /// until it has started a later view.
+    pub forgotten_acknowledgments: bool,
+    /// The commit point is raised to the one every prepare it holds names (its boot's log
+    /// included, which the storage crates' boot already counts as committed), so a restart's
+    /// commit point is never older than its log's head by more than a pipeline, and a
+    /// `DoViewChange`'s headers from the commit point to the head always fit its 128.
+    pub durable_commit_point: bool,
+    /// Adopting a later view whose commit point is past the replica's durable log keeps that
+    /// log (unproven, never executed or vouched for) until the hash chain links the view's log
+    /// to it, instead of cutting it to what was executed and fetching it again.
+    pub keep_durable_log: bool,
+    /// A primary answers a `StartViewChange` or `DoViewChange` of its own, started view with a
+    /// `StartView` for its sender: a backup whose `StartView` was lost starts the view at its
+    /// next resend instead of timing out into another view change.
+    pub start_view_resend: bool,
+}
+
+impl Safeguards {
+    /// The names of the safeguards, as `without` takes them.
+    pub const NAMES: [&'static str; 11] = [
+        "durable-view-gate",
+        "publish-before-log-view",
+        "nack-header-without-body",
+        "body-fetch",
+        "hole-check-lower-bound",
+        "incarnation-echo",
+        "same-view-keeps-log",
+        "forgotten-acknowledgments",
+        "durable-commit-point",
+        "keep-durable-log",
+        "start-view-resend",
+    ];
+
+    /// Every safeguard but the one named `name` (`None` for a name that is none of them).
+    #[must_use]
+    pub fn without(name: &str) -> Option<Self> {
+        let mut s = Self::default();
+        match name {
+            "durable-view-gate" => s.durable_view_gate = false,
+            "publish-before-log-view" => s.publish_before_log_view = false,
+            "nack-header-without-body" => s.nack_header_without_body = false,
+            "body-fetch" => s.body_fetch = false,
+            "hole-check-lower-bound" => s.hole_check_lower_bound = false,
+            "incarnation-echo" => s.incarnation_echo = false,
+            "same-view-keeps-log" => s.same_view_keeps_log = false,
+            "forgotten-acknowledgments" => s.forgotten_acknowledgments = false,
+            "durable-commit-point" => s.durable_commit_point = false,
+            "keep-durable-log" => s.keep_durable_log = false,
+            "start-view-resend" => s.start_view_resend = false,
+            _ => return None,
+        }
+        Some(s)
+    }
+}
+
+impl Default for Safeguards {
+    fn default() -> Self {
+        Self {
+            durable_view_gate: true,
+            publish_before_log_view: true,
+            nack_header_without_body: true,
+            body_fetch: true,
+            hole_check_lower_bound: true,
+            incarnation_echo: true,
+            same_view_keeps_log: true,
+            forgotten_acknowledgments: true,
+            durable_commit_point: true,
+            keep_durable_log: true,
+            start_view_resend: true,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_name_turns_off_exactly_one_safeguard() {
+        for name in Safeguards::NAMES {
+            let without = Safeguards::without(name).unwrap_or_else(|| panic!("{name}"));
+            assert_ne!(without, Safeguards::default(), "{name}");
+        }
+        assert_eq!(Safeguards::without("no-such"), None);
+        let distinct: std::collections::BTreeSet<String> = Safeguards::NAMES
+            .iter()
+            .map(|n| format!("{:?}", Safeguards::without(n)))
+            .collect();
+        assert_eq!(distinct.len(), Safeguards::NAMES.len());
+    }
+}

@@ -1,0 +1,328 @@
+//! A hand-driven cluster for the replica's unit tests: each replica has an in-memory log and
+//! superblock, its storage effects queue on its lane and complete only when the test says so
+//! (so a race between a commit in flight and a view start can be staged exactly), and messages
+//! wait in one outbox until the test delivers, drops or holds them. The storage refuses what the
+//! storage crates refuse (a journal that does not extend the log, a cut below what executed).
+#![allow(
+    dead_code,
+    clippy::unwrap_used,
+    reason = "test code: each test uses a subset; a failed unwrap is a failed test"
+)]
+
+use std::collections::VecDeque;
+
+use iggy_format::{Checksum, Header, Position, PrepareMeta, operation};
+use iggy_vsr::{
+    Boot, Config, Destination, Durable, Effect, Identity, Message, Outcome, Replica, Safeguards,
+    Session,
+};
+
+pub const CLUSTER: u128 = 7;
+pub const GROUP: u128 = 9;
+
+/// A log of prepares with their bodies, op 1 first.
+pub type Log = Vec<(Header, Vec<u8>)>;
+
+/// One replica and its in-memory storage.
+pub struct Node {
+    pub replica: Replica,
+    /// The journaled log, op 1 first.
+    pub log: Vec<(Header, Vec<u8>)>,
+    pub superblock: Durable,
+    /// Executed through.
+    pub executed: u64,
+    pub lane: VecDeque<Effect>,
+    /// Storage refusals (what the real storage would have failed with).
+    pub refused: Vec<String>,
+}
+
+impl Node {
+    pub fn head(&self) -> (u64, Checksum) {
+        self.log
+            .last()
+            .map_or((0, 0), |(h, _)| (h.op, h.checksum()))
+    }
+}
+
+/// Three replicas (or `replicas`) and the messages between them.
+pub struct Cluster {
+    pub nodes: Vec<Node>,
+    /// (from, to, message) not yet delivered.
+    pub outbox: VecDeque<(u8, Destination, Message)>,
+    pub config: Config,
+}
+
+/// A chain of `n` prepares of `view` after `(after, parent)`, each naming `commit_lag` ops below
+/// it as its primary's commit point.
+pub fn chain(after: u64, parent: Checksum, n: u64, view: u32, seed: u8) -> Vec<(Header, Vec<u8>)> {
+    let mut out = Vec::new();
+    let mut parent = parent;
+    for op in after + 1..=after + n {
+        let body = vec![seed; 8];
+        let header = Header::prepare(
+            Position {
+                cluster: CLUSTER,
+                group: GROUP,
+                after: op - 1,
+                parent,
+            },
+            operation::MESSAGES,
+            &PrepareMeta {
+                view,
+                commit: op.saturating_sub(2),
+                replica: u8::try_from(u64::from(view) % 3).unwrap(),
+                client: 0xC0,
+                request: op,
+                ..PrepareMeta::default()
+            },
+            &body,
+        )
+        .unwrap();
+        parent = header.checksum();
+        out.push((header, body));
+    }
+    out
+}
+
+impl Cluster {
+    /// A new cluster whose replicas hold `logs` (journaled and, through `executed`, executed),
+    /// each booting with `durable` (incarnation 0: a new group, in normal status; otherwise a
+    /// restart, recovering, incarnation `100 + index`).
+    pub fn new(
+        logs: Vec<Vec<(Header, Vec<u8>)>>,
+        durable: Durable,
+        executed: u64,
+        safeguards: Safeguards,
+    ) -> Self {
+        Self::with_config(logs, durable, executed, safeguards, Config::default())
+    }
+
+    /// [`Cluster::new`] with the replicas' `config`.
+    pub fn with_config(
+        logs: Vec<Vec<(Header, Vec<u8>)>>,
+        durable: Durable,
+        executed: u64,
+        safeguards: Safeguards,
+        config: Config,
+    ) -> Self {
+        let boots = logs
+            .into_iter()
+            .map(|log| (log, durable, executed))
+            .collect();
+        Self::with_boots(boots, safeguards, config)
+    }
+
+    /// A cluster whose replica `i` boots from `boots[i]`: its log, superblock and the op it
+    /// executed through.
+    pub fn with_boots(
+        boots: Vec<(Log, Durable, u64)>,
+        safeguards: Safeguards,
+        config: Config,
+    ) -> Self {
+        let replicas = u8::try_from(boots.len()).unwrap();
+        let nodes = boots
+            .into_iter()
+            .enumerate()
+            .map(|(i, (log, durable, executed))| {
+                let index = u8::try_from(i).unwrap();
+                let (head, head_checksum) =
+                    log.last().map_or((0, 0), |(h, _)| (h.op, h.checksum()));
+                let boot = Boot {
+                    durable,
+                    applied: executed.min(head),
+                    head,
+                    head_checksum,
+                    entries: log.clone(),
+                    forgot_acknowledged: false,
+                    incarnation: 100 + u64::from(index),
+                    clients: Vec::new(),
+                };
+                Node {
+                    replica: Replica::new(
+                        config.clone(),
+                        safeguards,
+                        Identity {
+                            cluster: CLUSTER,
+                            group: GROUP,
+                            replica: index,
+                            replicas,
+                        },
+                        boot,
+                    ),
+                    log,
+                    superblock: durable,
+                    executed: executed.min(head),
+                    lane: VecDeque::new(),
+                    refused: Vec::new(),
+                }
+            })
+            .collect();
+        let mut cluster = Self {
+            nodes,
+            outbox: VecDeque::new(),
+            config,
+        };
+        for i in 0..cluster.nodes.len() {
+            cluster.collect(i);
+        }
+        cluster
+    }
+
+    /// Moves replica `i`'s new effects: sends to the outbox, storage effects to its lane.
+    pub fn collect(&mut self, i: usize) {
+        let from = u8::try_from(i).unwrap();
+        for effect in self.nodes[i].replica.take_effects() {
+            match effect {
+                Effect::Send { to, message } => self.outbox.push_back((from, to, message)),
+                storage => self.nodes[i].lane.push_back(storage),
+            }
+        }
+    }
+
+    /// Completes the head of replica `i`'s lane; false when the lane is empty.
+    pub fn complete_one(&mut self, i: usize) -> bool {
+        let Some(effect) = self.nodes[i].lane.pop_front() else {
+            return false;
+        };
+        let id = effect.id().unwrap();
+        let outcome = execute(&mut self.nodes[i], effect);
+        self.nodes[i].replica.on_completion(id, outcome);
+        self.collect(i);
+        true
+    }
+
+    /// Completes every storage effect of every replica (and what they cause) until none is left.
+    pub fn settle_storage(&mut self) {
+        loop {
+            let mut any = false;
+            for i in 0..self.nodes.len() {
+                while self.complete_one(i) {
+                    any = true;
+                }
+            }
+            if !any {
+                break;
+            }
+        }
+    }
+
+    /// Delivers every message in the outbox (and what they cause) whose (from, to, message)
+    /// `keep` accepts; drops the others. Storage settles between deliveries.
+    pub fn deliver_where(&mut self, mut keep: impl FnMut(u8, u8, &Message) -> bool) -> usize {
+        let mut delivered = 0;
+        for _ in 0..100_000 {
+            self.settle_storage();
+            let Some((from, to, message)) = self.outbox.pop_front() else {
+                return delivered;
+            };
+            let Destination::Replica(to) = to else {
+                continue;
+            };
+            if !keep(from, to, &message) {
+                continue;
+            }
+            delivered += 1;
+            let i = usize::from(to);
+            self.nodes[i].replica.on_message(message);
+            self.collect(i);
+        }
+        panic!("the messages never stopped");
+    }
+
+    pub fn deliver_all(&mut self) -> usize {
+        self.deliver_where(|_, _, _| true)
+    }
+
+    /// `ticks` ticks of every replica, delivering messages (that `keep` accepts) after each.
+    pub fn run(&mut self, ticks: u64, mut keep: impl FnMut(u8, u8, &Message) -> bool) {
+        for _ in 0..ticks {
+            for i in 0..self.nodes.len() {
+                self.nodes[i].replica.tick();
+                self.collect(i);
+            }
+            self.deliver_where(&mut keep);
+        }
+    }
+
+    pub fn replica(&self, i: usize) -> &Replica {
+        &self.nodes[i].replica
+    }
+}
+
+/// Carries out one storage effect on `node`'s in-memory storage, refusing what the storage
+/// crates refuse.
+fn execute(node: &mut Node, effect: Effect) -> Outcome {
+    match effect {
+        Effect::Send { .. } => Outcome::Done,
+        Effect::WriteSuperblock { durable, .. } => {
+            node.superblock = durable;
+            Outcome::Done
+        }
+        Effect::Prepare {
+            meta,
+            operation,
+            body,
+            ..
+        } => {
+            let (after, parent) = node.head();
+            let header = Header::prepare(
+                Position {
+                    cluster: CLUSTER,
+                    group: GROUP,
+                    after,
+                    parent,
+                },
+                operation,
+                &meta,
+                &body,
+            )
+            .unwrap();
+            node.log.push((header, body.clone()));
+            Outcome::Prepared { header, body }
+        }
+        Effect::Journal { header, body, .. } => {
+            let (head, checksum) = node.head();
+            if header.op != head + 1 || header.parent != checksum {
+                node.refused.push(format!(
+                    "journal op {} does not extend the log at {head}",
+                    header.op
+                ));
+                return Outcome::Failed("does not extend the log".into());
+            }
+            node.log.push((header, body));
+            Outcome::Done
+        }
+        Effect::Truncate { after, .. } => {
+            if after < node.executed {
+                node.refused.push(format!(
+                    "truncate after {after} below the commit point {}",
+                    node.executed
+                ));
+                return Outcome::Failed("below the commit point".into());
+            }
+            node.log.truncate(usize::try_from(after).unwrap());
+            Outcome::Done
+        }
+        Effect::Publish { .. } => Outcome::Done,
+        Effect::Commit { through, .. } => {
+            let mut replies = Vec::new();
+            for op in node.executed + 1..=through {
+                let (header, _) = &node.log[usize::try_from(op - 1).unwrap()];
+                if header.client != 0 {
+                    replies.push((op, op.to_le_bytes().to_vec()));
+                }
+            }
+            node.executed = node.executed.max(through);
+            Outcome::Committed { replies }
+        }
+    }
+}
+
+/// A session for `Boot::clients`.
+pub fn session(request: u64, op: u64, reply: &[u8]) -> Session {
+    Session {
+        request,
+        op,
+        reply: reply.to_vec(),
+    }
+}

@@ -1,0 +1,536 @@
+//! The replica's rules one at a time, on a hand-driven cluster (`common`): each test stages the
+//! moment a rule is for and fails without it (checked by undoing each fix or turning its
+//! safeguard off; `docs/vsr.md` lists them).
+#![allow(
+    clippy::unwrap_used,
+    reason = "test code: a failed unwrap is a failed test"
+)]
+
+mod common;
+
+use common::{CLUSTER, Cluster, GROUP, chain, session};
+use iggy_vsr::{
+    Boot, Config, Durable, Effect, From, Identity, Message, Outcome, Replica, Safeguards, Status,
+};
+
+fn new_group() -> Durable {
+    Durable::default()
+}
+
+fn restarted(view: u32) -> Durable {
+    Durable {
+        view,
+        log_view: view,
+        commit_max: 0,
+        incarnation: 1,
+    }
+}
+
+fn from(replica: u8, view: u32) -> From {
+    From {
+        cluster: CLUSTER,
+        group: GROUP,
+        replica,
+        view,
+    }
+}
+
+fn count(cluster: &Cluster, from: u8, kind: fn(&Message) -> bool) -> usize {
+    cluster
+        .outbox
+        .iter()
+        .filter(|(f, _, m)| *f == from && kind(m))
+        .count()
+}
+
+/// Item 7 of #31, `restarted` as a durable fact: a group that never booted (incarnation 0 in
+/// its superblock) starts in normal status, records its incarnation first and sends nothing
+/// until that is durable; a boot that finds it recorded recovers.
+#[test]
+fn a_new_group_records_its_first_boot_before_it_sends_anything() {
+    let mut cluster = Cluster::new(vec![Vec::new(); 3], new_group(), 0, Safeguards::default());
+    assert_eq!(cluster.replica(0).status(), Status::Normal);
+    assert!(matches!(
+        cluster.nodes[0].lane.front(),
+        Some(Effect::WriteSuperblock { durable, .. }) if durable.incarnation == 100
+    ));
+    // Ticks before the record is durable: the primary's commit broadcasts are not sent.
+    for _ in 0..60 {
+        cluster.nodes[0].replica.tick();
+        cluster.collect(0);
+    }
+    assert_eq!(count(&cluster, 0, |_| true), 0);
+    assert!(cluster.replica(0).counters()["send_before_first_boot_recorded"] > 0);
+    cluster.settle_storage();
+    assert_eq!(cluster.nodes[0].superblock.incarnation, 100);
+    cluster.run(60, |_, _, _| true);
+    assert!(cluster.replica(1).commit_max() == 0 && cluster.replica(1).status() == Status::Normal);
+
+    // Booted again from that superblock: a restart, whatever the host says.
+    let again = Cluster::new(vec![Vec::new(); 3], restarted(0), 0, Safeguards::default());
+    assert_eq!(again.replica(0).status(), Status::Recovering);
+}
+
+/// Item 7: effect ids of two lives of a replica never meet, so a completion of an effect of an
+/// earlier life (a host that did not drop it) cannot be taken for one of this life.
+#[test]
+fn effect_ids_of_two_lives_never_meet() {
+    let boot = |incarnation| Boot {
+        durable: new_group(),
+        applied: 0,
+        head: 0,
+        head_checksum: 0,
+        entries: Vec::new(),
+        forgot_acknowledged: false,
+        incarnation,
+        clients: Vec::new(),
+    };
+    let id = Identity {
+        cluster: CLUSTER,
+        group: GROUP,
+        replica: 1,
+        replicas: 3,
+    };
+    let mut first = Replica::new(Config::default(), Safeguards::default(), id, boot(1));
+    let mut second = Replica::new(Config::default(), Safeguards::default(), id, boot(2));
+    let first_id = first.take_effects()[0].id().unwrap();
+    let second_id = second.take_effects()[0].id().unwrap();
+    assert_ne!(first_id, second_id);
+    second.on_completion(first_id, Outcome::Done);
+    assert_eq!(
+        second.durable().incarnation,
+        0,
+        "the earlier life's completion is ignored"
+    );
+    second.on_completion(second_id, Outcome::Done);
+    assert_eq!(second.durable().incarnation, 2);
+}
+
+/// Item 7: a completion of another kind than the effect's (a prepare answered `Done`) is the
+/// host's bug; the replica stops rather than reason on from a log it no longer knows.
+#[test]
+fn an_outcome_of_another_effect_halts_the_replica() {
+    let mut cluster = Cluster::new(vec![Vec::new(); 3], new_group(), 0, Safeguards::default());
+    cluster.settle_storage();
+    cluster.nodes[0].replica.on_message(Message::Request {
+        cluster: CLUSTER,
+        group: GROUP,
+        client: 0xC1,
+        request: 1,
+        operation: iggy_format::operation::MESSAGES,
+        body: vec![1, 2, 3],
+    });
+    cluster.collect(0);
+    let Some(Effect::Prepare { id, .. }) = cluster.nodes[0].lane.pop_front() else {
+        panic!("a prepare");
+    };
+    cluster.nodes[0].replica.on_completion(id, Outcome::Done);
+    assert_eq!(cluster.replica(0).status(), Status::Halted);
+    assert_eq!(
+        cluster.replica(0).counters()["outcome_of_another_effect"],
+        1
+    );
+}
+
+/// Item 7: a backup acknowledges a run of journaled ops with one `PrepareOk`, for the newest
+/// (it journals in order: the primary counts it for every op up to it). Here the primary's
+/// retransmission of op 1 (its acknowledgment lost) makes the backup acknowledge again from op
+/// 1: one message, not one per op.
+#[test]
+fn one_prepare_ok_acknowledges_a_run_of_journaled_ops() {
+    let mut cluster = Cluster::new(vec![Vec::new(); 3], new_group(), 0, Safeguards::default());
+    cluster.settle_storage();
+    for request in 1..=10 {
+        cluster.nodes[0].replica.on_message(Message::Request {
+            cluster: CLUSTER,
+            group: GROUP,
+            client: 0xC1,
+            request,
+            operation: iggy_format::operation::MESSAGES,
+            body: vec![7; 4],
+        });
+        cluster.collect(0);
+    }
+    // Every prepare reaches backup 1 and is journaled; its acknowledgments are lost.
+    let mut first = None;
+    cluster.deliver_where(|_, to, m| {
+        if to == 1
+            && let Message::Prepare { header, .. } = m
+            && header.op == 1
+        {
+            first = Some(m.clone());
+        }
+        !matches!(m, Message::PrepareOk { .. })
+    });
+    assert_eq!(cluster.replica(1).journaled_head(), 10);
+    cluster.nodes[1].replica.on_message(first.unwrap());
+    cluster.collect(1);
+    let oks: Vec<u64> = cluster
+        .outbox
+        .iter()
+        .filter_map(|(f, _, m)| match m {
+            Message::PrepareOk { op, .. } if *f == 1 => Some(*op),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(oks, vec![10]);
+    cluster.deliver_all();
+    assert_eq!(cluster.replica(0).commit_max(), 10);
+}
+
+/// Item 2 of #31: a `StartView` lost on its way to a backup. The backup resends its
+/// `DoViewChange` every 500 ms; the primary answers it with a `StartView` of its own, so the
+/// backup starts the view within a resend interval instead of timing out into another view
+/// change. Without the safeguard it is still in the view change 2 s later.
+#[test]
+fn a_lost_start_view_is_resent_at_the_next_do_view_change() {
+    for resend in [true, false] {
+        let safeguards = Safeguards {
+            start_view_resend: resend,
+            ..Safeguards::default()
+        };
+        let log = chain(0, 0, 5, 0, 1);
+        let mut cluster = Cluster::new(
+            vec![log.clone(), log.clone(), log],
+            new_group(),
+            5,
+            safeguards,
+        );
+        cluster.settle_storage();
+        cluster.run(10, |_, _, _| true);
+        // Replica 0 goes quiet; replica 1 leads view 1, and its broadcast StartView to
+        // replica 2 is lost.
+        let lost = std::cell::Cell::new(false);
+        let mut keep = |from: u8, to: u8, m: &Message| {
+            if from == 0 || to == 0 {
+                return false;
+            }
+            if !lost.get() && to == 2 && matches!(m, Message::StartView { nonce: 0, .. }) {
+                lost.set(true);
+                return false;
+            }
+            true
+        };
+        for _ in 0..520 {
+            for i in 1..3 {
+                cluster.nodes[i].replica.tick();
+                cluster.collect(i);
+            }
+            cluster.deliver_where(&mut keep);
+        }
+        assert!(lost.get(), "the StartView was sent and lost");
+        assert_eq!(cluster.replica(1).status(), Status::Normal);
+        for _ in 0..200 {
+            for i in 1..3 {
+                cluster.nodes[i].replica.tick();
+                cluster.collect(i);
+            }
+            cluster.deliver_where(&mut keep);
+        }
+        let backup = cluster.replica(2);
+        if resend {
+            assert_eq!((backup.status(), backup.view()), (Status::Normal, 1));
+            assert!(cluster.replica(1).counters()["start_view_resent"] >= 1);
+        } else {
+            assert_eq!(backup.status(), Status::ViewChange, "{}", backup.describe());
+        }
+    }
+}
+
+/// Item 3 of #31: a view start's cut queued behind a commit in flight. The backup executes
+/// through op 8 (its commit effect not yet done) when a `StartView` arrives whose commit point
+/// is past its log: it may keep only what executed, and what executed includes the op the
+/// commit in flight reaches. Cutting at what had completed (op 0) landed below the storage's
+/// commit point once the commit ran first on the lane: the storage refused, the replica halted.
+#[test]
+fn a_cut_never_lands_below_a_commit_in_flight() {
+    let log = chain(0, 0, 22, 0, 1);
+    let mut cluster = Cluster::new(
+        vec![log.clone(), log.clone(), log[..10].to_vec()],
+        new_group(),
+        0,
+        Safeguards::default(),
+    );
+    // Replica 2 booted with ops 1..=10, whose prepares prove ops through 8 committed: its
+    // commit effect through 8 waits on its lane.
+    assert!(
+        cluster.nodes[2]
+            .lane
+            .iter()
+            .any(|e| matches!(e, Effect::Commit { through: 8, .. })),
+        "{:?}",
+        cluster.nodes[2].lane
+    );
+    let (head, _) = &log[21];
+    let commit = &log[19].0;
+    cluster.nodes[2].replica.on_message(Message::StartView {
+        from: from(1, 1),
+        op: head.op,
+        commit: commit.op,
+        commit_checksum: commit.checksum(),
+        nonce: 0,
+        headers: vec![log[20].0, log[21].0],
+    });
+    cluster.collect(2);
+    let cut = cluster.nodes[2].lane.iter().find_map(|e| match e {
+        Effect::Truncate { after, .. } => Some(*after),
+        _ => None,
+    });
+    assert_eq!(cut, Some(8));
+    cluster.settle_storage();
+    assert!(
+        cluster.nodes[2].refused.is_empty(),
+        "{:?}",
+        cluster.nodes[2].refused
+    );
+    assert_ne!(cluster.replica(2).status(), Status::Halted);
+    // The two ops it cut (9 and 10) it keeps as candidates the chain proves.
+    assert_eq!(cluster.replica(2).candidates(), 2);
+}
+
+/// Item 7: a `Commit` whose checksum is not the backup's entry at that op. The backup's op 6
+/// is another log's (and the primary's prepares of op 6 are lost on the way): without the
+/// check it executed its own op 6 on the primary's word; now it cuts it, takes the primary's
+/// checksum as the anchor and repairs the primary's op 6 before it executes.
+#[test]
+fn a_commit_naming_another_entry_cuts_it_and_repairs_the_primarys() {
+    let ours = chain(0, 0, 6, 0, 1);
+    let mut theirs = ours[..5].to_vec();
+    theirs.extend(chain(5, ours[4].0.checksum(), 1, 0, 9));
+    let mut cluster = Cluster::new(
+        vec![ours.clone(), ours.clone(), theirs],
+        new_group(),
+        0,
+        Safeguards::default(),
+    );
+    // Hold back the primary's retransmitted prepares of op 6 to replica 2 until it has seen
+    // the commit point: only the `Commit` tells it.
+    let mut seen_commit = false;
+    cluster.run(200, |_, to, m| {
+        if to == 2 && matches!(m, Message::Commit { commit, .. } if *commit >= 6) {
+            seen_commit = true;
+        }
+        !(to == 2 && !seen_commit && matches!(m, Message::Prepare { header, .. } if header.op == 6))
+    });
+    let node = &cluster.nodes[2];
+    assert!(node.executed >= 6, "{}", node.replica.describe());
+    assert_eq!(node.log[5].0.checksum(), ours[5].0.checksum());
+    assert!(node.replica.counters()["commit_checksum_mismatch"] >= 1);
+}
+
+/// Item 4 of #31: a replica every peer answered `RangeEvicted` cannot repair op by op. It no
+/// longer counts as wanting repair (so a node's ration does not keep a slot for it) and no
+/// longer asks every 200 ms: it probes one peer every 5 s.
+#[test]
+fn a_replica_behind_every_peers_ring_leaves_the_ration_and_probes_slowly() {
+    let log = chain(0, 0, 300, 0, 1);
+    let config = Config {
+        ring_entries_max: 100,
+        ..Config::default()
+    };
+    let mut cluster = Cluster::with_config(
+        vec![log.clone(), log.clone(), log[..10].to_vec()],
+        new_group(),
+        298,
+        Safeguards::default(),
+        config,
+    );
+    cluster.settle_storage();
+    cluster.run(100, |_, _, _| true);
+    let behind = cluster.replica(2);
+    assert!(behind.behind_ring(), "{}", behind.describe());
+    assert!(!behind.wants_repair());
+    let mut asked = 0;
+    cluster.run(1_500, |from, _, m| {
+        if from == 2 && matches!(m, Message::RequestPrepares { .. }) {
+            asked += 1;
+        }
+        true
+    });
+    // 1,500 ticks: three probes (one every 500), not 75 rounds (one every 20).
+    assert!((2..=4).contains(&asked), "asked {asked} times");
+    assert!(cluster.replica(2).behind_ring());
+}
+
+/// Item 6 of #31: the client table a boot hands over answers a replayed request with its
+/// original reply (no second prepare), drops an older one, and prepares a newer one.
+#[test]
+fn a_replay_after_a_restart_is_answered_from_the_table() {
+    let log = chain(0, 0, 4, 0, 1);
+    let (head, checksum) = (log[3].0.op, log[3].0.checksum());
+    let mut primary = Replica::new(
+        Config::default(),
+        Safeguards::default(),
+        Identity {
+            cluster: CLUSTER,
+            group: GROUP,
+            replica: 0,
+            replicas: 3,
+        },
+        Boot {
+            durable: new_group(),
+            applied: 4,
+            head,
+            head_checksum: checksum,
+            entries: log,
+            forgot_acknowledged: false,
+            incarnation: 6,
+            clients: vec![(0xC1, session(5, 3, b"original"))],
+        },
+    );
+    for effect in primary.take_effects() {
+        if let Effect::WriteSuperblock { id, .. } = effect {
+            primary.on_completion(id, Outcome::Done);
+        }
+    }
+    let request = |request: u64| Message::Request {
+        cluster: CLUSTER,
+        group: GROUP,
+        client: 0xC1,
+        request,
+        operation: iggy_format::operation::MESSAGES,
+        body: vec![1],
+    };
+    primary.on_message(request(5));
+    let effects = primary.take_effects();
+    assert!(
+        matches!(
+            effects.as_slice(),
+            [Effect::Send { message: Message::Reply { op: 3, body, .. }, .. }] if body == b"original"
+        ),
+        "{effects:?}"
+    );
+    primary.on_message(request(4));
+    assert!(
+        primary.take_effects().is_empty(),
+        "an older request is dropped"
+    );
+    primary.on_message(request(6));
+    assert!(matches!(
+        primary.take_effects().as_slice(),
+        [Effect::Prepare { .. }]
+    ));
+}
+
+/// Item 7: an incarnation of 0 is refused at boot: a `StartView` broadcast carries nonce 0, and
+/// a replica of incarnation 0 took every broadcast as the answer to its probe.
+#[test]
+#[should_panic(expected = "an incarnation is never 0")]
+fn an_incarnation_of_0_is_refused() {
+    let _ = Replica::new(
+        Config::default(),
+        Safeguards::default(),
+        Identity {
+            cluster: CLUSTER,
+            group: GROUP,
+            replica: 0,
+            replicas: 3,
+        },
+        Boot {
+            durable: restarted(0),
+            applied: 0,
+            head: 0,
+            head_checksum: 0,
+            entries: Vec::new(),
+            forgot_acknowledged: false,
+            incarnation: 0,
+            clients: Vec::new(),
+        },
+    );
+}
+
+/// Item 7: a `StartView` broadcast (nonce 0) of the view a recovering replica already holds is
+/// not the answer to its probe: it could describe an older log than the one this life journaled.
+#[test]
+fn a_broadcast_start_view_is_no_echo() {
+    let log = chain(0, 0, 4, 2, 1);
+    let mut cluster = Cluster::new(
+        vec![log.clone(), log.clone(), log.clone()],
+        restarted(2),
+        4,
+        Safeguards::default(),
+    );
+    let commit = &log[3].0;
+    cluster.nodes[1].replica.on_message(Message::StartView {
+        from: from(2, 2),
+        op: 4,
+        commit: 4,
+        commit_checksum: commit.checksum(),
+        nonce: 0,
+        headers: Vec::new(),
+    });
+    assert_eq!(cluster.replica(1).status(), Status::Recovering);
+    assert_eq!(cluster.replica(1).counters()["start_view_not_echoed"], 1);
+}
+
+/// Items 1 and 5 of #31: a restarted replica's commit point is never older than its log's head
+/// by more than a pipeline (its prepares name their primaries' commit points), so its
+/// `DoViewChange` carries every header from the commit point to the head. Without the safeguard
+/// the commit point stays the superblock's (0 here) and the headers stop 128 below the head.
+#[test]
+fn a_restart_knows_the_commit_point_its_log_proves() {
+    let log = chain(0, 0, 2_833, 0, 1);
+    for on in [true, false] {
+        let safeguards = Safeguards {
+            durable_commit_point: on,
+            ..Safeguards::default()
+        };
+        let cluster = Cluster::new(vec![log.clone(); 3], restarted(0), 0, safeguards);
+        let r = cluster.replica(0);
+        assert_eq!(
+            r.commit_max(),
+            if on { 2_831 } else { 0 },
+            "{}",
+            r.describe()
+        );
+    }
+}
+
+/// Item 1 of #31: a restarted replica adopting a later view whose commit point is past its log
+/// cannot check its log against it, so it keeps only what executed; the entries it cuts stay in
+/// memory as candidates, proved by the view's entries above them as repair brings those, and
+/// journaled again without being fetched. Here the commit point it booted with is 0 (the
+/// durable commit point off), so all 50 ops of its log are cut: it fetches 30, not 80.
+#[test]
+fn a_cut_durable_log_is_proved_from_above_not_fetched_again() {
+    for keep in [true, false] {
+        let safeguards = Safeguards {
+            durable_commit_point: false,
+            keep_durable_log: keep,
+            ..Safeguards::default()
+        };
+        let log = chain(0, 0, 80, 0, 1);
+        let leading = Durable {
+            view: 1,
+            log_view: 1,
+            ..new_group()
+        };
+        let mut cluster = Cluster::with_boots(
+            vec![
+                (log.clone(), leading, 78),
+                (log.clone(), leading, 78),
+                (log[..50].to_vec(), restarted(0), 0),
+            ],
+            safeguards,
+            Config::default(),
+        );
+        let mut fetched = std::collections::BTreeSet::new();
+        cluster.run(400, |_, to, m| {
+            if to == 2
+                && let Message::Prepare { header, .. } = m
+            {
+                fetched.insert(header.op);
+            }
+            true
+        });
+        let node = &cluster.nodes[2];
+        assert!(node.executed >= 78, "{}", node.replica.describe());
+        assert_eq!(node.log.len(), 80);
+        if keep {
+            assert_eq!(fetched.first(), Some(&51), "{fetched:?}");
+            assert!(node.replica.counters()["candidate_proved"] >= 50);
+        } else {
+            assert_eq!(fetched.first(), Some(&1), "{fetched:?}");
+        }
+    }
+}
