@@ -1466,7 +1466,7 @@ impl Cluster {
     /// Shuts node `node` down cleanly now (every partition publishes first).
     pub fn shutdown_node(&mut self, node: u8) -> Result<(), String> {
         self.note(format!("node {node}: clean shutdown"));
-        let result = self.nodes[usize::from(node)].shutdown();
+        let result = self.nodes[usize::from(node)].shutdown(&self.layout);
         if !self.producers.is_empty() {
             self.death_unnoticed[usize::from(node)] = true;
             self.schedule(

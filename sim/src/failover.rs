@@ -855,6 +855,9 @@ pub struct PowerLossReport {
     /// on some node (must be none).
     pub lost: u64,
     pub lost_published: Vec<String>,
+    /// Acknowledged batches found, once the restarted cluster settled, on every one of the
+    /// three nodes at their op (every one not lost, when all is well).
+    pub held_everywhere: u64,
     /// When each group was in normal status again on every node, the metadata group first in
     /// the list, and whether some replica of it started a view change after its probes went
     /// unanswered.
@@ -977,6 +980,37 @@ pub fn power_loss_all(setup: Setup, scale: &Scale) -> Result<PowerLossReport, St
             }
         }
     }
+    // Every node catches up (the repairs after the view changes), then each holds what the
+    // group kept.
+    let settle = cluster.now() + 3 * SECOND;
+    cluster.run_until(settle);
+    failure_of(&cluster)?;
+    let mut held_everywhere = 0;
+    for (group, request, op) in &acked {
+        let producer_id = cluster
+            .producers()
+            .iter()
+            .find(|p| p.group == *group)
+            .map_or(0, |p| p.id);
+        let mut everywhere = true;
+        for node in cluster.nodes() {
+            let Some(Store::Partition { partition, .. }) = node.hosts.get(group).map(|h| &h.store)
+            else {
+                everywhere = false;
+                break;
+            };
+            let wal = partition.wal();
+            let here = *op <= wal.head().0
+                && *op >= wal.first_op()
+                && wal
+                    .read_headers(*op, *op)
+                    .map_err(|e| format!("node {} op {op}: {e}", node.index))?
+                    .first()
+                    .is_some_and(|h| h.client == producer_id && h.request == *request);
+            everywhere &= here;
+        }
+        held_everywhere += u64::from(everywhere);
+    }
     let probed: BTreeSet<u128> = groups
         .iter()
         .filter(|k| {
@@ -997,6 +1031,7 @@ pub fn power_loss_all(setup: Setup, scale: &Scale) -> Result<PowerLossReport, St
         unpublished_everywhere,
         lost,
         lost_published,
+        held_everywhere,
         resumed: groups
             .iter()
             .zip(resumed)
@@ -1225,11 +1260,12 @@ pub fn render_power_loss(report: &PowerLossReport) -> String {
     let _ = writeln!(
         out,
         "acknowledged before the loss: {}; above every node's newest publication: {}; lost: {}; \
-         lost though published somewhere: {}",
+         lost though published somewhere: {}; on all three nodes afterwards: {}",
         report.acknowledged,
         report.unpublished_everywhere,
         report.lost,
-        report.lost_published.len()
+        report.lost_published.len(),
+        report.held_everywhere
     );
     match report.metadata_rank() {
         Some((0, _)) => {

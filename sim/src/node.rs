@@ -333,11 +333,14 @@ impl Node {
     /// A clean shutdown: every group publishes what it appended with its log synced, the node
     /// writes the clean-shutdown marker when all of them succeeded (so its next boot skips
     /// the rewrites of trusted state), then the process exits. Returns the first failure.
-    pub fn shutdown(&mut self) -> Result<(), String> {
+    pub fn shutdown(&mut self, layout: &Layout) -> Result<(), String> {
         let mut result = Ok(());
         for host in self.hosts.values_mut() {
             // The commit point, exact, for the next boot (the process exits: the replica's view
-            // of its superblock does not matter any more).
+            // of its superblock does not matter any more). Part of the durable commit point.
+            if !layout.safeguards.durable_commit_point {
+                continue;
+            }
             let recorded = record_commit_point(host);
             if let Err(e) = recorded
                 && result.is_ok()
