@@ -85,7 +85,8 @@ pub struct Stream {
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct ClientSession {
     pub session: u64,
-    /// The request number of the last request executed (0: only the registration).
+    /// The request number of the last request executed (the registration's, at first: 0 on
+    /// the Iggy wire).
     pub last_request: u64,
     /// The op that last executed a request of this session (its registration, at first): the
     /// least recently used session is evicted first.
@@ -544,6 +545,9 @@ impl State {
             if done.result.as_ref().is_some_and(Result::is_ok)
                 && let Some(session) = self.clients.get_mut(registered)
             {
+                // The registration is the session's first request (a replay of it is
+                // answered like any other).
+                session.last_request = request;
                 session.last_op = op_number;
                 session.reply.clone_from(&done.reply);
             }

@@ -471,7 +471,8 @@ fn metadata_boot(
         .state()
         .clients
         .iter()
-        .filter(|(_, s)| s.last_request != 0)
+        // A session a client's request opened (one a node's own op registered has no op).
+        .filter(|(_, s)| s.last_op != 0)
         .map(|(client, s)| {
             (
                 *client,
