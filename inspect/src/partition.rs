@@ -287,6 +287,7 @@ pub fn decode_index(bytes: &[u8], start_offset: u64, log: Option<&[u8]>) -> (Val
             interval_bytes: interval,
             entries,
             summary,
+            version,
             ..
         }) => {
             let _ = writeln!(
@@ -298,7 +299,13 @@ pub fn decode_index(bytes: &[u8], start_offset: u64, log: Option<&[u8]>) -> (Val
                 None => {
                     let _ = writeln!(
                         text,
-                        "  version 1: no summary (boot reads the segment and writes version 2)"
+                        "  version {version}: {} (boot reads the segment and writes version {})",
+                        if version == 1 {
+                            "no summary"
+                        } else {
+                            "a summary without client sessions"
+                        },
+                        index::VERSION
                     );
                     Value::Null
                 }
@@ -308,7 +315,7 @@ pub fn decode_index(bytes: &[u8], start_offset: u64, log: Option<&[u8]>) -> (Val
                         text,
                         "  summary: offsets {start_offset}..{}, {} entries ({} batches) from op {}, \
                          {} bytes, timestamps {} to {}, last entry checksum {:#034x}{}; \
-                         {} consumer offset stores",
+                         {} consumer offset stores, {} client sessions",
                         summary.next_offset,
                         summary.entries,
                         summary.batches,
@@ -330,7 +337,8 @@ pub fn decode_index(bytes: &[u8], start_offset: u64, log: Option<&[u8]>) -> (Val
                             Some(None) => " (no entry of the .log ends there: stale)".into(),
                             None => String::new(),
                         },
-                        summary.stores.len()
+                        summary.stores.len(),
+                        summary.sessions.len()
                     );
                     for store in &summary.stores {
                         let _ = writeln!(
@@ -340,6 +348,25 @@ pub fn decode_index(bytes: &[u8], start_offset: u64, log: Option<&[u8]>) -> (Val
                             store.id,
                             store.offset,
                             store.op
+                        );
+                    }
+                    for session in &summary.sessions {
+                        let _ = writeln!(
+                            text,
+                            "    client {:#x} request {} at op {} ({}{})",
+                            session.client,
+                            session.request,
+                            session.op,
+                            iggy_format::operation::name(session.operation),
+                            if session.operation == iggy_format::operation::MESSAGES {
+                                format!(
+                                    ": offsets {}..{}",
+                                    session.base_offset,
+                                    session.base_offset + u64::from(session.message_count)
+                                )
+                            } else {
+                                String::new()
+                            }
                         );
                     }
                     json!({
@@ -352,6 +379,11 @@ pub fn decode_index(bytes: &[u8], start_offset: u64, log: Option<&[u8]>) -> (Val
                         "last_checksum_matches_log": last.map(|l| l == Some(summary.last_checksum)),
                         "stores": summary.stores.iter().map(|s| json!({
                             "kind": s.kind.name(), "id": s.id, "offset": s.offset, "op": s.op,
+                        })).collect::<Vec<_>>(),
+                        "sessions": summary.sessions.iter().map(|s| json!({
+                            "client": format!("{:#x}", s.client), "request": s.request,
+                            "op": s.op, "operation": iggy_format::operation::name(s.operation),
+                            "base_offset": s.base_offset, "message_count": s.message_count,
                         })).collect::<Vec<_>>(),
                     })
                 }

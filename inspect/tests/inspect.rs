@@ -650,3 +650,53 @@ fn wal_lists_a_spare_as_a_retired_file_not_the_logs() {
     let spares = json["spares"].as_array();
     assert_eq!(spares.map(Vec::len), Some(1), "{json}");
 }
+
+/// `index` shows a sealed segment's client sessions (version 3): each client's newest request,
+/// its op and, for a batch, the offsets it was given.
+#[test]
+fn index_shows_the_client_sessions_of_its_segment() {
+    let dir = tempfile::tempdir().unwrap();
+    let storage = OsStorage::open(dir.path()).unwrap();
+    let config = iggy_segments::Config {
+        segment_size_bytes: 4096,
+        index_interval_bytes: 1024,
+        replicated: true,
+        ..iggy_segments::Config::new(0x9A, 1, ID)
+    };
+    let partition = iggy_segments::Partition::create(storage, Path::new("p"), config).unwrap();
+    for request in 1..=40u64 {
+        let mut batch = iggy_format::batch::encode(
+            request,
+            &[iggy_format::batch::NewMessage {
+                id: u128::from(request),
+                timestamp_delta: 0,
+                payload: vec![7; 200],
+                user_headers: Vec::new(),
+            }],
+        )
+        .unwrap();
+        let meta = iggy_format::PrepareMeta {
+            client: 0xC0 + u128::from(request % 2),
+            request,
+            now_us: 1_700_000_000_000_000 + request,
+            ..iggy_format::PrepareMeta::default()
+        };
+        partition
+            .prepare(iggy_segments::Request::Messages(&mut batch), &meta)
+            .unwrap();
+    }
+    let sealed = partition.segments()[0].clone();
+    drop(partition);
+    let index = dir
+        .path()
+        .join("p")
+        .join(iggy_segments::index::file_name(sealed.start_offset));
+    let text = run(&["index", index.to_str().unwrap()]);
+    assert!(text.contains("2 client sessions"), "{text}");
+    assert!(text.contains("client 0xc1 request"), "{text}");
+    let json: serde_json::Value =
+        serde_json::from_str(&run(&["--json", "index", index.to_str().unwrap()])).unwrap();
+    let sessions = json["summary"]["sessions"].as_array().unwrap();
+    assert_eq!(sessions.len(), 2, "{json}");
+    assert_eq!(sessions[0]["operation"], "messages");
+}
