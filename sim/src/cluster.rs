@@ -15,7 +15,7 @@ use crate::checker::{Checker, Committed};
 use crate::client::{self, Client};
 use crate::consumer::{self, Consumer};
 use crate::network::{Endpoint, Network, NetworkConfig};
-use crate::node::{GroupKind, Layout, Node, execute};
+use crate::node::{GroupKind, Layout, Node};
 use crate::producer::{Producer, Routing, Shape};
 use crate::rng::Stream;
 
@@ -488,14 +488,7 @@ impl Cluster {
     }
 
     fn note(&mut self, line: String) {
-        if self.options.trace_events == 0 {
-            return;
-        }
-        if self.trace.len() >= self.options.trace_events {
-            self.trace.pop_front();
-        }
-        self.trace
-            .push_back(format!("{:>10.3}s {line}", self.now as f64 / 1e6));
+        trace_note(&mut self.trace, self.options.trace_events, self.now, line);
     }
 
     /// Runs to the end: the fault phase, then the liveness phase.
@@ -541,7 +534,7 @@ impl Cluster {
             behind_ring: self
                 .nodes
                 .iter()
-                .flat_map(|n| n.hosts.values())
+                .flat_map(|n| n.hosts().values())
                 .filter(|h| h.replica.behind_ring())
                 .count() as u64,
             producer_sends: self.producers.iter().map(|p| p.sends.len() as u64).sum(),
@@ -579,7 +572,7 @@ impl Cluster {
         let behind = self
             .nodes
             .iter()
-            .flat_map(|n| n.hosts.values())
+            .flat_map(|n| n.hosts().values())
             .any(|h| h.replica.behind_ring());
         format!(
             "the healed cluster did not converge within {} s{}; waiting: {}",
@@ -604,7 +597,7 @@ impl Cluster {
                 lines.push(format!("replica {}: CRASHED", node.index));
                 continue;
             }
-            for host in node.hosts.values() {
+            for host in node.hosts().values() {
                 lines.push(format!(
                     "replica {}: live | {} {}",
                     node.index,
@@ -645,7 +638,7 @@ impl Cluster {
         for kind in self.layout.groups() {
             let mut heads = Vec::new();
             for node in &self.nodes {
-                let Some(host) = node.hosts.get(&kind.id()) else {
+                let Some(host) = node.hosts().get(&kind.id()) else {
                     return false;
                 };
                 let r = &host.replica;
@@ -672,17 +665,20 @@ impl Cluster {
                 if !n.up || n.life != life {
                     return;
                 }
-                let groups: Vec<u128> = n.hosts.keys().copied().collect();
-                self.nodes[usize::from(node)].ration_repair();
+                let groups: Vec<u128> = n.hosts().keys().copied().collect();
+                if let Some(inner) = self.nodes[usize::from(node)].node.as_mut() {
+                    inner.ration_repair();
+                }
                 self.repair_senders.clear();
                 for group in groups {
-                    if let Some(host) = self.nodes[usize::from(node)].hosts.get_mut(&group) {
-                        let before = (host.replica.status(), host.replica.view());
-                        host.replica.tick();
-                        let after = (host.replica.status(), host.replica.view());
-                        if before != after {
-                            self.view_changed(node, group, before, after);
-                        }
+                    let ticked = self.nodes[usize::from(node)]
+                        .node
+                        .as_mut()
+                        .and_then(|inner| inner.tick(group));
+                    if let Some((before, after)) = ticked
+                        && before != after
+                    {
+                        self.view_changed(node, group, before, after);
                     }
                     self.drain(node, group);
                 }
@@ -751,60 +747,44 @@ impl Cluster {
         ));
     }
 
-    /// Routes a replica's new effects: sends to the network, storage effects to its lane.
+    /// Routes a replica's new effects: sends to the network, storage effects to its lane (whose
+    /// head runs after a seeded latency).
     fn drain(&mut self, node: u8, group: u128) {
-        let Some(host) = self.nodes[usize::from(node)].hosts.get_mut(&group) else {
+        let Some(inner) = self.nodes[usize::from(node)].node.as_mut() else {
             return;
         };
-        let effects = host.replica.take_effects();
-        let mut schedule_lane = false;
+        let drained = inner.drain(group);
         // A broadcast is the same message to each peer, one after another: encoded once.
         let mut last: Option<(Message, std::sync::Arc<Vec<u8>>)> = None;
-        for effect in effects {
-            match effect {
-                Effect::Send { to, message } => {
-                    if let Message::RequestPrepares { .. } = message {
-                        self.repair_senders.insert(group);
-                    }
-                    if self.serving_repair
-                        && let (Message::Prepare { body, .. }, Destination::Replica(r)) =
-                            (&message, to)
-                    {
-                        *self.repair_bytes.entry((r, group)).or_default() +=
-                            (body.len() + iggy_format::constants::HEADER_SIZE) as u64;
-                    }
-                    let slow = self.aim_at(node, to, &message);
-                    let bytes = match &last {
-                        Some((previous, bytes)) if *previous == message => bytes.clone(),
-                        _ => {
-                            let bytes = std::sync::Arc::new(message.encode());
-                            last = Some((message, bytes.clone()));
-                            bytes
-                        }
-                    };
-                    let to = match to {
-                        Destination::Replica(r) => Endpoint::Node(r),
-                        Destination::Client(c) => match self.client_endpoint(c) {
-                            Some(endpoint) => endpoint,
-                            None => continue,
-                        },
-                    };
-                    self.send_bytes(Endpoint::Node(node), to, &bytes, slow);
-                }
-                storage => {
-                    let host = self.nodes[usize::from(node)]
-                        .hosts
-                        .get_mut(&group)
-                        .unwrap_or_else(|| unreachable!("the host drained"));
-                    host.lane.push_back(storage);
-                    if !host.lane_scheduled {
-                        host.lane_scheduled = true;
-                        schedule_lane = true;
-                    }
-                }
+        for (to, message) in drained.sends {
+            if let Message::RequestPrepares { .. } = message {
+                self.repair_senders.insert(group);
             }
+            if self.serving_repair
+                && let (Message::Prepare { body, .. }, Destination::Replica(r)) = (&message, to)
+            {
+                *self.repair_bytes.entry((r, group)).or_default() +=
+                    (body.len() + iggy_format::constants::HEADER_SIZE) as u64;
+            }
+            let slow = self.aim_at(node, to, &message);
+            let bytes = match &last {
+                Some((previous, bytes)) if *previous == message => bytes.clone(),
+                _ => {
+                    let bytes = std::sync::Arc::new(message.encode());
+                    last = Some((message, bytes.clone()));
+                    bytes
+                }
+            };
+            let to = match to {
+                Destination::Replica(r) => Endpoint::Node(r),
+                Destination::Client(c) => match self.client_endpoint(c) {
+                    Some(endpoint) => endpoint,
+                    None => continue,
+                },
+            };
+            self.send_bytes(Endpoint::Node(node), to, &bytes, slow);
         }
-        if schedule_lane {
+        if drained.lane_started {
             let life = self.nodes[usize::from(node)].life;
             let latency = self.latency.between(20, 2_000);
             self.schedule(latency, Event::Lane { node, life, group });
@@ -876,7 +856,7 @@ impl Cluster {
             let replicas: Vec<&iggy_vsr::Replica> = self
                 .nodes
                 .iter()
-                .filter_map(|n| n.hosts.get(&kind.id()).map(|h| &h.replica))
+                .filter_map(|n| n.hosts().get(&kind.id()).map(|h| &h.replica))
                 .collect();
             let commit = replicas.iter().map(|r| r.commit_max()).max().unwrap_or(0);
             replicas.iter().all(|r| r.journaled_head() >= commit)
@@ -946,7 +926,7 @@ impl Cluster {
         };
         let next_offset = self.consumers[index].next_offset;
         let node = &self.nodes[usize::from(target)];
-        let polled = match node.hosts.get(&group) {
+        let polled = match node.hosts().get(&group) {
             Some(host) if node.up && host.replica.leader() == Some(target) => match &host.store {
                 crate::node::Store::Partition { partition, .. } => Some(partition.read_through(
                     next_offset,
@@ -1006,101 +986,33 @@ impl Cluster {
         }
     }
 
-    /// Carries out the head of a group's lane and hands the replica its completion.
+    /// Carries out the head of a group's lane and hands the replica its completion
+    /// (`iggy_node::Node::run_lane_head`, the checkers watching).
     fn lane(&mut self, node: u8, life: u64, group: u128) {
         let now = self.now;
         let n = &mut self.nodes[usize::from(node)];
         if !n.up || n.life != life {
             return;
         }
-        let Some(host) = n.hosts.get_mut(&group) else {
+        let Some(inner) = n.node.as_mut() else {
             return;
         };
-        let Some(effect) = host.lane.pop_front() else {
-            host.lane_scheduled = false;
+        let mut watcher = Watcher {
+            checker: &mut self.checker,
+            trace: &mut self.trace,
+            trace_events: self.options.trace_events,
+            now,
+            watch: self.options.watch,
+            watched: None,
+        };
+        let Some(ran) = inner.run_lane_head(group, now, &mut watcher) else {
             return;
         };
-        let id = effect.id().unwrap_or(0);
-        let name = effect.name();
-        let commit = match &effect {
-            Effect::Commit { through, .. } => Some((host.replica.commit_min(), *through)),
-            _ => None,
-        };
-        let durable = match &effect {
-            Effect::WriteSuperblock { durable, .. } => Some(*durable),
-            _ => None,
-        };
-        if let Effect::Truncate { after, .. } = &effect {
-            let checksum = host.replica.checksum(*after);
-            let starting = host.replica.starting_view();
-            self.checker
-                .truncating(node, group, *after, checksum, starting);
-        }
-        let log_view_before = host.replica.durable().log_view;
-        let watched = (self.options.watch == Some(group)).then(|| match &effect {
-            Effect::WriteSuperblock { durable, .. } => format!(
-                "replica {node}: superblock view {} log_view {} commit {}",
-                durable.view, durable.log_view, durable.commit_max
-            ),
-            Effect::Prepare { .. } => format!("replica {node}: prepare"),
-            Effect::Journal { header, .. } => {
-                format!(
-                    "replica {node}: journal op {} view {}",
-                    header.op, header.view
-                )
-            }
-            Effect::Truncate { after, .. } => format!("replica {node}: truncate after {after}"),
-            Effect::Publish { through, .. } => format!("replica {node}: publish {through}"),
-            Effect::Commit { through, .. } => format!("replica {node}: commit {through}"),
-            Effect::Send { .. } => String::new(),
-        });
-        let journal_op = match &effect {
-            Effect::Journal { header, .. } => Some(header.op),
-            _ => None,
-        };
-        let outcome = execute(&mut host.store, effect, now, self.layout.checkpoint_bytes);
-        let journal_op = match &outcome {
-            Outcome::Prepared { header, .. } => Some(header.op),
-            Outcome::Done => journal_op,
-            _ => None,
-        };
-        if let Some(line) = watched {
-            let described = host.replica.describe();
-            self.note(format!("{line}: {} | {described}", outcome_name(&outcome)));
-        }
-        let n = &mut self.nodes[usize::from(node)];
-        let Some(host) = n.hosts.get_mut(&group) else {
-            return;
-        };
-        let failed = matches!(outcome, Outcome::Failed(_));
-        if !failed {
-            if let Some((from, through)) = commit {
-                for op in from + 1..=through {
-                    if let Some(header) = host.replica.header(op) {
-                        self.checker.committed(
-                            node,
-                            group,
-                            op,
-                            Committed {
-                                checksum: header.checksum(),
-                                client: header.client,
-                                request: header.request,
-                            },
-                        );
-                    }
-                }
-            }
-            if let Some(durable) = durable {
-                self.checker.durable(node, group, durable);
-            }
-        }
-        let n = &mut self.nodes[usize::from(node)];
-        let Some(host) = n.hosts.get_mut(&group) else {
-            return;
-        };
-        if let Outcome::Failed(reason) = &outcome {
-            let line = format!("replica {node} group {group:#x}: {name} failed: {reason}");
-            host.replica.on_completion(id, outcome);
+        if let Some(reason) = &ran.failed {
+            let line = format!(
+                "replica {node} group {group:#x}: {} failed: {reason}",
+                ran.name
+            );
             self.note(line);
             // The replica stopped: the node restarts (its process dies with the error).
             if !self.restart_pending[usize::from(node)] {
@@ -1110,37 +1022,12 @@ impl Cluster {
             }
             return;
         }
-        let before = (host.replica.status(), host.replica.view());
-        host.replica.on_completion(id, outcome);
-        let after = (host.replica.status(), host.replica.view());
-        if let Some(op) = journal_op {
-            let log_view = host.replica.durable().log_view;
-            self.checker.journaled(node, group, log_view, op);
-        }
-        if let Some(durable) = durable
-            && durable.log_view > log_view_before
-        {
-            let op = host.replica.journaled_head();
-            let checksum = host.replica.checksum(op).unwrap_or(0);
-            self.checker
-                .log_view_written(node, group, durable.log_view, op, checksum);
-            let head = host.replica.head();
-            let replica = &host.replica;
-            self.checker
-                .view_log(node, group, durable.log_view, head, |op| {
-                    replica.checksum(op)
-                });
-        }
-        let more = !host.lane.is_empty();
-        if !more {
-            host.lane_scheduled = false;
-        }
-        if before != after {
-            self.view_changed(node, group, before, after);
+        if ran.before != ran.after {
+            self.view_changed(node, group, ran.before, ran.after);
         }
         self.drain(node, group);
-        let host = self.nodes[usize::from(node)].hosts.get_mut(&group);
-        if more && host.is_some() {
+        let hosted = self.nodes[usize::from(node)].hosts().contains_key(&group);
+        if ran.more && hosted {
             let latency = self.latency.between(20, 2_000);
             self.schedule(latency, Event::Lane { node, life, group });
         }
@@ -1199,17 +1086,19 @@ impl Cluster {
                 if !n.up {
                     return;
                 }
-                let Some(host) = n.hosts.get_mut(&group) else {
+                let Some(inner) = n.node.as_mut() else {
                     return;
                 };
+                if !inner.groups.contains_key(&group) {
+                    return;
+                }
                 if let Message::Commit { .. } = message {
                     self.commit_heard.insert((node, group), self.now);
                 }
                 let serving = matches!(message, Message::RequestPrepares { .. });
-                let before = (host.replica.status(), host.replica.view());
-                host.replica.on_message(message);
-                let after = (host.replica.status(), host.replica.view());
-                if before != after {
+                if let Some((before, after)) = inner.deliver(group, message)
+                    && before != after
+                {
                     self.view_changed(node, group, before, after);
                 }
                 self.serving_repair = serving;
@@ -1256,7 +1145,7 @@ impl Cluster {
             let replicas: Vec<&iggy_vsr::Replica> = self
                 .nodes
                 .iter()
-                .filter_map(|n| n.hosts.get(&kind.id()).map(|h| &h.replica))
+                .filter_map(|n| n.hosts().get(&kind.id()).map(|h| &h.replica))
                 .collect();
             let commit = replicas.iter().map(|r| r.commit_max()).max().unwrap_or(0);
             if replicas
@@ -1394,7 +1283,7 @@ impl Cluster {
             n.storage.set_faults(iggy_io::soak::faults());
         }
         let life = n.life;
-        for (&group, host) in &n.hosts {
+        for (&group, host) in n.hosts() {
             let r = &host.replica;
             self.checker.booted(
                 node,
@@ -1413,7 +1302,7 @@ impl Cluster {
         let life = self.nodes[usize::from(node)].life;
         self.schedule(TICK_US, Event::Tick { node, life });
         let groups: Vec<u128> = self.nodes[usize::from(node)]
-            .hosts
+            .hosts()
             .keys()
             .copied()
             .collect();
@@ -1466,7 +1355,7 @@ impl Cluster {
     /// Shuts node `node` down cleanly now (every partition publishes first).
     pub fn shutdown_node(&mut self, node: u8) -> Result<(), String> {
         self.note(format!("node {node}: clean shutdown"));
-        let result = self.nodes[usize::from(node)].shutdown(&self.layout);
+        let result = self.nodes[usize::from(node)].shutdown();
         if !self.producers.is_empty() {
             self.death_unnoticed[usize::from(node)] = true;
             self.schedule(
@@ -1563,7 +1452,7 @@ impl Cluster {
     #[must_use]
     pub fn replica(&self, node: u8, group: u128) -> Option<&iggy_vsr::Replica> {
         let n = &self.nodes[usize::from(node)];
-        n.up.then(|| n.hosts.get(&group).map(|h| &h.replica))
+        n.up.then(|| n.hosts().get(&group).map(|h| &h.replica))
             .flatten()
     }
 
@@ -1571,6 +1460,133 @@ impl Cluster {
     #[must_use]
     pub fn failure(&self) -> Option<&(String, String)> {
         self.checker.failure.as_ref()
+    }
+}
+
+/// The checkers and the trace, watching each storage effect a node's lane runs.
+struct Watcher<'a> {
+    checker: &'a mut Checker,
+    trace: &'a mut VecDeque<String>,
+    trace_events: usize,
+    now: u64,
+    /// The group whose effects go into the trace.
+    watch: Option<u128>,
+    /// The line of the effect under way, when its group is watched.
+    watched: Option<String>,
+}
+
+impl Watcher<'_> {
+    fn note(&mut self, line: String) {
+        trace_note(self.trace, self.trace_events, self.now, line);
+    }
+}
+
+/// Appends `line`, stamped with the simulated time, to a trace that keeps its last `keep` lines.
+fn trace_note(trace: &mut VecDeque<String>, keep: usize, now_us: u64, line: String) {
+    if keep == 0 {
+        return;
+    }
+    if trace.len() >= keep {
+        trace.pop_front();
+    }
+    trace.push_back(format!("{:>10.3}s {line}", now_us as f64 / 1e6));
+}
+
+impl iggy_node::Observer for Watcher<'_> {
+    fn before_effect(
+        &mut self,
+        node: u8,
+        group: u128,
+        replica: &iggy_vsr::Replica,
+        effect: &Effect,
+    ) {
+        if let Effect::Truncate { after, .. } = effect {
+            let checksum = replica.checksum(*after);
+            let starting = replica.starting_view();
+            self.checker
+                .truncating(node, group, *after, checksum, starting);
+        }
+        if self.watch == Some(group) {
+            self.watched = Some(match effect {
+                Effect::WriteSuperblock { durable, .. } => format!(
+                    "replica {node}: superblock view {} log_view {} commit {}",
+                    durable.view, durable.log_view, durable.commit_max
+                ),
+                Effect::Prepare { .. } => format!("replica {node}: prepare"),
+                Effect::Journal { header, .. } => {
+                    format!(
+                        "replica {node}: journal op {} view {}",
+                        header.op, header.view
+                    )
+                }
+                Effect::Truncate { after, .. } => format!("replica {node}: truncate after {after}"),
+                Effect::Publish { through, .. } => format!("replica {node}: publish {through}"),
+                Effect::Commit { through, .. } => format!("replica {node}: commit {through}"),
+                Effect::Send { .. } => String::new(),
+            });
+        }
+    }
+
+    fn effect_done(
+        &mut self,
+        node: u8,
+        group: u128,
+        replica: &iggy_vsr::Replica,
+        ran: &iggy_node::Ran,
+        outcome: &Outcome,
+    ) {
+        if let Some(line) = self.watched.take() {
+            let described = replica.describe();
+            self.note(format!("{line}: {} | {described}", outcome_name(outcome)));
+        }
+        if ran.failed.is_some() {
+            return;
+        }
+        if let Some((from, through)) = ran.commit {
+            for op in from + 1..=through {
+                if let Some(header) = replica.header(op) {
+                    self.checker.committed(
+                        node,
+                        group,
+                        op,
+                        Committed {
+                            checksum: header.checksum(),
+                            client: header.client,
+                            request: header.request,
+                        },
+                    );
+                }
+            }
+        }
+        if let Some(durable) = ran.durable {
+            self.checker.durable(node, group, durable);
+        }
+    }
+
+    fn effect_completed(
+        &mut self,
+        node: u8,
+        group: u128,
+        replica: &iggy_vsr::Replica,
+        ran: &iggy_node::Ran,
+    ) {
+        if let Some(op) = ran.journaled {
+            let log_view = replica.durable().log_view;
+            self.checker.journaled(node, group, log_view, op);
+        }
+        if let Some(durable) = ran.durable
+            && durable.log_view > ran.log_view_before
+        {
+            let op = replica.journaled_head();
+            let checksum = replica.checksum(op).unwrap_or(0);
+            self.checker
+                .log_view_written(node, group, durable.log_view, op, checksum);
+            let head = replica.head();
+            self.checker
+                .view_log(node, group, durable.log_view, head, |op| {
+                    replica.checksum(op)
+                });
+        }
     }
 }
 

@@ -473,7 +473,7 @@ pub fn check_acknowledged(cluster: &Cluster, nodes: &[u8]) -> Result<u64, String
                 return Err(format!("node {node} is down: nothing to check"));
             }
             let Some(Store::Partition { partition, .. }) =
-                n.hosts.get(&producer.group).map(|h| &h.store)
+                n.hosts().get(&producer.group).map(|h| &h.store)
             else {
                 return Err(format!("node {node} has no {label}"));
             };
@@ -545,7 +545,7 @@ pub fn check_acknowledged(cluster: &Cluster, nodes: &[u8]) -> Result<u64, String
         for &node in nodes {
             let n = &cluster.nodes()[usize::from(node)];
             let Some(Store::Partition { partition, .. }) =
-                n.hosts.get(&consumer.group).map(|h| &h.store)
+                n.hosts().get(&consumer.group).map(|h| &h.store)
             else {
                 return Err(format!("node {node} has no {label}"));
             };
@@ -663,13 +663,15 @@ pub fn restart(setup: Setup, scale: &Scale) -> Result<RestartReport, String> {
     let settle = cluster.now() + SECOND;
     cluster.run_until(settle);
     failure_of(&cluster)?;
-    let ration = &cluster.nodes()[0].ration;
+    let ration_peaks = cluster.nodes()[0]
+        .ration()
+        .map_or((0, 0), |r| (r.peak_new, r.peak_in_flight));
     Ok(RestartReport {
         kill,
         restart_us,
         discarded,
         recovered,
-        ration_peaks: (ration.peak_new, ration.peak_in_flight),
+        ration_peaks,
         peak_repair_senders: cluster.peak_repair_senders(0),
         behind_ring: groups
             .iter()
@@ -695,7 +697,7 @@ fn prepare_bytes(
     if through <= after {
         return Ok(0);
     }
-    let Some(host) = cluster.nodes()[usize::from(node)].hosts.get(&kind.id()) else {
+    let Some(host) = cluster.nodes()[usize::from(node)].hosts().get(&kind.id()) else {
         return Ok(0);
     };
     let wal = match &host.store {
@@ -884,7 +886,7 @@ pub fn power_loss_all(setup: Setup, scale: &Scale) -> Result<PowerLossReport, St
     // Each partition's newest publication on any node.
     let mut published: BTreeMap<u128, u64> = BTreeMap::new();
     for node in cluster.nodes() {
-        for (group, host) in &node.hosts {
+        for (group, host) in node.hosts() {
             if let Store::Partition { partition, .. } = &host.store {
                 let head = partition.wal().published().head_op;
                 let best = published.entry(*group).or_default();
@@ -960,7 +962,7 @@ pub fn power_loss_all(setup: Setup, scale: &Scale) -> Result<PowerLossReport, St
             return Err(format!("{label} has no primary after the restart"));
         };
         let Some(Store::Partition { partition, .. }) = cluster.nodes()[usize::from(leader)]
-            .hosts
+            .hosts()
             .get(group)
             .map(|h| &h.store)
         else {
@@ -994,7 +996,8 @@ pub fn power_loss_all(setup: Setup, scale: &Scale) -> Result<PowerLossReport, St
             .map_or(0, |p| p.id);
         let mut everywhere = true;
         for node in cluster.nodes() {
-            let Some(Store::Partition { partition, .. }) = node.hosts.get(group).map(|h| &h.store)
+            let Some(Store::Partition { partition, .. }) =
+                node.hosts().get(group).map(|h| &h.store)
             else {
                 everywhere = false;
                 break;

@@ -1,0 +1,18 @@
+//! The node of many consensus groups, as a library: boot through `iggy_recovery`, one VSR
+//! replica per group (the metadata group and every partition the metadata lists), each group's
+//! ordered lane of storage effects and the executor that carries them out through the storage
+//! crates, the repair ration the groups share, and who leads each group (the routing fact a node
+//! answers clients with). Generic over `iggy_io::Storage`; no threads, no clock, no network: the
+//! simulator drives it on simulated disks, the server on real ones (`DESIGN.md` §9).
+//!
+//! - [`node`]: the node, its groups, draining a replica's effects, running a lane's head, the
+//!   observer hooks a host's checkers use, clean shutdown;
+//! - [`store`]: a group's storage and the effect executor;
+//! - [`boot`]: what a booted group hands its replica.
+
+pub mod boot;
+pub mod node;
+pub mod store;
+
+pub use node::{Drained, Group, Node, NodeConfig, Observer, Ran, Unobserved};
+pub use store::{GroupKind, Store, execute};

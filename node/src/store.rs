@@ -1,0 +1,280 @@
+//! A group's storage and the executor of its replica's storage effects: the metadata group or a
+//! partition, each through its crate's replicated entry points (prepare, journal, truncate,
+//! publish, commit, the superblock's VSR state). A storage error is `Outcome::Failed`: the
+//! replica stops and the node's process restarts; boot decides what is kept.
+//!
+//! When a partition publishes: a persisted one publishes each journaled entry before the
+//! replica may acknowledge it; a replicated one once `checkpoint_bytes` are unpublished, on a
+//! new log_view (the `Publish` effect) and at a clean shutdown. Committed entries are written
+//! out to the segment files unsynced, where consumers read them.
+
+use std::collections::BTreeMap;
+
+use iggy_format::{Header, operation};
+use iggy_io::Storage;
+use iggy_metadata::codec;
+use iggy_metadata::group::{GROUP_ID, MetadataGroup};
+use iggy_recovery::PartitionKey;
+use iggy_segments::offsets::ConsumerKind;
+use iggy_segments::{Partition, Request};
+use iggy_superblock::VsrState;
+use iggy_vsr::{Effect, Outcome};
+
+/// What a group is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GroupKind {
+    Metadata,
+    Partition { key: PartitionKey, persisted: bool },
+}
+
+impl GroupKind {
+    #[must_use]
+    pub fn id(self) -> u128 {
+        match self {
+            Self::Metadata => GROUP_ID,
+            Self::Partition { key, .. } => key.group_id(),
+        }
+    }
+
+    #[must_use]
+    pub fn label(self) -> String {
+        match self {
+            Self::Metadata => "metadata".into(),
+            Self::Partition { key, persisted } => format!(
+                "partition {}{}",
+                key.dir_name(),
+                if persisted { " (persisted)" } else { "" }
+            ),
+        }
+    }
+}
+
+/// A group's storage.
+pub enum Store<S: Storage + Clone> {
+    Metadata(MetadataGroup<S>),
+    Partition {
+        partition: Partition<S>,
+        persisted: bool,
+        /// The reply each journaled, uncommitted entry will get (`None`: no client waits for
+        /// one), taken from its body while it was in memory: a commit need not read the entry
+        /// back.
+        replies: BTreeMap<u64, Option<Vec<u8>>>,
+    },
+}
+
+/// Carries out one storage effect on `store` (`now_us`: the host's clock, for a primary's
+/// stamps; a replicated partition publishes once `checkpoint_bytes` are unpublished). A storage
+/// error is `Outcome::Failed`: the replica stops, the node restarts.
+pub fn execute<S: Storage + Clone>(
+    store: &mut Store<S>,
+    effect: Effect,
+    now_us: u64,
+    checkpoint_bytes: u64,
+) -> Outcome {
+    let failed = |e: &dyn std::fmt::Display| Outcome::Failed(e.to_string());
+    match (store, effect) {
+        (_, Effect::Send { .. }) => Outcome::Done,
+        (Store::Metadata(group), Effect::WriteSuperblock { durable, .. }) => {
+            let state = VsrState {
+                view: durable.view,
+                log_view: durable.log_view,
+                commit_max: durable.commit_max,
+                incarnation: durable.incarnation,
+                ..group.vsr_state()
+            };
+            group
+                .write_vsr(state)
+                .map_or_else(|e| failed(&e), |()| Outcome::Done)
+        }
+        (Store::Partition { partition, .. }, Effect::WriteSuperblock { durable, .. }) => {
+            let state = VsrState {
+                view: durable.view,
+                log_view: durable.log_view,
+                commit_max: durable.commit_max,
+                incarnation: durable.incarnation,
+                ..partition.vsr_state()
+            };
+            partition
+                .write_vsr(state)
+                .map_or_else(|e| failed(&e), |()| Outcome::Done)
+        }
+        (Store::Metadata(group), Effect::Prepare { meta, body, .. }) => {
+            let Ok(op) = codec::decode_op(&body) else {
+                return Outcome::Refused("not a metadata op".into());
+            };
+            let meta = iggy_format::PrepareMeta { now_us, ..meta };
+            match group.prepare(&op, &meta) {
+                Ok(Ok((header, body))) => Outcome::Prepared { header, body },
+                Ok(Err(refused)) => Outcome::Refused(refused.to_string()),
+                Err(e) => failed(&e),
+            }
+        }
+        (
+            Store::Partition {
+                partition,
+                persisted,
+                replies,
+            },
+            Effect::Prepare {
+                meta,
+                operation,
+                mut body,
+                ..
+            },
+        ) => {
+            let meta = iggy_format::PrepareMeta { now_us, ..meta };
+            let request = match operation {
+                operation::MESSAGES => Request::Messages(&mut body),
+                operation::CONSUMER_OFFSET => match consumer_offset(&body) {
+                    Some((kind, id, offset)) => Request::StoreOffset { kind, id, offset },
+                    None => return Outcome::Refused("not a consumer offset store".into()),
+                },
+                _ => return Outcome::Refused("not a partition operation".into()),
+            };
+            match partition.prepare(request, &meta) {
+                Ok(prepared) => {
+                    if let Err(e) =
+                        after_journal(partition, *persisted, prepared.header.op, checkpoint_bytes)
+                    {
+                        return failed(&e);
+                    }
+                    replies.insert(
+                        prepared.header.op,
+                        partition_reply(&prepared.header, &prepared.body),
+                    );
+                    Outcome::Prepared {
+                        header: prepared.header,
+                        body: prepared.body,
+                    }
+                }
+                Err(iggy_segments::PartitionError::Batch(e)) => Outcome::Refused(e.to_string()),
+                Err(e) => failed(&e),
+            }
+        }
+        (Store::Metadata(group), Effect::Journal { header, body, .. }) => group
+            .journal(&header, &body)
+            .map_or_else(|e| failed(&e), |()| Outcome::Done),
+        (
+            Store::Partition {
+                partition,
+                persisted,
+                replies,
+            },
+            Effect::Journal { header, body, .. },
+        ) => match partition.journal(&header, &body) {
+            Ok(_) => {
+                replies.insert(header.op, partition_reply(&header, &body));
+                after_journal(partition, *persisted, header.op, checkpoint_bytes)
+                    .map_or_else(|e| failed(&e), |()| Outcome::Done)
+            }
+            Err(e) => failed(&e),
+        },
+        (Store::Metadata(group), Effect::Truncate { after, .. }) => group
+            .truncate_after(after)
+            .map_or_else(|e| failed(&e), |()| Outcome::Done),
+        (
+            Store::Partition {
+                partition, replies, ..
+            },
+            Effect::Truncate { after, .. },
+        ) => {
+            replies.retain(|op, _| *op <= after);
+            partition
+                .truncate_after(after)
+                .map_or_else(|e| failed(&e), |()| Outcome::Done)
+        }
+        (Store::Metadata(_), Effect::Publish { .. }) => Outcome::Done,
+        (Store::Partition { partition, .. }, Effect::Publish { .. }) => partition
+            .publish()
+            .map_or_else(|e| failed(&e), |()| Outcome::Done),
+        (Store::Metadata(group), Effect::Commit { through, .. }) => match group.commit(through) {
+            Ok(committed) => Outcome::Committed {
+                replies: committed
+                    .into_iter()
+                    .filter(|c| c.client != 0)
+                    .map(|c| (c.op, c.reply))
+                    .collect(),
+            },
+            Err(e) => failed(&e),
+        },
+        (
+            Store::Partition {
+                partition, replies, ..
+            },
+            Effect::Commit { through, .. },
+        ) => {
+            let from = partition.committed() + 1;
+            if let Err(e) = partition.commit(through) {
+                return failed(&e);
+            }
+            // Committed entries go to the segment files (unsynced), where consumers read them
+            // (`Partition::read_through` does the same): what a killed process leaves on disk
+            // past the frontier, for boot to discard.
+            if let Err(e) = partition.wal().write_buffered() {
+                return failed(&e);
+            }
+            let mut out = Vec::new();
+            let mut unknown = Vec::new();
+            for op in from..=through {
+                match replies.remove(&op) {
+                    Some(reply) => out.push((op, reply)),
+                    None => unknown.push(op),
+                }
+            }
+            // Journaled in an earlier life (boot read it back): read it again to answer.
+            for op in unknown {
+                match partition.wal().read(op, op) {
+                    Ok(entries) => {
+                        for entry in entries {
+                            out.push((op, partition_reply(&entry.header, &entry.body)));
+                        }
+                    }
+                    Err(e) => return failed(&e),
+                }
+            }
+            replies.retain(|op, _| *op > through);
+            let mut out: Vec<(u64, Vec<u8>)> = out
+                .into_iter()
+                .filter_map(|(op, reply)| reply.map(|r| (op, r)))
+                .collect();
+            out.sort_by_key(|(op, _)| *op);
+            Outcome::Committed { replies: out }
+        }
+    }
+}
+
+/// A journaled entry of a persisted partition is published before it is acknowledged; a
+/// replicated one is published at its checkpoint.
+fn after_journal<S: Storage + Clone>(
+    partition: &Partition<S>,
+    persisted: bool,
+    op: u64,
+    checkpoint_bytes: u64,
+) -> Result<(), iggy_segments::PartitionError> {
+    if persisted {
+        partition.wait_published(op)
+    } else if partition.unpublished_bytes() >= checkpoint_bytes {
+        partition.publish()
+    } else {
+        Ok(())
+    }
+}
+
+/// A partition's reply to the client of an entry (`iggy_segments::Session::reply`: a batch's
+/// base offset and message count, nothing for other kinds; the same bytes boot rebuilds the
+/// client table with); `None` for an entry no client sent (`client` 0: a no-op).
+fn partition_reply(header: &Header, body: &[u8]) -> Option<Vec<u8>> {
+    let kind = iggy_segments::entry::peek(header, body).ok()?;
+    iggy_segments::Session::of(header, &kind).map(|s| s.reply())
+}
+
+/// A consumer offset store's request body: kind, id and offset (16 bytes).
+fn consumer_offset(body: &[u8]) -> Option<(ConsumerKind, u32, u64)> {
+    if body.len() != iggy_segments::entry::CONSUMER_OFFSET_BODY_SIZE {
+        return None;
+    }
+    let kind = ConsumerKind::from_code(body[0])?;
+    let id = u32::from_le_bytes(body[4..8].try_into().ok()?);
+    let offset = u64::from_le_bytes(body[8..16].try_into().ok()?);
+    Some((kind, id, offset))
+}
