@@ -534,3 +534,37 @@ fn a_cut_durable_log_is_proved_from_above_not_fetched_again() {
         }
     }
 }
+
+/// Many-groups seed 480: a view's primary whose commit point is one below its head (the
+/// `DoViewChange`s it started the view from named no later commit) while both backups had
+/// executed that op in the view before. The primary prepares the op again and waits for a
+/// quorum; a backup acknowledges it though it executed it already (an acknowledgment says only
+/// that it journaled through the op), or the primary waits for ever with no new request to
+/// carry the acknowledgment (the seed's liveness check fired: 60 s without converging).
+#[test]
+fn a_backup_acknowledges_an_op_it_executed_to_a_primary_that_has_not() {
+    let log = chain(0, 0, 5, 0, 1);
+    let durable = |commit_max| Durable {
+        view: 1,
+        log_view: 1,
+        commit_max,
+        incarnation: 0,
+    };
+    let boots = vec![
+        (log.clone(), durable(5), 5),
+        (log.clone(), durable(4), 4),
+        (log, durable(5), 5),
+    ];
+    let mut cluster = Cluster::with_boots(boots, Safeguards::default(), Config::default());
+    cluster.settle_storage();
+    assert_eq!(cluster.replica(1).commit_max(), 4);
+    assert_eq!(cluster.replica(0).commit_min(), 5);
+    cluster.run(300, |_, _, _| true);
+    assert_eq!(cluster.replica(1).leader(), Some(1));
+    assert_eq!(
+        cluster.replica(1).commit_max(),
+        5,
+        "{}",
+        cluster.replica(1).describe()
+    );
+}

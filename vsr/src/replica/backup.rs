@@ -69,8 +69,12 @@ impl Replica {
     }
 
     /// A backup acknowledges, once the superblock holds the view as its log_view, the newest op
-    /// of this view above its commit point it journaled and has not acknowledged: one
-    /// `PrepareOk`, which counts for every op before it (it journals in order).
+    /// of this view it journaled and has not acknowledged: one `PrepareOk`, which counts for
+    /// every op before it (it journals in order). A retransmitted prepare lowers what counts as
+    /// acknowledged to the op before it, even an op this backup executed: its primary may not
+    /// know the op committed (many-groups seed 480: a new primary whose `DoViewChange`s named
+    /// an older commit point prepared again an op both backups had executed, and without their
+    /// acknowledgment nothing but a new request could ever commit it).
     pub(super) fn acknowledge(&mut self) {
         if self.phase() != Phase::Backup
             || !self.durable_in(self.view, true)
@@ -80,7 +84,7 @@ impl Replica {
             return;
         }
         let through = self.journal.journaled_head;
-        let from = self.acked_through.max(self.commit_min) + 1;
+        let from = self.acked_through + 1;
         if through < from {
             return;
         }
