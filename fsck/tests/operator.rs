@@ -221,7 +221,8 @@ fn partitions_are_checked_against_the_metadata() {
     assert_eq!(unknown.len(), 1);
     assert_eq!(unknown[0]["file"], "partitions/1.2.1");
 
-    // A stream the metadata deleted: its partitions are left alone, and the node boots.
+    // A stream the metadata deleted, and a node that stopped before it removed the stream's
+    // partitions: boot removes them, and the node boots.
     let (_temp, node) = node_of("clean");
     let storage = OsStorage::open(&node).unwrap();
     let mut group = iggy_metadata::group::MetadataGroup::open(
@@ -238,8 +239,84 @@ fn partitions_are_checked_against_the_metadata() {
         .unwrap();
     drop(group);
     let (code, report) = json(&node);
+    assert_eq!(code, 1, "{report}");
+    let deleted = findings(&report, "deleted-partition");
+    assert_eq!(deleted.len(), 3, "{report}");
+    assert!(deleted.iter().all(|f| f["action"] == "remove-leftover"));
+    let (code, text) = fsck(&[node.to_str().unwrap(), "--repair", "--yes"]);
+    assert_eq!(code, 0, "{text}");
+    assert!(!node.join("partitions/1.1.1").exists(), "{text}");
+    let (code, report) = json(&node);
     assert_eq!(code, 0, "{report}");
-    assert_eq!(findings(&report, "deleted-partition").len(), 3, "{report}");
+}
+
+/// A topic the metadata created after its checkpoint, on a node that stopped before it created
+/// the partitions' directories (or in the middle of one): the check plans to finish each create,
+/// boot (here `--repair`) does, and the partitions it creates recover from their peers before
+/// they take part (their superblocks record the boot's incarnation).
+#[test]
+fn partitions_created_after_the_checkpoint_are_finished_by_boot() {
+    let (_temp, node) = node_of("clean");
+    let storage = OsStorage::open(&node).unwrap();
+    let mut group = iggy_metadata::group::MetadataGroup::open(
+        storage.clone(),
+        Path::new("metadata"),
+        &iggy_recovery::populate::identity(),
+        iggy_recovery::metadata_wal_config(),
+    )
+    .unwrap()
+    .unwrap();
+    group
+        .submit(&iggy_metadata::Op::CreateTopic {
+            stream: 1,
+            name: "late".into(),
+            partitions: 2,
+            durability: iggy_metadata::Durability::Replicated,
+            segment_size_bytes: 1 << 20,
+            retention: iggy_metadata::Retention::default(),
+            replication_factor: 3,
+        })
+        .unwrap()
+        .unwrap();
+    drop(group);
+    // The second create stopped with the directory made and the superblock not yet renamed.
+    storage.create_dir("partitions/1.2.2").unwrap();
+    let temp = storage
+        .open("partitions/1.2.2/superblock.tmp", OpenMode::CreateNew)
+        .unwrap();
+    temp.write_all_at(0, &[7; 100]).unwrap();
+    drop(temp);
+
+    let (code, report) = json(&node);
+    assert_eq!(code, 1, "{report}");
+    let pending = findings(&report, "pending-create");
+    assert_eq!(pending.len(), 2, "{report}");
+    assert!(pending.iter().all(|f| f["action"] == "finish-create"));
+    assert!(
+        findings(&report, "missing-partition").is_empty(),
+        "{report}"
+    );
+
+    let (code, text) = fsck(&[node.to_str().unwrap(), "--repair", "--yes"]);
+    assert_eq!(code, 0, "{text}");
+    let (code, report) = json(&node);
+    assert_eq!(code, 0, "{report}");
+    for dir in ["partitions/1.2.1", "partitions/1.2.2"] {
+        assert!(!node.join(dir).join("superblock.tmp").exists(), "{dir}");
+        let state = iggy_superblock::read(
+            &storage,
+            Path::new(dir),
+            &iggy_recovery::populate::identity(),
+        )
+        .unwrap();
+        let iggy_superblock::Opened::Present { record, .. } = state else {
+            panic!("{dir}: no superblock");
+        };
+        assert_ne!(
+            record.state.incarnation, 0,
+            "{dir} must recover before it takes part"
+        );
+    }
 }
 
 /// Item 4: Only canonical names are partitions; nothing that is not a regular file is opened (a FIFO

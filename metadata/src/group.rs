@@ -30,7 +30,7 @@ use iggy_wal::{Config, Wal, WalError};
 use crate::codec::{self, DecodeError, PAYLOAD_VERSION};
 use iggy_format::{Header, Position, PrepareMeta, operation};
 
-use crate::{Applied, ApplyError, Executed, Op, State};
+use crate::{Applied, ApplyError, Executed, Op, PartitionKeys, State};
 
 /// The WAL's directory inside the metadata directory.
 pub const WAL_DIR: &str = "wal";
@@ -197,6 +197,11 @@ pub struct Checked {
     pub head_op: u64,
     /// The state the restore yields (what a node's partitions are checked against).
     pub state: State,
+    /// The partitions the snapshot's state lists (`(stream, topic, partition)`): a node
+    /// creates a partition's directory before it takes a checkpoint that lists it, so one of
+    /// these without its directory lost it, while a partition only a replayed op lists may be
+    /// a create the crash interrupted.
+    pub base_partitions: PartitionKeys,
 }
 
 /// The temporary files in the metadata directory that boot removes.
@@ -210,20 +215,22 @@ fn leftovers<R: ReadStorage>(storage: &R, dir: &Path) -> Result<Vec<PathBuf>, Gr
 }
 
 /// The state at `base_op` (the snapshot's payload, or a new state), then every prepare after
-/// it through `through` executed in order, read in bounded batches by `read(from, to)`.
+/// it through `through` executed in order, read in bounded batches by `read(from, to)`; and the
+/// partitions the state at `base_op` lists.
 fn restore(
     replica_count: u8,
     snapshot: Option<&(iggy_snapshot::SnapshotHeader, Vec<u8>)>,
     base_op: u64,
     through: u64,
     mut read: impl FnMut(u64, u64) -> Result<Vec<iggy_wal::Entry>, GroupError>,
-) -> Result<State, GroupError> {
+) -> Result<(State, PartitionKeys), GroupError> {
     let mut state = match snapshot {
         None => State::new(replica_count),
         Some((header, payload)) => {
             codec::decode(header.payload_version, payload).map_err(GroupError::Payload)?
         }
     };
+    let base_partitions = state.partition_keys();
     let mut op = base_op + 1;
     while op <= through {
         let last = through.min(op + 1023);
@@ -232,7 +239,7 @@ fn restore(
         }
         op = last + 1;
     }
-    Ok(state)
+    Ok((state, base_partitions))
 }
 
 /// Executes one committed prepare on `state`. A refused op is a deterministic no-op: it was
@@ -324,6 +331,7 @@ fn plan<R: ReadStorage>(
                 commit_op: 0,
                 head_op: 0,
                 state: State::new(identity.replica_count),
+                base_partitions: PartitionKeys::new(),
             };
             return Ok(Some((checked, None)));
         }
@@ -357,7 +365,7 @@ fn plan<R: ReadStorage>(
         base_op,
         report.head_op,
     );
-    let state = restore(
+    let (state, base_partitions) = restore(
         identity.replica_count,
         snapshot.as_ref(),
         base_op,
@@ -373,6 +381,7 @@ fn plan<R: ReadStorage>(
         commit_op,
         head_op: report.head_op,
         state,
+        base_partitions,
     };
     Ok(Some((checked, Some(wal))))
 }
@@ -556,6 +565,24 @@ impl<S: Storage + Clone> MetadataGroup<S> {
     /// checkpoint when the interval is reached. At or below the commit point it does nothing;
     /// `op` must be journaled. The durable commit point is the superblock's (`write_vsr`).
     pub fn commit(&mut self, op: u64) -> Result<Vec<Committed>, GroupError> {
+        let committed = self.commit_deferring_checkpoint(op)?;
+        if self.checkpoint_due() {
+            self.checkpoint()?;
+        }
+        Ok(committed)
+    }
+
+    /// Whether the commit point is a checkpoint interval past the last checkpoint.
+    #[must_use]
+    pub fn checkpoint_due(&self) -> bool {
+        self.commit_op - self.superblock.state().checkpoint_op >= CHECKPOINT_INTERVAL_OPS
+    }
+
+    /// [`MetadataGroup::commit`] without the checkpoint: a node creates the directories of the
+    /// partitions the ops created before it checkpoints a state that lists them
+    /// ([`Checked::base_partitions`]), then calls [`MetadataGroup::checkpoint`] when
+    /// [`MetadataGroup::checkpoint_due`].
+    pub fn commit_deferring_checkpoint(&mut self, op: u64) -> Result<Vec<Committed>, GroupError> {
         if op <= self.commit_op {
             return Ok(Vec::new());
         }
@@ -582,9 +609,6 @@ impl<S: Storage + Clone> MetadataGroup<S> {
                     result: executed.result,
                 });
             }
-        }
-        if self.commit_op - self.superblock.state().checkpoint_op >= CHECKPOINT_INTERVAL_OPS {
-            self.checkpoint()?;
         }
         Ok(committed)
     }

@@ -95,6 +95,9 @@ pub struct ClientSession {
     pub reply: Vec<u8>,
 }
 
+/// Partitions as `(stream, topic, partition)`, in order.
+pub type PartitionKeys = std::collections::BTreeSet<(u32, u32, u32)>;
+
 /// The whole metadata state.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct State {
@@ -225,6 +228,20 @@ impl State {
             partition_count: 0,
             primaries: vec![0; usize::from(replica_count)],
         }
+    }
+
+    /// Every partition the state lists, as `(stream, topic, partition)`.
+    #[must_use]
+    pub fn partition_keys(&self) -> PartitionKeys {
+        let mut keys = std::collections::BTreeSet::new();
+        for (stream_id, stream) in &self.streams {
+            for (topic_id, topic) in &stream.topics {
+                for partition in &topic.partitions {
+                    keys.insert((*stream_id, *topic_id, partition.id));
+                }
+            }
+        }
+        keys
     }
 
     /// Counts `partitions` as created (`+1`) or deleted.

@@ -67,7 +67,7 @@ pub(crate) fn record_commit_point<S: Storage + Clone>(group: &mut Group<S>) -> R
         commit_max: state.commit_max.max(commit_max),
         ..state
     };
-    match &mut group.store {
+    match &mut *group.store() {
         Store::Metadata(group) => {
             let state = group.vsr_state();
             if state.commit_max < commit_max {

@@ -14,5 +14,7 @@ pub mod boot;
 pub mod node;
 pub mod store;
 
-pub use node::{Drained, Group, Node, NodeConfig, Observer, Ran, Unobserved};
-pub use store::{GroupKind, Store, execute};
+pub use node::{
+    Done, Drained, Group, Job, Node, NodeConfig, Observer, Ran, Retired, Unobserved, retire,
+};
+pub use store::{Catalog, Changes, Created, GroupKind, Store, execute, execute_with};

@@ -3,30 +3,37 @@
 //! groups share, and the routing fact it answers clients with (who leads a group, from its own
 //! replica). No threads and no network: the host (the simulator, the server) delivers messages,
 //! ticks every 10 ms, routes what [`Node::drain`] returns, and runs each lane's head when it
-//! chooses ([`Node::run_lane_head`]: the simulator after a seeded latency, the server on a
-//! storage thread), one effect of a lane at a time, in order.
+//! chooses: [`Node::take_job`] hands it out, [`Job::run`] carries it out (the simulator on its
+//! one thread after a seeded latency, the server on a storage thread), [`Node::complete`] gives
+//! the replica its completion; one effect of a lane at a time, in order. [`Node::run_lane_head`]
+//! does the three at once.
 //!
 //! Invariants:
 //! - a group's storage effects run in the order its replica emitted them, one at a time, and its
 //!   replica hears each completion before the next effect of the lane runs;
 //! - boot is `iggy_recovery::boot_with` in `Open` mode, under the node's lock, held for the
 //!   node's life; a group boot refuses stops the node's boot;
+//! - the node's partitions follow the committed metadata: a metadata commit that creates
+//!   partitions creates their directories (durably, before a checkpoint lists them) and their
+//!   groups, in the view the spread rule gives; one that deletes them drops their groups and
+//!   removes their directories ([`Node::take_retired`]);
 //! - a clean shutdown records each replica's commit point, publishes every group with its log
 //!   synced, and only when every group succeeded writes the clean-shutdown marker.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::path::Path;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use iggy_io::Storage;
-use iggy_metadata::Durability;
-use iggy_recovery::{BootConfig, Mode, NodeLock, Report};
+use iggy_recovery::{BootConfig, Mode, NodeLock, PartitionKey, Report};
+use iggy_segments::Partition;
 use iggy_vsr::{
     Config, Destination, Durable, Effect, Identity, Message, Outcome, RepairRation, Replica,
     Safeguards, Status,
 };
 
 use crate::boot::{metadata_boot, partition_boot, record_commit_point};
-use crate::store::{GroupKind, Store, execute};
+use crate::store::{Catalog, Changes, GroupKind, Store, execute_with};
 
 /// How a node runs its groups.
 #[derive(Clone, Debug)]
@@ -43,8 +50,12 @@ pub struct NodeConfig {
     /// The node rations its groups' repair (3 new sessions a tick, 8 in flight); off, every
     /// group asks whenever it wants.
     pub repair_ration: bool,
-    /// What boot opens the groups with (sizes, budgets, this boot's incarnation).
+    /// What boot opens the groups with (sizes, budgets, this boot's incarnation), and creates
+    /// partitions with.
     pub boot: BootConfig,
+    /// Keep a copy of the committed metadata state for readers ([`Node::metadata`]), cloned
+    /// after each metadata commit by whoever runs it.
+    pub mirror_metadata: bool,
 }
 
 impl NodeConfig {
@@ -61,11 +72,48 @@ impl NodeConfig {
 pub struct Group<S: Storage + Clone> {
     pub kind: GroupKind,
     pub replica: Replica,
-    pub store: Store<S>,
+    /// Locked by whoever carries out the lane's head (one at a time).
+    store: Arc<Mutex<Store<S>>>,
+    /// A partition's handle for readers, who need no lock.
+    partition: Option<Arc<Partition<S>>>,
     /// Storage effects not yet carried out, in the order the replica emitted them.
     pub lane: VecDeque<Effect>,
     /// Whether the host has the lane's head in hand (a run scheduled, or on a thread).
     pub lane_busy: bool,
+}
+
+impl<S: Storage + Clone> Group<S> {
+    fn new(kind: GroupKind, replica: Replica, store: Store<S>) -> Self {
+        let partition = match &store {
+            Store::Partition { partition, .. } => Some(partition.clone()),
+            Store::Metadata(_) => None,
+        };
+        Self {
+            kind,
+            replica,
+            store: Arc::new(Mutex::new(store)),
+            partition,
+            lane: VecDeque::new(),
+            lane_busy: false,
+        }
+    }
+
+    /// The group's storage, locked (it waits while a storage thread carries out an effect).
+    pub fn store(&self) -> MutexGuard<'_, Store<S>> {
+        lock(&self.store)
+    }
+
+    /// The partition, for reads (`None`: the metadata group).
+    #[must_use]
+    pub fn partition(&self) -> Option<&Arc<Partition<S>>> {
+        self.partition.as_ref()
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A storage thread that panicked mid-effect halts its replica (the completion never
+    // comes); the store itself is whatever the storage crates left, as after a crash.
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// What a group's replica emitted since the last drain: messages to route, and whether its lane
@@ -100,7 +148,7 @@ pub struct Ran {
 
 /// Hooks a host's checkers use to watch each storage effect (all no-ops by default).
 pub trait Observer {
-    /// Before the store carries `effect` out (the replica as it was).
+    /// When the effect is taken off the lane to be carried out (the replica as it was).
     fn before_effect(&mut self, _node: u8, _group: u128, _replica: &Replica, _effect: &Effect) {}
     /// After the store carried it out, before the replica hears of it.
     fn effect_done(
@@ -121,6 +169,77 @@ pub struct Unobserved;
 
 impl Observer for Unobserved {}
 
+/// The head of a group's lane, taken off it to be carried out ([`Job::run`], on any thread).
+pub struct Job<S: Storage + Clone> {
+    pub group: u128,
+    id: u64,
+    effect: Effect,
+    store: Arc<Mutex<Store<S>>>,
+    ran: Ran,
+    checkpoint_bytes: u64,
+    catalog: Option<Arc<Catalog<S>>>,
+    mirror: bool,
+}
+
+impl<S: Storage + Clone> Job<S> {
+    /// The effect's name.
+    #[must_use]
+    pub fn name(&self) -> &'static str {
+        self.ran.name
+    }
+
+    /// Carries the effect out on the group's store (`now_us`: the host's clock, for a
+    /// primary's stamps).
+    #[must_use]
+    pub fn run(self, now_us: u64) -> Done<S> {
+        let (outcome, changes) = {
+            let mut store = lock(&self.store);
+            execute_with(
+                &mut store,
+                self.effect,
+                now_us,
+                self.checkpoint_bytes,
+                self.catalog.as_deref(),
+                self.mirror,
+            )
+        };
+        Done {
+            group: self.group,
+            id: self.id,
+            outcome,
+            ran: self.ran,
+            changes,
+        }
+    }
+}
+
+/// A carried-out job, for [`Node::complete`].
+pub struct Done<S: Storage + Clone> {
+    pub group: u128,
+    id: u64,
+    outcome: Outcome,
+    ran: Ran,
+    changes: Changes<S>,
+}
+
+/// A group the metadata deleted: its store (a storage thread may still hold it until its last
+/// effect ends) and its directory to remove ([`retire`]).
+pub struct Retired<S: Storage + Clone> {
+    pub key: PartitionKey,
+    store: Arc<Mutex<Store<S>>>,
+}
+
+/// Removes a deleted partition's directory once no effect of its group runs any more.
+pub fn retire<S: Storage + Clone>(storage: &S, retired: Retired<S>) -> Result<(), String> {
+    let Retired { key, store } = retired;
+    // Waits for an effect in flight, then closes the partition's files (readers may still hold
+    // the partition: their open files survive the unlink).
+    drop(lock(&store));
+    drop(store);
+    iggy_recovery::remove_partition(storage, Path::new(""), key)
+        .map_err(|e| format!("removing deleted partition {}: {e}", key.dir_name()))
+}
+
 /// A node of many groups.
 pub struct Node<S: Storage + Clone> {
     pub index: u8,
@@ -131,8 +250,12 @@ pub struct Node<S: Storage + Clone> {
     /// group name: `metadata`, `partition 1.1.1`).
     pub discarded: BTreeMap<String, u64>,
     storage: S,
-    checkpoint_bytes: u64,
-    safeguards: Safeguards,
+    config: NodeConfig,
+    catalog: Arc<Catalog<S>>,
+    /// The committed metadata state, when mirrored.
+    metadata: Option<Arc<iggy_metadata::State>>,
+    /// Deleted groups whose directories wait to be removed.
+    retired: Vec<Retired<S>>,
     /// Held for the node's life: no other process writes its directory meanwhile.
     _lock: NodeLock,
 }
@@ -144,7 +267,6 @@ impl<S: Storage + Clone> Node<S> {
     /// (naming the group and why) when boot refuses a group.
     pub fn boot(storage: S, config: &NodeConfig) -> Result<(Self, Report), String> {
         let index = config.replica;
-        let incarnation = config.boot.incarnation;
         let (state, report) =
             iggy_recovery::boot_with(storage.clone(), Path::new(""), Mode::Open, &config.boot)
                 .map_err(|e| format!("node {index}: boot: {e}"))?;
@@ -168,62 +290,95 @@ impl<S: Storage + Clone> Node<S> {
         let metadata = state
             .metadata
             .ok_or_else(|| format!("node {index}: no metadata group"))?;
-        let identity = |group: u128| Identity {
-            cluster: config.cluster,
-            group,
-            replica: index,
-            replicas: config.replicas,
-        };
-        let mut groups = BTreeMap::new();
-        let durability = |key: &iggy_recovery::PartitionKey| {
-            metadata
-                .state()
-                .streams
-                .get(&key.stream)
-                .and_then(|s| s.topics.get(&key.topic))
-                .map(|t| t.durability)
-        };
-        let mut partitions = Vec::new();
-        for (key, partition) in state.partitions {
-            let persisted = durability(&key) == Some(Durability::Persisted);
-            partitions.push((key, partition, persisted));
-        }
-        let boot = metadata_boot(&metadata, incarnation, &config.vsr)?;
-        let group = |kind: GroupKind, boot, store| Group {
-            kind,
-            replica: Replica::new(
-                config.vsr.clone(),
-                config.safeguards,
-                identity(kind.id()),
-                boot,
-            ),
-            store,
-            lane: VecDeque::new(),
-            lane_busy: false,
-        };
-        let kind = GroupKind::Metadata;
-        groups.insert(kind.id(), group(kind, boot, Store::Metadata(metadata)));
-        for (key, partition, persisted) in partitions {
-            let kind = GroupKind::Partition { key, persisted };
-            let boot = partition_boot(&partition, persisted, incarnation, &config.vsr)?;
-            let store = Store::Partition {
-                partition,
-                persisted,
-                replies: BTreeMap::new(),
-            };
-            groups.insert(kind.id(), group(kind, boot, store));
-        }
-        let node = Self {
+        let identity = state
+            .identity
+            .ok_or_else(|| format!("node {index}: no identity"))?;
+        let catalog = Arc::new(Catalog {
+            storage: storage.clone(),
+            boot: config.boot.clone(),
+            identity,
+        });
+        let mirror = config
+            .mirror_metadata
+            .then(|| Arc::new(metadata.state().clone()));
+        let partitions: Vec<(PartitionKey, Partition<S>, bool)> = state
+            .partitions
+            .into_iter()
+            .map(|(key, partition)| {
+                let persisted = crate::store::persisted(metadata.state(), key);
+                (key, partition, persisted)
+            })
+            .collect();
+        let mut node = Self {
             index,
-            groups,
+            groups: BTreeMap::new(),
             ration: config.ration(),
             discarded,
             storage,
-            checkpoint_bytes: config.checkpoint_bytes,
-            safeguards: config.safeguards,
+            config: config.clone(),
+            catalog,
+            metadata: mirror,
+            retired: Vec::new(),
             _lock: state.lock,
         };
+        let boot = metadata_boot(&metadata, config.boot.incarnation, &config.vsr)?;
+        node.host(
+            GroupKind::Metadata,
+            boot,
+            Store::Metadata(Box::new(metadata)),
+        );
+        for (key, partition, persisted) in partitions {
+            node.host_partition(key, partition, persisted)?;
+        }
         Ok((node, report))
+    }
+
+    fn identity(&self, group: u128) -> Identity {
+        Identity {
+            cluster: self.config.cluster,
+            group,
+            replica: self.index,
+            replicas: self.config.replicas,
+        }
+    }
+
+    fn host(&mut self, kind: GroupKind, boot: iggy_vsr::Boot, store: Store<S>) {
+        let replica = Replica::new(
+            self.config.vsr.clone(),
+            self.config.safeguards,
+            self.identity(kind.id()),
+            boot,
+        );
+        self.groups
+            .insert(kind.id(), Group::new(kind, replica, store));
+    }
+
+    fn host_partition(
+        &mut self,
+        key: PartitionKey,
+        partition: Partition<S>,
+        persisted: bool,
+    ) -> Result<(), String> {
+        let kind = GroupKind::Partition { key, persisted };
+        let boot = partition_boot(
+            &partition,
+            persisted,
+            self.config.boot.incarnation,
+            &self.config.vsr,
+        )?;
+        let store = Store::Partition {
+            partition: Arc::new(partition),
+            persisted,
+            replies: BTreeMap::new(),
+        };
+        self.host(kind, boot, store);
+        Ok(())
+    }
+
+    /// The committed metadata state, when the node mirrors it ([`NodeConfig::mirror_metadata`]).
+    #[must_use]
+    pub fn metadata(&self) -> Option<&Arc<iggy_metadata::State>> {
+        self.metadata.as_ref()
     }
 
     /// The ration's decision for this tick: which groups may ask peers for prepares.
@@ -289,24 +444,16 @@ impl<S: Storage + Clone> Node<S> {
         drained
     }
 
-    /// Runs the head of `group`'s lane on its store (`now_us`: the host's clock) and hands its
-    /// replica the completion, `observer` watching. `None`: no such group, or the lane is empty
-    /// (and no longer busy). A storage failure halts the replica: the host restarts the node.
-    pub fn run_lane_head(
-        &mut self,
-        group: u128,
-        now_us: u64,
-        observer: &mut dyn Observer,
-    ) -> Option<Ran> {
+    /// Takes the head of `group`'s lane to be carried out, `observer` watching. `None`: no such
+    /// group, or the lane is empty (and no longer busy).
+    pub fn take_job(&mut self, group: u128, observer: &mut dyn Observer) -> Option<Job<S>> {
         let index = self.index;
-        let checkpoint_bytes = self.checkpoint_bytes;
         let g = self.groups.get_mut(&group)?;
         let Some(effect) = g.lane.pop_front() else {
             g.lane_busy = false;
             return None;
         };
-        let id = effect.id().unwrap_or(0);
-        let mut ran = Ran {
+        let ran = Ran {
             name: effect.name(),
             commit: match &effect {
                 Effect::Commit { through, .. } => Some((g.replica.commit_min(), *through)),
@@ -327,7 +474,33 @@ impl<S: Storage + Clone> Node<S> {
             after: (g.replica.status(), g.replica.view()),
         };
         observer.before_effect(index, group, &g.replica, &effect);
-        let outcome = execute(&mut g.store, effect, now_us, checkpoint_bytes);
+        let metadata = g.kind == GroupKind::Metadata;
+        Some(Job {
+            group,
+            id: effect.id().unwrap_or(0),
+            effect,
+            store: g.store.clone(),
+            ran,
+            checkpoint_bytes: self.config.checkpoint_bytes,
+            catalog: metadata.then(|| self.catalog.clone()),
+            mirror: metadata && self.config.mirror_metadata,
+        })
+    }
+
+    /// Hands the replica of a carried-out job its completion, `observer` watching, and applies
+    /// what a metadata commit changed (new groups hosted, deleted ones retired). `None`: the
+    /// group is gone (deleted meanwhile). A storage failure halts the replica: the host
+    /// restarts the node.
+    pub fn complete(&mut self, done: Done<S>, observer: &mut dyn Observer) -> Option<Ran> {
+        let index = self.index;
+        let Done {
+            group,
+            id,
+            outcome,
+            mut ran,
+            changes,
+        } = done;
+        let g = self.groups.get_mut(&group)?;
         ran.journaled = match &outcome {
             Outcome::Prepared { header, .. } => Some(header.op),
             Outcome::Done => ran.journaled,
@@ -346,18 +519,79 @@ impl<S: Storage + Clone> Node<S> {
             }
             observer.effect_completed(index, group, &g.replica, &ran);
         }
+        if let Err(reason) = self.apply(changes) {
+            // A created partition exists on disk but its group could not be hosted: the host
+            // restarts the node as on any storage failure, and boot opens it.
+            ran.failed = Some(reason);
+        }
         Some(ran)
+    }
+
+    /// Hosts the partitions a metadata commit created and retires the ones it deleted.
+    fn apply(&mut self, changes: Changes<S>) -> Result<(), String> {
+        let Changes {
+            created,
+            deleted,
+            mirror,
+        } = changes;
+        if let Some(state) = mirror {
+            self.metadata = Some(state);
+        }
+        for key in deleted {
+            let kind = GroupKind::Partition {
+                key,
+                persisted: false,
+            };
+            let id = kind.id();
+            if let Some(group) = self.groups.remove(&id) {
+                // The ration forgets it at its next tick (it no longer wants repair).
+                self.retired.push(Retired {
+                    key,
+                    store: group.store,
+                });
+            }
+        }
+        for created in created {
+            self.host_partition(created.key, created.partition, created.persisted)?;
+        }
+        Ok(())
+    }
+
+    /// The groups metadata commits deleted, whose directories the host removes ([`retire`],
+    /// on a storage thread).
+    pub fn take_retired(&mut self) -> Vec<Retired<S>> {
+        std::mem::take(&mut self.retired)
+    }
+
+    /// Takes the head of `group`'s lane, carries it out on this thread and completes it: the
+    /// simulator's way. `None`: no such group, or the lane is empty (and no longer busy).
+    pub fn run_lane_head(
+        &mut self,
+        group: u128,
+        now_us: u64,
+        observer: &mut dyn Observer,
+    ) -> Option<Ran> {
+        let job = self.take_job(group, observer)?;
+        let done = job.run(now_us);
+        self.complete(done, observer)
     }
 
     /// A clean shutdown: every replica's commit point is recorded in its superblock (with the
     /// durable commit point), every group publishes what it appended with its log synced, and
     /// the node writes the clean-shutdown marker when all of them succeeded (so its next boot
-    /// skips the rewrites of trusted state). Returns the first failure. The node is gone after
-    /// (its lock released).
+    /// skips the rewrites of trusted state). Deleted partitions' directories are removed first.
+    /// Returns the first failure. The node is gone after (its lock released).
     pub fn shutdown(mut self) -> Result<(), String> {
         let index = self.index;
         let mut result = Ok(());
-        if self.safeguards.durable_commit_point {
+        for retired in self.take_retired() {
+            if let Err(e) = retire(&self.storage, retired)
+                && result.is_ok()
+            {
+                result = Err(format!("node {index}: {e}"));
+            }
+        }
+        if self.config.safeguards.durable_commit_point {
             for group in self.groups.values_mut() {
                 if let Err(e) = record_commit_point(group)
                     && result.is_ok()
@@ -367,7 +601,7 @@ impl<S: Storage + Clone> Node<S> {
             }
         }
         for group in self.groups.values() {
-            let prepared = match &group.store {
+            let prepared = match &*group.store() {
                 Store::Partition { partition, .. } => {
                     partition.prepare_shutdown().map_err(|e| e.to_string())
                 }

@@ -8,16 +8,18 @@
 //! new log_view (the `Publish` effect) and at a clean shutdown. Committed entries are written
 //! out to the segment files unsynced, where consumers read them.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::sync::Arc;
 
 use iggy_format::{Header, operation};
 use iggy_io::Storage;
-use iggy_metadata::codec;
 use iggy_metadata::group::{GROUP_ID, MetadataGroup};
-use iggy_recovery::PartitionKey;
+use iggy_metadata::{Applied, Durability, codec};
+use iggy_recovery::{BootConfig, PartitionKey};
 use iggy_segments::offsets::ConsumerKind;
 use iggy_segments::{Partition, Request};
-use iggy_superblock::VsrState;
+use iggy_superblock::{Identity, VsrState};
 use iggy_vsr::{Effect, Outcome};
 
 /// What a group is.
@@ -51,15 +53,52 @@ impl GroupKind {
 
 /// A group's storage.
 pub enum Store<S: Storage + Clone> {
-    Metadata(MetadataGroup<S>),
+    Metadata(Box<MetadataGroup<S>>),
     Partition {
-        partition: Partition<S>,
+        /// Shared with readers (polls): a partition synchronizes its own state.
+        partition: Arc<Partition<S>>,
         persisted: bool,
         /// The reply each journaled, uncommitted entry will get (`None`: no client waits for
         /// one), taken from its body while it was in memory: a commit need not read the entry
         /// back.
         replies: BTreeMap<u64, Option<Vec<u8>>>,
     },
+}
+
+/// What a node needs to create the partitions a metadata commit adds: its storage (rooted at
+/// the node's directory), its boot configuration and its identity.
+pub struct Catalog<S: Storage + Clone> {
+    pub storage: S,
+    pub boot: BootConfig,
+    pub identity: Identity,
+}
+
+/// A partition a metadata commit created, open and ready for its replica.
+pub struct Created<S: Storage + Clone> {
+    pub key: PartitionKey,
+    pub persisted: bool,
+    pub partition: Partition<S>,
+}
+
+/// What a metadata commit changed in the node's set of partitions: the ones created (their
+/// directories made durable before the commit's checkpoint could list them) and the ones its
+/// deletes removed from the metadata (the node drops their groups and removes their
+/// directories).
+pub struct Changes<S: Storage + Clone> {
+    pub created: Vec<Created<S>>,
+    pub deleted: Vec<PartitionKey>,
+    /// The committed metadata state, when the node mirrors it for readers.
+    pub mirror: Option<Arc<iggy_metadata::State>>,
+}
+
+impl<S: Storage + Clone> Default for Changes<S> {
+    fn default() -> Self {
+        Self {
+            created: Vec::new(),
+            deleted: Vec::new(),
+            mirror: None,
+        }
+    }
 }
 
 /// Carries out one storage effect on `store` (`now_us`: the host's clock, for a primary's
@@ -71,16 +110,152 @@ pub fn execute<S: Storage + Clone>(
     now_us: u64,
     checkpoint_bytes: u64,
 ) -> Outcome {
+    execute_with(store, effect, now_us, checkpoint_bytes, None, false).0
+}
+
+/// [`execute`], and a metadata commit's changes to the node's partitions: with a `catalog`,
+/// the partitions the committed ops created are created (each durable) before the commit's
+/// checkpoint, if one is due, can list them; `mirror`: the committed state is cloned for
+/// readers after a commit that executed anything.
+pub fn execute_with<S: Storage + Clone>(
+    store: &mut Store<S>,
+    effect: Effect,
+    now_us: u64,
+    checkpoint_bytes: u64,
+    catalog: Option<&Catalog<S>>,
+    mirror: bool,
+) -> (Outcome, Changes<S>) {
+    if let (Store::Metadata(group), Effect::Commit { through, .. }) = (&mut *store, &effect) {
+        return commit_metadata(group, *through, catalog, mirror);
+    }
+    (
+        execute_effect(store, effect, now_us, checkpoint_bytes),
+        Changes::default(),
+    )
+}
+
+/// The metadata group's commit through `through`: the ops executed, then the partitions they
+/// created made (with a `catalog`), then the checkpoint if one is due.
+fn commit_metadata<S: Storage + Clone>(
+    group: &mut MetadataGroup<S>,
+    through: u64,
+    catalog: Option<&Catalog<S>>,
+    mirror: bool,
+) -> (Outcome, Changes<S>) {
+    let failed = |e: &dyn std::fmt::Display| (Outcome::Failed(e.to_string()), Changes::default());
+    let before = catalog.map(|_| group.state().partition_keys());
+    let committed = match group.commit_deferring_checkpoint(through) {
+        Ok(committed) => committed,
+        Err(e) => return failed(&e),
+    };
+    let mut changes = Changes::default();
+    let reshaped = committed.iter().any(|c| {
+        matches!(
+            c.result,
+            Some(Ok(Applied::Topic(_)
+                | Applied::Partitions { .. }
+                | Applied::Deleted))
+        )
+    });
+    if let (Some(catalog), Some(before), true) = (catalog, before, reshaped) {
+        // The commit point durable first: a boot then restores a state that includes these ops,
+        // so the directories created or removed next always match the state boot lists (a
+        // backup may execute a commit its log does not yet prove).
+        let vsr = group.vsr_state();
+        if vsr.commit_max < through
+            && let Err(e) = group.write_vsr(VsrState {
+                commit_max: through,
+                ..vsr
+            })
+        {
+            return failed(&e);
+        }
+        let after = group.state().partition_keys();
+        let key = |(stream, topic, partition): &(u32, u32, u32)| PartitionKey {
+            stream: *stream,
+            topic: *topic,
+            partition: *partition,
+        };
+        changes.deleted = before.difference(&after).map(key).collect();
+        for added in after.difference(&before) {
+            let key = key(added);
+            let persisted = persisted(group.state(), key);
+            match iggy_recovery::create_partition(
+                &catalog.storage,
+                Path::new(""),
+                &catalog.boot,
+                catalog.identity,
+                group.state(),
+                key,
+                false,
+            ) {
+                Ok(partition) => changes.created.push(Created {
+                    key,
+                    persisted,
+                    partition,
+                }),
+                Err(e) => return failed(&format!("creating partition {}: {e}", key.dir_name())),
+            }
+        }
+    }
+    if group.checkpoint_due()
+        && let Err(e) = group.checkpoint()
+    {
+        return failed(&e);
+    }
+    if mirror && !committed.is_empty() {
+        changes.mirror = Some(Arc::new(group.state().clone()));
+    }
+    let replies = committed
+        .into_iter()
+        .filter(|c| c.client != 0)
+        .map(|c| (c.op, c.reply))
+        .collect();
+    (Outcome::Committed { replies }, changes)
+}
+
+/// Whether partition `key`'s topic is persisted, by the metadata `state`.
+#[must_use]
+pub fn persisted(state: &iggy_metadata::State, key: PartitionKey) -> bool {
+    state
+        .streams
+        .get(&key.stream)
+        .and_then(|s| s.topics.get(&key.topic))
+        .is_some_and(|t| t.durability == Durability::Persisted)
+}
+
+/// The partitions `state` lists, as keys.
+#[must_use]
+pub fn partition_keys(state: &iggy_metadata::State) -> BTreeSet<PartitionKey> {
+    state
+        .partition_keys()
+        .into_iter()
+        .map(|(stream, topic, partition)| PartitionKey {
+            stream,
+            topic,
+            partition,
+        })
+        .collect()
+}
+
+fn execute_effect<S: Storage + Clone>(
+    store: &mut Store<S>,
+    effect: Effect,
+    now_us: u64,
+    checkpoint_bytes: u64,
+) -> Outcome {
     let failed = |e: &dyn std::fmt::Display| Outcome::Failed(e.to_string());
     match (store, effect) {
         (_, Effect::Send { .. }) => Outcome::Done,
         (Store::Metadata(group), Effect::WriteSuperblock { durable, .. }) => {
+            let current = group.vsr_state();
             let state = VsrState {
                 view: durable.view,
                 log_view: durable.log_view,
-                commit_max: durable.commit_max,
+                // Never below what a commit that created or removed partitions made durable.
+                commit_max: durable.commit_max.max(current.commit_max),
                 incarnation: durable.incarnation,
-                ..group.vsr_state()
+                ..current
             };
             group
                 .write_vsr(state)
@@ -187,16 +362,9 @@ pub fn execute<S: Storage + Clone>(
         (Store::Partition { partition, .. }, Effect::Publish { .. }) => partition
             .publish()
             .map_or_else(|e| failed(&e), |()| Outcome::Done),
-        (Store::Metadata(group), Effect::Commit { through, .. }) => match group.commit(through) {
-            Ok(committed) => Outcome::Committed {
-                replies: committed
-                    .into_iter()
-                    .filter(|c| c.client != 0)
-                    .map(|c| (c.op, c.reply))
-                    .collect(),
-            },
-            Err(e) => failed(&e),
-        },
+        (Store::Metadata(group), Effect::Commit { through, .. }) => {
+            commit_metadata(group, through, None, false).0
+        }
         (
             Store::Partition {
                 partition, replies, ..

@@ -6,9 +6,9 @@
 use std::collections::VecDeque;
 
 use iggy_format::operation;
-use iggy_io::SimStorage;
+use iggy_io::{ReadStorage, SimStorage};
 use iggy_metadata::{Durability, Op, Retention};
-use iggy_node::{GroupKind, Node, NodeConfig, Store, Unobserved};
+use iggy_node::{GroupKind, Node, NodeConfig, Unobserved};
 use iggy_recovery::populate::FirstView;
 use iggy_recovery::{BootConfig, PartitionKey};
 use iggy_superblock::Identity;
@@ -42,6 +42,7 @@ fn config(replica: u8, incarnation: u64) -> NodeConfig {
         checkpoint_bytes: 256 << 10,
         repair_ration: true,
         boot: boot_config(incarnation),
+        mirror_metadata: true,
     }
 }
 
@@ -80,6 +81,7 @@ fn genesis(replica: u8) -> SimStorage {
 /// The host: three nodes, a FIFO of messages in flight, the replies clients got.
 struct Host {
     nodes: Vec<Node<SimStorage>>,
+    storages: Vec<SimStorage>,
     wire: VecDeque<(u8, u128, Message)>,
     replies: Vec<Message>,
 }
@@ -90,18 +92,14 @@ impl Host {
             .iter()
             .zip(0u8..)
             .map(|(storage, i)| {
-                let (node, report) =
-                    Node::boot(storage.clone(), &config(i, u64::from(i) << 48 | life))
-                        .expect("boot");
-                assert_eq!(
-                    report.summary.groups, 2,
-                    "node {i}: the metadata and one partition"
-                );
+                let (node, _) = Node::boot(storage.clone(), &config(i, u64::from(i) << 48 | life))
+                    .expect("boot");
                 node
             })
             .collect();
         let mut host = Self {
             nodes,
+            storages: storages.to_vec(),
             wire: VecDeque::new(),
             replies: Vec::new(),
         };
@@ -133,6 +131,9 @@ impl Host {
                         moved = true;
                         assert_eq!(ran.failed, None, "node {i}: {} failed", ran.name);
                     }
+                }
+                for retired in self.nodes[i].take_retired() {
+                    iggy_node::retire(&self.storages[i], retired).expect("retire");
                 }
             }
             while let Some((to, group, message)) = self.wire.pop_front() {
@@ -186,6 +187,9 @@ fn batch(request: u64, messages: u32) -> Vec<u8> {
 fn three_nodes_commit_a_batch_that_survives_a_clean_restart() {
     let storages: Vec<SimStorage> = (0..3).map(genesis).collect();
     let mut host = Host::boot(&storages, 1);
+    for node in &host.nodes {
+        assert_eq!(node.groups.len(), 2, "the metadata and one partition");
+    }
     let partition = GroupKind::Partition {
         key: KEY,
         persisted: false,
@@ -234,9 +238,7 @@ fn three_nodes_commit_a_batch_that_survives_a_clean_restart() {
             "node {i} executed through {} < op {op}",
             group.replica.commit_min()
         );
-        let Store::Partition { partition, .. } = &group.store else {
-            panic!("node {i}: not a partition store");
-        };
+        let partition = group.partition().expect("a partition");
         assert_eq!(
             partition.next_offset(),
             10,
@@ -259,9 +261,7 @@ fn three_nodes_commit_a_batch_that_survives_a_clean_restart() {
         let group = host.partition(i);
         assert_eq!(group.replica.status(), Status::Normal, "node {i}");
         assert!(group.replica.commit_min() >= op, "node {i} lost the commit");
-        let Store::Partition { partition, .. } = &group.store else {
-            panic!("node {i}: not a partition store");
-        };
+        let partition = group.partition().expect("a partition");
         assert_eq!(partition.next_offset(), 10, "node {i} lost messages");
     }
 }
@@ -275,4 +275,160 @@ fn a_second_node_on_the_same_directory_is_refused() {
     };
     assert!(refused.contains("node 0"), "{refused}");
     drop(node);
+}
+
+/// The metadata request `op` of `client` numbered `request`, to the metadata group's primary.
+fn metadata_request(host: &mut Host, request: u64, op: &Op) {
+    let primary = host.nodes[0]
+        .leader_of(GroupKind::Metadata.id())
+        .expect("the metadata group has a primary");
+    host.wire.push_back((
+        primary,
+        GroupKind::Metadata.id(),
+        Message::Request {
+            cluster: CLUSTER,
+            group: GroupKind::Metadata.id(),
+            client: CLIENT,
+            request,
+            operation: operation::METADATA,
+            body: iggy_metadata::codec::encode_op(op).expect("op"),
+        },
+    ));
+    host.settle();
+    host.tick(600);
+}
+
+fn partition_id(stream: u32, topic: u32, partition: u32) -> u128 {
+    GroupKind::Partition {
+        key: PartitionKey {
+            stream,
+            topic,
+            partition,
+        },
+        persisted: false,
+    }
+    .id()
+}
+
+/// Groups follow the committed metadata at run time: a topic created through the metadata group
+/// becomes a group on every node (in the view whose primary the metadata chose), takes writes,
+/// and survives a restart; deleting it drops the groups and removes their directories, and the
+/// nodes boot back clean.
+#[test]
+fn a_topic_created_and_deleted_at_run_time_comes_and_goes_on_every_node() {
+    let storages: Vec<SimStorage> = (0..3).map(genesis).collect();
+    let mut host = Host::boot(&storages, 1);
+    metadata_request(
+        &mut host,
+        1,
+        &Op::RegisterClient {
+            client: CLIENT,
+            session: 1,
+        },
+    );
+    metadata_request(
+        &mut host,
+        2,
+        &Op::CreateTopic {
+            stream: 1,
+            name: "late".into(),
+            partitions: 3,
+            durability: Durability::Persisted,
+            segment_size_bytes: 64 << 10,
+            retention: Retention::default(),
+            replication_factor: 3,
+        },
+    );
+    let leaders: Vec<u8> = {
+        let state = host.nodes[0].metadata().expect("mirrored");
+        state.streams[&1].topics[&2]
+            .partitions
+            .iter()
+            .map(|p| p.leader)
+            .collect()
+    };
+    for (i, node) in host.nodes.iter().enumerate() {
+        assert_eq!(node.groups.len(), 5, "node {i}: metadata, 1.1.1, 1.2.1-3");
+        for (p, leader) in (1..=3).zip(&leaders) {
+            let group = &node.groups[&partition_id(1, 2, p)];
+            assert_eq!(
+                group.kind,
+                GroupKind::Partition {
+                    key: PartitionKey {
+                        stream: 1,
+                        topic: 2,
+                        partition: p
+                    },
+                    persisted: true
+                }
+            );
+            assert_eq!(
+                group.replica.leader(),
+                Some(*leader),
+                "node {i} partition 1.2.{p}"
+            );
+        }
+    }
+    // A write to the new partition commits on all three.
+    let target = partition_id(1, 2, 2);
+    host.wire.push_back((
+        leaders[1],
+        target,
+        Message::Request {
+            cluster: CLUSTER,
+            group: target,
+            client: CLIENT,
+            request: 3,
+            operation: operation::MESSAGES,
+            body: batch(3, 5),
+        },
+    ));
+    host.settle();
+    host.tick(600);
+    for (i, node) in host.nodes.iter().enumerate() {
+        let partition = node.groups[&target].partition().expect("a partition");
+        assert_eq!(partition.next_offset(), 5, "node {i}");
+    }
+    for node in host.nodes.drain(..) {
+        node.shutdown().expect("clean shutdown");
+    }
+    let mut host = Host::boot(&storages, 2);
+    host.tick(600);
+    for (i, node) in host.nodes.iter().enumerate() {
+        assert_eq!(node.groups.len(), 5, "node {i} after the restart");
+        let partition = node.groups[&target].partition().expect("a partition");
+        assert_eq!(partition.next_offset(), 5, "node {i} after the restart");
+    }
+
+    metadata_request(
+        &mut host,
+        4,
+        &Op::DeleteTopic {
+            stream: 1,
+            topic: 2,
+        },
+    );
+    for (i, node) in host.nodes.iter().enumerate() {
+        assert_eq!(
+            node.groups.len(),
+            2,
+            "node {i}: the topic's groups are gone"
+        );
+        for p in 1..=3 {
+            assert!(
+                !storages[i]
+                    .exists(format!("partitions/1.2.{p}"))
+                    .expect("exists"),
+                "node {i}: partitions/1.2.{p} was not removed"
+            );
+        }
+    }
+    for node in host.nodes.drain(..) {
+        node.shutdown().expect("clean shutdown");
+    }
+    for (i, storage) in storages.iter().enumerate() {
+        let report =
+            iggy_recovery::check(storage, std::path::Path::new(""), |_, _| {}).expect("check");
+        assert_eq!(report.exit_code(), 0, "node {i}: {}", report.render());
+    }
 }

@@ -121,6 +121,10 @@ pub struct BootConfig {
     /// Each partition's boot raises its superblock's commit point to the one its prepares
     /// prove (`iggy_segments::Config::commit_from_log`). On in every real use.
     pub commit_from_log: bool,
+    /// A partition created after boot's or at run time starts in the view its metadata leader
+    /// is the primary of (`view % replicas`), spreading primaries over the nodes; off, in view
+    /// 0 (the first replica leads every group). On by default.
+    pub spread_primaries: bool,
 }
 
 impl BootConfig {
@@ -141,6 +145,7 @@ impl BootConfig {
             defer_boot_syncs: true,
             verify: iggy_wal::boot::Verify::Sealed,
             commit_from_log: true,
+            spread_primaries: true,
         }
     }
 
@@ -422,8 +427,82 @@ pub enum RecoveryError {
         dir: PathBuf,
         source: iggy_io::Error,
     },
+    /// Boot could not finish the creation of a partition the metadata created.
+    #[error("boot of {}: creating partition {label}: {source}", dir.display())]
+    CreatePartition {
+        dir: PathBuf,
+        label: String,
+        source: Box<PartitionError>,
+    },
     #[error(transparent)]
     Io(#[from] iggy_io::Error),
+}
+
+/// Creates partition `key`, which `state` (the metadata) lists, in `data_dir/partitions`:
+/// durably (the partitions directory in the root, the partition's directory, its superblock,
+/// then its WAL), in the view the spread rule gives it (`config.spread_primaries`), with its
+/// topic's segment size. `recovering`: the superblock records this boot's incarnation, so the
+/// group's replica recovers from its peers before it takes part (a create boot finishes, where
+/// a directory lost after its creation would look the same); otherwise the group is new (the
+/// run-time create of a committed metadata op). A leftover `superblock.tmp` of an interrupted
+/// create is removed first; any other file in the directory refuses.
+pub fn create_partition<S: Storage + Clone>(
+    storage: &S,
+    data_dir: &Path,
+    config: &BootConfig,
+    identity: Identity,
+    state: &iggy_metadata::State,
+    key: PartitionKey,
+    recovering: bool,
+) -> Result<Partition<S>, PartitionError> {
+    let partitions = data_dir.join(PARTITIONS_DIR);
+    if !storage.exists(&partitions)? {
+        storage.create_dir(&partitions)?;
+        // Durable in the root before any partition relies on it.
+        storage.sync_dir(data_dir)?;
+    }
+    let dir = partitions.join(key.dir_name());
+    let temp = dir.join(iggy_superblock::TEMP_FILE_NAME);
+    if storage.exists(&temp)? {
+        storage.unlink(&temp)?;
+    }
+    let leader = state
+        .streams
+        .get(&key.stream)
+        .and_then(|s| s.topics.get(&key.topic))
+        .and_then(|t| t.partitions.iter().find(|p| p.id == key.partition))
+        .map_or(0, |p| p.leader);
+    let partition = iggy_segments::Config {
+        initial_view: if config.spread_primaries {
+            u32::from(leader)
+        } else {
+            0
+        },
+        initial_incarnation: if recovering && identity.replica_count > 1 {
+            config.incarnation.max(1)
+        } else {
+            0
+        },
+        ..config.partition(identity, key, segment_size(Some(state), key))
+    };
+    Partition::create(storage.clone(), &dir, partition)
+}
+
+/// Removes the directory of partition `key`, which the metadata deleted (its stream or topic),
+/// and makes the removal durable. A crash part way leaves a directory boot reports as
+/// `deleted-partition` and removes.
+pub fn remove_partition<S: Storage>(
+    storage: &S,
+    data_dir: &Path,
+    key: PartitionKey,
+) -> Result<(), iggy_io::Error> {
+    let partitions = data_dir.join(PARTITIONS_DIR);
+    let dir = partitions.join(key.dir_name());
+    if storage.exists(&dir)? {
+        storage.remove_dir_all(&dir)?;
+        storage.sync_dir(&partitions)?;
+    }
+    Ok(())
 }
 
 /// The identity used when no superblock copy decodes: the superblock's own rules then decide
@@ -725,8 +804,15 @@ impl Builder {
         dir: &Path,
         temp: Option<PathBuf>,
         outcome: Result<Option<(T, iggy_segments::Report)>, PartitionError>,
+        pending: bool,
     ) -> Option<T> {
         match outcome {
+            Ok(None) if pending => {
+                // Creation stopped before the superblock's rename, after the op that created the
+                // partition: boot finishes the create (the leftover temp goes with it).
+                self.pending(label, dir, false);
+                None
+            }
             Ok(Some((opened, report))) => {
                 self.group(label, dir, partition_findings(label, dir, &report));
                 self.report.summary.sealed_bytes += report.wal.sealed_bytes;
@@ -797,15 +883,46 @@ impl Builder {
         });
     }
 
-    /// Records a partition directory the metadata does not list; boot does not open it.
+    /// Records a partition the metadata created after its last checkpoint whose directory is
+    /// missing or holds nothing: the node stopped between the metadata op and the directory's
+    /// creation, which boot finishes (empty; with more than one replica it recovers from its
+    /// peers, since a directory lost after its creation looks the same).
+    /// `root_missing`: the partitions directory is missing too (the create makes it: the
+    /// finding then names the partition's directory, whose parent the create writes).
+    fn pending(&mut self, label: &str, dir: &Path, root_missing: bool) {
+        self.group(
+            label,
+            dir,
+            vec![Finding {
+                component: Component::Node,
+                kind: "pending-create",
+                group: label.into(),
+                file: if root_missing {
+                    dir.to_path_buf()
+                } else {
+                    dir.join(iggy_superblock::FILE_NAME)
+                },
+                offset: 0,
+                what: "the metadata created this partition after its last checkpoint and the \
+                       node stopped before its directory was created: boot creates it empty, \
+                       recovering from its peers in a replicated cluster"
+                    .into(),
+                action: Action::FinishCreate,
+                bytes: 0,
+            }],
+        );
+    }
+
+    /// Records a partition directory the metadata does not list; boot does not open it, and
+    /// removes it when the metadata deleted it (a delete the node stopped in the middle of).
     fn unknown(&mut self, label: &str, dir: &Path, deleted: bool) {
         let (kind, what, action, status) = if deleted {
             (
                 "deleted-partition",
-                "the metadata deleted this partition (its stream or topic): boot does not open \
-                 it and leaves its files alone; remove the directory once it is not needed",
-                Action::None,
-                Status::Clean,
+                "the metadata deleted this partition (its stream or topic): boot removes the \
+                 directory (a delete the node stopped before it finished)",
+                Action::RemoveLeftover,
+                Status::Repair,
             )
         } else {
             (
@@ -926,17 +1043,26 @@ impl Walk {
 
     /// What to do with each partition: the directories present against the partitions the
     /// metadata lists (when it could be read).
-    fn plan(&self, metadata: Option<&iggy_metadata::State>) -> Vec<(PartitionKey, Disposition)> {
-        let Some(state) = metadata else {
-            return self.dirs.iter().map(|k| (*k, Disposition::Open)).collect();
+    fn plan(&self, metadata: Option<&Restored>) -> Vec<(PartitionKey, Disposition)> {
+        let Some(Restored { state, base }) = metadata else {
+            return self
+                .dirs
+                .iter()
+                .map(|k| (*k, Disposition::Open { pending: false }))
+                .collect();
         };
         let known = known_partitions(state);
         let present: BTreeSet<PartitionKey> = self.dirs.iter().copied().collect();
+        let created_since_checkpoint =
+            |key: &PartitionKey| !base.contains(&(key.stream, key.topic, key.partition));
         let mut plan: Vec<(PartitionKey, Disposition)> = known
             .union(&present)
             .map(|key| {
                 let disposition = match (known.contains(key), present.contains(key)) {
-                    (true, true) => Disposition::Open,
+                    (true, true) => Disposition::Open {
+                        pending: created_since_checkpoint(key),
+                    },
+                    (true, false) if created_since_checkpoint(key) => Disposition::Pending,
                     (true, false) => Disposition::Missing,
                     (false, _) => Disposition::Unknown {
                         deleted: was_deleted(state, *key),
@@ -975,8 +1101,12 @@ impl Walk {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Disposition {
     /// Known to the metadata (or the metadata could not be read) and present: check or open it.
-    Open,
-    /// Known to the metadata, no directory.
+    /// `pending`: an op after the metadata's checkpoint created it, so a directory without a
+    /// superblock is a create to finish.
+    Open { pending: bool },
+    /// Known to the metadata from an op after its checkpoint, no directory: a create to finish.
+    Pending,
+    /// Known to the metadata's checkpoint, no directory.
     Missing,
     /// A directory the metadata does not list; `deleted`: the metadata deleted it.
     Unknown { deleted: bool },
@@ -984,19 +1114,21 @@ enum Disposition {
 
 /// Every partition the metadata state lists.
 fn known_partitions(state: &iggy_metadata::State) -> BTreeSet<PartitionKey> {
-    let mut keys = BTreeSet::new();
-    for (stream_id, stream) in &state.streams {
-        for (topic_id, topic) in &stream.topics {
-            for partition in &topic.partitions {
-                keys.insert(PartitionKey {
-                    stream: *stream_id,
-                    topic: *topic_id,
-                    partition: partition.id,
-                });
-            }
-        }
-    }
-    keys
+    state
+        .partition_keys()
+        .into_iter()
+        .map(|(stream, topic, partition)| PartitionKey {
+            stream,
+            topic,
+            partition,
+        })
+        .collect()
+}
+
+/// The metadata state a boot restored, and the partitions its checkpoint lists.
+struct Restored {
+    state: iggy_metadata::State,
+    base: BTreeSet<(u32, u32, u32)>,
 }
 
 /// Whether the metadata once had `key` and deleted it: its stream or topic id was allocated
@@ -1309,7 +1441,7 @@ fn record_metadata<T>(
     fresh: Option<Finding>,
     has_partitions: bool,
     outcome: Result<Option<(T, metadata_group::Checked)>, GroupError>,
-) -> (Option<T>, Option<iggy_metadata::State>) {
+) -> (Option<T>, Option<Restored>) {
     let label = "metadata";
     match outcome {
         Ok(Some((opened, checked))) => {
@@ -1320,7 +1452,13 @@ fn record_metadata<T>(
                 .wal
                 .as_ref()
                 .map_or(0, |wal| wal.spares.len() as u64);
-            (Some(opened), Some(checked.state))
+            (
+                Some(opened),
+                Some(Restored {
+                    state: checked.state,
+                    base: checked.base_partitions,
+                }),
+            )
         }
         Ok(None) => {
             if has_partitions {
@@ -1382,14 +1520,16 @@ pub fn check_with<R: ReadStorage>(
     } else {
         Ok(None)
     };
-    let (_, state) = record_metadata(
+    let (_, restored) = record_metadata(
         &mut walk.builder,
         &metadata_dir,
         fresh,
         has_partitions,
         checked,
     );
-    let plan = walk.plan(state.as_ref());
+    let state = restored.as_ref().map(|r| &r.state);
+    let plan = walk.plan(restored.as_ref());
+    let root_missing = !storage.exists(data_dir.join(PARTITIONS_DIR))?;
     let total = plan.len() + 1;
     progress(1, total);
     for (done, (key, disposition)) in plan.into_iter().enumerate() {
@@ -1399,19 +1539,20 @@ pub fn check_with<R: ReadStorage>(
             Disposition::Missing => walk.builder.missing(
                 &label,
                 &dir,
-                "is missing though the metadata lists the partition",
+                "is missing though the metadata's checkpoint lists the partition",
             ),
+            Disposition::Pending => walk.builder.pending(&label, &dir, root_missing),
             Disposition::Unknown { deleted } => walk.builder.unknown(&label, &dir, deleted),
-            Disposition::Open => {
+            Disposition::Open { pending } => {
                 let identity = walk
                     .identity
                     .or_else(|| discover_identity(storage, &dir))
                     .unwrap_or(UNKNOWN_IDENTITY);
-                let partition = config.partition(identity, key, segment_size(state.as_ref(), key));
+                let partition = config.partition(identity, key, segment_size(state, key));
                 let temp = iggy_superblock::leftover_temp(storage, &dir).ok().flatten();
                 let checked =
                     iggy_segments::check(storage, &dir, &partition).map(|r| r.map(|r| ((), r)));
-                walk.builder.partition(&label, &dir, temp, checked);
+                walk.builder.partition(&label, &dir, temp, checked, pending);
             }
         }
         progress(done + 2, total);
@@ -1483,28 +1624,30 @@ pub fn boot_locked<S: Storage + Clone>(
     } else {
         Ok(None)
     };
-    let (metadata, state) = record_metadata(
+    let (metadata, restored) = record_metadata(
         &mut walk.builder,
         &metadata_dir,
         fresh,
         has_partitions,
         opened,
     );
+    let state = restored.as_ref().map(|r| &r.state);
     let mut partitions = BTreeMap::new();
-    let plan = walk.plan(state.as_ref());
+    let plan = walk.plan(restored.as_ref());
+    let root_missing = !storage.exists(data_dir.join(PARTITIONS_DIR))?;
     // The partitions open in parallel: each boot is mostly waiting on its own syncs, and the
     // device takes several at once (a node of 10,000 partitions: docs/benchmarks.md). The
     // report is then built in key order, as one thread would.
     let jobs: Vec<(PartitionKey, PathBuf, iggy_segments::Config)> = plan
         .iter()
-        .filter(|(_, disposition)| matches!(disposition, Disposition::Open))
+        .filter(|(_, disposition)| matches!(disposition, Disposition::Open { .. }))
         .map(|(key, _)| {
             let dir = data_dir.join(PARTITIONS_DIR).join(key.dir_name());
             let identity = walk
                 .identity
                 .or_else(|| discover_identity(&storage, &dir))
                 .unwrap_or(UNKNOWN_IDENTITY);
-            let partition = config.partition(identity, *key, segment_size(state.as_ref(), *key));
+            let partition = config.partition(identity, *key, segment_size(state, *key));
             (*key, dir, partition)
         })
         .collect();
@@ -1512,21 +1655,50 @@ pub fn boot_locked<S: Storage + Clone>(
     for (key, disposition) in plan {
         let dir = data_dir.join(PARTITIONS_DIR).join(key.dir_name());
         let label = key.label();
-        match disposition {
-            Disposition::Missing => walk.builder.missing(
-                &label,
-                &dir,
-                "is missing though the metadata lists the partition",
-            ),
-            Disposition::Unknown { deleted } => walk.builder.unknown(&label, &dir, deleted),
-            Disposition::Open => {
+        let create = match disposition {
+            Disposition::Missing => {
+                walk.builder.missing(
+                    &label,
+                    &dir,
+                    "is missing though the metadata's checkpoint lists the partition",
+                );
+                false
+            }
+            Disposition::Pending => {
+                walk.builder.pending(&label, &dir, root_missing);
+                true
+            }
+            Disposition::Unknown { deleted } => {
+                walk.builder.unknown(&label, &dir, deleted);
+                if deleted {
+                    remove_partition(&storage, data_dir, key)?;
+                }
+                false
+            }
+            Disposition::Open { pending } => {
                 let (temp, outcome) = opened
                     .next()
                     .unwrap_or_else(|| unreachable!("one outcome per partition to open"));
-                if let Some(partition) = walk.builder.partition(&label, &dir, temp, outcome) {
-                    partitions.insert(key, partition);
+                let empty = matches!(outcome, Ok(None));
+                match walk.builder.partition(&label, &dir, temp, outcome, pending) {
+                    Some(partition) => {
+                        partitions.insert(key, partition);
+                        false
+                    }
+                    None => pending && empty,
                 }
             }
+        };
+        if create && let (Some(state), Some(identity)) = (state, walk.identity) {
+            let partition = create_partition(
+                &storage, data_dir, config, identity, state, key, true,
+            )
+            .map_err(|source| RecoveryError::CreatePartition {
+                dir: data_dir.to_path_buf(),
+                label: label.clone(),
+                source: Box::new(source),
+            })?;
+            partitions.insert(key, partition);
         }
     }
     if config.defer_boot_syncs {

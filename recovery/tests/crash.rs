@@ -3,8 +3,10 @@
 //! (what `iggy-fsck` runs) reports exactly the verdict and the plan that `boot(Open)` then carries
 //! out, the files boot changes are exactly the files that plan names (`iggy_recovery::audit`),
 //! and after `boot(Open)` nothing is left that boot could do: the node checks clean, or only
-//! partitions whose directories a crash kept from being created remain (boot does not create
-//! partitions; the metadata lists them, and they repair from their peers).
+//! partitions whose directories a crash kept from being created remain. (`populate` checkpoints
+//! the metadata before it creates the partitions, unlike a node, so the checkpoint lists them:
+//! `missing-partition`, repaired from peers. A node's own order, where boot finishes the create,
+//! is enumerated in `node/tests/crash.rs`.)
 //!
 //! The default run samples crash points so that at least 1,000 states are checked;
 //! `RECOVERY_CRASH_FULL=1` checks every crash point, with every state the model allows there up

@@ -27,6 +27,10 @@ pub struct Config {
     /// The view a new partition starts in (so primaries can be spread across nodes: the
     /// primary of a view is `view % replicas`). Used by `create` only.
     pub initial_view: u32,
+    /// The superblock incarnation a created partition starts with: 0 for a group new to the
+    /// cluster (its replica starts in normal status), a boot's incarnation for one created
+    /// where a directory may have been lost (its replica recovers from its peers first).
+    pub initial_incarnation: u64,
     /// A segment is rotated once the next entry would not fit (the topic's segment size).
     pub segment_size_bytes: u64,
     /// An index entry at least every this many bytes of log.
@@ -69,6 +73,7 @@ impl Config {
             identity,
             incarnation: 0,
             initial_view: 0,
+            initial_incarnation: 0,
             segment_size_bytes: 1 << 30,
             index_interval_bytes: 4096,
             unpublished_bytes_max: CHECKPOINT_BYTES + PREPARE_BYTES_MAX,

@@ -88,9 +88,9 @@ impl<S: Storage + Clone> std::fmt::Debug for Partition<S> {
 }
 
 impl<S: Storage + Clone> Partition<S> {
-    /// Creates an empty partition in `dir` in view `config.initial_view`: the superblock first
-    /// (its rename is the moment the partition exists), then the WAL, whose first segment is
-    /// `00000000000000000000.log`.
+    /// Creates an empty partition in `dir` in view `config.initial_view` (the superblock's
+    /// incarnation `config.initial_incarnation`): the superblock first (its rename is the moment
+    /// the partition exists), then the WAL, whose first segment is `00000000000000000000.log`.
     pub fn create(storage: S, dir: &Path, config: Config) -> Result<Self, PartitionError> {
         if storage.exists(dir)? && !storage.list_dir(dir)?.is_empty() {
             return Err(PartitionError::AlreadyExists {
@@ -100,6 +100,7 @@ impl<S: Storage + Clone> Partition<S> {
         let state = VsrState {
             view: config.initial_view,
             log_view: config.initial_view,
+            incarnation: config.initial_incarnation,
             ..VsrState::default()
         };
         let superblock = Superblock::create(storage.clone(), dir, config.identity, state)?;

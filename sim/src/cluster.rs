@@ -927,14 +927,15 @@ impl Cluster {
         let next_offset = self.consumers[index].next_offset;
         let node = &self.nodes[usize::from(target)];
         let polled = match node.hosts().get(&group) {
-            Some(host) if node.up && host.replica.leader() == Some(target) => match &host.store {
-                crate::node::Store::Partition { partition, .. } => Some(partition.read_through(
-                    next_offset,
-                    consumer::POLL_BYTES,
-                    host.replica.commit_min(),
-                )),
-                crate::node::Store::Metadata(_) => None,
-            },
+            Some(host) if node.up && host.replica.leader() == Some(target) => {
+                host.partition().map(|partition| {
+                    partition.read_through(
+                        next_offset,
+                        consumer::POLL_BYTES,
+                        host.replica.commit_min(),
+                    )
+                })
+            }
             // Not the primary (or down): the poll is refused; the next one asks again.
             _ => None,
         };

@@ -472,9 +472,7 @@ pub fn check_acknowledged(cluster: &Cluster, nodes: &[u8]) -> Result<u64, String
             if !n.up {
                 return Err(format!("node {node} is down: nothing to check"));
             }
-            let Some(Store::Partition { partition, .. }) =
-                n.hosts().get(&producer.group).map(|h| &h.store)
-            else {
+            let Some(partition) = n.hosts().get(&producer.group).and_then(|h| h.partition()) else {
                 return Err(format!("node {node} has no {label}"));
             };
             let wal = partition.wal();
@@ -544,9 +542,7 @@ pub fn check_acknowledged(cluster: &Cluster, nodes: &[u8]) -> Result<u64, String
         let label = label_of(cluster, consumer.group);
         for &node in nodes {
             let n = &cluster.nodes()[usize::from(node)];
-            let Some(Store::Partition { partition, .. }) =
-                n.hosts().get(&consumer.group).map(|h| &h.store)
-            else {
+            let Some(partition) = n.hosts().get(&consumer.group).and_then(|h| h.partition()) else {
                 return Err(format!("node {node} has no {label}"));
             };
             // The newest acknowledged store this node has executed is what its offset file
@@ -700,7 +696,8 @@ fn prepare_bytes(
     let Some(host) = cluster.nodes()[usize::from(node)].hosts().get(&kind.id()) else {
         return Ok(0);
     };
-    let wal = match &host.store {
+    let store = host.store();
+    let wal = match &*store {
         Store::Partition { partition, .. } => partition.wal(),
         Store::Metadata(group) => group.wal(),
     };
@@ -887,7 +884,7 @@ pub fn power_loss_all(setup: Setup, scale: &Scale) -> Result<PowerLossReport, St
     let mut published: BTreeMap<u128, u64> = BTreeMap::new();
     for node in cluster.nodes() {
         for (group, host) in node.hosts() {
-            if let Store::Partition { partition, .. } = &host.store {
+            if let Some(partition) = host.partition() {
                 let head = partition.wal().published().head_op;
                 let best = published.entry(*group).or_default();
                 *best = (*best).max(head);
@@ -961,10 +958,10 @@ pub fn power_loss_all(setup: Setup, scale: &Scale) -> Result<PowerLossReport, St
         let Some(leader) = cluster.nodes()[0].leader_of(*group) else {
             return Err(format!("{label} has no primary after the restart"));
         };
-        let Some(Store::Partition { partition, .. }) = cluster.nodes()[usize::from(leader)]
+        let Some(partition) = cluster.nodes()[usize::from(leader)]
             .hosts()
             .get(group)
-            .map(|h| &h.store)
+            .and_then(|h| h.partition())
         else {
             return Err(format!("node {leader} has no {label}"));
         };
@@ -996,9 +993,7 @@ pub fn power_loss_all(setup: Setup, scale: &Scale) -> Result<PowerLossReport, St
             .map_or(0, |p| p.id);
         let mut everywhere = true;
         for node in cluster.nodes() {
-            let Some(Store::Partition { partition, .. }) =
-                node.hosts().get(group).map(|h| &h.store)
-            else {
+            let Some(partition) = node.hosts().get(group).and_then(|h| h.partition()) else {
                 everywhere = false;
                 break;
             };

@@ -50,6 +50,7 @@ impl Layout {
             checkpoint_bytes: self.checkpoint_bytes,
             repair_ration: self.repair_ration,
             boot: self.boot_config(incarnation),
+            mirror_metadata: false,
         }
     }
 
@@ -91,6 +92,7 @@ impl Layout {
                 .max(self.checkpoint_bytes + iggy_segments::config::PREPARE_BYTES_MAX),
             // Without the safeguard a partition's commit point is its superblock's alone.
             commit_from_log: self.safeguards.durable_commit_point,
+            spread_primaries: self.spread_primaries,
             ..BootConfig::new(incarnation)
         }
     }
