@@ -1,0 +1,469 @@
+//! One file per case: `<name>.bin`, the exact bytes the pinned crates encode. The case names are
+//! the contract with `protocol/tests/golden.rs`.
+
+use bytes::{Bytes, BytesMut};
+use iggy_binary_protocol::consensus::{
+    Command, EvictionHeader, Operation, ReplyHeader, RequestHeader,
+};
+use iggy_binary_protocol::primitives::polling_strategy::WirePollingStrategy;
+use iggy_binary_protocol::requests::consumer_offsets::{
+    DeleteConsumerOffsetRequest, GetConsumerOffsetRequest, StoreConsumerOffsetRequest,
+};
+use iggy_binary_protocol::requests::messages::PollMessagesRequest;
+use iggy_binary_protocol::requests::messages::send_messages::{RawMessage, SendMessagesEncoder};
+use iggy_binary_protocol::requests::partitions::CreatePartitionsRequest;
+use iggy_binary_protocol::requests::streams::{
+    CreateStreamRequest, DeleteStreamRequest, GetStreamRequest,
+};
+use iggy_binary_protocol::requests::topics::{
+    CreateTopicRequest, DeleteTopicRequest, GetTopicRequest,
+};
+use iggy_binary_protocol::requests::users::LoginRegisterRequest;
+use iggy_binary_protocol::responses::consumer_offsets::ConsumerOffsetResponse;
+use iggy_binary_protocol::responses::messages::{
+    PollMessagesResponseHeader, SendMessagesConfirmationResponse, SendMessagesResponse,
+};
+use iggy_binary_protocol::responses::streams::{GetStreamResponse, StreamResponse, TopicHeader};
+use iggy_binary_protocol::responses::system::get_cluster_metadata::{
+    ClusterMetadataResponse, ClusterNodeResponse,
+};
+use iggy_binary_protocol::responses::topics::{
+    GetTopicResponse, GetTopicsResponse, PartitionResponse,
+};
+use iggy_binary_protocol::responses::users::LoginRegisterResponse;
+use iggy_binary_protocol::{
+    AckLevel, ClientVersionInfo, EvictionReason, WireConsumer, WireEncode, WireIdentifier,
+    WireName, WireOptions, WirePartitioning,
+};
+use iggy_common::{Durability, TopicCreateOptions};
+use secrecy::SecretString;
+use std::path::{Path, PathBuf};
+
+fn write(dir: &Path, name: &str, bytes: &[u8]) {
+    std::fs::write(dir.join(format!("{name}.bin")), bytes).expect("write a golden file");
+    println!("{name}.bin {} bytes", bytes.len());
+}
+
+fn name(s: &str) -> WireName {
+    WireName::new(s).expect("a valid name")
+}
+
+fn options(block: &[u8]) -> WireOptions {
+    WireOptions::from_slice(block).expect("a valid options block")
+}
+
+const CLIENT: u128 = 0x0123_4567_89ab_cdef_fedc_ba98_7654_3210;
+
+fn request_header(
+    operation: Operation,
+    code: u32,
+    request: u64,
+    session: u64,
+    body: &[u8],
+) -> RequestHeader {
+    // What `iggy::vsr::encode_request_header` fills in (0.11.0): metadata and session ops carry
+    // XXH3-64 of the body widened, partition and non-replicated ops 0; a non-replicated op's code
+    // in reserved[0..4].
+    let request_checksum = if operation.is_partition() || operation == Operation::NonReplicated {
+        0
+    } else {
+        u128::from(iggy_common::calculate_checksum(body))
+    };
+    let mut reserved = [0; 60];
+    if operation == Operation::NonReplicated {
+        reserved[0..4].copy_from_slice(&code.to_le_bytes());
+    }
+    RequestHeader {
+        command: Command::Request,
+        operation,
+        size: (256 + body.len()) as u32,
+        client: CLIENT,
+        request,
+        session,
+        request_checksum,
+        timestamp: 0,
+        reserved,
+        ..Default::default()
+    }
+}
+
+fn main() {
+    let dir: PathBuf = std::env::args()
+        .nth(1)
+        .expect("usage: golden-gen DIR")
+        .into();
+    std::fs::create_dir_all(&dir).expect("create the golden directory");
+
+    // Login.
+    let login = LoginRegisterRequest {
+        version_info: ClientVersionInfo {
+            protocol_version: iggy_binary_protocol::version::IGGY_PROTOCOL_VERSION,
+            sdk_name: name("rust-sdk"),
+            sdk_version: name("0.11.0"),
+        },
+        username: name("iggy"),
+        password: SecretString::from("iggy"),
+        client_context: None,
+    }
+    .to_bytes();
+    write(&dir, "login_register_body", &login);
+    write(
+        &dir,
+        "login_register_header",
+        bytemuck::bytes_of(&request_header(Operation::Register, 40, 0, 0, &login)),
+    );
+    let login_reply = LoginRegisterResponse {
+        user_id: 0,
+        session: 17,
+        server_protocol_version: iggy_binary_protocol::version::IGGY_PROTOCOL_VERSION,
+        server_version: name("0.1.0"),
+    }
+    .to_bytes();
+    write(&dir, "login_register_reply_payload", &login_reply);
+
+    // Ping: non-replicated, before login.
+    write(
+        &dir,
+        "ping_header",
+        bytemuck::bytes_of(&request_header(Operation::NonReplicated, 1, 0, 0, &[])),
+    );
+
+    // Streams.
+    let create_stream = CreateStreamRequest {
+        name: name("orders"),
+        options: WireOptions::empty(),
+    }
+    .to_bytes();
+    write(&dir, "create_stream_body", &create_stream);
+    write(
+        &dir,
+        "create_stream_header",
+        bytemuck::bytes_of(&request_header(
+            Operation::CreateStream,
+            202,
+            1,
+            17,
+            &create_stream,
+        )),
+    );
+    write(
+        &dir,
+        "get_stream_body",
+        &GetStreamRequest {
+            stream_id: WireIdentifier::named("orders").unwrap(),
+        }
+        .to_bytes(),
+    );
+    write(
+        &dir,
+        "delete_stream_body",
+        &DeleteStreamRequest {
+            stream_id: WireIdentifier::numeric(0),
+        }
+        .to_bytes(),
+    );
+
+    // Topics: the options the CLI sends for `iggy topic create ... --durability persisted`.
+    let topic_options = TopicCreateOptions {
+        durability: Durability::Persisted,
+        ..Default::default()
+    }
+    .to_explicit_wire(|_| true)
+    .expect("topic options");
+    write(&dir, "topic_options_durability", topic_options.as_bytes());
+    let create_topic = CreateTopicRequest {
+        stream_id: WireIdentifier::numeric(0),
+        partitions_count: 3,
+        name: name("payments"),
+        options: topic_options.clone(),
+    }
+    .to_bytes();
+    write(&dir, "create_topic_body", &create_topic);
+    write(
+        &dir,
+        "get_topic_body",
+        &GetTopicRequest {
+            stream_id: WireIdentifier::numeric(0),
+            topic_id: WireIdentifier::named("payments").unwrap(),
+        }
+        .to_bytes(),
+    );
+    write(
+        &dir,
+        "delete_topic_body",
+        &DeleteTopicRequest {
+            stream_id: WireIdentifier::numeric(0),
+            topic_id: WireIdentifier::numeric(1),
+        }
+        .to_bytes(),
+    );
+    write(
+        &dir,
+        "create_partitions_body",
+        &CreatePartitionsRequest {
+            stream_id: WireIdentifier::numeric(0),
+            topic_id: WireIdentifier::numeric(0),
+            partitions_count: 2,
+        }
+        .to_bytes(),
+    );
+
+    // Messages: two messages, one with user headers, sent to partition 2.
+    let headers: &[u8] = &[
+        2, 3, 0, 0, 0, b'k', b'e', b'y', 2, 5, 0, 0, 0, b'v', b'a', b'l', b'u', b'e',
+    ];
+    let messages = [
+        RawMessage {
+            id: 1,
+            origin_timestamp: 1_700_000_000_000_000,
+            headers: None,
+            payload: b"hello",
+        },
+        RawMessage {
+            id: 2,
+            origin_timestamp: 1_700_000_000_000_250,
+            headers: Some(headers),
+            payload: b"world!",
+        },
+    ];
+    for (case, partitioning) in [
+        (
+            "send_messages_partition_body",
+            WirePartitioning::PartitionId(2),
+        ),
+        ("send_messages_balanced_body", WirePartitioning::Balanced),
+        (
+            "send_messages_key_body",
+            WirePartitioning::MessagesKey(b"user-7".to_vec()),
+        ),
+    ] {
+        let mut buf = BytesMut::new();
+        SendMessagesEncoder::encode(
+            &mut buf,
+            &WireIdentifier::numeric(0),
+            &WireIdentifier::numeric(0),
+            &partitioning,
+            &messages,
+        )
+        .expect("encode send");
+        write(&dir, case, &buf);
+        if case == "send_messages_partition_body" {
+            write(
+                &dir,
+                "send_messages_header",
+                bytemuck::bytes_of(&request_header(Operation::SendMessages, 101, 2, 17, &buf)),
+            );
+        }
+    }
+    let confirmations = SendMessagesResponse {
+        confirmations: vec![SendMessagesConfirmationResponse {
+            stream_id: 0,
+            topic_id: 0,
+            partition_id: 2,
+            base_offset: 40,
+        }],
+    }
+    .to_bytes();
+    write(&dir, "send_messages_reply", &confirmations);
+
+    let poll = PollMessagesRequest {
+        consumer: WireConsumer::consumer(WireIdentifier::numeric(9)),
+        stream_id: WireIdentifier::numeric(0),
+        topic_id: WireIdentifier::numeric(0),
+        partition_id: Some(2),
+        strategy: WirePollingStrategy::offset(40),
+        count: 100,
+        auto_commit: true,
+    }
+    .to_bytes();
+    write(&dir, "poll_messages_body", &poll);
+    write(
+        &dir,
+        "poll_messages_next_body",
+        &PollMessagesRequest {
+            consumer: WireConsumer::consumer_group(WireIdentifier::named("readers").unwrap()),
+            stream_id: WireIdentifier::named("orders").unwrap(),
+            topic_id: WireIdentifier::named("payments").unwrap(),
+            partition_id: None,
+            strategy: WirePollingStrategy::next(),
+            count: 10,
+            auto_commit: false,
+        }
+        .to_bytes(),
+    );
+    write(
+        &dir,
+        "poll_reply_header",
+        &PollMessagesResponseHeader {
+            partition_id: 2,
+            current_offset: 41,
+            messages_count: 2,
+        }
+        .to_bytes(),
+    );
+
+    // Consumer offsets.
+    let consumer = WireConsumer::consumer(WireIdentifier::numeric(9));
+    write(
+        &dir,
+        "store_consumer_offset_body",
+        &StoreConsumerOffsetRequest {
+            consumer: consumer.clone(),
+            stream_id: WireIdentifier::numeric(0),
+            topic_id: WireIdentifier::numeric(0),
+            partition_id: Some(2),
+            offset: 41,
+            ack: AckLevel::Quorum,
+        }
+        .to_bytes(),
+    );
+    write(
+        &dir,
+        "get_consumer_offset_body",
+        &GetConsumerOffsetRequest {
+            consumer: consumer.clone(),
+            stream_id: WireIdentifier::numeric(0),
+            topic_id: WireIdentifier::numeric(0),
+            partition_id: Some(2),
+        }
+        .to_bytes(),
+    );
+    write(
+        &dir,
+        "delete_consumer_offset_body",
+        &DeleteConsumerOffsetRequest {
+            consumer,
+            stream_id: WireIdentifier::numeric(0),
+            topic_id: WireIdentifier::numeric(0),
+            partition_id: None,
+            ack: AckLevel::NoAck,
+        }
+        .to_bytes(),
+    );
+    write(
+        &dir,
+        "consumer_offset_reply",
+        &ConsumerOffsetResponse {
+            partition_id: 2,
+            current_offset: 41,
+            stored_offset: 40,
+        }
+        .to_bytes(),
+    );
+
+    // Metadata replies.
+    write(
+        &dir,
+        "cluster_metadata_reply",
+        &ClusterMetadataResponse {
+            name: "iggy-cluster".into(),
+            nodes: vec![
+                ClusterNodeResponse {
+                    name: "node-0".into(),
+                    ip: "127.0.0.1".into(),
+                    tcp_port: 8090,
+                    quic_port: 0,
+                    http_port: 0,
+                    websocket_port: 0,
+                    role: 0,
+                    status: 0,
+                },
+                ClusterNodeResponse {
+                    name: "node-1".into(),
+                    ip: "127.0.0.1".into(),
+                    tcp_port: 8091,
+                    quic_port: 0,
+                    http_port: 0,
+                    websocket_port: 0,
+                    role: 1,
+                    status: 0,
+                },
+            ],
+        }
+        .to_bytes(),
+    );
+    let stream = StreamResponse {
+        id: 0,
+        created_at: 1_700_000_000_000_000,
+        topics_count: 1,
+        size_bytes: 1024,
+        messages_count: 2,
+        name: name("orders"),
+        options: WireOptions::empty(),
+    };
+    let topic = TopicHeader {
+        id: 0,
+        created_at: 1_700_000_000_000_001,
+        partitions_count: 3,
+        message_expiry: 0,
+        compression_algorithm: 1,
+        max_topic_size: 0,
+        size_bytes: 1024,
+        messages_count: 2,
+        name: name("payments"),
+        options: options(topic_options.as_bytes()),
+        derived_options: WireOptions::empty(),
+    };
+    write(&dir, "stream_reply", &stream.to_bytes());
+    write(
+        &dir,
+        "get_stream_reply",
+        &GetStreamResponse {
+            stream: stream.clone(),
+            topics: vec![topic.clone()],
+        }
+        .to_bytes(),
+    );
+    let partitions: Vec<PartitionResponse> = (0..3)
+        .map(|id| PartitionResponse {
+            id,
+            created_at: 1_700_000_000_000_002,
+            segments_count: 1,
+            current_offset: 41,
+            size_bytes: 512,
+            messages_count: 42,
+        })
+        .collect();
+    write(
+        &dir,
+        "get_topic_reply",
+        &GetTopicResponse {
+            topic: topic.clone(),
+            partitions,
+        }
+        .to_bytes(),
+    );
+    write(
+        &dir,
+        "get_topics_reply",
+        &GetTopicsResponse {
+            topics: vec![topic],
+        }
+        .to_bytes(),
+    );
+
+    // Reply and eviction headers.
+    let reply = ReplyHeader {
+        command: Command::Reply,
+        size: 256 + 4,
+        view: 3,
+        replica: 1,
+        request_checksum: 0x55,
+        client: CLIENT,
+        op: 12,
+        commit: 12,
+        timestamp: 1_700_000_000_000_003,
+        request: 1,
+        operation: Operation::CreateStream,
+        status: 0,
+        ..Default::default()
+    };
+    write(&dir, "reply_header", bytemuck::bytes_of(&reply));
+    let eviction = EvictionHeader::new(0, 0, 0, CLIENT, EvictionReason::InvalidCredentials);
+    write(
+        &dir,
+        "eviction_invalid_credentials",
+        bytemuck::bytes_of(&eviction),
+    );
+    let _ = Bytes::new();
+}

@@ -1,0 +1,476 @@
+//! Request bodies: decoded by the server from a header's code and the body, encoded by our client.
+//! Every body must be consumed exactly; a byte too many is as wrong as a byte too few.
+
+use crate::codes::code;
+use crate::primitives::{
+    Consumer, Identifier, OptionEntry, Partitioning, PollingStrategy, put_name,
+    put_optional_partition, put_options, read_name, read_optional_partition, read_options,
+};
+use crate::wire::{Put, Reader, WireError, len_u8, len_u32};
+
+/// What a client's SDK says about itself at login.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClientVersion {
+    /// Packed `major << 20 | minor << 10 | patch`.
+    pub protocol: u32,
+    pub sdk_name: String,
+    pub sdk_version: String,
+}
+
+/// The requests this crate decodes. `Other` is every other code: the server answers it with an
+/// error status, it never drops the connection for it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Request {
+    Ping,
+    LoginRegister {
+        version: ClientVersion,
+        username: String,
+        password: String,
+        context: Option<String>,
+    },
+    /// A login with a personal access token (not served: tokens are not built).
+    LoginRegisterWithToken {
+        version: ClientVersion,
+    },
+    Logout,
+    GetClusterMetadata,
+    GetStream {
+        stream: Identifier,
+    },
+    GetStreams,
+    CreateStream {
+        name: String,
+        options: Vec<OptionEntry>,
+    },
+    DeleteStream {
+        stream: Identifier,
+    },
+    GetTopic {
+        stream: Identifier,
+        topic: Identifier,
+    },
+    GetTopics {
+        stream: Identifier,
+    },
+    CreateTopic {
+        stream: Identifier,
+        partitions: u32,
+        name: String,
+        options: Vec<OptionEntry>,
+    },
+    DeleteTopic {
+        stream: Identifier,
+        topic: Identifier,
+    },
+    CreatePartitions {
+        stream: Identifier,
+        topic: Identifier,
+        count: u32,
+    },
+    SendMessages {
+        stream: Identifier,
+        topic: Identifier,
+        partitioning: Partitioning,
+        count: u32,
+        /// The 256-byte batch header and its frames, as the client built them (the server
+        /// checks them with the storage's batch codec and stamps offsets and timestamps).
+        batch: Vec<u8>,
+    },
+    PollMessages {
+        consumer: Consumer,
+        stream: Identifier,
+        topic: Identifier,
+        partition: Option<u32>,
+        strategy: PollingStrategy,
+        count: u32,
+        auto_commit: bool,
+    },
+    GetConsumerOffset {
+        consumer: Consumer,
+        stream: Identifier,
+        topic: Identifier,
+        partition: Option<u32>,
+    },
+    StoreConsumerOffset {
+        consumer: Consumer,
+        stream: Identifier,
+        topic: Identifier,
+        partition: Option<u32>,
+        offset: u64,
+        /// 0: the reply may precede replication; 1: after a quorum.
+        ack: u8,
+    },
+    DeleteConsumerOffset {
+        consumer: Consumer,
+        stream: Identifier,
+        topic: Identifier,
+        partition: Option<u32>,
+        ack: u8,
+    },
+    Other {
+        code: u32,
+    },
+}
+
+/// A body that did not decode: the command and the reason.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("command {code}: {error}")]
+pub struct BodyError {
+    pub code: u32,
+    pub error: WireError,
+}
+
+fn read_version(r: &mut Reader<'_>) -> Result<ClientVersion, WireError> {
+    Ok(ClientVersion {
+        protocol: r.u32("protocol version")?,
+        sdk_name: read_name(r, "sdk name")?,
+        sdk_version: read_name(r, "sdk version")?,
+    })
+}
+
+fn put_version(out: &mut Vec<u8>, version: &ClientVersion) {
+    out.put_u32(version.protocol);
+    put_name(out, &version.sdk_name);
+    put_name(out, &version.sdk_version);
+}
+
+fn read_context(r: &mut Reader<'_>) -> Result<Option<String>, WireError> {
+    let len = r.u32("client context length")? as usize;
+    (len > 0)
+        .then(|| r.str(len, "client context").map(str::to_owned))
+        .transpose()
+}
+
+fn read_login(r: &mut Reader<'_>, version: ClientVersion) -> Result<Request, WireError> {
+    let username = read_name(r, "username")?;
+    let len = r.u8("password length")? as usize;
+    let password = r.str(len, "password")?.to_owned();
+    let context = read_context(r)?;
+    Ok(Request::LoginRegister {
+        version,
+        username,
+        password,
+        context,
+    })
+}
+
+/// A token login: the version, a u8-long token, the context. Only its shape is checked.
+fn read_token_login(r: &mut Reader<'_>, version: ClientVersion) -> Result<Request, WireError> {
+    let len = r.u8("token length")? as usize;
+    r.bytes(len, "token")?;
+    read_context(r)?;
+    Ok(Request::LoginRegisterWithToken { version })
+}
+
+impl Request {
+    /// Decodes the body of a request with command `code` (the header's). Login travels as
+    /// operation `Register` for both of its forms; the form whose fields end exactly at the
+    /// body's end is the one sent.
+    pub fn decode(code: u32, body: &[u8]) -> Result<Self, BodyError> {
+        Self::decode_inner(code, body).map_err(|error| BodyError { code, error })
+    }
+
+    fn decode_inner(code: u32, body: &[u8]) -> Result<Self, WireError> {
+        let mut r = Reader::new(body);
+        let request = match code {
+            code::PING => Self::Ping,
+            code::LOGIN_REGISTER | code::LOGIN_REGISTER_WITH_PAT => {
+                let version = read_version(&mut r)?;
+                let after_version = r.clone();
+                match read_login(&mut r, version.clone()) {
+                    Ok(login) if r.remaining() == 0 => login,
+                    password_form => {
+                        let mut token = after_version;
+                        match read_token_login(&mut token, version) {
+                            Ok(login) if token.remaining() == 0 => return Ok(login),
+                            _ => password_form?,
+                        }
+                    }
+                }
+            }
+            code::LOGOUT_USER => Self::Logout,
+            code::GET_CLUSTER_METADATA => Self::GetClusterMetadata,
+            code::GET_STREAM => Self::GetStream {
+                stream: Identifier::read(&mut r, "stream id")?,
+            },
+            code::GET_STREAMS => Self::GetStreams,
+            code::CREATE_STREAM => {
+                let name = read_name(&mut r, "stream name")?;
+                let len = r.remaining();
+                Self::CreateStream {
+                    name,
+                    options: read_options(&mut r, len)?,
+                }
+            }
+            code::DELETE_STREAM => Self::DeleteStream {
+                stream: Identifier::read(&mut r, "stream id")?,
+            },
+            code::GET_TOPIC => Self::GetTopic {
+                stream: Identifier::read(&mut r, "stream id")?,
+                topic: Identifier::read(&mut r, "topic id")?,
+            },
+            code::GET_TOPICS => Self::GetTopics {
+                stream: Identifier::read(&mut r, "stream id")?,
+            },
+            code::CREATE_TOPIC => {
+                let stream = Identifier::read(&mut r, "stream id")?;
+                let partitions = r.u32("partitions count")?;
+                let name = read_name(&mut r, "topic name")?;
+                let len = r.remaining();
+                Self::CreateTopic {
+                    stream,
+                    partitions,
+                    name,
+                    options: read_options(&mut r, len)?,
+                }
+            }
+            code::DELETE_TOPIC => Self::DeleteTopic {
+                stream: Identifier::read(&mut r, "stream id")?,
+                topic: Identifier::read(&mut r, "topic id")?,
+            },
+            code::CREATE_PARTITIONS => Self::CreatePartitions {
+                stream: Identifier::read(&mut r, "stream id")?,
+                topic: Identifier::read(&mut r, "topic id")?,
+                count: r.u32("partitions count")?,
+            },
+            code::SEND_MESSAGES => {
+                let at = r.position();
+                let metadata_len = r.u32("metadata length")? as usize;
+                let mut metadata = Reader::new(r.bytes(metadata_len, "send metadata")?);
+                let stream = Identifier::read(&mut metadata, "stream id")?;
+                let topic = Identifier::read(&mut metadata, "topic id")?;
+                let partitioning = Partitioning::read(&mut metadata)?;
+                let count = metadata.u32("messages count")?;
+                if metadata.remaining() != 0 {
+                    return Err(r.invalid(
+                        "metadata length",
+                        at,
+                        format!(
+                            "{metadata_len} bytes, {} more than its fields",
+                            metadata.remaining()
+                        ),
+                    ));
+                }
+                Self::SendMessages {
+                    stream,
+                    topic,
+                    partitioning,
+                    count,
+                    batch: r.rest().to_vec(),
+                }
+            }
+            code::POLL_MESSAGES => Self::PollMessages {
+                consumer: Consumer::read(&mut r)?,
+                stream: Identifier::read(&mut r, "stream id")?,
+                topic: Identifier::read(&mut r, "topic id")?,
+                partition: read_optional_partition(&mut r)?,
+                strategy: PollingStrategy::read(&mut r)?,
+                count: r.u32("count")?,
+                auto_commit: {
+                    let at = r.position();
+                    match r.u8("auto commit")? {
+                        0 => false,
+                        1 => true,
+                        other => {
+                            return Err(r.invalid("auto commit", at, format!("{other}")));
+                        }
+                    }
+                },
+            },
+            code::GET_CONSUMER_OFFSET => Self::GetConsumerOffset {
+                consumer: Consumer::read(&mut r)?,
+                stream: Identifier::read(&mut r, "stream id")?,
+                topic: Identifier::read(&mut r, "topic id")?,
+                partition: read_optional_partition(&mut r)?,
+            },
+            code::STORE_CONSUMER_OFFSET => Self::StoreConsumerOffset {
+                consumer: Consumer::read(&mut r)?,
+                stream: Identifier::read(&mut r, "stream id")?,
+                topic: Identifier::read(&mut r, "topic id")?,
+                partition: read_optional_partition(&mut r)?,
+                offset: r.u64("offset")?,
+                ack: read_ack(&mut r)?,
+            },
+            code::DELETE_CONSUMER_OFFSET => Self::DeleteConsumerOffset {
+                consumer: Consumer::read(&mut r)?,
+                stream: Identifier::read(&mut r, "stream id")?,
+                topic: Identifier::read(&mut r, "topic id")?,
+                partition: read_optional_partition(&mut r)?,
+                ack: read_ack(&mut r)?,
+            },
+            code => {
+                r.rest();
+                Self::Other { code }
+            }
+        };
+        r.finish("body")?;
+        Ok(request)
+    }
+
+    /// The command code and body a client sends.
+    pub fn encode(&self) -> (u32, Vec<u8>) {
+        let mut out = Vec::new();
+        let code = match self {
+            Self::Ping => code::PING,
+            Self::LoginRegister {
+                version,
+                username,
+                password,
+                context,
+            } => {
+                put_version(&mut out, version);
+                put_name(&mut out, username);
+                let password = &password.as_bytes()[..password.len().min(255)];
+                out.put_u8(len_u8(password.len()));
+                out.put_bytes(password);
+                out.put_long_str(context.as_deref().unwrap_or(""));
+                code::LOGIN_REGISTER
+            }
+            Self::LoginRegisterWithToken { version } => {
+                put_version(&mut out, version);
+                out.put_u8(0);
+                out.put_u32(0);
+                code::LOGIN_REGISTER_WITH_PAT
+            }
+            Self::Logout => code::LOGOUT_USER,
+            Self::GetClusterMetadata => code::GET_CLUSTER_METADATA,
+            Self::GetStream { stream } => {
+                stream.put(&mut out);
+                code::GET_STREAM
+            }
+            Self::GetStreams => code::GET_STREAMS,
+            Self::CreateStream { name, options } => {
+                put_name(&mut out, name);
+                put_options(&mut out, options);
+                code::CREATE_STREAM
+            }
+            Self::DeleteStream { stream } => {
+                stream.put(&mut out);
+                code::DELETE_STREAM
+            }
+            Self::GetTopic { stream, topic } => {
+                stream.put(&mut out);
+                topic.put(&mut out);
+                code::GET_TOPIC
+            }
+            Self::GetTopics { stream } => {
+                stream.put(&mut out);
+                code::GET_TOPICS
+            }
+            Self::CreateTopic {
+                stream,
+                partitions,
+                name,
+                options,
+            } => {
+                stream.put(&mut out);
+                out.put_u32(*partitions);
+                put_name(&mut out, name);
+                put_options(&mut out, options);
+                code::CREATE_TOPIC
+            }
+            Self::DeleteTopic { stream, topic } => {
+                stream.put(&mut out);
+                topic.put(&mut out);
+                code::DELETE_TOPIC
+            }
+            Self::CreatePartitions {
+                stream,
+                topic,
+                count,
+            } => {
+                stream.put(&mut out);
+                topic.put(&mut out);
+                out.put_u32(*count);
+                code::CREATE_PARTITIONS
+            }
+            Self::SendMessages {
+                stream,
+                topic,
+                partitioning,
+                count,
+                batch,
+            } => {
+                let mut metadata = Vec::new();
+                stream.put(&mut metadata);
+                topic.put(&mut metadata);
+                partitioning.put(&mut metadata);
+                metadata.put_u32(*count);
+                out.put_u32(len_u32(metadata.len()));
+                out.put_bytes(&metadata);
+                out.put_bytes(batch);
+                code::SEND_MESSAGES
+            }
+            Self::PollMessages {
+                consumer,
+                stream,
+                topic,
+                partition,
+                strategy,
+                count,
+                auto_commit,
+            } => {
+                consumer.put(&mut out);
+                stream.put(&mut out);
+                topic.put(&mut out);
+                put_optional_partition(&mut out, *partition);
+                strategy.put(&mut out);
+                out.put_u32(*count);
+                out.put_u8(u8::from(*auto_commit));
+                code::POLL_MESSAGES
+            }
+            Self::GetConsumerOffset {
+                consumer,
+                stream,
+                topic,
+                partition,
+            } => {
+                consumer.put(&mut out);
+                stream.put(&mut out);
+                topic.put(&mut out);
+                put_optional_partition(&mut out, *partition);
+                code::GET_CONSUMER_OFFSET
+            }
+            Self::StoreConsumerOffset {
+                consumer,
+                stream,
+                topic,
+                partition,
+                offset,
+                ack,
+            } => {
+                consumer.put(&mut out);
+                stream.put(&mut out);
+                topic.put(&mut out);
+                put_optional_partition(&mut out, *partition);
+                out.put_u64(*offset);
+                out.put_u8(*ack);
+                code::STORE_CONSUMER_OFFSET
+            }
+            Self::DeleteConsumerOffset {
+                consumer,
+                stream,
+                topic,
+                partition,
+                ack,
+            } => {
+                consumer.put(&mut out);
+                stream.put(&mut out);
+                topic.put(&mut out);
+                put_optional_partition(&mut out, *partition);
+                out.put_u8(*ack);
+                code::DELETE_CONSUMER_OFFSET
+            }
+            Self::Other { code } => *code,
+        };
+        (code, out)
+    }
+}
+
+fn read_ack(r: &mut Reader<'_>) -> Result<u8, WireError> {
+    let at = r.position();
+    match r.u8("ack level")? {
+        ack @ (0 | 1) => Ok(ack),
+        other => Err(r.invalid("ack level", at, format!("{other}, not 0 or 1"))),
+    }
+}

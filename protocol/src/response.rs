@@ -1,0 +1,412 @@
+//! Reply bodies: encoded by the server, decoded by our client. Layouts are those of
+//! `iggy_binary_protocol` 0.11.0 `responses/`.
+
+use crate::primitives::{OptionEntry, put_name, put_options_prefixed, read_name, read_options};
+use crate::wire::{Put, Reader, WireError, len_u32};
+
+/// The result section of a result-framed reply that succeeded: `count = 0`. The typed payload
+/// follows it.
+pub fn put_result_ok(out: &mut Vec<u8>) {
+    out.put_u32(0);
+}
+
+/// A result-framed rejection: `count = 1`, `{index 0, code}`, no payload.
+pub fn result_error(code: u32) -> Vec<u8> {
+    let mut out = Vec::with_capacity(12);
+    out.put_u32(1);
+    out.put_u32(0);
+    out.put_u32(code);
+    out
+}
+
+/// Splits a result-framed body: `Ok(payload)` or `Err(code)` of its first entry.
+pub fn split_result(body: &[u8]) -> Result<Result<&[u8], u32>, WireError> {
+    let mut r = Reader::new(body);
+    let count = r.u32("result count")? as usize;
+    if count == 0 {
+        return Ok(Ok(r.rest()));
+    }
+    r.u32("result index")?;
+    let code = r.u32("result code")?;
+    Ok(Err(code))
+}
+
+/// The login's payload (after the result section).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LoginReply {
+    pub user_id: u32,
+    /// Nonzero: the client echoes it on every later request.
+    pub session: u64,
+    pub protocol: u32,
+    pub server_version: String,
+}
+
+impl LoginReply {
+    pub fn put(&self, out: &mut Vec<u8>) {
+        out.put_u32(self.user_id);
+        out.put_u64(self.session);
+        out.put_u32(self.protocol);
+        put_name(out, &self.server_version);
+    }
+
+    pub fn read(r: &mut Reader<'_>) -> Result<Self, WireError> {
+        Ok(Self {
+            user_id: r.u32("user id")?,
+            session: r.u64("session")?,
+            protocol: r.u32("server protocol")?,
+            server_version: read_name(r, "server version")?,
+        })
+    }
+}
+
+/// One node of `GetClusterMetadata`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClusterNode {
+    pub name: String,
+    pub ip: String,
+    pub tcp_port: u16,
+    pub quic_port: u16,
+    pub http_port: u16,
+    pub websocket_port: u16,
+    /// 0 leader, 1 follower.
+    pub role: u8,
+    /// 0 healthy.
+    pub status: u8,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClusterMetadata {
+    pub name: String,
+    pub nodes: Vec<ClusterNode>,
+}
+
+impl ClusterMetadata {
+    pub fn put(&self, out: &mut Vec<u8>) {
+        out.put_long_str(&self.name);
+        out.put_u32(len_u32(self.nodes.len()));
+        for node in &self.nodes {
+            out.put_long_str(&node.name);
+            out.put_long_str(&node.ip);
+            out.put_u16(node.tcp_port);
+            out.put_u16(node.quic_port);
+            out.put_u16(node.http_port);
+            out.put_u16(node.websocket_port);
+            out.put_u8(node.role);
+            out.put_u8(node.status);
+        }
+    }
+
+    pub fn read(r: &mut Reader<'_>) -> Result<Self, WireError> {
+        let read_long = |r: &mut Reader<'_>, what| -> Result<String, WireError> {
+            let len = r.u32(what)? as usize;
+            Ok(r.str(len, what)?.to_owned())
+        };
+        let name = read_long(r, "cluster name")?;
+        let count = r.u32("nodes count")?;
+        let mut nodes = Vec::new();
+        for _ in 0..count {
+            nodes.push(ClusterNode {
+                name: read_long(r, "node name")?,
+                ip: read_long(r, "node ip")?,
+                tcp_port: r.u16("tcp port")?,
+                quic_port: r.u16("quic port")?,
+                http_port: r.u16("http port")?,
+                websocket_port: r.u16("websocket port")?,
+                role: r.u8("role")?,
+                status: r.u8("status")?,
+            });
+        }
+        Ok(Self { name, nodes })
+    }
+}
+
+/// A stream as `GetStream(s)` and `CreateStream` describe it (33 fixed bytes, the name, the
+/// length-prefixed options).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StreamInfo {
+    /// 0-based on the wire.
+    pub id: u32,
+    pub created_at: u64,
+    pub topics_count: u32,
+    pub size_bytes: u64,
+    pub messages_count: u64,
+    pub name: String,
+    pub options: Vec<OptionEntry>,
+}
+
+impl StreamInfo {
+    pub fn put(&self, out: &mut Vec<u8>) {
+        out.put_u32(self.id);
+        out.put_u64(self.created_at);
+        out.put_u32(self.topics_count);
+        out.put_u64(self.size_bytes);
+        out.put_u64(self.messages_count);
+        put_name(out, &self.name);
+        put_options_prefixed(out, &self.options);
+    }
+
+    pub fn read(r: &mut Reader<'_>) -> Result<Self, WireError> {
+        Ok(Self {
+            id: r.u32("stream id")?,
+            created_at: r.u64("created at")?,
+            topics_count: r.u32("topics count")?,
+            size_bytes: r.u64("size bytes")?,
+            messages_count: r.u64("messages count")?,
+            name: read_name(r, "stream name")?,
+            options: read_prefixed_options(r)?,
+        })
+    }
+}
+
+fn read_prefixed_options(r: &mut Reader<'_>) -> Result<Vec<OptionEntry>, WireError> {
+    let len = r.u32("options length")? as usize;
+    read_options(r, len)
+}
+
+/// A topic's header (`TopicHeader` of 0.11.0: 49 fixed bytes, the name, options, derived
+/// options).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TopicInfo {
+    pub id: u32,
+    pub created_at: u64,
+    pub partitions_count: u32,
+    /// Microseconds; 0 is never.
+    pub message_expiry: u64,
+    /// 1 none.
+    pub compression_algorithm: u8,
+    /// 0 is unlimited.
+    pub max_topic_size: u64,
+    pub size_bytes: u64,
+    pub messages_count: u64,
+    pub name: String,
+    pub options: Vec<OptionEntry>,
+    pub derived_options: Vec<OptionEntry>,
+}
+
+impl TopicInfo {
+    pub fn put(&self, out: &mut Vec<u8>) {
+        out.put_u32(self.id);
+        out.put_u64(self.created_at);
+        out.put_u32(self.partitions_count);
+        out.put_u64(self.message_expiry);
+        out.put_u8(self.compression_algorithm);
+        out.put_u64(self.max_topic_size);
+        out.put_u64(self.size_bytes);
+        out.put_u64(self.messages_count);
+        put_name(out, &self.name);
+        put_options_prefixed(out, &self.options);
+        put_options_prefixed(out, &self.derived_options);
+    }
+
+    pub fn read(r: &mut Reader<'_>) -> Result<Self, WireError> {
+        Ok(Self {
+            id: r.u32("topic id")?,
+            created_at: r.u64("created at")?,
+            partitions_count: r.u32("partitions count")?,
+            message_expiry: r.u64("message expiry")?,
+            compression_algorithm: r.u8("compression algorithm")?,
+            max_topic_size: r.u64("max topic size")?,
+            size_bytes: r.u64("size bytes")?,
+            messages_count: r.u64("messages count")?,
+            name: read_name(r, "topic name")?,
+            options: read_prefixed_options(r)?,
+            derived_options: read_prefixed_options(r)?,
+        })
+    }
+}
+
+/// One partition of `GetTopic` (40 bytes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PartitionInfo {
+    pub id: u32,
+    pub created_at: u64,
+    pub segments_count: u32,
+    pub current_offset: u64,
+    pub size_bytes: u64,
+    pub messages_count: u64,
+}
+
+impl PartitionInfo {
+    pub fn put(&self, out: &mut Vec<u8>) {
+        out.put_u32(self.id);
+        out.put_u64(self.created_at);
+        out.put_u32(self.segments_count);
+        out.put_u64(self.current_offset);
+        out.put_u64(self.size_bytes);
+        out.put_u64(self.messages_count);
+    }
+
+    pub fn read(r: &mut Reader<'_>) -> Result<Self, WireError> {
+        Ok(Self {
+            id: r.u32("partition id")?,
+            created_at: r.u64("created at")?,
+            segments_count: r.u32("segments count")?,
+            current_offset: r.u64("current offset")?,
+            size_bytes: r.u64("size bytes")?,
+            messages_count: r.u64("messages count")?,
+        })
+    }
+}
+
+/// `GetStream`: the stream, then its topics' headers to the end of the body.
+pub fn put_stream_details(out: &mut Vec<u8>, stream: &StreamInfo, topics: &[TopicInfo]) {
+    stream.put(out);
+    for topic in topics {
+        topic.put(out);
+    }
+}
+
+pub fn read_stream_details(body: &[u8]) -> Result<(StreamInfo, Vec<TopicInfo>), WireError> {
+    let mut r = Reader::new(body);
+    let stream = StreamInfo::read(&mut r)?;
+    let mut topics = Vec::new();
+    while r.remaining() > 0 {
+        topics.push(TopicInfo::read(&mut r)?);
+    }
+    Ok((stream, topics))
+}
+
+/// `GetStreams`: streams to the end of the body (no count).
+pub fn read_streams(body: &[u8]) -> Result<Vec<StreamInfo>, WireError> {
+    let mut r = Reader::new(body);
+    let mut streams = Vec::new();
+    while r.remaining() > 0 {
+        streams.push(StreamInfo::read(&mut r)?);
+    }
+    Ok(streams)
+}
+
+/// `GetTopic` and `CreateTopic`: the header, then its partitions to the end of the body.
+pub fn put_topic_details(out: &mut Vec<u8>, topic: &TopicInfo, partitions: &[PartitionInfo]) {
+    topic.put(out);
+    for partition in partitions {
+        partition.put(out);
+    }
+}
+
+pub fn read_topic_details(body: &[u8]) -> Result<(TopicInfo, Vec<PartitionInfo>), WireError> {
+    let mut r = Reader::new(body);
+    let topic = TopicInfo::read(&mut r)?;
+    let mut partitions = Vec::new();
+    while r.remaining() > 0 {
+        partitions.push(PartitionInfo::read(&mut r)?);
+    }
+    Ok((topic, partitions))
+}
+
+/// `GetTopics`: a count, then the headers.
+pub fn put_topics(out: &mut Vec<u8>, topics: &[TopicInfo]) {
+    out.put_u32(len_u32(topics.len()));
+    for topic in topics {
+        topic.put(out);
+    }
+}
+
+pub fn read_topics(body: &[u8]) -> Result<Vec<TopicInfo>, WireError> {
+    let mut r = Reader::new(body);
+    let count = r.u32("topics count")?;
+    let mut topics = Vec::new();
+    for _ in 0..count {
+        topics.push(TopicInfo::read(&mut r)?);
+    }
+    r.finish("topics")?;
+    Ok(topics)
+}
+
+/// One confirmation of `SendMessages` (20 bytes): where the batch went and its first offset.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SendConfirmation {
+    pub stream_id: u32,
+    pub topic_id: u32,
+    pub partition_id: u32,
+    pub base_offset: u64,
+}
+
+pub fn put_send_confirmations(out: &mut Vec<u8>, confirmations: &[SendConfirmation]) {
+    out.put_u32(len_u32(confirmations.len()));
+    for c in confirmations {
+        out.put_u32(c.stream_id);
+        out.put_u32(c.topic_id);
+        out.put_u32(c.partition_id);
+        out.put_u64(c.base_offset);
+    }
+}
+
+pub fn read_send_confirmations(body: &[u8]) -> Result<Vec<SendConfirmation>, WireError> {
+    let mut r = Reader::new(body);
+    if r.remaining() == 0 {
+        return Ok(Vec::new());
+    }
+    let count = r.u32("confirmations count")?;
+    let mut out = Vec::new();
+    for _ in 0..count {
+        out.push(SendConfirmation {
+            stream_id: r.u32("stream id")?,
+            topic_id: r.u32("topic id")?,
+            partition_id: r.u32("partition id")?,
+            base_offset: r.u64("base offset")?,
+        });
+    }
+    r.finish("send confirmations")?;
+    Ok(out)
+}
+
+/// The 16 bytes before a poll's batches: the partition, its current (last) offset, and how many
+/// messages follow. The stored batches follow verbatim.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PollHeader {
+    pub partition_id: u32,
+    pub current_offset: u64,
+    pub messages_count: u32,
+}
+
+pub const POLL_HEADER_SIZE: usize = 16;
+
+impl PollHeader {
+    pub fn put(&self, out: &mut Vec<u8>) {
+        out.put_u32(self.partition_id);
+        out.put_u64(self.current_offset);
+        out.put_u32(self.messages_count);
+    }
+
+    /// The header and the batch bytes after it.
+    pub fn read(body: &[u8]) -> Result<(Self, &[u8]), WireError> {
+        let mut r = Reader::new(body);
+        let header = Self {
+            partition_id: r.u32("partition id")?,
+            current_offset: r.u64("current offset")?,
+            messages_count: r.u32("messages count")?,
+        };
+        Ok((header, r.rest()))
+    }
+}
+
+/// `GetConsumerOffset` (20 bytes; an empty body means none stored).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConsumerOffsetInfo {
+    pub partition_id: u32,
+    pub current_offset: u64,
+    pub stored_offset: u64,
+}
+
+impl ConsumerOffsetInfo {
+    pub fn put(&self, out: &mut Vec<u8>) {
+        out.put_u32(self.partition_id);
+        out.put_u64(self.current_offset);
+        out.put_u64(self.stored_offset);
+    }
+
+    pub fn read(body: &[u8]) -> Result<Option<Self>, WireError> {
+        if body.is_empty() {
+            return Ok(None);
+        }
+        let mut r = Reader::new(body);
+        let info = Self {
+            partition_id: r.u32("partition id")?,
+            current_offset: r.u64("current offset")?,
+            stored_offset: r.u64("stored offset")?,
+        };
+        r.finish("consumer offset")?;
+        Ok(Some(info))
+    }
+}

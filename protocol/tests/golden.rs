@@ -1,0 +1,473 @@
+//! The codec against bytes the pinned crates produced (`protocol/golden/`, written by
+//! `scripts/protocol-golden.sh` with `iggy_binary_protocol` and `iggy_common` 0.11.0). Each
+//! request body decodes to the fields the generator put in and encodes back to the same bytes;
+//! each reply our server would send is byte-identical to the SDK's own encoding of it, which is
+//! what the SDK's decoder reads.
+
+use iggy_protocol::codes::code;
+use iggy_protocol::header::request_checksum;
+use iggy_protocol::primitives::OptionEntry;
+use iggy_protocol::response::{
+    ClusterMetadata, ClusterNode, ConsumerOffsetInfo, LoginReply, PartitionInfo, PollHeader,
+    SendConfirmation, StreamInfo, TopicInfo, put_send_confirmations, put_stream_details,
+    put_topic_details, put_topics, read_send_confirmations, read_stream_details,
+    read_topic_details, read_topics,
+};
+use iggy_protocol::{
+    ClientVersion, Consumer, Eviction, EvictionReason, HEADER_SIZE, Identifier, Operation,
+    Partitioning, PollingStrategy, ReplyHeader, Request, RequestHeader,
+};
+
+/// The golden files, embedded (the tests read no files at run time).
+fn golden(name: &str) -> Vec<u8> {
+    macro_rules! files {
+        ($($file:literal),*) => {
+            match name {
+                $($file => include_bytes!(concat!(env!("CARGO_MANIFEST_DIR"), "/golden/", $file, ".bin")).to_vec(),)*
+                _ => panic!("no golden file {name}"),
+            }
+        };
+    }
+    files!(
+        "cluster_metadata_reply",
+        "consumer_offset_reply",
+        "create_partitions_body",
+        "create_stream_body",
+        "create_stream_header",
+        "create_topic_body",
+        "delete_consumer_offset_body",
+        "delete_stream_body",
+        "delete_topic_body",
+        "eviction_invalid_credentials",
+        "get_consumer_offset_body",
+        "get_stream_body",
+        "get_stream_reply",
+        "get_topic_body",
+        "get_topic_reply",
+        "get_topics_reply",
+        "login_register_body",
+        "login_register_header",
+        "login_register_reply_payload",
+        "ping_header",
+        "poll_messages_body",
+        "poll_messages_next_body",
+        "poll_reply_header",
+        "reply_header",
+        "send_messages_balanced_body",
+        "send_messages_header",
+        "send_messages_key_body",
+        "send_messages_partition_body",
+        "send_messages_reply",
+        "store_consumer_offset_body",
+        "stream_reply",
+        "topic_options_durability"
+    )
+}
+
+const CLIENT: u128 = 0x0123_4567_89ab_cdef_fedc_ba98_7654_3210;
+
+fn header(name: &str) -> [u8; HEADER_SIZE] {
+    golden(name).try_into().expect("a header file is 256 bytes")
+}
+
+/// Decodes `name` as the body of `code`, checks it is `expected`, and that it encodes back.
+fn body_round_trip(name: &str, code: u32, expected: Request) {
+    let bytes = golden(name);
+    let decoded = Request::decode(code, &bytes).unwrap_or_else(|e| panic!("{name}: {e}"));
+    assert_eq!(decoded, expected, "{name}");
+    assert_eq!(decoded.encode(), (code, bytes), "{name} encodes back");
+}
+
+fn name(s: &str) -> Identifier {
+    Identifier::Name(s.into())
+}
+
+fn durability_options() -> Vec<OptionEntry> {
+    vec![
+        OptionEntry::string("consumer_offset_durability", "replicated"),
+        OptionEntry::string("durability", "persisted"),
+    ]
+}
+
+#[test]
+fn request_headers_decode_as_the_sdk_encodes_them() {
+    let login = RequestHeader::decode(&header("login_register_header"), 1 << 20).unwrap();
+    let body = golden("login_register_body");
+    assert_eq!(login.operation, Operation::Register);
+    assert_eq!((login.client, login.request, login.session), (CLIENT, 0, 0));
+    assert_eq!(login.code, code::LOGIN_REGISTER);
+    assert_eq!(login.body_len(), body.len());
+    assert_eq!(login.request_checksum, request_checksum(&body));
+    assert_eq!(login.encode(), header("login_register_header"));
+
+    let ping = RequestHeader::decode(&header("ping_header"), 1 << 20).unwrap();
+    assert_eq!(ping.operation, Operation::NonReplicated);
+    assert_eq!((ping.code, ping.session, ping.size), (code::PING, 0, 256));
+    assert_eq!(ping.encode(), header("ping_header"));
+
+    let create = RequestHeader::decode(&header("create_stream_header"), 1 << 20).unwrap();
+    assert_eq!(create.operation, Operation::CreateStream);
+    assert_eq!(
+        (create.code, create.request, create.session),
+        (code::CREATE_STREAM, 1, 17)
+    );
+    assert_eq!(
+        create.request_checksum,
+        request_checksum(&golden("create_stream_body"))
+    );
+    assert_eq!(create.encode(), header("create_stream_header"));
+
+    let send = RequestHeader::decode(&header("send_messages_header"), 1 << 20).unwrap();
+    assert_eq!(send.operation, Operation::SendMessages);
+    assert_eq!(
+        (send.code, send.request, send.request_checksum),
+        (code::SEND_MESSAGES, 2, 0)
+    );
+    assert_eq!(
+        send.body_len(),
+        golden("send_messages_partition_body").len()
+    );
+    assert_eq!(send.encode(), header("send_messages_header"));
+}
+
+#[test]
+fn reply_and_eviction_headers_are_the_sdks() {
+    let reply = ReplyHeader {
+        size: 260,
+        view: 3,
+        replica: 1,
+        request_checksum: 0x55,
+        context: 0,
+        client: CLIENT,
+        op: 12,
+        commit: 12,
+        timestamp: 1_700_000_000_000_003,
+        request: 1,
+        operation: Operation::CreateStream as u8,
+        status: 0,
+    };
+    assert_eq!(reply.encode(), header("reply_header"));
+    assert_eq!(ReplyHeader::decode(&header("reply_header")), Ok(reply));
+    let eviction = Eviction::new(CLIENT, EvictionReason::InvalidCredentials);
+    assert_eq!(eviction.encode(), header("eviction_invalid_credentials"));
+}
+
+#[test]
+fn login_and_metadata_request_bodies() {
+    body_round_trip(
+        "login_register_body",
+        code::LOGIN_REGISTER,
+        Request::LoginRegister {
+            version: ClientVersion {
+                protocol: iggy_protocol::PROTOCOL_VERSION,
+                sdk_name: "rust-sdk".into(),
+                sdk_version: "0.11.0".into(),
+            },
+            username: "iggy".into(),
+            password: "iggy".into(),
+            context: None,
+        },
+    );
+    body_round_trip(
+        "create_stream_body",
+        code::CREATE_STREAM,
+        Request::CreateStream {
+            name: "orders".into(),
+            options: vec![],
+        },
+    );
+    body_round_trip(
+        "get_stream_body",
+        code::GET_STREAM,
+        Request::GetStream {
+            stream: name("orders"),
+        },
+    );
+    body_round_trip(
+        "delete_stream_body",
+        code::DELETE_STREAM,
+        Request::DeleteStream {
+            stream: Identifier::Numeric(0),
+        },
+    );
+    body_round_trip(
+        "create_topic_body",
+        code::CREATE_TOPIC,
+        Request::CreateTopic {
+            stream: Identifier::Numeric(0),
+            partitions: 3,
+            name: "payments".into(),
+            options: durability_options(),
+        },
+    );
+    body_round_trip(
+        "get_topic_body",
+        code::GET_TOPIC,
+        Request::GetTopic {
+            stream: Identifier::Numeric(0),
+            topic: name("payments"),
+        },
+    );
+    body_round_trip(
+        "delete_topic_body",
+        code::DELETE_TOPIC,
+        Request::DeleteTopic {
+            stream: Identifier::Numeric(0),
+            topic: Identifier::Numeric(1),
+        },
+    );
+    body_round_trip(
+        "create_partitions_body",
+        code::CREATE_PARTITIONS,
+        Request::CreatePartitions {
+            stream: Identifier::Numeric(0),
+            topic: Identifier::Numeric(0),
+            count: 2,
+        },
+    );
+}
+
+#[test]
+fn send_bodies_carry_a_batch_the_storage_accepts() {
+    for (case, partitioning) in [
+        ("send_messages_partition_body", Partitioning::PartitionId(2)),
+        ("send_messages_balanced_body", Partitioning::Balanced),
+        (
+            "send_messages_key_body",
+            Partitioning::MessagesKey(b"user-7".to_vec()),
+        ),
+    ] {
+        let bytes = golden(case);
+        let Request::SendMessages {
+            stream,
+            topic,
+            partitioning: decoded,
+            count,
+            batch,
+        } = Request::decode(code::SEND_MESSAGES, &bytes).unwrap()
+        else {
+            panic!("{case} is not a send");
+        };
+        assert_eq!(
+            (stream, topic, count),
+            (Identifier::Numeric(0), Identifier::Numeric(0), 2)
+        );
+        assert_eq!(decoded, partitioning, "{case}");
+        // The SDK's batch is the storage's batch: every checksum and bound checks out.
+        let checked = iggy_format::batch::decode(&batch).unwrap_or_else(|e| panic!("{case}: {e}"));
+        let messages: Vec<_> = checked.messages().collect();
+        assert_eq!(messages.len(), 2);
+        assert_eq!(
+            (messages[0].payload, messages[1].payload),
+            (&b"hello"[..], &b"world!"[..])
+        );
+        assert_eq!(messages[1].timestamp_delta, 250);
+        assert_eq!(checked.header.origin_timestamp, 1_700_000_000_000_000);
+        let request = Request::decode(code::SEND_MESSAGES, &bytes).unwrap();
+        assert_eq!(request.encode().1, bytes, "{case} encodes back");
+    }
+}
+
+#[test]
+fn poll_and_offset_request_bodies() {
+    let consumer = Consumer {
+        group: false,
+        id: Identifier::Numeric(9),
+    };
+    body_round_trip(
+        "poll_messages_body",
+        code::POLL_MESSAGES,
+        Request::PollMessages {
+            consumer: consumer.clone(),
+            stream: Identifier::Numeric(0),
+            topic: Identifier::Numeric(0),
+            partition: Some(2),
+            strategy: PollingStrategy::Offset(40),
+            count: 100,
+            auto_commit: true,
+        },
+    );
+    body_round_trip(
+        "poll_messages_next_body",
+        code::POLL_MESSAGES,
+        Request::PollMessages {
+            consumer: Consumer {
+                group: true,
+                id: name("readers"),
+            },
+            stream: name("orders"),
+            topic: name("payments"),
+            partition: None,
+            strategy: PollingStrategy::Next,
+            count: 10,
+            auto_commit: false,
+        },
+    );
+    body_round_trip(
+        "store_consumer_offset_body",
+        code::STORE_CONSUMER_OFFSET,
+        Request::StoreConsumerOffset {
+            consumer: consumer.clone(),
+            stream: Identifier::Numeric(0),
+            topic: Identifier::Numeric(0),
+            partition: Some(2),
+            offset: 41,
+            ack: 1,
+        },
+    );
+    body_round_trip(
+        "get_consumer_offset_body",
+        code::GET_CONSUMER_OFFSET,
+        Request::GetConsumerOffset {
+            consumer: consumer.clone(),
+            stream: Identifier::Numeric(0),
+            topic: Identifier::Numeric(0),
+            partition: Some(2),
+        },
+    );
+    body_round_trip(
+        "delete_consumer_offset_body",
+        code::DELETE_CONSUMER_OFFSET,
+        Request::DeleteConsumerOffset {
+            consumer,
+            stream: Identifier::Numeric(0),
+            topic: Identifier::Numeric(0),
+            partition: None,
+            ack: 0,
+        },
+    );
+}
+
+fn stream() -> StreamInfo {
+    StreamInfo {
+        id: 0,
+        created_at: 1_700_000_000_000_000,
+        topics_count: 1,
+        size_bytes: 1024,
+        messages_count: 2,
+        name: "orders".into(),
+        options: vec![],
+    }
+}
+
+fn topic() -> TopicInfo {
+    TopicInfo {
+        id: 0,
+        created_at: 1_700_000_000_000_001,
+        partitions_count: 3,
+        message_expiry: 0,
+        compression_algorithm: 1,
+        max_topic_size: 0,
+        size_bytes: 1024,
+        messages_count: 2,
+        name: "payments".into(),
+        options: durability_options(),
+        derived_options: vec![],
+    }
+}
+
+#[test]
+fn replies_are_byte_identical_to_the_sdks_encoding() {
+    let mut out = Vec::new();
+    LoginReply {
+        user_id: 0,
+        session: 17,
+        protocol: iggy_protocol::PROTOCOL_VERSION,
+        server_version: "0.1.0".into(),
+    }
+    .put(&mut out);
+    assert_eq!(out, golden("login_register_reply_payload"));
+
+    let metadata = ClusterMetadata {
+        name: "iggy-cluster".into(),
+        nodes: (0u16..2)
+            .map(|i| ClusterNode {
+                name: format!("node-{i}"),
+                ip: "127.0.0.1".into(),
+                tcp_port: 8090 + i,
+                quic_port: 0,
+                http_port: 0,
+                websocket_port: 0,
+                role: u8::from(i != 0),
+                status: 0,
+            })
+            .collect(),
+    };
+    out.clear();
+    metadata.put(&mut out);
+    assert_eq!(out, golden("cluster_metadata_reply"));
+    let mut r = iggy_protocol::Reader::new(&out);
+    assert_eq!(ClusterMetadata::read(&mut r).unwrap(), metadata);
+
+    out.clear();
+    stream().put(&mut out);
+    assert_eq!(out, golden("stream_reply"));
+
+    out.clear();
+    put_stream_details(&mut out, &stream(), &[topic()]);
+    assert_eq!(out, golden("get_stream_reply"));
+    assert_eq!(
+        read_stream_details(&out).unwrap(),
+        (stream(), vec![topic()])
+    );
+
+    let partitions: Vec<_> = (0..3)
+        .map(|id| PartitionInfo {
+            id,
+            created_at: 1_700_000_000_000_002,
+            segments_count: 1,
+            current_offset: 41,
+            size_bytes: 512,
+            messages_count: 42,
+        })
+        .collect();
+    out.clear();
+    put_topic_details(&mut out, &topic(), &partitions);
+    assert_eq!(out, golden("get_topic_reply"));
+    assert_eq!(read_topic_details(&out).unwrap(), (topic(), partitions));
+
+    out.clear();
+    put_topics(&mut out, &[topic()]);
+    assert_eq!(out, golden("get_topics_reply"));
+    assert_eq!(read_topics(&out).unwrap(), vec![topic()]);
+
+    let confirmation = SendConfirmation {
+        stream_id: 0,
+        topic_id: 0,
+        partition_id: 2,
+        base_offset: 40,
+    };
+    out.clear();
+    put_send_confirmations(&mut out, &[confirmation]);
+    assert_eq!(out, golden("send_messages_reply"));
+    assert_eq!(read_send_confirmations(&out).unwrap(), vec![confirmation]);
+
+    out.clear();
+    PollHeader {
+        partition_id: 2,
+        current_offset: 41,
+        messages_count: 2,
+    }
+    .put(&mut out);
+    assert_eq!(out, golden("poll_reply_header"));
+
+    let offset = ConsumerOffsetInfo {
+        partition_id: 2,
+        current_offset: 41,
+        stored_offset: 40,
+    };
+    out.clear();
+    offset.put(&mut out);
+    assert_eq!(out, golden("consumer_offset_reply"));
+    assert_eq!(ConsumerOffsetInfo::read(&out).unwrap(), Some(offset));
+    assert_eq!(ConsumerOffsetInfo::read(&[]).unwrap(), None);
+}
+
+#[test]
+fn topic_options_are_the_clis() {
+    let bytes = golden("topic_options_durability");
+    let mut r = iggy_protocol::Reader::new(&bytes);
+    let entries = iggy_protocol::primitives::read_options(&mut r, bytes.len()).unwrap();
+    assert_eq!(entries, durability_options());
+    assert_eq!(entries[1].as_str(), Some("persisted"));
+}

@@ -1,0 +1,503 @@
+//! Between the Iggy client wire and the replicas: which group a decoded request goes to and with
+//! which body, what the mirror of the committed metadata answers directly, and how a group's
+//! reply becomes the body the SDK decodes. Pure: the caller owns sessions, sockets and the node.
+//!
+//! Ids: the wire's streams, topics and partitions count from 0, the metadata's from 1; a wire id
+//! `n` is the metadata's `n + 1` everywhere in this module and nowhere else.
+
+use iggy_metadata::codec::Reply;
+use iggy_metadata::{Durability, Op, Retention, State, Stream, Topic};
+use iggy_protocol::code;
+use iggy_protocol::primitives::OptionEntry;
+use iggy_protocol::response::{
+    self, PartitionInfo, StreamInfo, TopicInfo, put_result_ok, put_stream_details,
+    put_topic_details, put_topics, result_error,
+};
+use iggy_protocol::{Identifier, Partitioning, Request, status};
+use iggy_recovery::PartitionKey;
+use iggy_segments::entry::encode_consumer_offset;
+use iggy_segments::offsets::ConsumerKind;
+
+/// Defaults of a topic the client did not size (and the server's limits on what it may ask).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TopicDefaults {
+    pub segment_size_bytes: u64,
+    pub durability: Durability,
+    pub replication_factor: u8,
+}
+
+/// Where a decoded request goes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Route {
+    /// Answered now, from the mirror: a reply body (already result-framed where the operation
+    /// is), status 0.
+    Answer(Vec<u8>),
+    /// Refused before any group saw it: the reply's status, empty body.
+    Refuse(u32),
+    /// A metadata operation for the metadata group.
+    Metadata(Op),
+    /// A batch for a partition's group: the batch bytes as the client built them.
+    Messages { key: PartitionKey, batch: Vec<u8> },
+    /// A consumer offset store for a partition's group.
+    StoreOffset { key: PartitionKey, body: Vec<u8> },
+    /// A read of a partition (the read pool's).
+    Poll {
+        key: PartitionKey,
+        consumer: u32,
+        strategy: iggy_protocol::PollingStrategy,
+        count: u32,
+        auto_commit: bool,
+    },
+    /// A read of a consumer's stored offset (the read pool's).
+    GetOffset { key: PartitionKey, consumer: u32 },
+}
+
+/// The metadata's id of a wire id.
+fn ours(wire: u32) -> Option<u32> {
+    wire.checked_add(1)
+}
+
+/// The wire's id of a metadata id.
+fn wire(id: u32) -> u32 {
+    id.saturating_sub(1)
+}
+
+pub fn find_stream<'a>(state: &'a State, id: &Identifier) -> Result<&'a Stream, u32> {
+    match id {
+        Identifier::Numeric(n) => ours(*n)
+            .and_then(|id| state.streams.get(&id))
+            .ok_or(status::STREAM_ID_NOT_FOUND),
+        Identifier::Name(name) => state
+            .streams
+            .values()
+            .find(|stream| stream.name == *name)
+            .ok_or(status::STREAM_NAME_NOT_FOUND),
+    }
+}
+
+pub fn find_topic<'a>(
+    state: &'a State,
+    stream: &Identifier,
+    topic: &Identifier,
+) -> Result<(&'a Stream, &'a Topic), u32> {
+    let stream = find_stream(state, stream)?;
+    let topic = match topic {
+        Identifier::Numeric(n) => ours(*n)
+            .and_then(|id| stream.topics.get(&id))
+            .ok_or(status::TOPIC_ID_NOT_FOUND),
+        Identifier::Name(name) => stream
+            .topics
+            .values()
+            .find(|topic| topic.name == *name)
+            .ok_or(status::TOPIC_NAME_NOT_FOUND),
+    }?;
+    Ok((stream, topic))
+}
+
+/// A partition of a topic by wire id, as a partition key.
+fn partition_key(stream: &Stream, topic: &Topic, wire_partition: u32) -> Result<PartitionKey, u32> {
+    let id = ours(wire_partition).ok_or(status::PARTITION_NOT_FOUND)?;
+    if !topic.partitions.iter().any(|p| p.id == id) {
+        return Err(status::PARTITION_NOT_FOUND);
+    }
+    Ok(PartitionKey {
+        stream: stream.id,
+        topic: topic.id,
+        partition: id,
+    })
+}
+
+/// The partition a send picks: by id, by the key's XXH32 (seed 0) modulo the count (what the
+/// SDK's key partitioner computes), or round robin from `balanced` (the connection's counter).
+pub fn pick_partition(
+    topic: &Topic,
+    partitioning: &Partitioning,
+    balanced: &mut u32,
+) -> Result<u32, u32> {
+    let count = u32::try_from(topic.partitions.len()).unwrap_or(u32::MAX);
+    if count == 0 {
+        return Err(status::NO_PARTITIONS);
+    }
+    Ok(match partitioning {
+        Partitioning::PartitionId(id) => *id,
+        Partitioning::MessagesKey(key) => twox_hash::XxHash32::oneshot(0, key) % count,
+        Partitioning::Balanced => {
+            let pick = *balanced % count;
+            *balanced = balanced.wrapping_add(1);
+            pick
+        }
+    })
+}
+
+/// The consumer id of a request: numeric only (the storage keeps u32 ids; a named consumer has
+/// no id to store under, yet).
+fn consumer_id(consumer: &iggy_protocol::Consumer) -> Result<(ConsumerKind, u32), u32> {
+    let kind = if consumer.group {
+        ConsumerKind::Group
+    } else {
+        ConsumerKind::Consumer
+    };
+    match consumer.id {
+        Identifier::Numeric(id) => Ok((kind, id)),
+        Identifier::Name(_) => Err(status::FEATURE_UNAVAILABLE),
+    }
+}
+
+/// Reads a topic's options: `durability` (`replicated` | `persisted`), `segment_size`,
+/// `message_expiry` (µs), `max_topic_size` (bytes), `replication_factor`; the
+/// `consumer_offset_durability` the CLI always sends is accepted (offsets replicate like the
+/// topic's messages); `compression_algorithm` only as `none`. Any other key is refused, as the
+/// SDK refuses it.
+fn topic_op(
+    stream: u32,
+    name: &str,
+    partitions: u32,
+    options: &[OptionEntry],
+    defaults: &TopicDefaults,
+) -> Result<Op, u32> {
+    let mut durability = defaults.durability;
+    let mut segment_size_bytes = defaults.segment_size_bytes;
+    let mut retention = Retention {
+        max_age_seconds: 0,
+        max_bytes: 0,
+    };
+    let mut replication_factor = defaults.replication_factor;
+    for entry in options {
+        let bad = status::INVALID_OPTION_VALUE;
+        match entry.key.as_str() {
+            "durability" | "consumer_offset_durability" => {
+                let value = match entry.as_str().ok_or(bad)? {
+                    "replicated" => Durability::Replicated,
+                    "persisted" => Durability::Persisted,
+                    _ => return Err(bad),
+                };
+                if entry.key == "durability" {
+                    durability = value;
+                }
+            }
+            "segment_size" => segment_size_bytes = entry.as_u64().ok_or(bad)?,
+            "message_expiry" => {
+                retention.max_age_seconds = entry.as_u64().ok_or(bad)? / 1_000_000;
+            }
+            "max_topic_size" => retention.max_bytes = entry.as_u64().ok_or(bad)?,
+            "replication_factor" => {
+                replication_factor = u8::try_from(entry.as_u64().ok_or(bad)?).map_err(|_| bad)?;
+            }
+            "compression_algorithm" => {
+                if entry.as_str() != Some("none") {
+                    return Err(status::FEATURE_UNAVAILABLE);
+                }
+            }
+            _ => return Err(status::UNSUPPORTED_OPTION_KEY),
+        }
+    }
+    Ok(Op::CreateTopic {
+        stream,
+        name: name.to_owned(),
+        partitions,
+        durability,
+        segment_size_bytes,
+        retention,
+        replication_factor,
+    })
+}
+
+/// Where `request` goes, given the committed metadata `state`. `balanced`: the connection's
+/// round-robin counter for balanced sends. Login, logout, ping and cluster metadata are the
+/// caller's (they need the session and the roster).
+pub fn route(
+    request: &Request,
+    state: &State,
+    defaults: &TopicDefaults,
+    balanced: &mut u32,
+) -> Route {
+    match route_inner(request, state, defaults, balanced) {
+        Ok(route) => route,
+        Err(status) => Route::Refuse(status),
+    }
+}
+
+fn route_inner(
+    request: &Request,
+    state: &State,
+    defaults: &TopicDefaults,
+    balanced: &mut u32,
+) -> Result<Route, u32> {
+    Ok(match request {
+        Request::GetStreams => {
+            let mut out = Vec::new();
+            for stream in state.streams.values() {
+                stream_info(stream).put(&mut out);
+            }
+            Route::Answer(out)
+        }
+        Request::GetStream { stream } => match find_stream(state, stream) {
+            Ok(stream) => {
+                let mut out = Vec::new();
+                let topics: Vec<_> = stream.topics.values().map(topic_info).collect();
+                put_stream_details(&mut out, &stream_info(stream), &topics);
+                Route::Answer(out)
+            }
+            // The SDK reads an empty body as "no such stream".
+            Err(_) => Route::Answer(Vec::new()),
+        },
+        Request::GetTopics { stream } => {
+            let stream = find_stream(state, stream)?;
+            let topics: Vec<_> = stream.topics.values().map(topic_info).collect();
+            let mut out = Vec::new();
+            put_topics(&mut out, &topics);
+            Route::Answer(out)
+        }
+        Request::GetTopic { stream, topic } => match find_topic(state, stream, topic) {
+            Ok((_, topic)) => {
+                let mut out = Vec::new();
+                put_topic_details(&mut out, &topic_info(topic), &partition_infos(topic));
+                Route::Answer(out)
+            }
+            Err(_) => Route::Answer(Vec::new()),
+        },
+        Request::CreateStream { name, options } => {
+            if !options.is_empty() {
+                return Err(status::UNSUPPORTED_OPTION_KEY);
+            }
+            Route::Metadata(Op::CreateStream { name: name.clone() })
+        }
+        Request::DeleteStream { stream } => Route::Metadata(Op::DeleteStream {
+            stream: find_stream(state, stream)?.id,
+        }),
+        Request::CreateTopic {
+            stream,
+            partitions,
+            name,
+            options,
+        } => Route::Metadata(topic_op(
+            find_stream(state, stream)?.id,
+            name,
+            *partitions,
+            options,
+            defaults,
+        )?),
+        Request::DeleteTopic { stream, topic } => {
+            let (stream, topic) = find_topic(state, stream, topic)?;
+            Route::Metadata(Op::DeleteTopic {
+                stream: stream.id,
+                topic: topic.id,
+            })
+        }
+        Request::CreatePartitions {
+            stream,
+            topic,
+            count,
+        } => {
+            let (stream, topic) = find_topic(state, stream, topic)?;
+            Route::Metadata(Op::CreatePartitions {
+                stream: stream.id,
+                topic: topic.id,
+                count: *count,
+            })
+        }
+        Request::SendMessages {
+            stream,
+            topic,
+            partitioning,
+            batch,
+            ..
+        } => {
+            let (stream, topic) = find_topic(state, stream, topic)?;
+            let partition = pick_partition(topic, partitioning, balanced)?;
+            Route::Messages {
+                key: partition_key(stream, topic, partition)?,
+                batch: batch.clone(),
+            }
+        }
+        Request::PollMessages {
+            consumer,
+            stream,
+            topic,
+            partition,
+            strategy,
+            count,
+            auto_commit,
+        } => {
+            let (stream, topic) = find_topic(state, stream, topic)?;
+            let (_, consumer) = consumer_id(consumer)?;
+            Route::Poll {
+                key: partition_key(stream, topic, partition.unwrap_or(0))?,
+                consumer,
+                strategy: *strategy,
+                count: *count,
+                auto_commit: *auto_commit,
+            }
+        }
+        Request::StoreConsumerOffset {
+            consumer,
+            stream,
+            topic,
+            partition,
+            offset,
+            ..
+        } => {
+            let (stream, topic) = find_topic(state, stream, topic)?;
+            let (kind, id) = consumer_id(consumer)?;
+            Route::StoreOffset {
+                key: partition_key(stream, topic, partition.unwrap_or(0))?,
+                body: encode_consumer_offset(kind, id, *offset).to_vec(),
+            }
+        }
+        Request::GetConsumerOffset {
+            consumer,
+            stream,
+            topic,
+            partition,
+        } => {
+            let (stream, topic) = find_topic(state, stream, topic)?;
+            let (_, consumer) = consumer_id(consumer)?;
+            Route::GetOffset {
+                key: partition_key(stream, topic, partition.unwrap_or(0))?,
+                consumer,
+            }
+        }
+        Request::DeleteConsumerOffset { .. } => return Err(status::FEATURE_UNAVAILABLE),
+        Request::LoginRegisterWithToken { .. } => return Err(status::FEATURE_UNAVAILABLE),
+        Request::Ping
+        | Request::LoginRegister { .. }
+        | Request::Logout
+        | Request::GetClusterMetadata => return Err(status::INVALID_COMMAND),
+        Request::Other { .. } => return Err(status::INVALID_COMMAND),
+    })
+}
+
+pub fn stream_info(stream: &Stream) -> StreamInfo {
+    StreamInfo {
+        id: wire(stream.id),
+        created_at: 0,
+        topics_count: u32::try_from(stream.topics.len()).unwrap_or(u32::MAX),
+        size_bytes: 0,
+        messages_count: 0,
+        name: stream.name.clone(),
+        options: Vec::new(),
+    }
+}
+
+pub fn topic_info(topic: &Topic) -> TopicInfo {
+    let durability = match topic.durability {
+        Durability::Replicated => "replicated",
+        Durability::Persisted => "persisted",
+    };
+    TopicInfo {
+        id: wire(topic.id),
+        created_at: 0,
+        partitions_count: u32::try_from(topic.partitions.len()).unwrap_or(u32::MAX),
+        message_expiry: topic.retention.max_age_seconds.saturating_mul(1_000_000),
+        compression_algorithm: 1,
+        max_topic_size: topic.retention.max_bytes,
+        size_bytes: 0,
+        messages_count: 0,
+        name: topic.name.clone(),
+        options: vec![
+            OptionEntry::string("durability", durability),
+            OptionEntry::uint64("segment_size", topic.segment_size_bytes),
+        ],
+        derived_options: Vec::new(),
+    }
+}
+
+/// A topic's partitions as the wire lists them (offsets and sizes are the read pool's to fill).
+pub fn partition_infos(topic: &Topic) -> Vec<PartitionInfo> {
+    topic
+        .partitions
+        .iter()
+        .map(|p| PartitionInfo {
+            id: wire(p.id),
+            created_at: 0,
+            segments_count: 0,
+            current_offset: 0,
+            size_bytes: 0,
+            messages_count: 0,
+        })
+        .collect()
+}
+
+/// The Iggy status of a metadata refusal (the code of `iggy_metadata::codec`'s reply), for the
+/// operation that was refused.
+pub fn refusal_status(op: &Op, code: u8) -> u32 {
+    let topic_level = matches!(
+        op,
+        Op::CreateTopic { .. } | Op::DeleteTopic { .. } | Op::CreatePartitions { .. }
+    );
+    match code {
+        1 if topic_level => status::INVALID_TOPIC_NAME,
+        1 => status::INVALID_STREAM_NAME,
+        2 if topic_level => status::TOPIC_NAME_ALREADY_EXISTS,
+        2 => status::STREAM_NAME_ALREADY_EXISTS,
+        3 => status::STREAM_ID_NOT_FOUND,
+        4 => status::TOPIC_ID_NOT_FOUND,
+        5 => status::CONSUMER_GROUP_ID_NOT_FOUND,
+        6 => status::TOO_MANY_PARTITIONS,
+        7 => status::INVALID_REPLICATION_FACTOR,
+        8 => status::INVALID_OPTION_VALUE,
+        9 | 11 => status::STALE_CLIENT,
+        10 => status::UNAUTHENTICATED,
+        _ => status::ERROR,
+    }
+}
+
+/// The body the SDK gets for a committed metadata operation: the result section and, for a
+/// create, what it created, read from `state` after the commit (`CreateStream` answers the
+/// stream, `CreateTopic` the topic with its partitions, the rest nothing).
+pub fn metadata_reply(op: &Op, reply: &Reply, state: &State) -> Vec<u8> {
+    let applied = match reply {
+        Reply::Refused { code, .. } => return result_error(refusal_status(op, *code)),
+        Reply::Applied(applied) => applied,
+    };
+    let mut out = Vec::new();
+    put_result_ok(&mut out);
+    match (op, applied) {
+        (Op::CreateStream { .. }, iggy_metadata::Applied::Stream(id)) => {
+            if let Some(stream) = state.streams.get(id) {
+                stream_info(stream).put(&mut out);
+            }
+        }
+        (Op::CreateTopic { stream, .. }, iggy_metadata::Applied::Topic(id)) => {
+            if let Some(topic) = state.streams.get(stream).and_then(|s| s.topics.get(id)) {
+                put_topic_details(&mut out, &topic_info(topic), &partition_infos(topic));
+            }
+        }
+        _ => {}
+    }
+    out
+}
+
+/// The body of a committed consumer offset store: the result section, nothing after it.
+pub fn offset_stored_reply() -> Vec<u8> {
+    let mut out = Vec::new();
+    put_result_ok(&mut out);
+    out
+}
+
+/// The SDK's send confirmation for a batch committed at `base_offset` of partition `key`.
+pub fn send_reply(key: PartitionKey, base_offset: u64) -> Vec<u8> {
+    let mut out = Vec::new();
+    response::put_send_confirmations(
+        &mut out,
+        &[response::SendConfirmation {
+            stream_id: wire(key.stream),
+            topic_id: wire(key.topic),
+            partition_id: wire(key.partition),
+            base_offset,
+        }],
+    );
+    out
+}
+
+/// Whether a code is one the login path, not [`route`], answers.
+pub fn is_session_command(code_of_request: u32) -> bool {
+    matches!(
+        code_of_request,
+        code::PING
+            | code::LOGIN_REGISTER
+            | code::LOGIN_REGISTER_WITH_PAT
+            | code::LOGOUT_USER
+            | code::GET_CLUSTER_METADATA
+    )
+}
