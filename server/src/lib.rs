@@ -1,5 +1,7 @@
 //! `iggy-server`: the node of many groups as a process. Built so far: [`translate`], between the
-//! Iggy client wire (`iggy-protocol`) and the replicas' requests and replies. The process (tick
-//! thread, storage lanes, replica bus, client port) is issue #32's next step.
+//! Iggy client wire (`iggy-protocol`) and the replicas' requests and replies, and [`runtime`],
+//! the node as threads (a tick thread that owns it, storage lanes on a pool). The sockets (replica
+//! bus, client port), the configuration and the binary are issue #32's next steps.
 
+pub mod runtime;
 pub mod translate;

@@ -1,0 +1,283 @@
+//! The node as threads: one tick thread owns the [`Node`] and never touches storage; each
+//! group's lane runs on a pool of storage threads, one effect of a lane at a time in the order the
+//! replica emitted them (the node hands out a lane's next effect only after the previous one
+//! completed), and completions come back to the tick thread over its inbox. Messages from peers
+//! and clients come in over the same inbox; what the replicas send goes out through an
+//! [`Outbox`] (the replica bus and the client port, or channels in a test).
+//!
+//! A replica that halts (its storage failed) stops the runtime with an error naming the group
+//! and the reason: the process exits and its supervisor restarts it, and boot takes over.
+
+use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, channel};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use iggy_io::Storage;
+use iggy_node::{Done, GroupKind, Job, Node, Unobserved};
+use iggy_vsr::{Destination, Message};
+
+/// The replicas' tick: 10 ms, as the simulator's.
+pub const TICK: Duration = Duration::from_millis(10);
+
+/// Where a node's replicas' messages go.
+pub trait Outbox: Send + 'static {
+    /// A message for another node's replica of `message.group()`.
+    fn to_replica(&mut self, replica: u8, message: Message);
+    /// A reply for a client.
+    fn to_client(&mut self, client: u128, message: Message);
+}
+
+/// What the tick thread hears.
+pub enum Input<S: Storage + Clone> {
+    /// A message for one of this node's replicas (from a peer or a client).
+    Message(Message),
+    /// A storage thread carried out a lane's head.
+    Done(Box<Done<S>>),
+    /// A clean stop: shut the node down (publish, commit points, clean marker) and return.
+    Stop,
+}
+
+/// A running node: its inbox, and the tick thread to join.
+pub struct Runtime<S: Storage + Clone + Send + 'static> {
+    inbox: Sender<Input<S>>,
+    tick: Option<JoinHandle<Result<(), String>>>,
+}
+
+/// Wall-clock microseconds (Iggy's timestamps), never below the last value handed out: a
+/// primary stamps batches with it, and a partition's timestamps must not go back when the
+/// clock does.
+#[derive(Clone, Default)]
+pub struct Clock(Arc<Mutex<u64>>);
+
+impl Clock {
+    pub fn now_us(&self) -> u64 {
+        let wall = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX));
+        let mut last = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        *last = (*last).max(wall);
+        *last
+    }
+}
+
+impl<S: Storage + Clone + Send + 'static> Runtime<S> {
+    /// Starts the tick thread and `storage_threads` storage threads for a booted node.
+    pub fn start(
+        node: Node<S>,
+        storage: S,
+        outbox: impl Outbox,
+        storage_threads: usize,
+    ) -> std::io::Result<Self> {
+        let (inbox, inputs) = channel::<Input<S>>();
+        let (jobs, job_queue) = channel::<Work<S>>();
+        let job_queue = Arc::new(Mutex::new(job_queue));
+        let clock = Clock::default();
+        let index = node.index;
+        let mut pool = Vec::new();
+        for i in 0..storage_threads.max(1) {
+            let queue = job_queue.clone();
+            let done = inbox.clone();
+            let clock = clock.clone();
+            let storage = storage.clone();
+            pool.push(
+                std::thread::Builder::new()
+                    .name(format!("node{index}-storage{i}"))
+                    .spawn(move || storage_thread(&queue, &done, &clock, &storage))?,
+            );
+        }
+        let tick = std::thread::Builder::new()
+            .name(format!("node{index}-tick"))
+            .spawn(move || {
+                let result = run(node, &inputs, &jobs, outbox);
+                // Closing the job channel ends the storage threads once they drain it.
+                drop(jobs);
+                for thread in pool {
+                    let _ = thread.join();
+                }
+                result
+            })?;
+        Ok(Self {
+            inbox,
+            tick: Some(tick),
+        })
+    }
+
+    /// The inbox, for the bus and the client port.
+    pub fn inbox(&self) -> Sender<Input<S>> {
+        self.inbox.clone()
+    }
+
+    /// A clean stop; returns the shutdown's result (or why the node had stopped before).
+    pub fn stop(mut self) -> Result<(), String> {
+        let _ = self.inbox.send(Input::Stop);
+        self.join()
+    }
+
+    /// Waits for the tick thread: a halt returns its reason.
+    pub fn join(&mut self) -> Result<(), String> {
+        match self.tick.take() {
+            Some(handle) => handle
+                .join()
+                .unwrap_or_else(|_| Err("the tick thread panicked".into())),
+            None => Ok(()),
+        }
+    }
+}
+
+enum Work<S: Storage + Clone> {
+    Job(Box<Job<S>>),
+    Retire(iggy_node::Retired<S>),
+}
+
+fn storage_thread<S: Storage + Clone>(
+    queue: &Mutex<Receiver<Work<S>>>,
+    done: &Sender<Input<S>>,
+    clock: &Clock,
+    storage: &S,
+) {
+    loop {
+        let work = {
+            let queue = queue
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            queue.recv()
+        };
+        match work {
+            Ok(Work::Job(job)) => {
+                let job = *job;
+                if done
+                    .send(Input::Done(Box::new(job.run(clock.now_us()))))
+                    .is_err()
+                {
+                    return;
+                }
+            }
+            Ok(Work::Retire(retired)) => {
+                let key = retired.key;
+                if let Err(reason) = iggy_node::retire(storage, retired) {
+                    tracing::error!(partition = %key.dir_name(), %reason, "removing a deleted partition failed; boot removes it");
+                }
+            }
+            Err(_) => return,
+        }
+    }
+}
+
+/// The tick thread's loop.
+fn run<S: Storage + Clone>(
+    mut node: Node<S>,
+    inputs: &Receiver<Input<S>>,
+    jobs: &Sender<Work<S>>,
+    mut outbox: impl Outbox,
+) -> Result<(), String> {
+    let mut next_tick = Instant::now() + TICK;
+    loop {
+        let mut touched: Vec<u128> = Vec::new();
+        match inputs.recv_timeout(next_tick.saturating_duration_since(Instant::now())) {
+            Ok(Input::Message(message)) => {
+                let group = message.group();
+                if node.deliver(group, message).is_some() {
+                    touched.push(group);
+                }
+            }
+            Ok(Input::Done(done)) => {
+                let group = done.group;
+                if let Some(ran) = node.complete(*done, &mut Unobserved) {
+                    if let Some(reason) = ran.failed {
+                        let label = node
+                            .groups
+                            .get(&group)
+                            .map_or_else(|| format!("group {group:#x}"), |g| g.kind.label());
+                        return Err(format!(
+                            "node {}: {label}: {} failed: {reason}",
+                            node.index, ran.name
+                        ));
+                    }
+                    if ran.more {
+                        dispatch(&mut node, group, jobs);
+                    }
+                }
+                touched.push(group);
+                if group == GroupKind::Metadata.id() {
+                    // A metadata commit may have hosted new groups: they start at once.
+                    touched.extend(node.groups.keys().copied());
+                }
+            }
+            Ok(Input::Stop) => return stop(node, inputs, jobs),
+            Err(RecvTimeoutError::Timeout) => {}
+            Err(RecvTimeoutError::Disconnected) => return stop(node, inputs, jobs),
+        }
+        if Instant::now() >= next_tick {
+            next_tick += TICK;
+            node.ration_repair();
+            let groups: Vec<u128> = node.groups.keys().copied().collect();
+            for group in &groups {
+                node.tick(*group);
+            }
+            touched = groups;
+        }
+        touched.sort_unstable();
+        touched.dedup();
+        for group in touched {
+            let drained = node.drain(group);
+            for (to, message) in drained.sends {
+                match to {
+                    Destination::Replica(replica) => outbox.to_replica(replica, message),
+                    Destination::Client(client) => outbox.to_client(client, message),
+                }
+            }
+            if drained.lane_started {
+                dispatch(&mut node, group, jobs);
+            }
+        }
+        for retired in node.take_retired() {
+            let _ = jobs.send(Work::Retire(retired));
+        }
+    }
+}
+
+/// Hands a lane's head to the storage threads.
+fn dispatch<S: Storage + Clone>(node: &mut Node<S>, group: u128, jobs: &Sender<Work<S>>) {
+    if let Some(job) = node.take_job(group, &mut Unobserved) {
+        let _ = jobs.send(Work::Job(Box::new(job)));
+    }
+}
+
+/// A clean stop: no more messages or ticks; each lane runs to its end (effects the replicas
+/// emitted before the stop are carried out, so storage matches what they were told), then the
+/// node shuts down.
+fn stop<S: Storage + Clone>(
+    mut node: Node<S>,
+    inputs: &Receiver<Input<S>>,
+    jobs: &Sender<Work<S>>,
+) -> Result<(), String> {
+    while node.groups.values().any(|g| g.lane_busy) {
+        match inputs.recv_timeout(Duration::from_secs(60)) {
+            Ok(Input::Done(done)) => {
+                let group = done.group;
+                match node.complete(*done, &mut Unobserved) {
+                    Some(ran) if ran.failed.is_some() => {
+                        if let Some(g) = node.groups.get_mut(&group) {
+                            g.lane.clear();
+                            g.lane_busy = false;
+                        }
+                    }
+                    Some(ran) if ran.more => dispatch(&mut node, group, jobs),
+                    _ => {}
+                }
+            }
+            Ok(_) => {}
+            Err(_) => {
+                return Err(format!(
+                    "node {}: a storage effect did not complete within 60 s of the stop",
+                    node.index
+                ));
+            }
+        }
+    }
+    node.shutdown()
+}

@@ -1,0 +1,324 @@
+//! Three nodes as the server runs them (a tick thread each, storage threads, real files), wired
+//! by channels instead of sockets: a client's batches commit, a topic created at run time
+//! becomes a group on every node and takes a write, and a clean stop keeps everything for the
+//! next boot. Waits are on replies, each with a deadline that fails the test (a hung node is a
+//! failure, not a timeout of the run).
+
+use std::sync::mpsc::{Receiver, Sender, channel};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use iggy_format::operation;
+use iggy_io::OsStorage;
+use iggy_metadata::codec::Reply;
+use iggy_metadata::{Applied, Durability, Op, Retention};
+use iggy_node::{GroupKind, Node, NodeConfig};
+use iggy_recovery::populate::FirstView;
+use iggy_recovery::{BootConfig, PartitionKey};
+use iggy_server::runtime::{Input, Outbox, Runtime};
+use iggy_superblock::Identity;
+use iggy_vsr::{Config, Message, ReplyStatus, Safeguards};
+
+const CLUSTER: u128 = 7;
+const CLIENT: u128 = 0xc1;
+const FIRST: PartitionKey = PartitionKey {
+    stream: 1,
+    topic: 1,
+    partition: 1,
+};
+
+fn boot_config(incarnation: u64) -> BootConfig {
+    BootConfig {
+        metadata_file_size_bytes: 256 << 10,
+        segment_size_bytes: 256 << 10,
+        index_interval_bytes: 4096,
+        ..BootConfig::new(incarnation)
+    }
+}
+
+fn node_config(replica: u8, incarnation: u64) -> NodeConfig {
+    NodeConfig {
+        cluster: CLUSTER,
+        replica,
+        replicas: 3,
+        vsr: Config::default(),
+        safeguards: Safeguards::default(),
+        checkpoint_bytes: 1 << 20,
+        repair_ration: true,
+        boot: boot_config(incarnation),
+        mirror_metadata: true,
+    }
+}
+
+fn genesis(storage: &OsStorage, replica: u8) {
+    let ops = [
+        Op::CreateStream { name: "s".into() },
+        Op::CreateTopic {
+            stream: 1,
+            name: "t".into(),
+            partitions: 1,
+            durability: Durability::Replicated,
+            segment_size_bytes: 256 << 10,
+            retention: Retention::default(),
+            replication_factor: 3,
+        },
+    ];
+    let identity = Identity {
+        cluster: CLUSTER,
+        replica,
+        replica_count: 3,
+    };
+    iggy_recovery::populate::genesis(
+        storage,
+        identity,
+        &boot_config(0),
+        &ops,
+        &[(FIRST, 256 << 10)],
+        FirstView::Zero,
+    )
+    .expect("genesis");
+}
+
+type Inboxes = Arc<Mutex<Vec<Sender<Input<OsStorage>>>>>;
+
+/// Routes replica messages to the peers' inboxes and replies to the test's client.
+struct Router {
+    peers: Inboxes,
+    replies: Sender<Message>,
+}
+
+impl Outbox for Router {
+    fn to_replica(&mut self, replica: u8, message: Message) {
+        let peers = self.peers.lock().expect("peers");
+        if let Some(peer) = peers.get(usize::from(replica)) {
+            let _ = peer.send(Input::Message(message));
+        }
+    }
+    fn to_client(&mut self, _client: u128, message: Message) {
+        let _ = self.replies.send(message);
+    }
+}
+
+struct Cluster {
+    runtimes: Vec<Runtime<OsStorage>>,
+    inboxes: Inboxes,
+    replies: Receiver<Message>,
+}
+
+impl Cluster {
+    fn start(storages: &[OsStorage], life: u64) -> Self {
+        let inboxes: Inboxes = Arc::new(Mutex::new(Vec::new()));
+        let (reply_tx, replies) = channel();
+        let mut runtimes = Vec::new();
+        for (storage, i) in storages.iter().zip(0u8..) {
+            let (node, _) = Node::boot(storage.clone(), &node_config(i, u64::from(i) << 48 | life))
+                .expect("boot");
+            let router = Router {
+                peers: inboxes.clone(),
+                replies: reply_tx.clone(),
+            };
+            let runtime = Runtime::start(node, storage.clone(), router, 2).expect("start");
+            inboxes.lock().expect("inboxes").push(runtime.inbox());
+            runtimes.push(runtime);
+        }
+        Self {
+            runtimes,
+            inboxes,
+            replies,
+        }
+    }
+
+    /// Sends a request to every node (whichever leads the group takes it; the others refuse)
+    /// and waits for its committed reply; returns the op.
+    fn commit(&self, group: u128, request: u64, operation: u32, body: &[u8]) -> (u64, Vec<u8>) {
+        for inbox in self.inboxes.lock().expect("inboxes").iter() {
+            inbox
+                .send(Input::Message(Message::Request {
+                    cluster: CLUSTER,
+                    group,
+                    client: CLIENT,
+                    request,
+                    operation,
+                    body: body.to_vec(),
+                }))
+                .expect("a running node");
+        }
+        loop {
+            let reply = self
+                .replies
+                .recv_timeout(Duration::from_secs(60))
+                .unwrap_or_else(|_| {
+                    panic!("request {request} to group {group:#x}: no committed reply within 60 s")
+                });
+            if let Message::Reply {
+                request: r,
+                status: ReplyStatus::Committed,
+                op,
+                body,
+                ..
+            } = reply
+                && r == request
+            {
+                return (op, body);
+            }
+        }
+    }
+
+    fn stop(self) {
+        for runtime in self.runtimes {
+            runtime.stop().expect("a clean stop");
+        }
+    }
+}
+
+fn batch(request: u64, messages: u32) -> Vec<u8> {
+    let messages: Vec<iggy_format::batch::NewMessage> = (0..messages)
+        .map(|i| iggy_format::batch::NewMessage {
+            id: u128::from(request) << 32 | u128::from(i),
+            timestamp_delta: i,
+            payload: vec![7; 100],
+            user_headers: Vec::new(),
+        })
+        .collect();
+    iggy_format::batch::encode(request, &messages).expect("batch")
+}
+
+fn partition_id(key: PartitionKey) -> u128 {
+    GroupKind::Partition {
+        key,
+        persisted: false,
+    }
+    .id()
+}
+
+/// Messages each node's partition `key` holds after a boot.
+fn offsets_after_boot(storages: &[OsStorage], key: PartitionKey, life: u64) -> Vec<u64> {
+    storages
+        .iter()
+        .zip(0u8..)
+        .map(|(storage, i)| {
+            let (node, _) = Node::boot(storage.clone(), &node_config(i, u64::from(i) << 48 | life))
+                .expect("boot");
+            let offset = node.groups[&partition_id(key)]
+                .partition()
+                .expect("a partition")
+                .next_offset();
+            node.shutdown().expect("shutdown");
+            offset
+        })
+        .collect()
+}
+
+#[test]
+fn three_threaded_nodes_commit_create_a_topic_at_run_time_and_stop_cleanly() {
+    let dirs: Vec<tempfile::TempDir> = (0..3)
+        .map(|_| tempfile::tempdir().expect("tempdir"))
+        .collect();
+    let storages: Vec<OsStorage> = dirs
+        .iter()
+        .map(|d| OsStorage::open(d.path()).expect("open"))
+        .collect();
+    for (storage, i) in storages.iter().zip(0u8..) {
+        genesis(storage, i);
+    }
+    let cluster = Cluster::start(&storages, 1);
+    cluster.commit(partition_id(FIRST), 1, operation::MESSAGES, &batch(1, 10));
+    cluster.commit(partition_id(FIRST), 2, operation::MESSAGES, &batch(2, 10));
+
+    // A topic of two partitions, created through the metadata group while the nodes run.
+    let topic = Op::CreateTopic {
+        stream: 1,
+        name: "late".into(),
+        partitions: 2,
+        durability: Durability::Replicated,
+        segment_size_bytes: 256 << 10,
+        retention: Retention::default(),
+        replication_factor: 3,
+    };
+    let metadata = |request, op: &Op| {
+        let (_, reply) = cluster.commit(
+            GroupKind::Metadata.id(),
+            request,
+            operation::METADATA,
+            &iggy_metadata::codec::encode_op(op).expect("op"),
+        );
+        iggy_metadata::codec::decode_reply(&reply).expect("a metadata reply")
+    };
+    let registered = metadata(
+        3,
+        &Op::RegisterClient {
+            client: CLIENT,
+            session: 1,
+        },
+    );
+    assert_eq!(registered, Reply::Applied(Applied::Client));
+    assert_eq!(metadata(4, &topic), Reply::Applied(Applied::Topic(2)));
+    let late = PartitionKey {
+        stream: 1,
+        topic: 2,
+        partition: 2,
+    };
+    // The new group takes a write once it has a primary: the request is resent until one
+    // commits it (a node that has not hosted the group yet ignores it).
+    let mut committed = None;
+    for _ in 0..200 {
+        for inbox in cluster.inboxes.lock().expect("inboxes").iter() {
+            let _ = inbox.send(Input::Message(Message::Request {
+                cluster: CLUSTER,
+                group: partition_id(late),
+                client: CLIENT,
+                request: 5,
+                operation: operation::MESSAGES,
+                body: batch(5, 5),
+            }));
+        }
+        // Every answer to this round (the nodes that do not lead refuse), up to 300 ms.
+        while let Ok(reply) = cluster.replies.recv_timeout(Duration::from_millis(300)) {
+            if let Message::Reply {
+                request: 5,
+                status: ReplyStatus::Committed,
+                op,
+                ..
+            } = reply
+            {
+                committed = Some(op);
+                break;
+            }
+        }
+        if committed.is_some() {
+            break;
+        }
+    }
+    assert!(
+        committed.is_some(),
+        "the partition created at run time never committed a write"
+    );
+    cluster.stop();
+
+    // Everything the clean stop kept: the primary of the first partition (node 0, view 0) holds
+    // both batches, a quorum holds the first; the new partition holds its batch on a quorum.
+    let first = offsets_after_boot(&storages, FIRST, 2);
+    assert_eq!(
+        first[0], 20,
+        "the primary lost a committed batch: {first:?}"
+    );
+    assert!(
+        first.iter().filter(|o| **o >= 10).count() >= 2,
+        "no quorum holds batch 1: {first:?}"
+    );
+    let late_offsets = offsets_after_boot(&storages, late, 3);
+    assert!(
+        late_offsets.iter().filter(|o| **o == 5).count() >= 1,
+        "{late_offsets:?}"
+    );
+    for storage in &storages {
+        let report = iggy_recovery::check_with(
+            storage,
+            std::path::Path::new(""),
+            &boot_config(0),
+            |_, _| {},
+        )
+        .expect("check");
+        assert!(report.is_clean(), "{report:?}");
+    }
+}
