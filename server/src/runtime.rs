@@ -65,14 +65,21 @@ impl Clock {
 }
 
 impl<S: Storage + Clone + Send + 'static> Runtime<S> {
-    /// Starts the tick thread and `storage_threads` storage threads for a booted node.
+    /// The inbox a runtime will read ([`Runtime::start`]): made first, so the bus and the client
+    /// port can deliver into it before the runtime exists.
+    pub fn inbox_channel() -> (Sender<Input<S>>, Receiver<Input<S>>) {
+        channel()
+    }
+
+    /// Starts the tick thread and `storage_threads` storage threads for a booted node, reading
+    /// the inbox made by [`Runtime::inbox_channel`].
     pub fn start(
         node: Node<S>,
         storage: S,
         outbox: impl Outbox,
         storage_threads: usize,
+        (inbox, inputs): (Sender<Input<S>>, Receiver<Input<S>>),
     ) -> std::io::Result<Self> {
-        let (inbox, inputs) = channel::<Input<S>>();
         let (jobs, job_queue) = channel::<Work<S>>();
         let job_queue = Arc::new(Mutex::new(job_queue));
         let clock = Clock::default();

@@ -15,6 +15,9 @@ use iggy_metadata::{Applied, Durability, Op, Retention};
 use iggy_node::{GroupKind, Node, NodeConfig};
 use iggy_recovery::populate::FirstView;
 use iggy_recovery::{BootConfig, PartitionKey};
+use std::net::SocketAddr;
+
+use iggy_server::bus::{self, BusConfig, BusCounters, BusSender};
 use iggy_server::runtime::{Input, Outbox, Runtime};
 use iggy_superblock::Identity;
 use iggy_vsr::{Config, Message, ReplyStatus, Safeguards};
@@ -99,32 +102,108 @@ impl Outbox for Router {
     }
 }
 
+/// Sends replica messages over the TCP bus and replies to the test's client.
+struct TcpOutbox {
+    bus: BusSender,
+    replies: Sender<Message>,
+}
+
+impl Outbox for TcpOutbox {
+    fn to_replica(&mut self, replica: u8, message: Message) {
+        self.bus.send(replica, message);
+    }
+    fn to_client(&mut self, _client: u128, message: Message) {
+        let _ = self.replies.send(message);
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Transport {
+    Channels,
+    Tcp,
+}
+
+/// Loopback addresses with ports free a moment ago, one per node.
+fn free_addresses(count: usize) -> Vec<SocketAddr> {
+    let listeners: Vec<std::net::TcpListener> = (0..count)
+        .map(|_| std::net::TcpListener::bind("127.0.0.1:0").expect("bind"))
+        .collect();
+    listeners
+        .iter()
+        .map(|l| l.local_addr().expect("address"))
+        .collect()
+}
+
 struct Cluster {
     runtimes: Vec<Runtime<OsStorage>>,
     inboxes: Inboxes,
     replies: Receiver<Message>,
+    counters: Vec<Arc<BusCounters>>,
+    _tokio: Option<tokio::runtime::Runtime>,
 }
 
 impl Cluster {
-    fn start(storages: &[OsStorage], life: u64) -> Self {
+    fn start(storages: &[OsStorage], life: u64, transport: Transport) -> Self {
         let inboxes: Inboxes = Arc::new(Mutex::new(Vec::new()));
         let (reply_tx, replies) = channel();
+        let tokio = (transport == Transport::Tcp).then(|| {
+            tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()
+                .expect("tokio")
+        });
+        let addresses = free_addresses(storages.len());
         let mut runtimes = Vec::new();
+        let mut counters = Vec::new();
         for (storage, i) in storages.iter().zip(0u8..) {
             let (node, _) = Node::boot(storage.clone(), &node_config(i, u64::from(i) << 48 | life))
                 .expect("boot");
-            let router = Router {
-                peers: inboxes.clone(),
-                replies: reply_tx.clone(),
-            };
-            let runtime = Runtime::start(node, storage.clone(), router, 2).expect("start");
-            inboxes.lock().expect("inboxes").push(runtime.inbox());
+            let (inbox, inputs) = Runtime::<OsStorage>::inbox_channel();
+            inboxes.lock().expect("inboxes").push(inbox.clone());
+            let runtime = match &tokio {
+                None => {
+                    let router = Router {
+                        peers: inboxes.clone(),
+                        replies: reply_tx.clone(),
+                    };
+                    Runtime::start(node, storage.clone(), router, 2, (inbox, inputs))
+                }
+                Some(tokio) => {
+                    let config = BusConfig {
+                        cluster: CLUSTER,
+                        replica: i,
+                        peers: addresses.clone(),
+                        key: b"test key".to_vec(),
+                    };
+                    let counted = Arc::new(BusCounters::default());
+                    counters.push(counted.clone());
+                    let deliver = inbox.clone();
+                    let (bus, _) = tokio
+                        .block_on(bus::start(
+                            config,
+                            move |message| {
+                                let _ = deliver.send(Input::Message(message));
+                            },
+                            counted,
+                        ))
+                        .expect("the bus starts");
+                    let outbox = TcpOutbox {
+                        bus,
+                        replies: reply_tx.clone(),
+                    };
+                    Runtime::start(node, storage.clone(), outbox, 2, (inbox, inputs))
+                }
+            }
+            .expect("start");
             runtimes.push(runtime);
         }
         Self {
             runtimes,
             inboxes,
             replies,
+            counters,
+            _tokio: tokio,
         }
     }
 
@@ -211,6 +290,32 @@ fn offsets_after_boot(storages: &[OsStorage], key: PartitionKey, life: u64) -> V
 
 #[test]
 fn three_threaded_nodes_commit_create_a_topic_at_run_time_and_stop_cleanly() {
+    scenario(Transport::Channels);
+}
+
+/// The same over the TCP replica bus on loopback.
+#[test]
+fn the_same_over_the_tcp_replica_bus() {
+    let counters = scenario(Transport::Tcp);
+    for (i, counted) in counters.iter().enumerate() {
+        let frames = counted.frames_in.load(std::sync::atomic::Ordering::Relaxed);
+        assert!(frames > 0, "node {i} heard nothing over the bus");
+        assert_eq!(
+            counted
+                .bad_frames
+                .load(std::sync::atomic::Ordering::Relaxed),
+            0
+        );
+        assert_eq!(
+            counted
+                .refused_handshakes
+                .load(std::sync::atomic::Ordering::Relaxed),
+            0
+        );
+    }
+}
+
+fn scenario(transport: Transport) -> Vec<Arc<BusCounters>> {
     let dirs: Vec<tempfile::TempDir> = (0..3)
         .map(|_| tempfile::tempdir().expect("tempdir"))
         .collect();
@@ -221,7 +326,7 @@ fn three_threaded_nodes_commit_create_a_topic_at_run_time_and_stop_cleanly() {
     for (storage, i) in storages.iter().zip(0u8..) {
         genesis(storage, i);
     }
-    let cluster = Cluster::start(&storages, 1);
+    let cluster = Cluster::start(&storages, 1, transport);
     cluster.commit(partition_id(FIRST), 1, operation::MESSAGES, &batch(1, 10));
     cluster.commit(partition_id(FIRST), 2, operation::MESSAGES, &batch(2, 10));
 
@@ -293,6 +398,7 @@ fn three_threaded_nodes_commit_create_a_topic_at_run_time_and_stop_cleanly() {
         committed.is_some(),
         "the partition created at run time never committed a write"
     );
+    let counters = cluster.counters.clone();
     cluster.stop();
 
     // Everything the clean stop kept: the primary of the first partition (node 0, view 0) holds
@@ -321,4 +427,5 @@ fn three_threaded_nodes_commit_create_a_topic_at_run_time_and_stop_cleanly() {
         .expect("check");
         assert!(report.is_clean(), "{report:?}");
     }
+    counters
 }

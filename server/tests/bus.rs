@@ -1,0 +1,162 @@
+//! The replica bus at its edges, over real loopback sockets: a peer without the key (or of
+//! another cluster, or claiming this node's own index) is refused and counted; a frame that does
+//! not decode, or that names a sender other than the handshake's, closes that connection and is
+//! counted while the node goes on; a good frame after a reconnect is delivered.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::sync::mpsc::channel;
+use std::time::Duration;
+
+use iggy_server::bus::{self, BusConfig, BusCounters, check_handshake, handshake_bytes};
+use iggy_vsr::{From, Message};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+fn config(replica: u8, peers: &[SocketAddr], key: &[u8]) -> BusConfig {
+    BusConfig {
+        cluster: 7,
+        replica,
+        peers: peers.to_vec(),
+        key: key.to_vec(),
+    }
+}
+
+#[test]
+fn a_handshake_is_checked_for_cluster_index_and_key() {
+    let peers: Vec<SocketAddr> = (0..3)
+        .map(|i| format!("127.0.0.1:{}", 9000 + i).parse().expect("address"))
+        .collect();
+    let node0 = config(0, &peers, b"key");
+    assert_eq!(
+        check_handshake(&node0, &handshake_bytes(&config(1, &peers, b"key"))),
+        Ok(1)
+    );
+    let other_key = check_handshake(&node0, &handshake_bytes(&config(1, &peers, b"kez")));
+    assert!(other_key.unwrap_err().contains("key"));
+    let itself = check_handshake(&node0, &handshake_bytes(&config(0, &peers, b"key")));
+    assert!(itself.unwrap_err().contains("not a peer"));
+    let mut other_cluster = config(1, &peers, b"key");
+    other_cluster.cluster = 8;
+    assert!(
+        check_handshake(&node0, &handshake_bytes(&other_cluster))
+            .unwrap_err()
+            .contains("cluster")
+    );
+    let mut beyond = handshake_bytes(&config(1, &peers, b"key"));
+    beyond[24] = 3;
+    assert!(check_handshake(&node0, &beyond).is_err());
+}
+
+/// Reads until the peer closes (a refusal), failing the test after 10 s.
+async fn closed(stream: &mut TcpStream) -> bool {
+    let mut buf = [0u8; 512];
+    loop {
+        match tokio::time::timeout(Duration::from_secs(10), stream.read(&mut buf)).await {
+            Ok(Ok(0) | Err(_)) => return true,
+            Ok(Ok(_)) => {}
+            Err(_) => return false,
+        }
+    }
+}
+
+#[test]
+fn bad_peers_and_bad_frames_close_their_connection_and_the_node_goes_on() {
+    let tokio = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("tokio");
+    tokio.block_on(async {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let own = listener.local_addr().expect("address");
+        drop(listener);
+        // Peers 1 and 2 are never up: their dialers back off quietly.
+        let peers = vec![
+            own,
+            "127.0.0.1:9".parse().expect("a"),
+            "127.0.0.1:9".parse().expect("a"),
+        ];
+        let counters = Arc::new(BusCounters::default());
+        let (delivered, heard) = channel();
+        let (_bus, bound) = bus::start(
+            config(0, &peers, b"key"),
+            move |message| {
+                let _ = delivered.send(message);
+            },
+            counters.clone(),
+        )
+        .await
+        .expect("the bus starts");
+
+        // Without the key: refused, closed, counted.
+        let mut stranger = TcpStream::connect(bound).await.expect("connect");
+        stranger
+            .write_all(&handshake_bytes(&config(1, &peers, b"guess")))
+            .await
+            .expect("write");
+        assert!(
+            closed(&mut stranger).await,
+            "a peer without the key was kept"
+        );
+        assert_eq!(counters.refused_handshakes.load(Ordering::Relaxed), 1);
+
+        // With the key, then a frame whose size field is impossible: closed, counted.
+        let peer1 = config(1, &peers, b"key");
+        let mut peer = TcpStream::connect(bound).await.expect("connect");
+        peer.write_all(&handshake_bytes(&peer1))
+            .await
+            .expect("write");
+        let mut answer = [0u8; 64];
+        peer.read_exact(&mut answer)
+            .await
+            .expect("the node answers the handshake");
+        assert_eq!(check_handshake(&peer1, &answer), Ok(0));
+        let mut garbage = [0xa5u8; 256];
+        garbage[92..96].copy_from_slice(&u32::MAX.to_le_bytes());
+        peer.write_all(&garbage).await.expect("write");
+        assert!(
+            closed(&mut peer).await,
+            "a frame of impossible size kept the connection"
+        );
+        assert_eq!(counters.bad_frames.load(Ordering::Relaxed), 1);
+
+        // A well-formed frame that claims to come from replica 2 over replica 1's connection.
+        let commit = |replica| Message::Commit {
+            from: From {
+                cluster: 7,
+                group: 0,
+                replica,
+                view: 0,
+            },
+            commit: 0,
+            checksum: 0,
+        };
+        let mut peer = TcpStream::connect(bound).await.expect("connect");
+        peer.write_all(&handshake_bytes(&peer1))
+            .await
+            .expect("write");
+        peer.read_exact(&mut answer).await.expect("answer");
+        peer.write_all(&commit(2).encode()).await.expect("write");
+        assert!(
+            closed(&mut peer).await,
+            "a frame of another sender kept the connection"
+        );
+        assert_eq!(counters.bad_frames.load(Ordering::Relaxed), 2);
+
+        // The node went on: a good frame is delivered.
+        let mut peer = TcpStream::connect(bound).await.expect("connect");
+        peer.write_all(&handshake_bytes(&peer1))
+            .await
+            .expect("write");
+        peer.read_exact(&mut answer).await.expect("answer");
+        peer.write_all(&commit(1).encode()).await.expect("write");
+        let message =
+            tokio::task::spawn_blocking(move || heard.recv_timeout(Duration::from_secs(10)))
+                .await
+                .expect("join")
+                .expect("the good frame was delivered");
+        assert_eq!(message, commit(1));
+        assert_eq!(counters.frames_in.load(Ordering::Relaxed), 1);
+    });
+}
