@@ -278,6 +278,11 @@ impl<S: Storage> OffsetStore<S> {
         }
     }
 
+    /// The consumer's stored offset, if it stored one.
+    pub fn get(&self, kind: ConsumerKind, id: u32) -> Result<Option<ConsumerOffset>, OffsetError> {
+        load(&self.storage, &self.dir, kind, id)
+    }
+
     /// Durably stores `offset` for the consumer, directly (not through the partition's log);
     /// returns the stored record.
     pub fn store(

@@ -126,12 +126,12 @@ pub fn check_handshake(config: &BusConfig, bytes: &[u8; HANDSHAKE_BYTES]) -> Res
     Ok(replica)
 }
 
-/// Starts the bus on `runtime`: binds this node's replica address, accepts peers (each frame
-/// goes to `deliver`), and dials every peer. Returns the sender for the outbox and the bound
+/// Starts the bus: binds this node's replica address, accepts peers (each frame goes to
+/// `deliver` with the sending peer's index), and dials every peer. Returns the sender for the outbox and the bound
 /// address (the configured one, or the port the OS chose for port 0).
 pub async fn start(
     config: BusConfig,
-    deliver: impl Fn(Message) + Send + Sync + 'static,
+    deliver: impl Fn(u8, Message) + Send + Sync + 'static,
     counters: Arc<BusCounters>,
 ) -> std::io::Result<(BusSender, SocketAddr)> {
     let own = config.peers[usize::from(config.replica)];
@@ -181,7 +181,7 @@ async fn serve_peer(
     mut stream: TcpStream,
     address: SocketAddr,
     config: Arc<BusConfig>,
-    deliver: Arc<impl Fn(Message) + Send + Sync + 'static>,
+    deliver: Arc<impl Fn(u8, Message) + Send + Sync + 'static>,
     counters: Arc<BusCounters>,
 ) {
     let mut handshake = [0u8; HANDSHAKE_BYTES];
@@ -234,7 +234,7 @@ async fn serve_peer(
             }
             Ok(message) => {
                 counters.frames_in.fetch_add(1, Ordering::Relaxed);
-                deliver(message);
+                deliver(peer, message);
             }
             Err(error) => {
                 counters.bad_frames.fetch_add(1, Ordering::Relaxed);

@@ -8,13 +8,16 @@
 //! A replica that halts (its storage failed) stops the runtime with an error naming the group
 //! and the reason: the process exits and its supervisor restarts it, and boot takes over.
 
+use std::collections::BTreeMap;
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, channel};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use iggy_io::Storage;
 use iggy_node::{Done, GroupKind, Job, Node, Unobserved};
+use iggy_recovery::PartitionKey;
+use iggy_segments::Partition;
 use iggy_vsr::{Destination, Message};
 
 /// The replicas' tick: 10 ms, as the simulator's.
@@ -26,6 +29,82 @@ pub trait Outbox: Send + 'static {
     fn to_replica(&mut self, replica: u8, message: Message);
     /// A reply for a client.
     fn to_client(&mut self, client: u128, message: Message);
+}
+
+/// What readers off the tick thread see of the node, refreshed by the tick thread: the
+/// committed metadata (after each metadata commit, before its reply goes out), the partitions
+/// (for the read pool) and who leads each group (every tick).
+pub struct Views<S: Storage + Clone> {
+    pub metadata: RwLock<Arc<iggy_metadata::State>>,
+    pub partitions: RwLock<BTreeMap<PartitionKey, Arc<Partition<S>>>>,
+    pub leaders: RwLock<BTreeMap<u128, u8>>,
+}
+
+impl<S: Storage + Clone> Views<S> {
+    /// Empty views (a state of `replicas` replicas) until the runtime refreshes them.
+    pub fn new(replicas: u8) -> Arc<Self> {
+        Arc::new(Self {
+            metadata: RwLock::new(Arc::new(iggy_metadata::State::new(replicas))),
+            partitions: RwLock::new(BTreeMap::new()),
+            leaders: RwLock::new(BTreeMap::new()),
+        })
+    }
+
+    pub fn metadata(&self) -> Arc<iggy_metadata::State> {
+        self.metadata
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    pub fn partition(&self, key: PartitionKey) -> Option<Arc<Partition<S>>> {
+        self.partitions
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(&key)
+            .cloned()
+    }
+
+    pub fn leader(&self, group: u128) -> Option<u8> {
+        self.leaders
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(&group)
+            .copied()
+    }
+
+    fn refresh_metadata(&self, node: &Node<S>) {
+        if let Some(state) = node.metadata() {
+            *self
+                .metadata
+                .write()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) = state.clone();
+        }
+        let partitions = node
+            .groups
+            .values()
+            .filter_map(|g| match g.kind {
+                GroupKind::Partition { key, .. } => g.partition().map(|p| (key, p.clone())),
+                GroupKind::Metadata => None,
+            })
+            .collect();
+        *self
+            .partitions
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = partitions;
+    }
+
+    fn refresh_leaders(&self, node: &Node<S>) {
+        let leaders = node
+            .groups
+            .iter()
+            .filter_map(|(id, g)| g.replica.leader().map(|l| (*id, l)))
+            .collect();
+        *self
+            .leaders
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = leaders;
+    }
 }
 
 /// What the tick thread hears.
@@ -79,7 +158,10 @@ impl<S: Storage + Clone + Send + 'static> Runtime<S> {
         outbox: impl Outbox,
         storage_threads: usize,
         (inbox, inputs): (Sender<Input<S>>, Receiver<Input<S>>),
+        views: Arc<Views<S>>,
     ) -> std::io::Result<Self> {
+        views.refresh_metadata(&node);
+        views.refresh_leaders(&node);
         let (jobs, job_queue) = channel::<Work<S>>();
         let job_queue = Arc::new(Mutex::new(job_queue));
         let clock = Clock::default();
@@ -99,7 +181,7 @@ impl<S: Storage + Clone + Send + 'static> Runtime<S> {
         let tick = std::thread::Builder::new()
             .name(format!("node{index}-tick"))
             .spawn(move || {
-                let result = run(node, &inputs, &jobs, outbox);
+                let result = run(node, &inputs, &jobs, outbox, &views);
                 // Closing the job channel ends the storage threads once they drain it.
                 drop(jobs);
                 for thread in pool {
@@ -120,6 +202,11 @@ impl<S: Storage + Clone + Send + 'static> Runtime<S> {
 
     /// A clean stop; returns the shutdown's result (or why the node had stopped before).
     pub fn stop(mut self) -> Result<(), String> {
+        self.stop_in_place()
+    }
+
+    /// [`Runtime::stop`] for an owner that keeps the value.
+    pub fn stop_in_place(&mut self) -> Result<(), String> {
         let _ = self.inbox.send(Input::Stop);
         self.join()
     }
@@ -180,6 +267,7 @@ fn run<S: Storage + Clone>(
     inputs: &Receiver<Input<S>>,
     jobs: &Sender<Work<S>>,
     mut outbox: impl Outbox,
+    views: &Views<S>,
 ) -> Result<(), String> {
     let mut next_tick = Instant::now() + TICK;
     loop {
@@ -210,8 +298,10 @@ fn run<S: Storage + Clone>(
                 }
                 touched.push(group);
                 if group == GroupKind::Metadata.id() {
-                    // A metadata commit may have hosted new groups: they start at once.
+                    // A metadata commit may have hosted new groups: they start at once, and
+                    // readers see the new state before the commit's reply goes out.
                     touched.extend(node.groups.keys().copied());
+                    views.refresh_metadata(&node);
                 }
             }
             Ok(Input::Stop) => return stop(node, inputs, jobs),
@@ -225,6 +315,7 @@ fn run<S: Storage + Clone>(
             for group in &groups {
                 node.tick(*group);
             }
+            views.refresh_leaders(&node);
             touched = groups;
         }
         touched.sort_unstable();

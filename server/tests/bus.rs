@@ -81,7 +81,7 @@ fn bad_peers_and_bad_frames_close_their_connection_and_the_node_goes_on() {
         let (delivered, heard) = channel();
         let (_bus, bound) = bus::start(
             config(0, &peers, b"key"),
-            move |message| {
+            move |_peer, message| {
                 let _ = delivered.send(message);
             },
             counters.clone(),

@@ -18,7 +18,7 @@ use iggy_recovery::{BootConfig, PartitionKey};
 use std::net::SocketAddr;
 
 use iggy_server::bus::{self, BusConfig, BusCounters, BusSender};
-use iggy_server::runtime::{Input, Outbox, Runtime};
+use iggy_server::runtime::{Input, Outbox, Runtime, Views};
 use iggy_superblock::Identity;
 use iggy_vsr::{Config, Message, ReplyStatus, Safeguards};
 
@@ -167,7 +167,14 @@ impl Cluster {
                         peers: inboxes.clone(),
                         replies: reply_tx.clone(),
                     };
-                    Runtime::start(node, storage.clone(), router, 2, (inbox, inputs))
+                    Runtime::start(
+                        node,
+                        storage.clone(),
+                        router,
+                        2,
+                        (inbox, inputs),
+                        Views::new(3),
+                    )
                 }
                 Some(tokio) => {
                     let config = BusConfig {
@@ -182,7 +189,7 @@ impl Cluster {
                     let (bus, _) = tokio
                         .block_on(bus::start(
                             config,
-                            move |message| {
+                            move |_peer, message| {
                                 let _ = deliver.send(Input::Message(message));
                             },
                             counted,
@@ -192,7 +199,14 @@ impl Cluster {
                         bus,
                         replies: reply_tx.clone(),
                     };
-                    Runtime::start(node, storage.clone(), outbox, 2, (inbox, inputs))
+                    Runtime::start(
+                        node,
+                        storage.clone(),
+                        outbox,
+                        2,
+                        (inbox, inputs),
+                        Views::new(3),
+                    )
                 }
             }
             .expect("start");

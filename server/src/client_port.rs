@@ -1,0 +1,731 @@
+//! The client port: the Iggy binary protocol of the pinned SDK (`iggy-protocol`) over TCP.
+//!
+//! Each connection is served in order, one request at a time (the SDK is lockstep): read the
+//! 256-byte header, check it (a header that fails is answered with an eviction and the
+//! connection closed: its framing cannot be trusted), read the body, answer. A body that does not
+//! decode, a command this server does not serve, or a refusal before any group saw the request
+//! is a reply with an error status and an empty body; the connection stays.
+//!
+//! Sessions: only ping is served before login. A login checks the protocol version (an
+//! incompatible client is evicted with the accepted window) and the credentials (wrong ones
+//! evict with `InvalidCredentials`), then registers the client through the metadata group
+//! (`Op::RegisterClient`, session = the server's clock in µs, so a later login of the same client
+//! always carries a higher one) and answers the session, which every later request must echo.
+//!
+//! Writes go to the replica that leads their group: this node's, or another node's over the
+//! replica bus, whose reply comes back the same way (so a client may send anything to any node).
+//! While a group has no primary (a view change), its replica here refuses
+//! (`TransientNotAccepted`, 58: never admitted, the SDK sends it again); no reply within the
+//! deadline is
+//! `TransientNotCommitted` (57: the SDK replays the same request on the same session, which the
+//! group's client table answers if it did commit). Reads (streams, topics, polls, stored offsets)
+//! are served from the runtime's views: the committed metadata and the partitions.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::mpsc::Sender;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use iggy_format::operation;
+use iggy_io::Storage;
+use iggy_metadata::Op;
+use iggy_node::GroupKind;
+use iggy_protocol::header::{HeaderError, peek_size};
+use iggy_protocol::response::{
+    ClusterMetadata, ClusterNode, ConsumerOffsetInfo, LoginReply, POLL_HEADER_SIZE, PollHeader,
+    put_result_ok,
+};
+use iggy_protocol::{
+    Eviction, EvictionReason, HEADER_SIZE, Operation, PollingStrategy, ReplyHeader, Request,
+    RequestHeader, status,
+};
+use iggy_recovery::PartitionKey;
+use iggy_segments::offsets::ConsumerKind;
+use iggy_vsr::{Message, ReplyStatus};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::mpsc;
+
+use crate::runtime::{Clock, Input, Views};
+use crate::translate::{self, Route, TopicDefaults};
+
+/// One node of the roster, as `GetClusterMetadata` lists it.
+#[derive(Clone, Debug)]
+pub struct RosterNode {
+    pub name: String,
+    pub client_address: SocketAddr,
+}
+
+/// What the client port needs to know.
+#[derive(Clone, Debug)]
+pub struct PortConfig {
+    pub cluster: u128,
+    pub cluster_name: String,
+    pub replica: u8,
+    pub roster: Vec<RosterNode>,
+    pub root_username: String,
+    /// XXH3-128 of the salt and the password ([`hash_password`]); the password itself is not
+    /// kept.
+    pub root_password_hash: u128,
+    pub salt: Vec<u8>,
+    /// The largest request taken (header and body).
+    pub max_request_bytes: u32,
+    /// How long a write waits for its group's reply before it is `TransientNotCommitted`.
+    pub reply_deadline: Duration,
+    pub topic_defaults: TopicDefaults,
+    pub server_version: String,
+}
+
+/// The stored form of a password: XXH3-128 over the salt and the password.
+pub fn hash_password(salt: &[u8], password: &str) -> u128 {
+    let mut input = salt.to_vec();
+    input.extend_from_slice(password.as_bytes());
+    twox_hash::XxHash3_128::oneshot(&input)
+}
+
+/// The clients connected to this node, by client id: where their replies go.
+pub type Clients = Arc<Mutex<HashMap<u128, mpsc::UnboundedSender<Message>>>>;
+
+/// Counters for the metrics.
+#[derive(Debug, Default)]
+pub struct PortCounters {
+    pub connections: std::sync::atomic::AtomicU64,
+    pub requests: std::sync::atomic::AtomicU64,
+    pub evictions: std::sync::atomic::AtomicU64,
+    /// Error replies, by status code.
+    pub errors: Mutex<std::collections::BTreeMap<u32, u64>>,
+}
+
+struct Shared<S: Storage + Clone> {
+    config: PortConfig,
+    bus: crate::bus::BusSender,
+    views: Arc<Views<S>>,
+    inbox: Mutex<Sender<Input<S>>>,
+    clients: Clients,
+    clock: Clock,
+    counters: Arc<PortCounters>,
+}
+
+/// Binds the client address and serves connections until the runtime goes away. Returns the
+/// bound address.
+pub async fn start<S: Storage + Clone + Send + Sync + 'static>(
+    address: SocketAddr,
+    config: PortConfig,
+    views: Arc<Views<S>>,
+    inbox: Sender<Input<S>>,
+    clients: Clients,
+    bus: crate::bus::BusSender,
+    counters: Arc<PortCounters>,
+) -> std::io::Result<SocketAddr> {
+    let listener = TcpListener::bind(address).await?;
+    let bound = listener.local_addr()?;
+    let shared = Arc::new(Shared {
+        config,
+        bus,
+        views,
+        inbox: Mutex::new(inbox),
+        clients,
+        clock: Clock::default(),
+        counters,
+    });
+    tokio::spawn(async move {
+        loop {
+            let Ok((stream, peer)) = listener.accept().await else {
+                continue;
+            };
+            let _ = stream.set_nodelay(true);
+            shared
+                .counters
+                .connections
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            tokio::spawn(serve(stream, peer, shared.clone()));
+        }
+    });
+    Ok(bound)
+}
+
+/// A connection's session.
+struct Session {
+    client: u128,
+    session: u64,
+    replies: mpsc::UnboundedReceiver<Message>,
+}
+
+enum Answer {
+    Reply { status: u32, body: Vec<u8>, op: u64 },
+    Evict(EvictionReason),
+}
+
+fn ok(body: Vec<u8>) -> Answer {
+    Answer::Reply {
+        status: 0,
+        body,
+        op: 0,
+    }
+}
+
+fn error(status: u32) -> Answer {
+    Answer::Reply {
+        status,
+        body: Vec::new(),
+        op: 0,
+    }
+}
+
+async fn serve<S: Storage + Clone + Send + Sync + 'static>(
+    mut stream: TcpStream,
+    peer: SocketAddr,
+    shared: Arc<Shared<S>>,
+) {
+    let mut session: Option<Session> = None;
+    let mut balanced = 0u32;
+    let mut header_bytes = [0u8; HEADER_SIZE];
+    loop {
+        if stream.read_exact(&mut header_bytes).await.is_err() {
+            break;
+        }
+        let header = match RequestHeader::decode(&header_bytes, shared.config.max_request_bytes) {
+            Ok(header) => header,
+            Err(reason) => {
+                let client =
+                    u128::from_le_bytes(header_bytes[128..144].try_into().unwrap_or([0; 16]));
+                let eviction = match reason {
+                    HeaderError::Operation(_) => EvictionReason::InvalidRequestOperation,
+                    HeaderError::SizeAboveLimit { .. } | HeaderError::SizeBelowHeader { .. } => {
+                        EvictionReason::InvalidRequestBodySize
+                    }
+                    HeaderError::NoSession { .. } => EvictionReason::NoSession,
+                    _ => EvictionReason::InvalidRequestBody,
+                };
+                tracing::info!(%peer, %reason, size = peek_size(&header_bytes), "client port: a request header refused; evicting");
+                shared
+                    .counters
+                    .evictions
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let _ = stream
+                    .write_all(&Eviction::new(client, eviction).encode())
+                    .await;
+                break;
+            }
+        };
+        let mut body = vec![0u8; header.body_len()];
+        if stream.read_exact(&mut body).await.is_err() {
+            break;
+        }
+        shared
+            .counters
+            .requests
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let answer = answer(&shared, &header, &body, &mut session, &mut balanced).await;
+        let bytes = match answer {
+            Answer::Reply { status, body, op } => {
+                if status != 0 {
+                    *shared
+                        .counters
+                        .errors
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                        .entry(status)
+                        .or_default() += 1;
+                }
+                let mut reply =
+                    ReplyHeader::answering(&header, if status == 0 { body.len() } else { 0 });
+                reply.status = status;
+                reply.op = op;
+                reply.commit = op;
+                reply.replica = shared.config.replica;
+                let mut bytes = reply.encode().to_vec();
+                if status == 0 {
+                    bytes.extend_from_slice(&body);
+                }
+                bytes
+            }
+            Answer::Evict(reason) => {
+                shared
+                    .counters
+                    .evictions
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let _ = stream
+                    .write_all(&Eviction::new(header.client, reason).encode())
+                    .await;
+                break;
+            }
+        };
+        if stream.write_all(&bytes).await.is_err() {
+            break;
+        }
+    }
+    if let Some(session) = session {
+        shared
+            .clients
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(&session.client);
+    }
+}
+
+async fn answer<S: Storage + Clone + Send + Sync + 'static>(
+    shared: &Arc<Shared<S>>,
+    header: &RequestHeader,
+    body: &[u8],
+    session: &mut Option<Session>,
+    balanced: &mut u32,
+) -> Answer {
+    let request = match Request::decode(header.code, body) {
+        Ok(request) => request,
+        Err(_) if header.operation == Operation::Register => {
+            return Answer::Evict(EvictionReason::MalformedLogin);
+        }
+        Err(_) => return error(status::INVALID_FORMAT),
+    };
+    match &request {
+        Request::Ping => return ok(Vec::new()),
+        Request::LoginRegister {
+            version,
+            username,
+            password,
+            ..
+        } => {
+            return login(
+                shared,
+                header,
+                version.protocol,
+                username,
+                password,
+                session,
+            )
+            .await;
+        }
+        Request::LoginRegisterWithToken { .. } => {
+            return Answer::Evict(EvictionReason::InvalidToken);
+        }
+        _ => {}
+    }
+    let Some(current) = session.as_mut() else {
+        return error(status::UNAUTHENTICATED);
+    };
+    if header.client != current.client
+        || (header.operation != Operation::NonReplicated && header.session != current.session)
+    {
+        return error(status::STALE_CLIENT);
+    }
+    match &request {
+        Request::Logout => return ok(Vec::new()),
+        Request::GetClusterMetadata => return ok(cluster_metadata(shared)),
+        _ => {}
+    }
+    let state = shared.views.metadata();
+    match translate::route(&request, &state, &shared.config.topic_defaults, balanced) {
+        Route::Answer(body) => ok(body),
+        Route::Refuse(code) => error(code),
+        Route::Metadata(op) => {
+            let Ok(encoded) = iggy_metadata::codec::encode_op(&op) else {
+                return error(status::INVALID_FORMAT);
+            };
+            let (op_number, reply) = match submit(
+                shared,
+                current,
+                GroupKind::Metadata.id(),
+                header.request,
+                operation::METADATA,
+                encoded,
+            )
+            .await
+            {
+                Ok(reply) => reply,
+                Err(code) => return error(code),
+            };
+            let Ok(decoded) = iggy_metadata::codec::decode_reply(&reply) else {
+                return error(status::ERROR);
+            };
+            Answer::Reply {
+                status: 0,
+                body: translate::metadata_reply(&op, &decoded, &shared.views.metadata()),
+                op: op_number,
+            }
+        }
+        Route::Messages { key, batch } => {
+            if iggy_format::batch::decode(&batch).is_err() {
+                return error(status::INVALID_MESSAGE_CHECKSUM);
+            }
+            match submit(
+                shared,
+                current,
+                key.group_id(),
+                header.request,
+                operation::MESSAGES,
+                batch,
+            )
+            .await
+            {
+                Ok((op, reply)) => {
+                    let base_offset = reply
+                        .get(..8)
+                        .and_then(|b| b.try_into().ok())
+                        .map_or(0, u64::from_le_bytes);
+                    Answer::Reply {
+                        status: 0,
+                        body: translate::send_reply(key, base_offset),
+                        op,
+                    }
+                }
+                Err(code) => error(code),
+            }
+        }
+        Route::StoreOffset { key, body } => {
+            match submit(
+                shared,
+                current,
+                key.group_id(),
+                header.request,
+                operation::CONSUMER_OFFSET,
+                body,
+            )
+            .await
+            {
+                Ok((op, _)) => Answer::Reply {
+                    status: 0,
+                    body: translate::offset_stored_reply(),
+                    op,
+                },
+                Err(code) => error(code),
+            }
+        }
+        Route::Poll {
+            key,
+            consumer,
+            strategy,
+            count,
+            ..
+        } => {
+            let views = shared.views.clone();
+            tokio::task::spawn_blocking(move || poll(&views, key, consumer, strategy, count))
+                .await
+                .unwrap_or(Err(status::ERROR))
+                .map_or_else(error, ok)
+        }
+        Route::GetOffset { key, consumer } => {
+            let views = shared.views.clone();
+            tokio::task::spawn_blocking(move || stored_offset(&views, key, consumer))
+                .await
+                .unwrap_or(Err(status::ERROR))
+                .map_or_else(error, ok)
+        }
+    }
+}
+
+async fn login<S: Storage + Clone + Send + Sync + 'static>(
+    shared: &Arc<Shared<S>>,
+    header: &RequestHeader,
+    protocol: u32,
+    username: &str,
+    password: &str,
+    session: &mut Option<Session>,
+) -> Answer {
+    if !iggy_protocol::codes::is_compatible(protocol) {
+        return Answer::Evict(EvictionReason::IncompatibleProtocol);
+    }
+    let config = &shared.config;
+    if username != config.root_username
+        || hash_password(&config.salt, password) != config.root_password_hash
+    {
+        return Answer::Evict(EvictionReason::InvalidCredentials);
+    }
+    let (sender, replies) = mpsc::unbounded_channel();
+    shared
+        .clients
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .insert(header.client, sender);
+    let number = shared.clock.now_us();
+    let mut fresh = Session {
+        client: header.client,
+        session: number,
+        replies,
+    };
+    let op = Op::RegisterClient {
+        client: header.client,
+        session: number,
+    };
+    let Ok(encoded) = iggy_metadata::codec::encode_op(&op) else {
+        return error(status::ERROR);
+    };
+    let (op_number, reply) = match submit(
+        shared,
+        &mut fresh,
+        GroupKind::Metadata.id(),
+        header.request,
+        operation::METADATA,
+        encoded,
+    )
+    .await
+    {
+        Ok(reply) => reply,
+        Err(code) => return error(code),
+    };
+    if !matches!(
+        iggy_metadata::codec::decode_reply(&reply),
+        Ok(iggy_metadata::codec::Reply::Applied(_))
+    ) {
+        return error(status::STALE_CLIENT);
+    }
+    let mut body = Vec::new();
+    put_result_ok(&mut body);
+    LoginReply {
+        user_id: 0,
+        session: number,
+        protocol: iggy_protocol::PROTOCOL_VERSION,
+        server_version: config.server_version.clone(),
+    }
+    .put(&mut body);
+    *session = Some(fresh);
+    Answer::Reply {
+        status: 0,
+        body,
+        op: op_number,
+    }
+}
+
+/// Sends a request to this node's replica of `group` and waits for its reply: the op and body
+/// of a committed one, or the status to answer.
+async fn submit<S: Storage + Clone + Send + Sync + 'static>(
+    shared: &Arc<Shared<S>>,
+    session: &mut Session,
+    group: u128,
+    request: u64,
+    operation: u32,
+    body: Vec<u8>,
+) -> Result<(u64, Vec<u8>), u32> {
+    let message = Message::Request {
+        cluster: shared.config.cluster,
+        group,
+        client: session.client,
+        request,
+        operation,
+        body,
+    };
+    // A request for a group another node leads goes to that node's replica over the bus; its
+    // reply comes back the same way (`ServerOutbox`). Unknown leader (a view change): to this
+    // node's replica, which refuses until the group has a primary again.
+    match shared.views.leader(group) {
+        Some(leader) if leader != shared.config.replica => shared.bus.send(leader, message),
+        _ => {
+            let sent = shared
+                .inbox
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .send(Input::Message(message));
+            if sent.is_err() {
+                return Err(status::TRANSIENT_NOT_ACCEPTED);
+            }
+        }
+    }
+    let deadline = tokio::time::Instant::now() + shared.config.reply_deadline;
+    loop {
+        let Ok(Some(reply)) = tokio::time::timeout_at(deadline, session.replies.recv()).await
+        else {
+            return Err(status::TRANSIENT_NOT_COMMITTED);
+        };
+        let Message::Reply {
+            request: answered,
+            op,
+            status: reply_status,
+            body,
+            from,
+            ..
+        } = reply
+        else {
+            continue;
+        };
+        if answered != request || from.group != group {
+            continue;
+        }
+        return match reply_status {
+            ReplyStatus::Committed => Ok((op, body)),
+            ReplyStatus::NotAccepted => Err(status::TRANSIENT_NOT_ACCEPTED),
+            ReplyStatus::NotCommitted => Err(status::TRANSIENT_NOT_COMMITTED),
+        };
+    }
+}
+
+fn cluster_metadata<S: Storage + Clone>(shared: &Shared<S>) -> Vec<u8> {
+    let leader = shared.views.leader(GroupKind::Metadata.id());
+    let nodes = shared
+        .config
+        .roster
+        .iter()
+        .zip(0u8..)
+        .map(|(node, index)| ClusterNode {
+            name: node.name.clone(),
+            ip: node.client_address.ip().to_string(),
+            tcp_port: node.client_address.port(),
+            quic_port: 0,
+            http_port: 0,
+            websocket_port: 0,
+            role: u8::from(leader != Some(index)),
+            status: 0,
+        })
+        .collect();
+    let mut out = Vec::new();
+    ClusterMetadata {
+        name: shared.config.cluster_name.clone(),
+        nodes,
+    }
+    .put(&mut out);
+    out
+}
+
+/// The largest poll answer, in batch bytes.
+const POLL_BYTES_MAX: u64 = 1 << 20;
+
+/// Reads up to `count` messages of a partition from where `strategy` says: whole committed
+/// batches, the first holding the start offset.
+fn poll<S: Storage + Clone>(
+    views: &Views<S>,
+    key: PartitionKey,
+    consumer: u32,
+    strategy: PollingStrategy,
+    count: u32,
+) -> Result<Vec<u8>, u32> {
+    let partition = views.partition(key).ok_or(status::PARTITION_NOT_FOUND)?;
+    let next = partition.next_offset();
+    let start = match strategy {
+        PollingStrategy::Offset(offset) => offset,
+        PollingStrategy::First => partition.first_offset(),
+        PollingStrategy::Last => next.saturating_sub(u64::from(count.max(1))),
+        PollingStrategy::Next => partition
+            .offsets()
+            .get(ConsumerKind::Consumer, consumer)
+            .map_err(|_| status::ERROR)?
+            .map_or(0, |stored| stored.offset + 1),
+        PollingStrategy::Timestamp(timestamp) => partition
+            .find_by_timestamp(timestamp)
+            .map_err(|_| status::ERROR)?
+            .unwrap_or(next),
+    };
+    let mut out = Vec::new();
+    let mut messages = 0u32;
+    if start < next && count > 0 {
+        let batches = partition
+            .read_through(start, POLL_BYTES_MAX, partition.committed())
+            .map_err(|_| status::ERROR)?;
+        let mut bytes = Vec::new();
+        for batch in batches {
+            if messages >= count {
+                break;
+            }
+            messages = messages.saturating_add(batch.header.message_count);
+            bytes.extend_from_slice(&batch.bytes);
+        }
+        out.reserve(POLL_HEADER_SIZE + bytes.len());
+        PollHeader {
+            partition_id: key.partition.saturating_sub(1),
+            current_offset: next.saturating_sub(1),
+            messages_count: messages,
+        }
+        .put(&mut out);
+        out.extend_from_slice(&bytes);
+    } else {
+        PollHeader {
+            partition_id: key.partition.saturating_sub(1),
+            current_offset: next.saturating_sub(1),
+            messages_count: 0,
+        }
+        .put(&mut out);
+    }
+    Ok(out)
+}
+
+fn stored_offset<S: Storage + Clone>(
+    views: &Views<S>,
+    key: PartitionKey,
+    consumer: u32,
+) -> Result<Vec<u8>, u32> {
+    let partition = views.partition(key).ok_or(status::PARTITION_NOT_FOUND)?;
+    let stored = partition
+        .offsets()
+        .get(ConsumerKind::Consumer, consumer)
+        .map_err(|_| status::ERROR)?;
+    let mut out = Vec::new();
+    if let Some(stored) = stored {
+        ConsumerOffsetInfo {
+            partition_id: key.partition.saturating_sub(1),
+            current_offset: partition.next_offset().saturating_sub(1),
+            stored_offset: stored.offset,
+        }
+        .put(&mut out);
+    }
+    Ok(out)
+}
+
+/// Which peer forwarded each client's latest request to this node (its replies go back there).
+pub type Forwarded = Arc<Mutex<HashMap<u128, u8>>>;
+
+/// Where a server node's replicas' messages go: peers over the bus; a reply to the connection of
+/// the client it answers, or, for a request a peer forwarded, back to that peer.
+pub struct ServerOutbox {
+    pub bus: crate::bus::BusSender,
+    pub clients: Clients,
+    pub forwarded: Forwarded,
+}
+
+impl crate::runtime::Outbox for ServerOutbox {
+    fn to_replica(&mut self, replica: u8, message: Message) {
+        self.bus.send(replica, message);
+    }
+
+    fn to_client(&mut self, client: u128, message: Message) {
+        if let Some(connection) = self
+            .clients
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(&client)
+        {
+            let _ = connection.send(message);
+            return;
+        }
+        let forwarder = self
+            .forwarded
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(&client)
+            .copied();
+        if let Some(peer) = forwarder {
+            self.bus.send(peer, message);
+        }
+    }
+}
+
+/// What the bus delivers on a server node: a reply goes to its client's connection here (it
+/// answers a request this node forwarded); a request a peer forwarded is noted (its reply goes
+/// back there) and goes to the replica; everything else goes to the replica.
+pub fn deliver_from_bus<S: Storage + Clone>(
+    peer: u8,
+    message: Message,
+    inbox: &Sender<Input<S>>,
+    clients: &Clients,
+    forwarded: &Forwarded,
+) {
+    match &message {
+        Message::Reply { client, .. } => {
+            if let Some(connection) = clients
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .get(client)
+            {
+                let _ = connection.send(message);
+            }
+        }
+        Message::Request { client, .. } => {
+            forwarded
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .insert(*client, peer);
+            let _ = inbox.send(Input::Message(message));
+        }
+        _ => {
+            let _ = inbox.send(Input::Message(message));
+        }
+    }
+}

@@ -1,0 +1,483 @@
+//! Three server nodes on loopback (real files, the TCP replica bus, the client port) and a client
+//! that speaks the SDK's wire with `iggy-protocol`: the session rules, the metadata commands, a
+//! send to each partition's primary, polls and consumer offsets, and the refusals that keep the
+//! connection or end it. Every read has a deadline that fails the test.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::time::Duration;
+
+use iggy_io::OsStorage;
+use iggy_node::NodeConfig;
+use iggy_protocol::primitives::OptionEntry;
+use iggy_protocol::response::{
+    ClusterMetadata, ConsumerOffsetInfo, LoginReply, PollHeader, read_send_confirmations,
+    read_stream_details, read_streams, read_topic_details, split_result,
+};
+use iggy_protocol::{
+    ClientVersion, Consumer, Eviction, EvictionReason, HEADER_SIZE, Identifier, Operation,
+    Partitioning, PollingStrategy, Reader, ReplyHeader, Request, RequestHeader, status,
+};
+use iggy_recovery::BootConfig;
+use iggy_recovery::populate::FirstView;
+use iggy_server::bus::BusConfig;
+use iggy_server::client_port::{PortConfig, RosterNode, hash_password};
+use iggy_server::process::{Listen, ServerNode};
+use iggy_server::translate::TopicDefaults;
+use iggy_superblock::Identity;
+use iggy_vsr::{Config, Safeguards};
+
+const CLUSTER: u128 = 0x1991;
+
+fn boot_config(incarnation: u64) -> BootConfig {
+    BootConfig {
+        metadata_file_size_bytes: 1 << 20,
+        segment_size_bytes: 1 << 20,
+        index_interval_bytes: 4096,
+        ..BootConfig::new(incarnation)
+    }
+}
+
+fn free_addresses(count: usize) -> Vec<SocketAddr> {
+    let listeners: Vec<std::net::TcpListener> = (0..count)
+        .map(|_| std::net::TcpListener::bind("127.0.0.1:0").expect("bind"))
+        .collect();
+    listeners
+        .iter()
+        .map(|l| l.local_addr().expect("address"))
+        .collect()
+}
+
+struct Cluster {
+    nodes: Vec<ServerNode<OsStorage>>,
+    _dirs: Vec<tempfile::TempDir>,
+}
+
+fn start_cluster() -> Cluster {
+    let replica_addresses = free_addresses(3);
+    let client_addresses = free_addresses(3);
+    let roster: Vec<RosterNode> = client_addresses
+        .iter()
+        .enumerate()
+        .map(|(i, a)| RosterNode {
+            name: format!("node-{i}"),
+            client_address: *a,
+        })
+        .collect();
+    let dirs: Vec<tempfile::TempDir> = (0..3)
+        .map(|_| tempfile::tempdir().expect("tempdir"))
+        .collect();
+    let mut nodes = Vec::new();
+    for (i, dir) in (0u8..).zip(&dirs) {
+        let storage = OsStorage::open(dir.path()).expect("open");
+        let identity = Identity {
+            cluster: CLUSTER,
+            replica: i,
+            replica_count: 3,
+        };
+        iggy_recovery::populate::genesis(
+            &storage,
+            identity,
+            &boot_config(0),
+            &[],
+            &[],
+            FirstView::Zero,
+        )
+        .expect("a new node");
+        let node_config = NodeConfig {
+            cluster: CLUSTER,
+            replica: i,
+            replicas: 3,
+            vsr: Config::default(),
+            safeguards: Safeguards::default(),
+            checkpoint_bytes: 4 << 20,
+            repair_ration: true,
+            boot: boot_config(u64::from(i) << 48 | 1),
+            mirror_metadata: true,
+        };
+        let bus = BusConfig {
+            cluster: CLUSTER,
+            replica: i,
+            peers: replica_addresses.clone(),
+            key: b"secret".to_vec(),
+        };
+        let port = PortConfig {
+            cluster: CLUSTER,
+            cluster_name: "test".into(),
+            replica: i,
+            roster: roster.clone(),
+            root_username: "iggy".into(),
+            root_password_hash: hash_password(b"salt", "iggy"),
+            salt: b"salt".to_vec(),
+            max_request_bytes: 8 << 20,
+            reply_deadline: Duration::from_secs(10),
+            topic_defaults: TopicDefaults {
+                segment_size_bytes: 1 << 20,
+                durability: iggy_metadata::Durability::Replicated,
+                replication_factor: 3,
+            },
+            server_version: "0.1.0".into(),
+        };
+        let listen = Listen {
+            client: client_addresses[usize::from(i)],
+            storage_threads: 2,
+            network_threads: 1,
+        };
+        nodes.push(
+            ServerNode::start(storage, &node_config, bus, port, &listen).expect("the node starts"),
+        );
+    }
+    Cluster { nodes, _dirs: dirs }
+}
+
+/// A lockstep client on the SDK's wire.
+struct Client {
+    stream: TcpStream,
+    client: u128,
+    request: u64,
+    session: u64,
+}
+
+enum Answer {
+    Reply(ReplyHeader, Vec<u8>),
+    Evicted(Eviction),
+}
+
+impl Client {
+    fn connect(address: SocketAddr, client: u128) -> Self {
+        let stream = TcpStream::connect(address).expect("connect");
+        stream
+            .set_read_timeout(Some(Duration::from_secs(30)))
+            .expect("timeout");
+        Self {
+            stream,
+            client,
+            request: 0,
+            session: 0,
+        }
+    }
+
+    fn send_raw(&mut self, header: &RequestHeader, body: &[u8]) -> Answer {
+        self.stream
+            .write_all(&header.encode())
+            .expect("write header");
+        self.stream.write_all(body).expect("write body");
+        let mut head = [0u8; HEADER_SIZE];
+        self.stream
+            .read_exact(&mut head)
+            .expect("a reply within 30 s");
+        if head[60] == 13 {
+            return Answer::Evicted(Eviction::decode(&head).expect("eviction"));
+        }
+        let reply = ReplyHeader::decode(&head).expect("a reply header");
+        let mut body = vec![0u8; reply.size as usize - HEADER_SIZE];
+        self.stream.read_exact(&mut body).expect("the reply body");
+        assert_eq!(
+            (reply.client, reply.request),
+            (self.client, header.request),
+            "echoes"
+        );
+        Answer::Reply(reply, body)
+    }
+
+    fn call(&mut self, request: &Request) -> Answer {
+        let (code, body) = request.encode();
+        let operation = Operation::for_code(code);
+        let (number, session) = match operation {
+            Operation::Register => (0, 0),
+            Operation::NonReplicated => (self.request, self.session),
+            _ => {
+                self.request += 1;
+                (self.request, self.session)
+            }
+        };
+        let header = RequestHeader {
+            size: u32::try_from(HEADER_SIZE + body.len()).expect("a small request"),
+            client: self.client,
+            request_checksum: 0,
+            timestamp: 0,
+            request: number,
+            operation,
+            session,
+            user_id: 0,
+            code,
+        };
+        self.send_raw(&header, &body)
+    }
+
+    /// The reply's status and body (panics on an eviction).
+    fn ask(&mut self, request: &Request) -> (u32, Vec<u8>) {
+        match self.call(request) {
+            Answer::Reply(header, body) => (header.status, body),
+            Answer::Evicted(e) => panic!("evicted: {:?}", e.reason),
+        }
+    }
+
+    /// Like [`Client::ask`], resending on `TransientNotAccepted` as the SDK does (the request
+    /// was never admitted: a group still starting its view); at most 500 times, 10 ms apart.
+    fn ask_until_accepted(&mut self, request: &Request) -> (u32, Vec<u8>) {
+        for _ in 0..500 {
+            let (code, body) = self.ask(request);
+            if code != status::TRANSIENT_NOT_ACCEPTED {
+                return (code, body);
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        panic!("never accepted: {request:?}");
+    }
+
+    fn login(&mut self, password: &str) -> Answer {
+        let mut answer = self.login_once(password);
+        for _ in 0..500 {
+            match &answer {
+                Answer::Reply(header, _) if header.status == status::TRANSIENT_NOT_ACCEPTED => {
+                    std::thread::sleep(Duration::from_millis(10));
+                    answer = self.login_once(password);
+                }
+                _ => break,
+            }
+        }
+        answer
+    }
+
+    fn login_once(&mut self, password: &str) -> Answer {
+        let answer = self.call(&Request::LoginRegister {
+            version: ClientVersion {
+                protocol: iggy_protocol::PROTOCOL_VERSION,
+                sdk_name: "test".into(),
+                sdk_version: "0".into(),
+            },
+            username: "iggy".into(),
+            password: password.into(),
+            context: None,
+        });
+        if let Answer::Reply(header, body) = &answer
+            && header.status == 0
+        {
+            let payload = split_result(body).expect("framed").expect("a session");
+            let reply = LoginReply::read(&mut Reader::new(payload)).expect("login reply");
+            assert_ne!(reply.session, 0);
+            self.session = reply.session;
+        }
+        answer
+    }
+}
+
+fn batch(messages: &[&[u8]]) -> Vec<u8> {
+    let messages: Vec<iggy_format::batch::NewMessage> = messages
+        .iter()
+        .zip(0u32..)
+        .map(|(payload, i)| iggy_format::batch::NewMessage {
+            id: u128::from(i) + 1,
+            timestamp_delta: i,
+            payload: payload.to_vec(),
+            user_headers: Vec::new(),
+        })
+        .collect();
+    iggy_format::batch::encode(1_700_000_000_000_000, &messages).expect("batch")
+}
+
+#[test]
+fn a_client_on_the_sdks_wire_creates_sends_polls_and_stores_offsets() {
+    let cluster = start_cluster();
+    let addresses: Vec<SocketAddr> = cluster.nodes.iter().map(|n| n.client_address).collect();
+    let mut client = Client::connect(addresses[0], 0xabc);
+
+    // Before login: ping only. A read is refused with a status; a write without a session
+    // cannot even be framed as one (the SDK never sends it) and ends the connection.
+    assert_eq!(client.ask(&Request::Ping), (0, vec![]));
+    assert_eq!(client.ask(&Request::GetStreams).0, status::UNAUTHENTICATED);
+    let create = Request::CreateStream {
+        name: "orders".into(),
+        options: vec![],
+    };
+    let Answer::Evicted(eviction) = client.call(&create) else {
+        panic!("a write without a session was taken")
+    };
+    assert_eq!(eviction.reason, EvictionReason::NoSession);
+    let mut client = Client::connect(addresses[0], 0xabc);
+
+    // A wrong password ends the connection with an eviction.
+    let Answer::Evicted(eviction) = client.login("wrong") else {
+        panic!("a wrong password was let in")
+    };
+    assert_eq!(eviction.reason, EvictionReason::InvalidCredentials);
+    let mut client = Client::connect(addresses[0], 0xabc);
+    assert!(matches!(client.login("iggy"), Answer::Reply(..)));
+
+    let (code, body) = client.ask(&Request::GetClusterMetadata);
+    assert_eq!(code, 0);
+    let metadata = ClusterMetadata::read(&mut Reader::new(&body)).expect("cluster metadata");
+    assert_eq!(metadata.nodes.len(), 3);
+    assert_eq!(
+        metadata.nodes.iter().filter(|n| n.role == 0).count(),
+        1,
+        "one leader"
+    );
+    assert_eq!(metadata.nodes[0].tcp_port, addresses[0].port());
+
+    let (code, body) = client.ask_until_accepted(&create);
+    assert_eq!(code, 0);
+    let (stream, _) =
+        read_stream_details(split_result(&body).expect("framed").expect("ok")).expect("stream");
+    assert_eq!((stream.id, stream.name.as_str()), (0, "orders"));
+    let (code, body) = client.ask_until_accepted(&create);
+    assert_eq!(code, 0, "a refusal is a result section, not a status");
+    assert_eq!(
+        split_result(&body).expect("framed"),
+        Err(status::STREAM_NAME_ALREADY_EXISTS)
+    );
+
+    let (code, body) = client.ask_until_accepted(&Request::CreateTopic {
+        stream: Identifier::Numeric(0),
+        partitions: 3,
+        name: "payments".into(),
+        options: vec![
+            OptionEntry::string("consumer_offset_durability", "replicated"),
+            OptionEntry::string("durability", "persisted"),
+        ],
+    });
+    assert_eq!(code, 0);
+    let (topic, partitions) =
+        read_topic_details(split_result(&body).expect("framed").expect("ok")).expect("topic");
+    assert_eq!((topic.name.as_str(), partitions.len()), ("payments", 3));
+    assert_eq!(
+        topic.options[0],
+        OptionEntry::string("durability", "persisted")
+    );
+    let (_, body) = client.ask(&Request::GetStreams);
+    assert_eq!(read_streams(&body).expect("streams").len(), 1);
+
+    // A send to each partition through a different node: each takes it, whichever node leads
+    // the partition (a node that does not forwards the request to the one that does, over the
+    // replica bus, and the reply comes back the same way).
+    let mut sessions: Vec<Client> = Vec::new();
+    for (i, address) in addresses.iter().enumerate() {
+        let mut c = Client::connect(*address, 0x100 + i as u128);
+        assert!(matches!(c.login("iggy"), Answer::Reply(..)));
+        assert_ne!(c.session, 0, "node {i} logged the client in");
+        sessions.push(c);
+    }
+    let mut forwarded = 0;
+    for partition in 0..3u32 {
+        let send = Request::SendMessages {
+            stream: Identifier::Name("orders".into()),
+            topic: Identifier::Name("payments".into()),
+            partitioning: Partitioning::PartitionId(partition),
+            count: 2,
+            batch: batch(&[b"first", b"second"]),
+        };
+        let via = partition as usize;
+        let (code, body) = sessions[via].ask_until_accepted(&send);
+        assert_eq!(code, 0, "partition {partition} via node {via}");
+        let confirmations = read_send_confirmations(&body).expect("confirmation");
+        assert_eq!(
+            (confirmations[0].partition_id, confirmations[0].base_offset),
+            (partition, 0)
+        );
+        let group = iggy_recovery::PartitionKey {
+            stream: 1,
+            topic: 1,
+            partition: partition + 1,
+        }
+        .group_id();
+        if cluster.nodes[via].views.leader(group).map(usize::from) != Some(via) {
+            forwarded += 1;
+        }
+    }
+    assert!(
+        forwarded > 0,
+        "the primaries are spread, so some send went through another node"
+    );
+    // Polls read committed data where it is committed first: on the partition's primary.
+    let leaders: Vec<usize> = (0..3u32)
+        .map(|p| {
+            let group = iggy_recovery::PartitionKey {
+                stream: 1,
+                topic: 1,
+                partition: p + 1,
+            }
+            .group_id();
+            usize::from(cluster.nodes[0].views.leader(group).expect("a primary"))
+        })
+        .collect();
+
+    // Polls on the leader read what was committed.
+    for (partition, node) in (0u32..).zip(&leaders) {
+        let session = &mut sessions[*node];
+        let consumer = Consumer {
+            group: false,
+            id: Identifier::Numeric(1),
+        };
+        let (code, body) = session.ask(&Request::PollMessages {
+            consumer: consumer.clone(),
+            stream: Identifier::Numeric(0),
+            topic: Identifier::Numeric(0),
+            partition: Some(partition),
+            strategy: PollingStrategy::Offset(0),
+            count: 10,
+            auto_commit: false,
+        });
+        assert_eq!(code, 0);
+        let (header, batches) = PollHeader::read(&body).expect("poll");
+        assert_eq!((header.messages_count, header.current_offset), (2, 1));
+        let batch = iggy_format::batch::decode(batches).expect("a stored batch");
+        let payloads: Vec<&[u8]> = batch.messages().map(|m| m.payload).collect();
+        assert_eq!(payloads, vec![&b"first"[..], &b"second"[..]]);
+
+        let offset_of = |session: &mut Client| {
+            let (code, body) = session.ask(&Request::GetConsumerOffset {
+                consumer: consumer.clone(),
+                stream: Identifier::Numeric(0),
+                topic: Identifier::Numeric(0),
+                partition: Some(partition),
+            });
+            assert_eq!(code, 0);
+            ConsumerOffsetInfo::read(&body).expect("offset")
+        };
+        assert_eq!(offset_of(session), None);
+        let (code, body) = session.ask(&Request::StoreConsumerOffset {
+            consumer: consumer.clone(),
+            stream: Identifier::Numeric(0),
+            topic: Identifier::Numeric(0),
+            partition: Some(partition),
+            offset: 1,
+            ack: 1,
+        });
+        assert_eq!(
+            (code, split_result(&body).expect("framed")),
+            (0, Ok(&[][..]))
+        );
+        assert_eq!(offset_of(session).map(|o| o.stored_offset), Some(1));
+    }
+
+    // A command this server does not serve is an error status; the connection stays.
+    let (code, body) = client.ask(&Request::Other { code: 10 });
+    assert_eq!((code, body.len()), (status::INVALID_COMMAND, 0));
+    assert_eq!(client.ask(&Request::Ping), (0, vec![]));
+    // A header no client sends ends the connection with an eviction.
+    let mut bad = RequestHeader {
+        size: 256,
+        client: client.client,
+        request_checksum: 0,
+        timestamp: 0,
+        request: 0,
+        operation: Operation::NonReplicated,
+        session: client.session,
+        user_id: 0,
+        code: 1,
+    }
+    .encode();
+    bad[176] = 64;
+    client.stream.write_all(&bad).expect("write");
+    let mut head = [0u8; HEADER_SIZE];
+    client.stream.read_exact(&mut head).expect("an eviction");
+    assert_eq!(
+        Eviction::decode(&head).expect("eviction").reason,
+        EvictionReason::InvalidRequestOperation
+    );
+
+    for node in cluster.nodes {
+        node.stop().expect("a clean stop");
+    }
+}
