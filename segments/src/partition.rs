@@ -236,6 +236,14 @@ impl<S: Storage + Clone> Partition<S> {
     pub fn prepare_shutdown(&self) -> Result<(), PartitionError> {
         self.wal.publish_synced()?;
         self.lock_superblock().ensure_healthy()?;
+        // The head segment's index, as `close` writes it: without it every boot after a clean
+        // shutdown rebuilt it, and `iggy-fsck` called a cleanly stopped node one to repair.
+        let state = self.lock();
+        if let Some(head) = state.segments.last()
+            && head.info.batches > 0
+        {
+            self.write_index(&head.info)?;
+        }
         Ok(())
     }
 

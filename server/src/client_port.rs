@@ -218,6 +218,9 @@ async fn serve<S: Storage + Clone + Send + Sync + 'static>(
             .requests
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let answer = answer(&shared, &header, &body, &mut session, &mut balanced).await;
+        if let Answer::Reply { status, .. } = &answer {
+            tracing::debug!(%peer, code = header.code, operation = ?header.operation, request = header.request, status, "client port: answered");
+        }
         let bytes = match answer {
             Answer::Reply { status, body, op } => {
                 if status != 0 {

@@ -7,6 +7,7 @@
 
 pub mod bus;
 pub mod client_port;
+pub mod config;
 pub mod process;
 pub mod runtime;
 pub mod translate;

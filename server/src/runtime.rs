@@ -211,6 +211,11 @@ impl<S: Storage + Clone + Send + 'static> Runtime<S> {
         self.join()
     }
 
+    /// Whether the tick thread ended (a halt, or after a stop).
+    pub fn finished(&self) -> bool {
+        self.tick.as_ref().is_none_or(JoinHandle::is_finished)
+    }
+
     /// Waits for the tick thread: a halt returns its reason.
     pub fn join(&mut self) -> Result<(), String> {
         match self.tick.take() {
@@ -275,8 +280,14 @@ fn run<S: Storage + Clone>(
         match inputs.recv_timeout(next_tick.saturating_duration_since(Instant::now())) {
             Ok(Input::Message(message)) => {
                 let group = message.group();
+                let refusal = refusal_for(node.index, &message);
                 if node.deliver(group, message).is_some() {
                     touched.push(group);
+                } else if let Some((client, reply)) = refusal {
+                    // A request for a group this node does not host (yet: it learns of a new
+                    // partition when it executes the metadata commit) was never admitted:
+                    // the client may send it again, here or anywhere.
+                    outbox.to_client(client, reply);
                 }
             }
             Ok(Input::Done(done)) => {
@@ -378,4 +389,34 @@ fn stop<S: Storage + Clone>(
         }
     }
     node.shutdown()
+}
+
+/// The `NotAccepted` reply to `message` if it is a client's request.
+fn refusal_for(index: u8, message: &Message) -> Option<(u128, Message)> {
+    let Message::Request {
+        cluster,
+        group,
+        client,
+        request,
+        ..
+    } = message
+    else {
+        return None;
+    };
+    Some((
+        *client,
+        Message::Reply {
+            from: iggy_vsr::From {
+                cluster: *cluster,
+                group: *group,
+                replica: index,
+                view: 0,
+            },
+            client: *client,
+            request: *request,
+            op: 0,
+            status: iggy_vsr::ReplyStatus::NotAccepted,
+            body: Vec::new(),
+        },
+    ))
 }

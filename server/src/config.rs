@@ -1,0 +1,189 @@
+//! A node's configuration: a TOML file, with flags over it. Every key is in `docs/server.md`.
+//!
+//! ```toml
+//! cluster_id = 6545             # the same on every node (a number; hex as "0x1991")
+//! cluster_name = "iggy"
+//! cluster_key = "change me"     # the same on every node: the replica bus refuses peers without it
+//! replica = 0                   # this node's index in `nodes`
+//! data_dir = "/var/lib/iggy"
+//!
+//! [[nodes]]                     # every node of the cluster, in index order
+//! name = "node-0"
+//! client = "10.0.0.1:8090"      # the Iggy client port
+//! replica = "10.0.0.1:9090"     # the replica bus
+//!
+//! [root]
+//! username = "iggy"
+//! password = "iggy"             # kept only as a salted hash once loaded
+//!
+//! [topics]
+//! durability = "replicated"     # or "persisted"
+//! segment_size_bytes = 1073741824
+//!
+//! [limits]
+//! max_request_bytes = 67108864
+//! reply_deadline_ms = 10000
+//! storage_threads = 4
+//! network_threads = 2
+//! checkpoint_bytes = 134217728
+//! ```
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileConfig {
+    pub cluster_id: ClusterId,
+    #[serde(default = "default_cluster_name")]
+    pub cluster_name: String,
+    pub cluster_key: String,
+    pub replica: u8,
+    pub data_dir: PathBuf,
+    pub nodes: Vec<NodeEntry>,
+    #[serde(default)]
+    pub root: Root,
+    #[serde(default)]
+    pub topics: Topics,
+    #[serde(default)]
+    pub limits: Limits,
+}
+
+/// A cluster id as a number or a string (decimal, or hex with `0x`).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(untagged)]
+pub enum ClusterId {
+    Number(u64),
+    Text(String),
+}
+
+impl ClusterId {
+    pub fn value(&self) -> Result<u128, String> {
+        match self {
+            Self::Number(n) => Ok(u128::from(*n)),
+            Self::Text(text) => {
+                let parsed = match text.strip_prefix("0x") {
+                    Some(hex) => u128::from_str_radix(hex, 16),
+                    None => text.parse(),
+                };
+                parsed.map_err(|e| format!("cluster_id {text:?}: {e}"))
+            }
+        }
+    }
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NodeEntry {
+    pub name: String,
+    pub client: SocketAddr,
+    pub replica: SocketAddr,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Root {
+    pub username: String,
+    pub password: String,
+}
+
+impl Default for Root {
+    fn default() -> Self {
+        Self {
+            username: "iggy".into(),
+            password: "iggy".into(),
+        }
+    }
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Topics {
+    pub durability: String,
+    pub segment_size_bytes: u64,
+}
+
+impl Default for Topics {
+    fn default() -> Self {
+        Self {
+            durability: "replicated".into(),
+            segment_size_bytes: 1 << 30,
+        }
+    }
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Limits {
+    pub max_request_bytes: u32,
+    pub reply_deadline_ms: u64,
+    pub storage_threads: usize,
+    pub network_threads: usize,
+    pub checkpoint_bytes: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            max_request_bytes: 64 << 20,
+            reply_deadline_ms: 10_000,
+            storage_threads: 4,
+            network_threads: 2,
+            checkpoint_bytes: iggy_segments::CHECKPOINT_BYTES,
+        }
+    }
+}
+
+fn default_cluster_name() -> String {
+    "iggy".into()
+}
+
+impl FileConfig {
+    /// Reads and checks a configuration file; errors name the file and the key.
+    pub fn load(text: &str, path: &str) -> Result<Self, String> {
+        let config: Self = toml::from_str(text).map_err(|e| format!("{path}: {e}"))?;
+        config.check().map_err(|e| format!("{path}: {e}"))?;
+        Ok(config)
+    }
+
+    pub fn check(&self) -> Result<(), String> {
+        self.cluster_id.value()?;
+        if self.nodes.is_empty() || self.nodes.len() > 32 {
+            return Err(format!(
+                "nodes: {} listed, 1 to 32 expected",
+                self.nodes.len()
+            ));
+        }
+        if usize::from(self.replica) >= self.nodes.len() {
+            return Err(format!(
+                "replica = {} but nodes lists {} (indexes 0 to {})",
+                self.replica,
+                self.nodes.len(),
+                self.nodes.len() - 1
+            ));
+        }
+        if self.cluster_key.is_empty() {
+            return Err("cluster_key is empty: every node needs the same secret".into());
+        }
+        if !matches!(self.topics.durability.as_str(), "replicated" | "persisted") {
+            return Err(format!(
+                "topics.durability = {:?}: replicated or persisted",
+                self.topics.durability
+            ));
+        }
+        if self.topics.segment_size_bytes == 0 {
+            return Err("topics.segment_size_bytes must be positive".into());
+        }
+        if self.limits.max_request_bytes < 256 {
+            return Err("limits.max_request_bytes must hold at least a header (256)".into());
+        }
+        Ok(())
+    }
+
+    pub fn reply_deadline(&self) -> Duration {
+        Duration::from_millis(self.limits.reply_deadline_ms)
+    }
+}

@@ -1,0 +1,375 @@
+//! `iggy-server`: one node of the cluster as a process (`run`), or a local cluster of them on
+//! loopback (`dev`). `iggy-server --help` explains; `docs/server.md` is the operator's guide.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+use iggy_io::{OsStorage, ReadStorage};
+use iggy_node::NodeConfig;
+use iggy_recovery::{BootConfig, METADATA_DIR, PARTITIONS_DIR};
+use iggy_server::bus::BusConfig;
+use iggy_server::client_port::{PortConfig, RosterNode, hash_password};
+use iggy_server::config::FileConfig;
+use iggy_server::process::{Listen, ServerNode};
+use iggy_server::translate::TopicDefaults;
+
+#[derive(Parser)]
+#[command(
+    name = "iggy-server",
+    version,
+    about = "A node of a Viewstamped-Replication cluster of Iggy streams, speaking the Iggy binary protocol (iggy 0.11.0 / iggy-cli 0.14.0) on its client port",
+    long_about = "A node of a Viewstamped-Replication cluster of Iggy streams. `run` starts one node from a TOML configuration (every key in docs/server.md); its data directory is created on first start and locked for the process's life. SIGTERM or SIGINT stop it cleanly (every group published, the clean-shutdown marker written); a replica whose storage fails stops it with a message naming the group and the reason (exit 1: let a supervisor restart it; boot takes over, and iggy-fsck explains a node that will not boot). `dev` runs a local cluster on loopback in one command."
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run one node from its configuration file.
+    Run {
+        /// The node's TOML configuration.
+        #[arg(long)]
+        config: PathBuf,
+        /// Overrides `data_dir`.
+        #[arg(long)]
+        data_dir: Option<PathBuf>,
+        /// Overrides `replica` (this node's index in `nodes`).
+        #[arg(long)]
+        replica: Option<u8>,
+    },
+    /// A local cluster on loopback: writes a configuration per node under DIR, starts one
+    /// process per node, prints their addresses and an iggy-cli command line, and stops them all
+    /// cleanly on Ctrl-C.
+    Dev {
+        /// Nodes in the cluster.
+        #[arg(long, default_value_t = 3)]
+        nodes: u8,
+        /// Where the nodes' configurations and data go (kept between runs).
+        #[arg(long, default_value = "iggy-dev")]
+        dir: PathBuf,
+        /// The first node's client port; node i listens on BASE+i for clients and BASE+1000+i
+        /// for its peers.
+        #[arg(long, default_value_t = 8090)]
+        base_port: u16,
+    },
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_max_level(if std::env::var_os("IGGY_SERVER_DEBUG").is_some() {
+            tracing::Level::DEBUG
+        } else {
+            tracing::Level::INFO
+        })
+        .with_target(false)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Run {
+            config,
+            data_dir,
+            replica,
+        } => run(&config, data_dir, replica),
+        Command::Dev {
+            nodes,
+            dir,
+            base_port,
+        } => dev(nodes, &dir, base_port),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("iggy-server: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Reads a small text file the operator wrote (not a durable file of the node: no `Storage`).
+#[allow(clippy::disallowed_methods)]
+fn read_text(path: &Path) -> Result<String, String> {
+    std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+fn run(path: &Path, data_dir: Option<PathBuf>, replica: Option<u8>) -> Result<(), String> {
+    let mut config = FileConfig::load(&read_text(path)?, &path.display().to_string())?;
+    if let Some(dir) = data_dir {
+        config.data_dir = dir;
+    }
+    if let Some(replica) = replica {
+        config.replica = replica;
+    }
+    config.check()?;
+    let cluster = config.cluster_id.value()?;
+    let replicas = u8::try_from(config.nodes.len()).map_err(|_| "too many nodes".to_string())?;
+    let storage = open_or_create(&config.data_dir)?;
+    // A new node: its metadata group, no partitions.
+    if !storage
+        .exists(Path::new(METADATA_DIR))
+        .map_err(|e| e.to_string())?
+    {
+        if storage
+            .exists(Path::new(PARTITIONS_DIR))
+            .map_err(|e| e.to_string())?
+        {
+            return Err(format!(
+                "{}: partitions but no {METADATA_DIR}/: not a new node, and not one that boots; run iggy-fsck {}",
+                config.data_dir.display(),
+                config.data_dir.display()
+            ));
+        }
+        let identity = iggy_superblock::Identity {
+            cluster,
+            replica: config.replica,
+            replica_count: replicas,
+        };
+        iggy_recovery::populate::genesis(
+            &storage,
+            identity,
+            &boot_config(&config, 0),
+            &[],
+            &[],
+            iggy_recovery::populate::FirstView::Zero,
+        )?;
+        tracing::info!(dir = %config.data_dir.display(), replica = config.replica, "created a new node");
+    }
+    let incarnation = incarnation(config.replica);
+    let node_config = NodeConfig {
+        cluster,
+        replica: config.replica,
+        replicas,
+        vsr: iggy_vsr::Config::default(),
+        safeguards: iggy_vsr::Safeguards::default(),
+        checkpoint_bytes: config.limits.checkpoint_bytes,
+        repair_ration: true,
+        boot: boot_config(&config, incarnation),
+        mirror_metadata: true,
+    };
+    let bus = BusConfig {
+        cluster,
+        replica: config.replica,
+        peers: config.nodes.iter().map(|n| n.replica).collect(),
+        key: config.cluster_key.as_bytes().to_vec(),
+    };
+    let salt = incarnation.to_le_bytes().to_vec();
+    let port = PortConfig {
+        cluster,
+        cluster_name: config.cluster_name.clone(),
+        replica: config.replica,
+        roster: config
+            .nodes
+            .iter()
+            .map(|n| RosterNode {
+                name: n.name.clone(),
+                client_address: n.client,
+            })
+            .collect(),
+        root_username: config.root.username.clone(),
+        root_password_hash: hash_password(&salt, &config.root.password),
+        salt,
+        max_request_bytes: config.limits.max_request_bytes,
+        reply_deadline: config.reply_deadline(),
+        topic_defaults: TopicDefaults {
+            segment_size_bytes: config.topics.segment_size_bytes,
+            durability: if config.topics.durability == "persisted" {
+                iggy_metadata::Durability::Persisted
+            } else {
+                iggy_metadata::Durability::Replicated
+            },
+            replication_factor: replicas,
+        },
+        server_version: env!("CARGO_PKG_VERSION").into(),
+    };
+    let own = &config.nodes[usize::from(config.replica)];
+    let listen = Listen {
+        client: own.client,
+        storage_threads: config.limits.storage_threads,
+        network_threads: config.limits.network_threads,
+    };
+    let node = ServerNode::start(storage, &node_config, bus, port, &listen)?;
+    tracing::info!(
+        replica = config.replica,
+        client = %node.client_address,
+        peers = %node.replica_address,
+        "node running"
+    );
+    let signal = wait_for_stop(&node);
+    match signal {
+        Ok(name) => {
+            tracing::info!(signal = name, "stopping cleanly");
+            node.stop()?;
+            tracing::info!("stopped cleanly");
+            Ok(())
+        }
+        Err(()) => {
+            // The runtime ended on its own: a replica halted.
+            let reason = node
+                .stop()
+                .err()
+                .unwrap_or_else(|| "the node stopped".into());
+            Err(reason)
+        }
+    }
+}
+
+/// Blocks until SIGTERM or SIGINT (`Ok(name)`), or until the node's tick thread ends on its own
+/// (`Err`: a halt).
+fn wait_for_stop(node: &ServerNode<OsStorage>) -> Result<&'static str, ()> {
+    let Ok(signals) = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    else {
+        return Ok("none (no signal handling)");
+    };
+    signals.block_on(async {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .map_err(|_| ())?;
+        let mut ticker = tokio::time::interval(Duration::from_millis(200));
+        loop {
+            tokio::select! {
+                _ = term.recv() => return Ok("SIGTERM"),
+                _ = tokio::signal::ctrl_c() => return Ok("SIGINT"),
+                _ = ticker.tick() => {
+                    if node.runtime.finished() {
+                        return Err(());
+                    }
+                }
+            }
+        }
+    })
+}
+
+fn open_or_create(dir: &Path) -> Result<OsStorage, String> {
+    match OsStorage::open(dir) {
+        Ok(storage) => Ok(storage),
+        Err(error) if error.is_not_found() => {
+            OsStorage::create(dir).map_err(|e| format!("{}: {e}", dir.display()))
+        }
+        Err(error) => Err(format!("{}: {error}", dir.display())),
+    }
+}
+
+fn boot_config(config: &FileConfig, incarnation: u64) -> BootConfig {
+    BootConfig {
+        segment_size_bytes: config.topics.segment_size_bytes,
+        ..BootConfig::new(incarnation)
+    }
+}
+
+/// This life's incarnation: the node's index in the top byte, the clock below (never 0).
+fn incarnation(replica: u8) -> u64 {
+    let micros = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(1, |d| u64::try_from(d.as_micros()).unwrap_or(1));
+    (u64::from(replica) << 56) | (micros & ((1 << 56) - 1)).max(1)
+}
+
+/// Writes a small text file for the operator (not a durable file of a node: no `Storage`).
+#[allow(clippy::disallowed_methods)]
+fn write_text(path: &Path, text: &str) -> Result<(), String> {
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent).map_err(|e| format!("{}: {e}", parent.display()))?;
+    }
+    std::fs::write(path, text).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+fn dev(nodes: u8, dir: &Path, base_port: u16) -> Result<(), String> {
+    if nodes == 0 || nodes > 9 {
+        return Err(format!("--nodes {nodes}: 1 to 9"));
+    }
+    let address = |port: u16| -> SocketAddr { SocketAddr::from(([127, 0, 0, 1], port)) };
+    let mut roster = String::new();
+    for i in 0..u16::from(nodes) {
+        roster.push_str(&format!(
+            "\n[[nodes]]\nname = \"node-{i}\"\nclient = \"{}\"\nreplica = \"{}\"\n",
+            address(base_port + i),
+            address(base_port + 1000 + i)
+        ));
+    }
+    let exe = std::env::current_exe().map_err(|e| format!("finding this program: {e}"))?;
+    let mut children = Vec::new();
+    for i in 0..nodes {
+        let config = dir.join(format!("node-{i}.toml"));
+        write_text(
+            &config,
+            &format!(
+                "cluster_id = 1\ncluster_key = \"dev\"\nreplica = {i}\ndata_dir = \"{}\"\n{roster}",
+                dir.join(format!("node-{i}")).display()
+            ),
+        )?;
+        let child = std::process::Command::new(&exe)
+            .args(["run", "--config"])
+            .arg(&config)
+            .spawn()
+            .map_err(|e| format!("starting node {i}: {e}"))?;
+        children.push(child);
+    }
+    // Ready when every node's client port accepts; a node that exits first fails the run.
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    for i in 0..u16::from(nodes) {
+        loop {
+            if std::net::TcpStream::connect(address(base_port + i)).is_ok() {
+                break;
+            }
+            for (n, child) in children.iter_mut().enumerate() {
+                if let Ok(Some(status)) = child.try_wait() {
+                    return Err(format!("node {n} exited while starting: {status}"));
+                }
+            }
+            if std::time::Instant::now() > deadline {
+                return Err(format!(
+                    "node {i} did not listen on {} within 60 s",
+                    address(base_port + i)
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    println!("iggy-server dev: {nodes} nodes under {}", dir.display());
+    for i in 0..u16::from(nodes) {
+        println!(
+            "  node-{i}: clients {}  peers {}",
+            address(base_port + i),
+            address(base_port + 1000 + i)
+        );
+    }
+    println!(
+        "try: iggy --tcp-server-address {} --credentials-username iggy --credentials-password iggy stream list",
+        address(base_port)
+    );
+    println!("Ctrl-C stops every node cleanly.");
+    let stop = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
+    stop.block_on(async {
+        let _ = tokio::signal::ctrl_c().await;
+    });
+    let mut failed = Vec::new();
+    for child in &children {
+        if let Ok(pid) = i32::try_from(child.id())
+            && let Some(pid) = rustix::process::Pid::from_raw(pid)
+        {
+            let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
+        }
+    }
+    for (i, mut child) in children.into_iter().enumerate() {
+        match child.wait() {
+            Ok(status) if status.success() => {}
+            Ok(status) => failed.push(format!("node {i}: {status}")),
+            Err(e) => failed.push(format!("node {i}: {e}")),
+        }
+    }
+    if failed.is_empty() {
+        Ok(())
+    } else {
+        Err(failed.join("; "))
+    }
+}

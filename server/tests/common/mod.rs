@@ -1,0 +1,146 @@
+//! A lockstep client on the SDK's wire for the server's tests (what `client/` will become).
+
+#![allow(dead_code)]
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::time::Duration;
+
+use iggy_protocol::response::{LoginReply, split_result};
+use iggy_protocol::{
+    ClientVersion, Eviction, HEADER_SIZE, Operation, Reader, ReplyHeader, Request, RequestHeader,
+    status,
+};
+
+/// A lockstep client on the SDK's wire.
+pub struct Client {
+    pub stream: TcpStream,
+    pub client: u128,
+    pub request: u64,
+    pub session: u64,
+}
+
+pub enum Answer {
+    Reply(ReplyHeader, Vec<u8>),
+    Evicted(Eviction),
+}
+
+impl Client {
+    pub fn connect(address: SocketAddr, client: u128) -> Self {
+        let stream = TcpStream::connect(address).expect("connect");
+        stream
+            .set_read_timeout(Some(Duration::from_secs(30)))
+            .expect("timeout");
+        Self {
+            stream,
+            client,
+            request: 0,
+            session: 0,
+        }
+    }
+
+    pub fn send_raw(&mut self, header: &RequestHeader, body: &[u8]) -> Answer {
+        self.stream
+            .write_all(&header.encode())
+            .expect("write header");
+        self.stream.write_all(body).expect("write body");
+        let mut head = [0u8; HEADER_SIZE];
+        self.stream
+            .read_exact(&mut head)
+            .expect("a reply within 30 s");
+        if head[60] == 13 {
+            return Answer::Evicted(Eviction::decode(&head).expect("eviction"));
+        }
+        let reply = ReplyHeader::decode(&head).expect("a reply header");
+        let mut body = vec![0u8; reply.size as usize - HEADER_SIZE];
+        self.stream.read_exact(&mut body).expect("the reply body");
+        assert_eq!(
+            (reply.client, reply.request),
+            (self.client, header.request),
+            "echoes"
+        );
+        Answer::Reply(reply, body)
+    }
+
+    pub fn call(&mut self, request: &Request) -> Answer {
+        let (code, body) = request.encode();
+        let operation = Operation::for_code(code);
+        let (number, session) = match operation {
+            Operation::Register => (0, 0),
+            Operation::NonReplicated => (self.request, self.session),
+            _ => {
+                self.request += 1;
+                (self.request, self.session)
+            }
+        };
+        let header = RequestHeader {
+            size: u32::try_from(HEADER_SIZE + body.len()).expect("a small request"),
+            client: self.client,
+            request_checksum: 0,
+            timestamp: 0,
+            request: number,
+            operation,
+            session,
+            user_id: 0,
+            code,
+        };
+        self.send_raw(&header, &body)
+    }
+
+    /// The reply's status and body (panics on an eviction).
+    pub fn ask(&mut self, request: &Request) -> (u32, Vec<u8>) {
+        match self.call(request) {
+            Answer::Reply(header, body) => (header.status, body),
+            Answer::Evicted(e) => panic!("evicted: {:?}", e.reason),
+        }
+    }
+
+    /// Like [`Client::ask`], resending on `TransientNotAccepted` as the SDK does (the request
+    /// was never admitted: a group still starting its view); at most 500 times, 10 ms apart.
+    pub fn ask_until_accepted(&mut self, request: &Request) -> (u32, Vec<u8>) {
+        for _ in 0..500 {
+            let (code, body) = self.ask(request);
+            if code != status::TRANSIENT_NOT_ACCEPTED {
+                return (code, body);
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        panic!("never accepted: {request:?}");
+    }
+
+    pub fn login(&mut self, password: &str) -> Answer {
+        let mut answer = self.login_once(password);
+        for _ in 0..500 {
+            match &answer {
+                Answer::Reply(header, _) if header.status == status::TRANSIENT_NOT_ACCEPTED => {
+                    std::thread::sleep(Duration::from_millis(10));
+                    answer = self.login_once(password);
+                }
+                _ => break,
+            }
+        }
+        answer
+    }
+
+    pub fn login_once(&mut self, password: &str) -> Answer {
+        let answer = self.call(&Request::LoginRegister {
+            version: ClientVersion {
+                protocol: iggy_protocol::PROTOCOL_VERSION,
+                sdk_name: "test".into(),
+                sdk_version: "0".into(),
+            },
+            username: "iggy".into(),
+            password: password.into(),
+            context: None,
+        });
+        if let Answer::Reply(header, body) = &answer
+            && header.status == 0
+        {
+            let payload = split_result(body).expect("framed").expect("a session");
+            let reply = LoginReply::read(&mut Reader::new(payload)).expect("login reply");
+            assert_ne!(reply.session, 0);
+            self.session = reply.session;
+        }
+        answer
+    }
+}

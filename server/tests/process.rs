@@ -1,0 +1,271 @@
+//! `iggy-server` as an operator runs it: `iggy-server dev` starts three node processes on
+//! loopback, prints where they listen, serves a client on the wire, and on SIGINT stops every
+//! node cleanly (exit 0) leaving data directories that check clean; started again on the same
+//! directory, the nodes boot to what was committed. `run` refuses a bad configuration with the
+//! file and the key. A hung process fails the test by its deadline, with what it printed.
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc::{Receiver, channel};
+use std::time::Duration;
+
+use iggy_io::OsStorage;
+use iggy_protocol::response::{PollHeader, split_result};
+use iggy_protocol::{Consumer, Identifier, Partitioning, PollingStrategy, Request, status};
+
+mod common;
+use common::{Answer, Client};
+
+const EXE: &str = env!("CARGO_BIN_EXE_iggy-server");
+
+/// A base port with BASE..BASE+2 and BASE+1000..BASE+1002 free a moment ago.
+fn free_base() -> u16 {
+    for attempt in 0..200u16 {
+        let salt = u16::try_from(std::process::id() % 97).unwrap_or(0);
+        let base = 20_000 + salt * 100 + attempt * 7;
+        let ports = (0..3).flat_map(|i| [base + i, base + 1000 + i]);
+        let held: Vec<_> = ports
+            .map(|p| std::net::TcpListener::bind(("127.0.0.1", p)))
+            .collect();
+        if held.iter().all(Result::is_ok) {
+            return base;
+        }
+    }
+    panic!("no free ports");
+}
+
+/// The child's stdout lines, read on a thread.
+fn lines(child: &mut Child) -> Receiver<String> {
+    let stdout = child.stdout.take().expect("stdout piped");
+    let (tx, rx) = channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { return };
+            if tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    rx
+}
+
+fn start_dev(dir: &Path, base: u16) -> (Child, Vec<String>) {
+    let mut child = Command::new(EXE)
+        .args([
+            "dev",
+            "--nodes",
+            "3",
+            "--base-port",
+            &base.to_string(),
+            "--dir",
+        ])
+        .arg(dir)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("iggy-server dev starts");
+    let lines = lines(&mut child);
+    let mut seen = Vec::new();
+    loop {
+        match lines.recv_timeout(Duration::from_secs(60)) {
+            Ok(line) => {
+                let done = line.starts_with("Ctrl-C");
+                seen.push(line);
+                if done {
+                    return (child, seen);
+                }
+            }
+            Err(_) => {
+                let _ = child.kill();
+                let output = child.wait_with_output().expect("output");
+                panic!(
+                    "iggy-server dev printed no ready line within 60 s: {seen:?}\nstderr: {}",
+                    String::from_utf8_lossy(&output.stderr)
+                );
+            }
+        }
+    }
+}
+
+/// SIGINT, as Ctrl-C in a terminal; waits (at most 60 s) and returns the exit code and stderr.
+fn interrupt(mut child: Child) -> (i32, String) {
+    let pid = rustix::process::Pid::from_raw(i32::try_from(child.id()).expect("pid")).expect("pid");
+    rustix::process::kill_process(pid, rustix::process::Signal::INT).expect("signal");
+    for _ in 0..600 {
+        if let Some(status) = child.try_wait().expect("wait") {
+            let mut stderr = String::new();
+            if let Some(mut pipe) = child.stderr.take() {
+                let _ = std::io::Read::read_to_string(&mut pipe, &mut stderr);
+            }
+            return (status.code().unwrap_or(-1), stderr);
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let _ = child.kill();
+    let output = child.wait_with_output().expect("output");
+    panic!(
+        "iggy-server dev did not stop within 60 s of SIGINT: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+fn login(address: SocketAddr, id: u128) -> Client {
+    let mut client = Client::connect(address, id);
+    assert!(matches!(client.login("iggy"), Answer::Reply(..)));
+    assert_ne!(client.session, 0, "logged in");
+    client
+}
+
+fn poll(client: &mut Client) -> (u32, PollHeader) {
+    let (code, body) = client.ask(&Request::PollMessages {
+        consumer: Consumer {
+            group: false,
+            id: Identifier::Numeric(1),
+        },
+        stream: Identifier::Name("orders".into()),
+        topic: Identifier::Name("payments".into()),
+        partition: Some(0),
+        strategy: PollingStrategy::First,
+        count: 100,
+        auto_commit: false,
+    });
+    let header = if code == 0 {
+        PollHeader::read(&body).expect("poll").0
+    } else {
+        PollHeader {
+            partition_id: 0,
+            current_offset: 0,
+            messages_count: 0,
+        }
+    };
+    (code, header)
+}
+
+#[test]
+fn dev_runs_a_cluster_that_stops_cleanly_and_boots_back() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let base = free_base();
+    let (dev, printed) = start_dev(dir.path(), base);
+    assert!(
+        printed
+            .iter()
+            .any(|l| l.contains(&format!("127.0.0.1:{base}"))),
+        "{printed:?}"
+    );
+    assert!(
+        printed
+            .iter()
+            .any(|l| l.starts_with("try: iggy --tcp-server-address")),
+        "{printed:?}"
+    );
+
+    let address: SocketAddr = ([127, 0, 0, 1], base).into();
+    let mut client = login(address, 0x77);
+    let (code, body) = client.ask_until_accepted(&Request::CreateStream {
+        name: "orders".into(),
+        options: vec![],
+    });
+    assert_eq!(
+        (code, split_result(&body).map(|r| r.is_ok())),
+        (0, Ok(true))
+    );
+    let (code, _) = client.ask_until_accepted(&Request::CreateTopic {
+        stream: Identifier::Name("orders".into()),
+        partitions: 1,
+        name: "payments".into(),
+        options: vec![],
+    });
+    assert_eq!(code, 0);
+    let messages: Vec<iggy_format::batch::NewMessage> = (0..3u32)
+        .map(|i| iggy_format::batch::NewMessage {
+            id: u128::from(i) + 1,
+            timestamp_delta: i,
+            payload: format!("message {i}").into_bytes(),
+            user_headers: Vec::new(),
+        })
+        .collect();
+    let (code, _) = client.ask_until_accepted(&Request::SendMessages {
+        stream: Identifier::Name("orders".into()),
+        topic: Identifier::Name("payments".into()),
+        partitioning: Partitioning::Balanced,
+        count: 3,
+        batch: iggy_format::batch::encode(1_700_000_000_000_000, &messages).expect("batch"),
+    });
+    assert_eq!(code, 0);
+    drop(client);
+
+    let (code, stderr) = interrupt(dev);
+    assert_eq!(code, 0, "dev's exit code after SIGINT; stderr:\n{stderr}");
+    assert_eq!(stderr.matches("stopped cleanly").count(), 3, "{stderr}");
+    for i in 0..3 {
+        let storage =
+            OsStorage::open(dir.path().join(format!("node-{i}"))).expect("the node's directory");
+        let report = iggy_recovery::check(&storage, Path::new(""), |_, _| {}).expect("check");
+        assert!(report.is_clean(), "node {i} after a clean stop: {report:?}");
+    }
+
+    // The same directory again: the nodes boot to what was committed, and the partition's
+    // primary serves it.
+    let (dev, _) = start_dev(dir.path(), base);
+    let mut served = None;
+    for node in 0..3u16 {
+        let mut client = login(
+            ([127, 0, 0, 1], base + node).into(),
+            0x78 + u128::from(node),
+        );
+        let (code, header) = poll(&mut client);
+        assert!(
+            code == 0 || code == status::PARTITION_NOT_FOUND,
+            "node {node}: status {code}"
+        );
+        if header.messages_count == 3 {
+            served = Some(node);
+        }
+    }
+    assert!(
+        served.is_some(),
+        "no node served the committed batch after the restart"
+    );
+    let (code, stderr) = interrupt(dev);
+    assert_eq!(code, 0, "{stderr}");
+}
+
+#[test]
+fn run_refuses_a_bad_configuration_naming_the_file_and_the_key() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = dir.path().join("node.toml");
+    let text = "cluster_id = 1\ncluster_key = \"k\"\nreplica = 3\ndata_dir = \"x\"\n\n[[nodes]]\nname = \"a\"\nclient = \"127.0.0.1:1\"\nreplica = \"127.0.0.1:2\"\n";
+    #[allow(clippy::disallowed_methods)]
+    std::fs::write(&config, text).expect("write");
+    let output = Command::new(EXE)
+        .args(["run", "--config"])
+        .arg(&config)
+        .output()
+        .expect("run");
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("node.toml") && stderr.contains("replica = 3"),
+        "{stderr}"
+    );
+
+    #[allow(clippy::disallowed_methods)]
+    std::fs::write(
+        &config,
+        text.replace("replica = 3", "replica = 0\ncolour = \"blue\""),
+    )
+    .expect("write");
+    let output = Command::new(EXE)
+        .args(["run", "--config"])
+        .arg(&config)
+        .output()
+        .expect("run");
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("colour"),
+        "an unknown key is named: {stderr}"
+    );
+}
