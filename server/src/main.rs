@@ -49,13 +49,20 @@ enum Command {
         /// Nodes in the cluster.
         #[arg(long, default_value_t = 3)]
         nodes: u8,
-        /// Where the nodes' configurations and data go (kept between runs).
-        #[arg(long, default_value = "iggy-dev")]
-        dir: PathBuf,
+        /// Where the nodes' configurations and data go, kept between runs [default: iggy-dev;
+        /// with --demo, a temporary directory removed afterwards].
+        #[arg(long)]
+        dir: Option<PathBuf>,
         /// The first node's client port; node i listens on BASE+i for clients and BASE+1000+i
         /// for its peers.
         #[arg(long, default_value_t = 8090)]
         base_port: u16,
+        /// Also run a short load (a producer per partition, each on another node), read every
+        /// partition back, check that every acknowledged message is there exactly once, stop the
+        /// cluster and exit: 0 when nothing was missing or duplicated and every node stopped
+        /// cleanly.
+        #[arg(long)]
+        demo: bool,
     },
 }
 
@@ -81,7 +88,24 @@ fn main() -> ExitCode {
             nodes,
             dir,
             base_port,
-        } => dev(nodes, &dir, base_port),
+            demo,
+        } => {
+            let temporary = if dir.is_none() && demo {
+                match tempfile::tempdir() {
+                    Ok(temp) => Some(temp),
+                    Err(e) => {
+                        eprintln!("iggy-server: a temporary directory: {e}");
+                        return ExitCode::FAILURE;
+                    }
+                }
+            } else {
+                None
+            };
+            let dir = dir
+                .or_else(|| temporary.as_ref().map(|t| t.path().to_path_buf()))
+                .unwrap_or_else(|| PathBuf::from("iggy-dev"));
+            dev(nodes, &dir, base_port, demo)
+        }
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -280,7 +304,7 @@ fn write_text(path: &Path, text: &str) -> Result<(), String> {
     std::fs::write(path, text).map_err(|e| format!("{}: {e}", path.display()))
 }
 
-fn dev(nodes: u8, dir: &Path, base_port: u16) -> Result<(), String> {
+fn dev(nodes: u8, dir: &Path, base_port: u16, demo: bool) -> Result<(), String> {
     if nodes == 0 || nodes > 9 {
         return Err(format!("--nodes {nodes}: 1 to 9"));
     }
@@ -341,17 +365,25 @@ fn dev(nodes: u8, dir: &Path, base_port: u16) -> Result<(), String> {
         );
     }
     println!(
-        "try: iggy --tcp-server-address {} --credentials-username iggy --credentials-password iggy stream list",
+        "try: iggy --tcp-server-address {} -u iggy -p iggy stream list",
         address(base_port)
     );
-    println!("Ctrl-C stops every node cleanly.");
-    let stop = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| e.to_string())?;
-    stop.block_on(async {
-        let _ = tokio::signal::ctrl_c().await;
-    });
+    let mut demo_result = Ok(());
+    if demo {
+        let addresses: Vec<SocketAddr> = (0..u16::from(nodes))
+            .map(|i| address(base_port + i))
+            .collect();
+        demo_result = run_demo(&addresses);
+    } else {
+        println!("Ctrl-C stops every node cleanly.");
+        let stop = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| e.to_string())?;
+        stop.block_on(async {
+            let _ = tokio::signal::ctrl_c().await;
+        });
+    }
     let mut failed = Vec::new();
     for child in &children {
         if let Ok(pid) = i32::try_from(child.id())
@@ -367,9 +399,131 @@ fn dev(nodes: u8, dir: &Path, base_port: u16) -> Result<(), String> {
             Err(e) => failed.push(format!("node {i}: {e}")),
         }
     }
-    if failed.is_empty() {
-        Ok(())
-    } else {
-        Err(failed.join("; "))
+    if !failed.is_empty() {
+        return Err(failed.join("; "));
     }
+    if demo {
+        println!("every node stopped cleanly");
+    }
+    demo_result
+}
+
+/// The demo's load: a stream and a topic with a partition per node, a producer per partition
+/// connected to another node than the next one's (so sends are forwarded to the primaries), then
+/// every partition read back and checked against what was acknowledged.
+fn run_demo(addresses: &[SocketAddr]) -> Result<(), String> {
+    const BATCHES: u32 = 20;
+    const MESSAGES: u32 = 10;
+    let error = |e: iggy_client::ClientError| e.to_string();
+    let partitions = u32::try_from(addresses.len()).unwrap_or(1);
+    let started = std::time::Instant::now();
+    let mut admin = iggy_client::Client::connect(addresses[0], 1).map_err(error)?;
+    admin.login("iggy", "iggy").map_err(error)?;
+    admin.create_stream("demo").map_err(error)?;
+    admin
+        .create_topic("demo", "events", partitions, "replicated")
+        .map_err(error)?;
+    println!("demo: stream \"demo\", topic \"events\" of {partitions} partitions");
+    let producers: Vec<_> = (0..partitions)
+        .map(|partition| {
+            let address = addresses[partition as usize % addresses.len()];
+            std::thread::spawn(move || -> Result<Vec<(u64, u128, Vec<u8>)>, String> {
+                let mut client =
+                    iggy_client::Client::connect(address, 0x100 + u128::from(partition))
+                        .map_err(|e| e.to_string())?;
+                client.login("iggy", "iggy").map_err(|e| e.to_string())?;
+                let mut acknowledged = Vec::new();
+                for batch in 0..BATCHES {
+                    let messages: Vec<(u128, Vec<u8>)> = (0..MESSAGES)
+                        .map(|i| {
+                            let id = u128::from(partition) << 64
+                                | u128::from(batch) << 32
+                                | u128::from(i);
+                            (id, format!("p{partition} b{batch} m{i}").into_bytes())
+                        })
+                        .collect();
+                    let base = client
+                        .send("demo", "events", partition, &messages)
+                        .map_err(|e| e.to_string())?;
+                    for (k, (id, payload)) in messages.into_iter().enumerate() {
+                        acknowledged.push((base + k as u64, id, payload));
+                    }
+                }
+                Ok(acknowledged)
+            })
+        })
+        .collect();
+    let mut ledger = Vec::new();
+    for (partition, producer) in producers.into_iter().enumerate() {
+        let acknowledged = producer
+            .join()
+            .map_err(|_| format!("producer {partition} panicked"))??;
+        ledger.push(acknowledged);
+    }
+    let sent: usize = ledger.iter().map(Vec::len).sum();
+    println!(
+        "demo: {sent} messages acknowledged in {} ms",
+        started.elapsed().as_millis()
+    );
+    // Read back: each partition through every node until one serves all of it (a backup serves
+    // what it executed, which trails its primary by up to a heartbeat).
+    let mut missing = 0;
+    let mut duplicated = 0;
+    for (partition, acknowledged) in (0u32..).zip(&ledger) {
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        let read = loop {
+            let mut best: Vec<iggy_client::Polled> = Vec::new();
+            for (n, address) in addresses.iter().enumerate() {
+                let mut client =
+                    iggy_client::Client::connect(*address, 0x200 + n as u128).map_err(error)?;
+                client.login("iggy", "iggy").map_err(error)?;
+                let mut all = Vec::new();
+                loop {
+                    let next = all.last().map_or(0, |m: &iggy_client::Polled| m.offset + 1);
+                    let page = client
+                        .poll("demo", "events", partition, next, 1000)
+                        .map_err(error)?;
+                    if page.is_empty() {
+                        break;
+                    }
+                    all.extend(page);
+                }
+                if all.len() > best.len() {
+                    best = all;
+                }
+            }
+            if best.len() >= acknowledged.len() || std::time::Instant::now() > deadline {
+                break best;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        };
+        let mut seen = std::collections::HashMap::new();
+        for message in &read {
+            *seen.entry(message.id).or_insert(0u32) += 1;
+        }
+        for (offset, id, payload) in acknowledged {
+            match seen.get(id) {
+                None => missing += 1,
+                Some(1) => {
+                    let found = read.iter().find(|m| m.id == *id);
+                    if found.map(|m| (&m.payload, m.offset)) != Some((payload, *offset)) {
+                        missing += 1;
+                    }
+                }
+                Some(_) => duplicated += 1,
+            }
+        }
+        println!(
+            "demo: partition {partition}: {} acknowledged, {} read back",
+            acknowledged.len(),
+            read.len()
+        );
+    }
+    println!("demo: {missing} missing, {duplicated} duplicated");
+    if missing + duplicated > 0 {
+        return Err(format!(
+            "the demo lost {missing} and duplicated {duplicated} acknowledged messages"
+        ));
+    }
+    Ok(())
 }

@@ -233,6 +233,26 @@ fn dev_runs_a_cluster_that_stops_cleanly_and_boots_back() {
 }
 
 #[test]
+fn dev_demo_loads_verifies_and_exits_0() {
+    let base = free_base();
+    let output = iggy_testkit::Run::new({
+        let mut command = Command::new(EXE);
+        command.args(["dev", "--demo", "--base-port", &base.to_string()]);
+        command
+    })
+    .deadline(Duration::from_secs(300))
+    .output();
+    let stdout = &output.stdout;
+    assert_eq!(output.code(), 0, "{}", output.describe());
+    assert!(
+        stdout.contains("demo: 600 messages acknowledged"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("demo: 0 missing, 0 duplicated"), "{stdout}");
+    assert!(stdout.contains("every node stopped cleanly"), "{stdout}");
+}
+
+#[test]
 fn run_refuses_a_bad_configuration_naming_the_file_and_the_key() {
     let dir = tempfile::tempdir().expect("tempdir");
     let config = dir.path().join("node.toml");

@@ -1,0 +1,342 @@
+//! `iggy-client`: a small blocking client on the Iggy wire of the pinned SDK (`iggy-protocol`),
+//! for our own tools (`iggy-server dev --demo`, load and verify) and tests. One connection, one
+//! request at a time, as the SDK.
+//!
+//! Retries follow the SDK's rules: `TransientNotAccepted` (the request was never admitted) is
+//! sent again as a new request; `TransientNotCommitted` (the outcome is unknown) is replayed under
+//! the same request number on the same session, so the group's client table answers it if it
+//! did commit, and it is never applied twice.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::time::{Duration, Instant};
+
+use iggy_protocol::primitives::OptionEntry;
+use iggy_protocol::response::{LoginReply, PollHeader, read_send_confirmations, split_result};
+use iggy_protocol::{
+    ClientVersion, Consumer, Eviction, EvictionReason, HEADER_SIZE, Identifier, Operation,
+    Partitioning, PollingStrategy, Reader, ReplyHeader, Request, RequestHeader, status,
+};
+
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    #[error("{address}: {source}")]
+    Io {
+        address: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("{address}: the server ended the session: {reason:?}")]
+    Evicted {
+        address: SocketAddr,
+        reason: EvictionReason,
+    },
+    #[error("{address}: command {code}: status {status}")]
+    Status {
+        address: SocketAddr,
+        code: u32,
+        status: u32,
+    },
+    #[error("{address}: command {code}: {reason}")]
+    Protocol {
+        address: SocketAddr,
+        code: u32,
+        reason: String,
+    },
+}
+
+/// A message as sent or polled.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Polled {
+    pub offset: u64,
+    pub id: u128,
+    pub payload: Vec<u8>,
+}
+
+/// One connection.
+pub struct Client {
+    address: SocketAddr,
+    stream: TcpStream,
+    client: u128,
+    request: u64,
+    session: u64,
+    /// How long transient refusals are retried.
+    pub patience: Duration,
+}
+
+impl Client {
+    /// Connects as client `client` (any nonzero id, unique per connection).
+    pub fn connect(address: SocketAddr, client: u128) -> Result<Self, ClientError> {
+        let io = |source| ClientError::Io { address, source };
+        let stream = TcpStream::connect(address).map_err(io)?;
+        stream
+            .set_read_timeout(Some(Duration::from_secs(30)))
+            .map_err(io)?;
+        let _ = stream.set_nodelay(true);
+        Ok(Self {
+            address,
+            stream,
+            client,
+            request: 0,
+            session: 0,
+            patience: Duration::from_secs(30),
+        })
+    }
+
+    pub fn session(&self) -> u64 {
+        self.session
+    }
+
+    /// Sends one request under `number` and reads the reply.
+    fn exchange(
+        &mut self,
+        code: u32,
+        body: &[u8],
+        number: u64,
+    ) -> Result<(ReplyHeader, Vec<u8>), ClientError> {
+        let address = self.address;
+        let io = |source| ClientError::Io { address, source };
+        let operation = Operation::for_code(code);
+        let header = RequestHeader {
+            size: u32::try_from(HEADER_SIZE + body.len()).unwrap_or(u32::MAX),
+            client: self.client,
+            request_checksum: if operation.is_partition() || operation == Operation::NonReplicated {
+                0
+            } else {
+                iggy_protocol::header::request_checksum(body)
+            },
+            timestamp: 0,
+            request: number,
+            operation,
+            session: if operation == Operation::Register {
+                0
+            } else {
+                self.session
+            },
+            user_id: 0,
+            code,
+        };
+        self.stream.write_all(&header.encode()).map_err(io)?;
+        self.stream.write_all(body).map_err(io)?;
+        let mut head = [0u8; HEADER_SIZE];
+        self.stream.read_exact(&mut head).map_err(io)?;
+        if let Ok(eviction) = Eviction::decode(&head) {
+            return Err(ClientError::Evicted {
+                address,
+                reason: eviction.reason,
+            });
+        }
+        let reply = ReplyHeader::decode(&head).map_err(|e| ClientError::Protocol {
+            address,
+            code,
+            reason: e.to_string(),
+        })?;
+        let mut reply_body = vec![0u8; (reply.size as usize).saturating_sub(HEADER_SIZE)];
+        self.stream.read_exact(&mut reply_body).map_err(io)?;
+        if reply.request != number || reply.client != self.client {
+            return Err(ClientError::Protocol {
+                address,
+                code,
+                reason: format!(
+                    "a reply to request {} of client {:#x}",
+                    reply.request, reply.client
+                ),
+            });
+        }
+        Ok((reply, reply_body))
+    }
+
+    /// Sends `request` with the SDK's retries and returns the reply body of status 0.
+    pub fn call(&mut self, request: &Request) -> Result<Vec<u8>, ClientError> {
+        let (code, body) = request.encode();
+        let operation = Operation::for_code(code);
+        let deadline = Instant::now() + self.patience;
+        let mut number = self.next_number(operation);
+        loop {
+            let (reply, reply_body) = self.exchange(code, &body, number)?;
+            match reply.status {
+                0 => return Ok(reply_body),
+                status::TRANSIENT_NOT_ACCEPTED if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(50));
+                    number = self.next_number(operation);
+                }
+                // Same number, same session: the client table answers it if it committed.
+                status::TRANSIENT_NOT_COMMITTED if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+                status => {
+                    return Err(ClientError::Status {
+                        address: self.address,
+                        code,
+                        status,
+                    });
+                }
+            }
+        }
+    }
+
+    fn next_number(&mut self, operation: Operation) -> u64 {
+        match operation {
+            Operation::Register => 0,
+            Operation::NonReplicated => self.request,
+            _ => {
+                self.request += 1;
+                self.request
+            }
+        }
+    }
+
+    /// The payload of a result-framed reply, or its error code as a `Status` error.
+    fn framed(&self, code: u32, body: &[u8]) -> Result<Vec<u8>, ClientError> {
+        match split_result(body) {
+            Ok(Ok(payload)) => Ok(payload.to_vec()),
+            Ok(Err(status)) => Err(ClientError::Status {
+                address: self.address,
+                code,
+                status,
+            }),
+            Err(e) => Err(ClientError::Protocol {
+                address: self.address,
+                code,
+                reason: e.to_string(),
+            }),
+        }
+    }
+
+    pub fn login(&mut self, username: &str, password: &str) -> Result<(), ClientError> {
+        let body = self.call(&Request::LoginRegister {
+            version: ClientVersion {
+                protocol: iggy_protocol::PROTOCOL_VERSION,
+                sdk_name: "iggy-client".into(),
+                sdk_version: env!("CARGO_PKG_VERSION").into(),
+            },
+            username: username.into(),
+            password: password.into(),
+            context: None,
+        })?;
+        let payload = self.framed(iggy_protocol::code::LOGIN_REGISTER, &body)?;
+        let reply =
+            LoginReply::read(&mut Reader::new(&payload)).map_err(|e| ClientError::Protocol {
+                address: self.address,
+                code: iggy_protocol::code::LOGIN_REGISTER,
+                reason: e.to_string(),
+            })?;
+        self.session = reply.session;
+        Ok(())
+    }
+
+    pub fn create_stream(&mut self, name: &str) -> Result<(), ClientError> {
+        let body = self.call(&Request::CreateStream {
+            name: name.into(),
+            options: Vec::new(),
+        })?;
+        self.framed(iggy_protocol::code::CREATE_STREAM, &body)
+            .map(|_| ())
+    }
+
+    pub fn create_topic(
+        &mut self,
+        stream: &str,
+        name: &str,
+        partitions: u32,
+        durability: &str,
+    ) -> Result<(), ClientError> {
+        let body = self.call(&Request::CreateTopic {
+            stream: Identifier::Name(stream.into()),
+            partitions,
+            name: name.into(),
+            options: vec![OptionEntry::string("durability", durability)],
+        })?;
+        self.framed(iggy_protocol::code::CREATE_TOPIC, &body)
+            .map(|_| ())
+    }
+
+    /// Sends `messages` (id, payload) to partition `partition` (0-based); returns the first
+    /// message's offset.
+    pub fn send(
+        &mut self,
+        stream: &str,
+        topic: &str,
+        partition: u32,
+        messages: &[(u128, Vec<u8>)],
+    ) -> Result<u64, ClientError> {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(0));
+        let frames: Vec<iggy_format::batch::NewMessage> = messages
+            .iter()
+            .map(|(id, payload)| iggy_format::batch::NewMessage {
+                id: *id,
+                timestamp_delta: 0,
+                payload: payload.clone(),
+                user_headers: Vec::new(),
+            })
+            .collect();
+        let batch =
+            iggy_format::batch::encode(now, &frames).map_err(|e| ClientError::Protocol {
+                address: self.address,
+                code: iggy_protocol::code::SEND_MESSAGES,
+                reason: e.to_string(),
+            })?;
+        let body = self.call(&Request::SendMessages {
+            stream: Identifier::Name(stream.into()),
+            topic: Identifier::Name(topic.into()),
+            partitioning: Partitioning::PartitionId(partition),
+            count: u32::try_from(messages.len()).unwrap_or(u32::MAX),
+            batch,
+        })?;
+        let confirmations = read_send_confirmations(&body).map_err(|e| ClientError::Protocol {
+            address: self.address,
+            code: iggy_protocol::code::SEND_MESSAGES,
+            reason: e.to_string(),
+        })?;
+        Ok(confirmations.first().map_or(0, |c| c.base_offset))
+    }
+
+    /// Polls up to `count` messages of partition `partition` from `offset`.
+    pub fn poll(
+        &mut self,
+        stream: &str,
+        topic: &str,
+        partition: u32,
+        offset: u64,
+        count: u32,
+    ) -> Result<Vec<Polled>, ClientError> {
+        let body = self.call(&Request::PollMessages {
+            consumer: Consumer {
+                group: false,
+                id: Identifier::Numeric(0),
+            },
+            stream: Identifier::Name(stream.into()),
+            topic: Identifier::Name(topic.into()),
+            partition: Some(partition),
+            strategy: PollingStrategy::Offset(offset),
+            count,
+            auto_commit: false,
+        })?;
+        let protocol = |reason: String| ClientError::Protocol {
+            address: self.address,
+            code: iggy_protocol::code::POLL_MESSAGES,
+            reason,
+        };
+        let (_, mut batches) = PollHeader::read(&body).map_err(|e| protocol(e.to_string()))?;
+        let mut out = Vec::new();
+        while batches.len() >= iggy_format::batch::BATCH_HEADER_SIZE {
+            let length = u64::from_le_bytes(batches[32..40].try_into().unwrap_or([0; 8]));
+            let length = usize::try_from(length).unwrap_or(usize::MAX);
+            let Some(bytes) = batches.get(..length) else {
+                return Err(protocol("a batch runs past the reply".into()));
+            };
+            let batch = iggy_format::batch::decode(bytes).map_err(|e| protocol(e.to_string()))?;
+            for message in batch.messages() {
+                out.push(Polled {
+                    offset: batch.header.base_offset + u64::from(message.offset_delta),
+                    id: message.id,
+                    payload: message.payload.to_vec(),
+                });
+            }
+            batches = &batches[length..];
+        }
+        out.retain(|m| m.offset >= offset);
+        Ok(out)
+    }
+}
