@@ -107,6 +107,20 @@ struct Shared<S: Storage + Clone> {
     counters: Arc<PortCounters>,
 }
 
+impl<S: Storage + Clone> Shared<S> {
+    fn count_sessions(&self) {
+        let sessions = self
+            .clients
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .len() as u64;
+        self.views
+            .metrics
+            .sessions
+            .store(sessions, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
 /// Binds the client address and serves connections until the runtime goes away. Returns the
 /// bound address.
 pub async fn start<S: Storage + Clone + Send + Sync + 'static>(
@@ -265,6 +279,7 @@ async fn serve<S: Storage + Clone + Send + Sync + 'static>(
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .remove(&session.client);
+        shared.count_sessions();
     }
 }
 
@@ -318,8 +333,8 @@ async fn answer<S: Storage + Clone + Send + Sync + 'static>(
         Request::GetClusterMetadata => return ok(cluster_metadata(shared)),
         _ => {}
     }
-    let state = shared.views.metadata();
-    match translate::route(&request, &state, &shared.config.topic_defaults, balanced) {
+    let route = route_when_known(shared, &request, balanced).await;
+    match route {
         Route::Answer(body) => ok(body),
         Route::Refuse(code) => error(code),
         Route::Metadata(op) => {
@@ -418,6 +433,58 @@ async fn answer<S: Storage + Clone + Send + Sync + 'static>(
     }
 }
 
+/// Statuses that say a name or id is not in this node's committed metadata.
+const NOT_FOUND: [u32; 5] = [
+    status::STREAM_ID_NOT_FOUND,
+    status::STREAM_NAME_NOT_FOUND,
+    status::TOPIC_ID_NOT_FOUND,
+    status::TOPIC_NAME_NOT_FOUND,
+    status::PARTITION_NOT_FOUND,
+];
+
+/// Routes `request` by this node's committed metadata. On a node that does not lead the
+/// metadata group, a stream, topic or partition it does not know may have been created an
+/// instant ago (a backup executes a metadata commit when the primary's next message tells it,
+/// within a heartbeat): it waits up to a second for its metadata to move on and routes again,
+/// so a client that created a topic on one node can use it on another straight away.
+async fn route_when_known<S: Storage + Clone + Send + Sync + 'static>(
+    shared: &Arc<Shared<S>>,
+    request: &Request,
+    balanced: &mut u32,
+) -> Route {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(1);
+    let mut state = shared.views.metadata();
+    loop {
+        let route = translate::route(request, &state, &shared.config.topic_defaults, balanced);
+        let unknown = match &route {
+            Route::Refuse(code) => NOT_FOUND.contains(code),
+            Route::Answer(body) => {
+                body.is_empty()
+                    && matches!(
+                        request,
+                        Request::GetStream { .. } | Request::GetTopic { .. }
+                    )
+            }
+            _ => false,
+        };
+        let leads = shared.views.leader(GroupKind::Metadata.id()) == Some(shared.config.replica);
+        if !unknown || leads {
+            return route;
+        }
+        loop {
+            if tokio::time::Instant::now() >= deadline {
+                return route;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            let newer = shared.views.metadata();
+            if !Arc::ptr_eq(&newer, &state) {
+                state = newer;
+                break;
+            }
+        }
+    }
+}
+
 async fn login<S: Storage + Clone + Send + Sync + 'static>(
     shared: &Arc<Shared<S>>,
     header: &RequestHeader,
@@ -483,6 +550,7 @@ async fn login<S: Storage + Clone + Send + Sync + 'static>(
     }
     .put(&mut body);
     *session = Some(fresh);
+    shared.count_sessions();
     Answer::Reply {
         status: 0,
         body,
@@ -524,6 +592,7 @@ async fn submit<S: Storage + Clone + Send + Sync + 'static>(
             }
         }
     }
+    let started = std::time::Instant::now();
     let deadline = tokio::time::Instant::now() + shared.config.reply_deadline;
     loop {
         let Ok(Some(reply)) = tokio::time::timeout_at(deadline, session.replies.recv()).await
@@ -545,7 +614,10 @@ async fn submit<S: Storage + Clone + Send + Sync + 'static>(
             continue;
         }
         return match reply_status {
-            ReplyStatus::Committed => Ok((op, body)),
+            ReplyStatus::Committed => {
+                shared.views.metrics.observe_commit(started.elapsed());
+                Ok((op, body))
+            }
             ReplyStatus::NotAccepted => Err(status::TRANSIENT_NOT_ACCEPTED),
             ReplyStatus::NotCommitted => Err(status::TRANSIENT_NOT_COMMITTED),
         };

@@ -81,6 +81,9 @@ pub struct NodeEntry {
     pub name: String,
     pub client: SocketAddr,
     pub replica: SocketAddr,
+    /// The metrics endpoint (`GET /metrics`); none when absent.
+    #[serde(default)]
+    pub metrics: Option<SocketAddr>,
 }
 
 #[derive(Clone, Debug, Deserialize)]

@@ -8,6 +8,7 @@
 pub mod bus;
 pub mod client_port;
 pub mod config;
+pub mod metrics;
 pub mod process;
 pub mod runtime;
 pub mod translate;

@@ -53,8 +53,8 @@ enum Command {
         /// with --demo, a temporary directory removed afterwards].
         #[arg(long)]
         dir: Option<PathBuf>,
-        /// The first node's client port; node i listens on BASE+i for clients and BASE+1000+i
-        /// for its peers.
+        /// The first node's client port; node i listens on BASE+i for clients, BASE+1000+i for
+        /// its peers and BASE+2000+i for metrics scrapes (`GET /metrics`).
         #[arg(long, default_value_t = 8090)]
         base_port: u16,
         /// Also run a short load (a producer per partition, each on another node), read every
@@ -214,6 +214,7 @@ fn run(path: &Path, data_dir: Option<PathBuf>, replica: Option<u8>) -> Result<()
     let own = &config.nodes[usize::from(config.replica)];
     let listen = Listen {
         client: own.client,
+        metrics: own.metrics,
         storage_threads: config.limits.storage_threads,
         network_threads: config.limits.network_threads,
     };
@@ -312,9 +313,10 @@ fn dev(nodes: u8, dir: &Path, base_port: u16, demo: bool) -> Result<(), String> 
     let mut roster = String::new();
     for i in 0..u16::from(nodes) {
         roster.push_str(&format!(
-            "\n[[nodes]]\nname = \"node-{i}\"\nclient = \"{}\"\nreplica = \"{}\"\n",
+            "\n[[nodes]]\nname = \"node-{i}\"\nclient = \"{}\"\nreplica = \"{}\"\nmetrics = \"{}\"\n",
             address(base_port + i),
-            address(base_port + 1000 + i)
+            address(base_port + 1000 + i),
+            address(base_port + 2000 + i)
         ));
     }
     let exe = std::env::current_exe().map_err(|e| format!("finding this program: {e}"))?;
@@ -324,7 +326,7 @@ fn dev(nodes: u8, dir: &Path, base_port: u16, demo: bool) -> Result<(), String> 
         write_text(
             &config,
             &format!(
-                "cluster_id = 1\ncluster_key = \"dev\"\nreplica = {i}\ndata_dir = \"{}\"\n{roster}",
+                "cluster_id = 1\ncluster_key = \"dev\"\nreplica = {i}\ndata_dir = \"{}\"\n\n[topics]\n# Segments are preallocated: 64 MiB keeps a local cluster small.\ndurability = \"replicated\"\nsegment_size_bytes = 67108864\n{roster}",
                 dir.join(format!("node-{i}")).display()
             ),
         )?;
@@ -359,9 +361,10 @@ fn dev(nodes: u8, dir: &Path, base_port: u16, demo: bool) -> Result<(), String> 
     println!("iggy-server dev: {nodes} nodes under {}", dir.display());
     for i in 0..u16::from(nodes) {
         println!(
-            "  node-{i}: clients {}  peers {}",
+            "  node-{i}: clients {}  peers {}  metrics http://{}/metrics",
             address(base_port + i),
-            address(base_port + 1000 + i)
+            address(base_port + 1000 + i),
+            address(base_port + 2000 + i)
         );
     }
     println!(

@@ -20,6 +20,7 @@ pub struct ServerNode<S: Storage + Clone + Send + Sync + 'static> {
     /// Where the client port and the replica bus listen (the OS's ports when configured as 0).
     pub client_address: SocketAddr,
     pub replica_address: SocketAddr,
+    pub metrics_address: Option<SocketAddr>,
     /// Kept for the sockets' life; dropped after the runtime stopped.
     tokio: Option<tokio::runtime::Runtime>,
 }
@@ -28,6 +29,8 @@ pub struct ServerNode<S: Storage + Clone + Send + Sync + 'static> {
 #[derive(Clone, Debug)]
 pub struct Listen {
     pub client: SocketAddr,
+    /// The metrics endpoint (`GET /metrics`), if any.
+    pub metrics: Option<SocketAddr>,
     pub storage_threads: usize,
     pub network_threads: usize,
 }
@@ -43,6 +46,7 @@ impl<S: Storage + Clone + Send + Sync + 'static> ServerNode<S> {
         listen: &Listen,
     ) -> Result<Self, String> {
         let (node, _report) = Node::boot(storage.clone(), node_config)?;
+        let discarded: u64 = node.discarded.values().sum();
         let tokio = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(listen.network_threads.max(1))
             .thread_name(format!("node{}-net", node_config.replica))
@@ -50,6 +54,10 @@ impl<S: Storage + Clone + Send + Sync + 'static> ServerNode<S> {
             .build()
             .map_err(|e| format!("the network runtime: {e}"))?;
         let views = Views::new(node_config.replicas);
+        views
+            .metrics
+            .boot_discarded_bytes
+            .store(discarded, std::sync::atomic::Ordering::Relaxed);
         let (inbox, inputs) = Runtime::<S>::inbox_channel();
         let bus_counters = Arc::new(BusCounters::default());
         let clients = Clients::default();
@@ -91,7 +99,21 @@ impl<S: Storage + Clone + Send + Sync + 'static> ServerNode<S> {
                 port_counters.clone(),
             ))
             .map_err(|e| format!("the client port on {}: {e}", listen.client))?;
+        let metrics_address = match listen.metrics {
+            Some(address) => Some(
+                tokio
+                    .block_on(crate::metrics::start(
+                        address,
+                        views.clone(),
+                        bus_counters.clone(),
+                        port_counters.clone(),
+                    ))
+                    .map_err(|e| format!("the metrics endpoint on {address}: {e}"))?,
+            ),
+            None => None,
+        };
         Ok(Self {
+            metrics_address,
             runtime,
             views,
             bus_counters,

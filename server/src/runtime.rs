@@ -38,6 +38,8 @@ pub struct Views<S: Storage + Clone> {
     pub metadata: RwLock<Arc<iggy_metadata::State>>,
     pub partitions: RwLock<BTreeMap<PartitionKey, Arc<Partition<S>>>>,
     pub leaders: RwLock<BTreeMap<u128, u8>>,
+    /// What the runtime and the client port count, for the metrics endpoint.
+    pub metrics: crate::metrics::NodeMetrics,
 }
 
 impl<S: Storage + Clone> Views<S> {
@@ -47,6 +49,7 @@ impl<S: Storage + Clone> Views<S> {
             metadata: RwLock::new(Arc::new(iggy_metadata::State::new(replicas))),
             partitions: RwLock::new(BTreeMap::new()),
             leaders: RwLock::new(BTreeMap::new()),
+            metrics: crate::metrics::NodeMetrics::default(),
         })
     }
 
@@ -95,6 +98,21 @@ impl<S: Storage + Clone> Views<S> {
     }
 
     fn refresh_leaders(&self, node: &Node<S>) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let groups = node.groups.len() as u64;
+        let led = node
+            .groups
+            .values()
+            .filter(|g| g.replica.leader() == Some(node.index))
+            .count() as u64;
+        let without = node
+            .groups
+            .values()
+            .filter(|g| g.replica.leader().is_none())
+            .count() as u64;
+        self.metrics.groups.store(groups, Relaxed);
+        self.metrics.groups_led_here.store(led, Relaxed);
+        self.metrics.groups_without_primary.store(without, Relaxed);
         let leaders = node
             .groups
             .iter()
@@ -281,8 +299,14 @@ fn run<S: Storage + Clone>(
             Ok(Input::Message(message)) => {
                 let group = message.group();
                 let refusal = refusal_for(node.index, &message);
-                if node.deliver(group, message).is_some() {
+                if let Some((before, after)) = node.deliver(group, message) {
                     touched.push(group);
+                    if after.1 != before.1 {
+                        views
+                            .metrics
+                            .view_changes
+                            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    }
                 } else if let Some((client, reply)) = refusal {
                     // A request for a group this node does not host (yet: it learns of a new
                     // partition when it executes the metadata commit) was never admitted:
@@ -324,7 +348,14 @@ fn run<S: Storage + Clone>(
             node.ration_repair();
             let groups: Vec<u128> = node.groups.keys().copied().collect();
             for group in &groups {
-                node.tick(*group);
+                if let Some((before, after)) = node.tick(*group)
+                    && after.1 != before.1
+                {
+                    views
+                        .metrics
+                        .view_changes
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
             }
             views.refresh_leaders(&node);
             touched = groups;

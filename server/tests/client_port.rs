@@ -123,6 +123,7 @@ fn start_cluster() -> Cluster {
         };
         let listen = Listen {
             client: client_addresses[usize::from(i)],
+            metrics: None,
             storage_threads: 2,
             network_threads: 1,
         };

@@ -22,10 +22,13 @@ const EXE: &str = env!("CARGO_BIN_EXE_iggy-server");
 
 /// A base port with BASE..BASE+2 and BASE+1000..BASE+1002 free a moment ago.
 fn free_base() -> u16 {
-    for attempt in 0..200u16 {
+    // Tests of this file run in parallel: each call starts from its own offset.
+    static CALLS: std::sync::atomic::AtomicU16 = std::sync::atomic::AtomicU16::new(0);
+    let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    for attempt in (call * 20)..(call * 20 + 200) {
         let salt = u16::try_from(std::process::id() % 97).unwrap_or(0);
         let base = 20_000 + salt * 100 + attempt * 7;
-        let ports = (0..3).flat_map(|i| [base + i, base + 1000 + i]);
+        let ports = (0..3).flat_map(|i| [base + i, base + 1000 + i, base + 2000 + i]);
         let held: Vec<_> = ports
             .map(|p| std::net::TcpListener::bind(("127.0.0.1", p)))
             .collect();
@@ -109,6 +112,21 @@ fn interrupt(mut child: Child) -> (i32, String) {
         "iggy-server dev did not stop within 60 s of SIGINT: {}",
         String::from_utf8_lossy(&output.stderr)
     );
+}
+
+/// One `GET /metrics`, the whole response.
+fn scrape(port: u16) -> String {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).expect("the metrics port");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .expect("timeout");
+    stream
+        .write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        .expect("write");
+    let mut text = String::new();
+    stream.read_to_string(&mut text).expect("the response");
+    text
 }
 
 fn login(address: SocketAddr, id: u128) -> Client {
@@ -195,6 +213,21 @@ fn dev_runs_a_cluster_that_stops_cleanly_and_boots_back() {
     });
     assert_eq!(code, 0);
     drop(client);
+
+    // Every node serves its metrics; the one the client talked to timed its commits.
+    let scrapes: Vec<String> = (0..3u16).map(|i| scrape(base + 2000 + i)).collect();
+    for (i, text) in scrapes.iter().enumerate() {
+        assert!(text.starts_with("HTTP/1.1 200 OK"), "node {i}: {text}");
+        assert!(
+            text.contains("\niggy_groups 2\n"),
+            "node {i} hosts the metadata group and the partition: {text}"
+        );
+    }
+    assert!(
+        !scrapes[0].contains("iggy_commit_latency_seconds_count 0\n"),
+        "node 0 timed the client's three writes: {}",
+        scrapes[0]
+    );
 
     let (code, stderr) = interrupt(dev);
     assert_eq!(code, 0, "dev's exit code after SIGINT; stderr:\n{stderr}");

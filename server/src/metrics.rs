@@ -1,0 +1,236 @@
+//! Metrics in the Prometheus text format, on a small HTTP endpoint per node (`GET /metrics`).
+//! `docs/server.md` lists every metric and what it means.
+
+use std::fmt::Write as _;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
+
+use crate::bus::BusCounters;
+use crate::client_port::PortCounters;
+
+/// Upper bounds of the commit latency histogram's buckets, in microseconds.
+pub const LATENCY_BUCKETS_US: [u64; 10] = [
+    250, 500, 1_000, 2_000, 5_000, 10_000, 50_000, 100_000, 1_000_000, 10_000_000,
+];
+
+/// What the runtime and the client port record.
+#[derive(Debug, Default)]
+pub struct NodeMetrics {
+    /// Views a replica of this node entered (each group's view changes).
+    pub view_changes: AtomicU64,
+    /// Groups hosted, and those in normal status with a known primary.
+    pub groups: AtomicU64,
+    pub groups_led_here: AtomicU64,
+    pub groups_without_primary: AtomicU64,
+    /// Bytes boot discarded past the published frontiers at this process's start.
+    pub boot_discarded_bytes: AtomicU64,
+    /// Client sessions connected to this node.
+    pub sessions: AtomicU64,
+    /// Commit latency of client writes, from the request reaching this node to its reply.
+    latency_buckets: [AtomicU64; LATENCY_BUCKETS_US.len()],
+    latency_count: AtomicU64,
+    latency_sum_us: AtomicU64,
+}
+
+impl NodeMetrics {
+    pub fn observe_commit(&self, latency: Duration) {
+        let us = u64::try_from(latency.as_micros()).unwrap_or(u64::MAX);
+        for (bucket, bound) in self.latency_buckets.iter().zip(LATENCY_BUCKETS_US) {
+            if us <= bound {
+                bucket.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        self.latency_count.fetch_add(1, Ordering::Relaxed);
+        self.latency_sum_us.fetch_add(us, Ordering::Relaxed);
+    }
+}
+
+fn counter(out: &mut String, name: &str, help: &str, kind: &str, value: u64) {
+    let _ = writeln!(
+        out,
+        "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}"
+    );
+}
+
+/// The text a scrape gets.
+pub fn render(node: &NodeMetrics, bus: &BusCounters, port: &PortCounters) -> String {
+    let mut out = String::new();
+    let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
+    out.push_str("# HELP iggy_commit_latency_seconds Client writes, from the request reaching this node to its committed reply.\n# TYPE iggy_commit_latency_seconds histogram\n");
+    for (bucket, bound) in node.latency_buckets.iter().zip(LATENCY_BUCKETS_US) {
+        #[allow(clippy::cast_precision_loss)]
+        let seconds = bound as f64 / 1e6;
+        let _ = writeln!(
+            out,
+            "iggy_commit_latency_seconds_bucket{{le=\"{seconds}\"}} {}",
+            load(bucket)
+        );
+    }
+    let count = load(&node.latency_count);
+    #[allow(clippy::cast_precision_loss)]
+    let sum = load(&node.latency_sum_us) as f64 / 1e6;
+    let _ = writeln!(
+        out,
+        "iggy_commit_latency_seconds_bucket{{le=\"+Inf\"}} {count}\niggy_commit_latency_seconds_sum {sum}\niggy_commit_latency_seconds_count {count}"
+    );
+    counter(
+        &mut out,
+        "iggy_view_changes_total",
+        "Views this node's replicas entered after their first.",
+        "counter",
+        load(&node.view_changes),
+    );
+    counter(
+        &mut out,
+        "iggy_groups",
+        "Consensus groups this node hosts (the metadata group and one per partition).",
+        "gauge",
+        load(&node.groups),
+    );
+    counter(
+        &mut out,
+        "iggy_groups_led",
+        "Groups whose primary is this node.",
+        "gauge",
+        load(&node.groups_led_here),
+    );
+    counter(
+        &mut out,
+        "iggy_groups_without_primary",
+        "Groups in a view change or recovering on this node.",
+        "gauge",
+        load(&node.groups_without_primary),
+    );
+    counter(
+        &mut out,
+        "iggy_boot_discarded_bytes",
+        "Bytes boot discarded past the published frontiers when this process started.",
+        "gauge",
+        load(&node.boot_discarded_bytes),
+    );
+    counter(
+        &mut out,
+        "iggy_client_sessions",
+        "Clients logged in on this node.",
+        "gauge",
+        load(&node.sessions),
+    );
+    counter(
+        &mut out,
+        "iggy_client_connections_total",
+        "Client connections accepted.",
+        "counter",
+        load(&port.connections),
+    );
+    counter(
+        &mut out,
+        "iggy_client_requests_total",
+        "Client requests answered.",
+        "counter",
+        load(&port.requests),
+    );
+    counter(
+        &mut out,
+        "iggy_client_evictions_total",
+        "Client sessions ended with an eviction.",
+        "counter",
+        load(&port.evictions),
+    );
+    out.push_str("# HELP iggy_client_errors_total Error replies to clients, by status code.\n# TYPE iggy_client_errors_total counter\n");
+    for (code, n) in port
+        .errors
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .iter()
+    {
+        let _ = writeln!(out, "iggy_client_errors_total{{code=\"{code}\"}} {n}");
+    }
+    counter(
+        &mut out,
+        "iggy_bus_frames_in_total",
+        "Replica messages received from peers.",
+        "counter",
+        load(&bus.frames_in),
+    );
+    counter(
+        &mut out,
+        "iggy_bus_frames_out_total",
+        "Replica messages sent to peers.",
+        "counter",
+        load(&bus.frames_out),
+    );
+    counter(
+        &mut out,
+        "iggy_bus_dropped_total",
+        "Replica messages dropped on a full peer queue.",
+        "counter",
+        load(&bus.dropped_queue_full),
+    );
+    counter(
+        &mut out,
+        "iggy_bus_bad_frames_total",
+        "Peer connections closed for a frame that was not a message of that peer.",
+        "counter",
+        load(&bus.bad_frames),
+    );
+    counter(
+        &mut out,
+        "iggy_bus_refused_handshakes_total",
+        "Peer connections refused at the handshake.",
+        "counter",
+        load(&bus.refused_handshakes),
+    );
+    counter(
+        &mut out,
+        "iggy_bus_connects_total",
+        "Connections this node opened to its peers.",
+        "counter",
+        load(&bus.connects),
+    );
+    out
+}
+
+/// Serves `GET /metrics` on `address`; returns the bound address.
+pub async fn start<S: iggy_io::Storage + Clone + Send + Sync + 'static>(
+    address: SocketAddr,
+    node: Arc<crate::runtime::Views<S>>,
+    bus: Arc<BusCounters>,
+    port: Arc<PortCounters>,
+) -> std::io::Result<SocketAddr> {
+    let listener = TcpListener::bind(address).await?;
+    let bound = listener.local_addr()?;
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut stream, _)) = listener.accept().await else {
+                continue;
+            };
+            let (node, bus, port) = (node.clone(), bus.clone(), port.clone());
+            tokio::spawn(async move {
+                let mut request = [0u8; 1024];
+                let Ok(Ok(n)) =
+                    tokio::time::timeout(Duration::from_secs(5), stream.read(&mut request)).await
+                else {
+                    return;
+                };
+                let line = String::from_utf8_lossy(&request[..n]);
+                let response = if line.starts_with("GET /metrics ") {
+                    let body = render(&node.metrics, &bus, &port);
+                    format!(
+                        "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                        body.len()
+                    )
+                } else {
+                    "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+                        .to_string()
+                };
+                let _ = stream.write_all(response.as_bytes()).await;
+            });
+        }
+    });
+    Ok(bound)
+}
