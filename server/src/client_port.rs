@@ -164,6 +164,8 @@ struct Session {
     client: u128,
     session: u64,
     replies: mpsc::UnboundedReceiver<Message>,
+    /// The sending half registered for this connection's replies.
+    sender: mpsc::UnboundedSender<Message>,
 }
 
 enum Answer {
@@ -274,11 +276,18 @@ async fn serve<S: Storage + Clone + Send + Sync + 'static>(
         }
     }
     if let Some(session) = session {
-        shared
+        let mut clients = shared
             .clients
             .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .remove(&session.client);
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        // Only this connection's entry: the same client may have logged in again on another.
+        if clients
+            .get(&session.client)
+            .is_some_and(|sender| sender.same_channel(&session.sender))
+        {
+            clients.remove(&session.client);
+        }
+        drop(clients);
         shared.count_sessions();
     }
 }
@@ -507,12 +516,13 @@ async fn login<S: Storage + Clone + Send + Sync + 'static>(
         .clients
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
-        .insert(header.client, sender);
+        .insert(header.client, sender.clone());
     let number = shared.clock.now_us();
     let mut fresh = Session {
         client: header.client,
         session: number,
         replies,
+        sender,
     };
     let op = Op::RegisterClient {
         client: header.client,
