@@ -77,6 +77,12 @@ impl<S: Storage + Clone> Views<S> {
     }
 
     fn refresh_metadata(&self, node: &Node<S>) {
+        // Groups come and go only with metadata commits: counted here, before the commit's
+        // reply goes out.
+        self.metrics.groups.store(
+            node.groups.len() as u64,
+            std::sync::atomic::Ordering::Relaxed,
+        );
         if let Some(state) = node.metadata() {
             *self
                 .metadata
@@ -99,7 +105,6 @@ impl<S: Storage + Clone> Views<S> {
 
     fn refresh_leaders(&self, node: &Node<S>) {
         use std::sync::atomic::Ordering::Relaxed;
-        let groups = node.groups.len() as u64;
         let led = node
             .groups
             .values()
@@ -110,7 +115,6 @@ impl<S: Storage + Clone> Views<S> {
             .values()
             .filter(|g| g.replica.leader().is_none())
             .count() as u64;
-        self.metrics.groups.store(groups, Relaxed);
         self.metrics.groups_led_here.store(led, Relaxed);
         self.metrics.groups_without_primary.store(without, Relaxed);
         let leaders = node
