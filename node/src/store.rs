@@ -8,7 +8,7 @@
 //! new log_view (the `Publish` effect) and at a clean shutdown. Committed entries are written
 //! out to the segment files unsynced, where consumers read them.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -143,7 +143,7 @@ fn commit_metadata<S: Storage + Clone>(
     mirror: bool,
 ) -> (Outcome, Changes<S>) {
     let failed = |e: &dyn std::fmt::Display| (Outcome::Failed(e.to_string()), Changes::default());
-    let before = catalog.map(|_| group.state().partition_keys());
+    let before = catalog.map(|_| iggy_recovery::known_partitions(group.state()));
     let committed = match group.commit_deferring_checkpoint(through) {
         Ok(committed) => committed,
         Err(e) => return failed(&e),
@@ -170,15 +170,9 @@ fn commit_metadata<S: Storage + Clone>(
         {
             return failed(&e);
         }
-        let after = group.state().partition_keys();
-        let key = |(stream, topic, partition): &(u32, u32, u32)| PartitionKey {
-            stream: *stream,
-            topic: *topic,
-            partition: *partition,
-        };
-        changes.deleted = before.difference(&after).map(key).collect();
-        for added in after.difference(&before) {
-            let key = key(added);
+        let after = iggy_recovery::known_partitions(group.state());
+        changes.deleted = before.difference(&after).copied().collect();
+        for &key in after.difference(&before) {
             let persisted = persisted(group.state(), key);
             match iggy_recovery::create_partition(
                 &catalog.storage,
@@ -222,20 +216,6 @@ pub fn persisted(state: &iggy_metadata::State, key: PartitionKey) -> bool {
         .get(&key.stream)
         .and_then(|s| s.topics.get(&key.topic))
         .is_some_and(|t| t.durability == Durability::Persisted)
-}
-
-/// The partitions `state` lists, as keys.
-#[must_use]
-pub fn partition_keys(state: &iggy_metadata::State) -> BTreeSet<PartitionKey> {
-    state
-        .partition_keys()
-        .into_iter()
-        .map(|(stream, topic, partition)| PartitionKey {
-            stream,
-            topic,
-            partition,
-        })
-        .collect()
 }
 
 fn execute_effect<S: Storage + Clone>(

@@ -63,11 +63,6 @@ pub fn peek_size(header: &[u8; HEADER_SIZE]) -> u32 {
     u32_at(header, SIZE)
 }
 
-/// The command byte of any header.
-pub fn peek_command(header: &[u8; HEADER_SIZE]) -> u8 {
-    header[COMMAND]
-}
-
 /// A client's request. Offsets: `client` u128 @128, `request_checksum` u128 @144, `timestamp`
 /// u64 @160, `request` u64 @168, `operation` u8 @176 (7 bytes padding), `session` u64 @184,
 /// `user_id` u32 @192, reserved 196..256 with the command code of a non-replicated request at

@@ -259,45 +259,57 @@ impl Request {
                     batch: r.rest().to_vec(),
                 }
             }
-            code::POLL_MESSAGES => Self::PollMessages {
-                consumer: Consumer::read(&mut r)?,
-                stream: Identifier::read(&mut r, "stream id")?,
-                topic: Identifier::read(&mut r, "topic id")?,
-                partition: read_optional_partition(&mut r)?,
-                strategy: PollingStrategy::read(&mut r)?,
-                count: r.u32("count")?,
-                auto_commit: {
-                    let at = r.position();
-                    match r.u8("auto commit")? {
-                        0 => false,
-                        1 => true,
-                        other => {
-                            return Err(r.invalid("auto commit", at, format!("{other}")));
+            code::POLL_MESSAGES => {
+                let (consumer, stream, topic, partition) = read_target(&mut r)?;
+                Self::PollMessages {
+                    consumer,
+                    stream,
+                    topic,
+                    partition,
+                    strategy: PollingStrategy::read(&mut r)?,
+                    count: r.u32("count")?,
+                    auto_commit: {
+                        let at = r.position();
+                        match r.u8("auto commit")? {
+                            0 => false,
+                            1 => true,
+                            other => {
+                                return Err(r.invalid("auto commit", at, format!("{other}")));
+                            }
                         }
-                    }
-                },
-            },
-            code::GET_CONSUMER_OFFSET => Self::GetConsumerOffset {
-                consumer: Consumer::read(&mut r)?,
-                stream: Identifier::read(&mut r, "stream id")?,
-                topic: Identifier::read(&mut r, "topic id")?,
-                partition: read_optional_partition(&mut r)?,
-            },
-            code::STORE_CONSUMER_OFFSET => Self::StoreConsumerOffset {
-                consumer: Consumer::read(&mut r)?,
-                stream: Identifier::read(&mut r, "stream id")?,
-                topic: Identifier::read(&mut r, "topic id")?,
-                partition: read_optional_partition(&mut r)?,
-                offset: r.u64("offset")?,
-                ack: read_ack(&mut r)?,
-            },
-            code::DELETE_CONSUMER_OFFSET => Self::DeleteConsumerOffset {
-                consumer: Consumer::read(&mut r)?,
-                stream: Identifier::read(&mut r, "stream id")?,
-                topic: Identifier::read(&mut r, "topic id")?,
-                partition: read_optional_partition(&mut r)?,
-                ack: read_ack(&mut r)?,
-            },
+                    },
+                }
+            }
+            code::GET_CONSUMER_OFFSET => {
+                let (consumer, stream, topic, partition) = read_target(&mut r)?;
+                Self::GetConsumerOffset {
+                    consumer,
+                    stream,
+                    topic,
+                    partition,
+                }
+            }
+            code::STORE_CONSUMER_OFFSET => {
+                let (consumer, stream, topic, partition) = read_target(&mut r)?;
+                Self::StoreConsumerOffset {
+                    consumer,
+                    stream,
+                    topic,
+                    partition,
+                    offset: r.u64("offset")?,
+                    ack: read_ack(&mut r)?,
+                }
+            }
+            code::DELETE_CONSUMER_OFFSET => {
+                let (consumer, stream, topic, partition) = read_target(&mut r)?;
+                Self::DeleteConsumerOffset {
+                    consumer,
+                    stream,
+                    topic,
+                    partition,
+                    ack: read_ack(&mut r)?,
+                }
+            }
             code => {
                 r.rest();
                 Self::Other { code }
@@ -410,10 +422,7 @@ impl Request {
                 count,
                 auto_commit,
             } => {
-                consumer.put(&mut out);
-                stream.put(&mut out);
-                topic.put(&mut out);
-                put_optional_partition(&mut out, *partition);
+                put_target(&mut out, consumer, stream, topic, *partition);
                 strategy.put(&mut out);
                 out.put_u32(*count);
                 out.put_u8(u8::from(*auto_commit));
@@ -425,10 +434,7 @@ impl Request {
                 topic,
                 partition,
             } => {
-                consumer.put(&mut out);
-                stream.put(&mut out);
-                topic.put(&mut out);
-                put_optional_partition(&mut out, *partition);
+                put_target(&mut out, consumer, stream, topic, *partition);
                 code::GET_CONSUMER_OFFSET
             }
             Self::StoreConsumerOffset {
@@ -439,10 +445,7 @@ impl Request {
                 offset,
                 ack,
             } => {
-                consumer.put(&mut out);
-                stream.put(&mut out);
-                topic.put(&mut out);
-                put_optional_partition(&mut out, *partition);
+                put_target(&mut out, consumer, stream, topic, *partition);
                 out.put_u64(*offset);
                 out.put_u8(*ack);
                 code::STORE_CONSUMER_OFFSET
@@ -454,10 +457,7 @@ impl Request {
                 partition,
                 ack,
             } => {
-                consumer.put(&mut out);
-                stream.put(&mut out);
-                topic.put(&mut out);
-                put_optional_partition(&mut out, *partition);
+                put_target(&mut out, consumer, stream, topic, *partition);
                 out.put_u8(*ack);
                 code::DELETE_CONSUMER_OFFSET
             }
@@ -465,6 +465,32 @@ impl Request {
         };
         (code, out)
     }
+}
+
+/// Who and where, as polls and consumer offsets begin: the consumer, the stream, the topic and
+/// the optional partition.
+fn read_target(
+    r: &mut Reader<'_>,
+) -> Result<(Consumer, Identifier, Identifier, Option<u32>), WireError> {
+    Ok((
+        Consumer::read(r)?,
+        Identifier::read(r, "stream id")?,
+        Identifier::read(r, "topic id")?,
+        read_optional_partition(r)?,
+    ))
+}
+
+fn put_target(
+    out: &mut Vec<u8>,
+    consumer: &Consumer,
+    stream: &Identifier,
+    topic: &Identifier,
+    partition: Option<u32>,
+) {
+    consumer.put(out);
+    stream.put(out);
+    topic.put(out);
+    put_optional_partition(out, partition);
 }
 
 fn read_ack(r: &mut Reader<'_>) -> Result<u8, WireError> {

@@ -1113,7 +1113,8 @@ enum Disposition {
 }
 
 /// Every partition the metadata state lists.
-fn known_partitions(state: &iggy_metadata::State) -> BTreeSet<PartitionKey> {
+#[must_use]
+pub fn known_partitions(state: &iggy_metadata::State) -> BTreeSet<PartitionKey> {
     state
         .partition_keys()
         .into_iter()

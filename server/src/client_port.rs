@@ -462,8 +462,12 @@ async fn route_when_known<S: Storage + Clone + Send + Sync + 'static>(
     balanced: &mut u32,
 ) -> Route {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(1);
-    let mut state = shared.views.metadata();
     loop {
+        // Registered before the state is read, so a replacement in between is not missed.
+        let changed = shared.views.metadata_changed.notified();
+        tokio::pin!(changed);
+        changed.as_mut().enable();
+        let state = shared.views.metadata();
         let route = translate::route(request, &state, &shared.config.topic_defaults, balanced);
         let unknown = match &route {
             Route::Refuse(code) => NOT_FOUND.contains(code),
@@ -477,19 +481,8 @@ async fn route_when_known<S: Storage + Clone + Send + Sync + 'static>(
             _ => false,
         };
         let leads = shared.views.leader(GroupKind::Metadata.id()) == Some(shared.config.replica);
-        if !unknown || leads {
+        if !unknown || leads || tokio::time::timeout_at(deadline, changed).await.is_err() {
             return route;
-        }
-        loop {
-            if tokio::time::Instant::now() >= deadline {
-                return route;
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-            let newer = shared.views.metadata();
-            if !Arc::ptr_eq(&newer, &state) {
-                state = newer;
-                break;
-            }
         }
     }
 }

@@ -40,6 +40,8 @@ pub struct Views<S: Storage + Clone> {
     pub leaders: RwLock<BTreeMap<u128, u8>>,
     /// What the runtime and the client port count, for the metrics endpoint.
     pub metrics: crate::metrics::NodeMetrics,
+    /// Woken each time `metadata` is replaced.
+    pub metadata_changed: tokio::sync::Notify,
 }
 
 impl<S: Storage + Clone> Views<S> {
@@ -50,6 +52,7 @@ impl<S: Storage + Clone> Views<S> {
             partitions: RwLock::new(BTreeMap::new()),
             leaders: RwLock::new(BTreeMap::new()),
             metrics: crate::metrics::NodeMetrics::default(),
+            metadata_changed: tokio::sync::Notify::new(),
         })
     }
 
@@ -88,6 +91,7 @@ impl<S: Storage + Clone> Views<S> {
                 .metadata
                 .write()
                 .unwrap_or_else(std::sync::PoisonError::into_inner) = state.clone();
+            self.metadata_changed.notify_waiters();
         }
         let partitions = node
             .groups
@@ -302,8 +306,14 @@ fn run<S: Storage + Clone>(
         match inputs.recv_timeout(next_tick.saturating_duration_since(Instant::now())) {
             Ok(Input::Message(message)) => {
                 let group = message.group();
-                let refusal = refusal_for(node.index, &message);
-                if let Some((before, after)) = node.deliver(group, message) {
+                if !node.groups.contains_key(&group) {
+                    // A request for a group this node does not host (yet: it learns of a new
+                    // partition when it executes the metadata commit) was never admitted:
+                    // the client may send it again, here or anywhere.
+                    if let Some((client, reply)) = refusal_for(node.index, &message) {
+                        outbox.to_client(client, reply);
+                    }
+                } else if let Some((before, after)) = node.deliver(group, message) {
                     touched.push(group);
                     if after.1 != before.1 {
                         views
@@ -311,11 +321,6 @@ fn run<S: Storage + Clone>(
                             .view_changes
                             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     }
-                } else if let Some((client, reply)) = refusal {
-                    // A request for a group this node does not host (yet: it learns of a new
-                    // partition when it executes the metadata commit) was never admitted:
-                    // the client may send it again, here or anywhere.
-                    outbox.to_client(client, reply);
                 }
             }
             Ok(Input::Done(done)) => {

@@ -7,7 +7,6 @@
 
 use iggy_metadata::codec::Reply;
 use iggy_metadata::{Durability, Op, Retention, State, Stream, Topic};
-use iggy_protocol::code;
 use iggy_protocol::primitives::OptionEntry;
 use iggy_protocol::response::{
     self, PartitionInfo, StreamInfo, TopicInfo, put_result_ok, put_stream_details,
@@ -488,16 +487,4 @@ pub fn send_reply(key: PartitionKey, base_offset: u64) -> Vec<u8> {
         }],
     );
     out
-}
-
-/// Whether a code is one the login path, not [`route`], answers.
-pub fn is_session_command(code_of_request: u32) -> bool {
-    matches!(
-        code_of_request,
-        code::PING
-            | code::LOGIN_REGISTER
-            | code::LOGIN_REGISTER_WITH_PAT
-            | code::LOGOUT_USER
-            | code::GET_CLUSTER_METADATA
-    )
 }

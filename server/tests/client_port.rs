@@ -26,7 +26,7 @@ use iggy_server::process::{Listen, ServerNode};
 use iggy_server::translate::TopicDefaults;
 
 mod common;
-use common::{Answer, Client};
+use common::{Answer, Client, free_addresses};
 use iggy_superblock::Identity;
 use iggy_vsr::{Config, Safeguards};
 
@@ -39,16 +39,6 @@ fn boot_config(incarnation: u64) -> BootConfig {
         index_interval_bytes: 4096,
         ..BootConfig::new(incarnation)
     }
-}
-
-fn free_addresses(count: usize) -> Vec<SocketAddr> {
-    let listeners: Vec<std::net::TcpListener> = (0..count)
-        .map(|_| std::net::TcpListener::bind("127.0.0.1:0").expect("bind"))
-        .collect();
-    listeners
-        .iter()
-        .map(|l| l.local_addr().expect("address"))
-        .collect()
 }
 
 struct Cluster {

@@ -93,25 +93,27 @@ fn start_dev(dir: &Path, base: u16) -> (Child, Vec<String>) {
 }
 
 /// SIGINT, as Ctrl-C in a terminal; waits (at most 60 s) and returns the exit code and stderr.
-fn interrupt(mut child: Child) -> (i32, String) {
+fn interrupt(child: Child) -> (i32, String) {
     let pid = rustix::process::Pid::from_raw(i32::try_from(child.id()).expect("pid")).expect("pid");
     rustix::process::kill_process(pid, rustix::process::Signal::INT).expect("signal");
-    for _ in 0..600 {
-        if let Some(status) = child.try_wait().expect("wait") {
-            let mut stderr = String::new();
-            if let Some(mut pipe) = child.stderr.take() {
-                let _ = std::io::Read::read_to_string(&mut pipe, &mut stderr);
-            }
-            return (status.code().unwrap_or(-1), stderr);
+    // Waited for on a thread (its stdout was taken by `lines`; stderr is read to the end).
+    let (tx, rx) = channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    match rx.recv_timeout(Duration::from_secs(60)) {
+        Ok(output) => {
+            let output = output.expect("wait");
+            (
+                output.status.code().unwrap_or(-1),
+                String::from_utf8_lossy(&output.stderr).into_owned(),
+            )
         }
-        std::thread::sleep(Duration::from_millis(100));
+        Err(_) => {
+            let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
+            panic!("iggy-server dev did not stop within 60 s of SIGINT");
+        }
     }
-    let _ = child.kill();
-    let output = child.wait_with_output().expect("output");
-    panic!(
-        "iggy-server dev did not stop within 60 s of SIGINT: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
 }
 
 /// One `GET /metrics`, the whole response.
@@ -294,33 +296,28 @@ fn run_refuses_a_bad_configuration_naming_the_file_and_the_key() {
     let dir = tempfile::tempdir().expect("tempdir");
     let config = dir.path().join("node.toml");
     let text = "cluster_id = 1\ncluster_key = \"k\"\nreplica = 3\ndata_dir = \"x\"\n\n[[nodes]]\nname = \"a\"\nclient = \"127.0.0.1:1\"\nreplica = \"127.0.0.1:2\"\n";
-    #[allow(clippy::disallowed_methods)]
-    std::fs::write(&config, text).expect("write");
-    let output = Command::new(EXE)
-        .args(["run", "--config"])
-        .arg(&config)
-        .output()
-        .expect("run");
-    assert_eq!(output.status.code(), Some(1));
-    let stderr = String::from_utf8_lossy(&output.stderr);
+    // The exit code and stderr of `run` on `text`.
+    let run = |text: &str| {
+        #[allow(clippy::disallowed_methods)]
+        std::fs::write(&config, text).expect("write");
+        let output = Command::new(EXE)
+            .args(["run", "--config"])
+            .arg(&config)
+            .output()
+            .expect("run");
+        (
+            output.status.code(),
+            String::from_utf8_lossy(&output.stderr).into_owned(),
+        )
+    };
+    let (code, stderr) = run(text);
+    assert_eq!(code, Some(1));
     assert!(
         stderr.contains("node.toml") && stderr.contains("replica = 3"),
         "{stderr}"
     );
-
-    #[allow(clippy::disallowed_methods)]
-    std::fs::write(
-        &config,
-        text.replace("replica = 3", "replica = 0\ncolour = \"blue\""),
-    )
-    .expect("write");
-    let output = Command::new(EXE)
-        .args(["run", "--config"])
-        .arg(&config)
-        .output()
-        .expect("run");
-    assert_eq!(output.status.code(), Some(1));
-    let stderr = String::from_utf8_lossy(&output.stderr);
+    let (code, stderr) = run(&text.replace("replica = 3", "replica = 0\ncolour = \"blue\""));
+    assert_eq!(code, Some(1));
     assert!(
         stderr.contains("colour"),
         "an unknown key is named: {stderr}"

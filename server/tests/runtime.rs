@@ -15,9 +15,11 @@ use iggy_metadata::{Applied, Durability, Op, Retention};
 use iggy_node::{GroupKind, Node, NodeConfig};
 use iggy_recovery::populate::FirstView;
 use iggy_recovery::{BootConfig, PartitionKey};
-use std::net::SocketAddr;
 
 use iggy_server::bus::{self, BusConfig, BusCounters, BusSender};
+
+mod common;
+use common::free_addresses;
 use iggy_server::runtime::{Input, Outbox, Runtime, Views};
 use iggy_superblock::Identity;
 use iggy_vsr::{Config, Message, ReplyStatus, Safeguards};
@@ -121,17 +123,6 @@ impl Outbox for TcpOutbox {
 enum Transport {
     Channels,
     Tcp,
-}
-
-/// Loopback addresses with ports free a moment ago, one per node.
-fn free_addresses(count: usize) -> Vec<SocketAddr> {
-    let listeners: Vec<std::net::TcpListener> = (0..count)
-        .map(|_| std::net::TcpListener::bind("127.0.0.1:0").expect("bind"))
-        .collect();
-    listeners
-        .iter()
-        .map(|l| l.local_addr().expect("address"))
-        .collect()
 }
 
 struct Cluster {

@@ -144,3 +144,14 @@ impl Client {
         answer
     }
 }
+
+/// Loopback addresses with ports free a moment ago, one per node.
+pub fn free_addresses(count: usize) -> Vec<SocketAddr> {
+    let listeners: Vec<std::net::TcpListener> = (0..count)
+        .map(|_| std::net::TcpListener::bind("127.0.0.1:0").expect("bind"))
+        .collect();
+    listeners
+        .iter()
+        .map(|l| l.local_addr().expect("address"))
+        .collect()
+}
