@@ -71,6 +71,46 @@ fn a_new_group_records_its_first_boot_before_it_sends_anything() {
     assert_eq!(again.replica(0).status(), Status::Recovering);
 }
 
+/// A new group's backup that has not recorded its first boot sends nothing to its peers, but it
+/// refuses a client's request (`NotAccepted`): the refusal says nothing about its log or its
+/// votes, and a server that routed the request to it (it knew no primary yet) would otherwise
+/// wait for its reply deadline. Without the exception the request goes unanswered.
+#[test]
+fn a_new_group_refuses_requests_before_its_first_boot_is_recorded() {
+    let mut cluster = Cluster::new(vec![Vec::new(); 3], new_group(), 0, Safeguards::default());
+    for replica in [1, 2] {
+        cluster.nodes[replica].replica.on_message(Message::Request {
+            cluster: CLUSTER,
+            group: GROUP,
+            client: 0xC1,
+            request: 1,
+            operation: iggy_format::operation::MESSAGES,
+            body: vec![1, 2, 3],
+        });
+        cluster.collect(replica);
+        let refused = cluster.outbox.iter().any(|(from, to, message)| {
+            usize::from(*from) == replica
+                && *to == iggy_vsr::Destination::Client(0xC1)
+                && matches!(
+                    message,
+                    Message::Reply {
+                        status: iggy_vsr::ReplyStatus::NotAccepted,
+                        request: 1,
+                        ..
+                    }
+                )
+        });
+        assert!(refused, "replica {replica} answered the request");
+    }
+    // Nothing else left before the record is durable.
+    assert!(
+        cluster
+            .outbox
+            .iter()
+            .all(|(_, to, _)| matches!(to, iggy_vsr::Destination::Client(_)))
+    );
+}
+
 /// Item 7: effect ids of two lives of a replica never meet, so a completion of an effect of an
 /// earlier life (a host that did not drop it) cannot be taken for one of this life.
 #[test]
