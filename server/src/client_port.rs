@@ -582,7 +582,8 @@ async fn submit<S: Storage + Clone + Send + Sync + 'static>(
     // A request for a group another node leads goes to that node's replica over the bus; its
     // reply comes back the same way (`ServerOutbox`). Unknown leader (a view change): to this
     // node's replica, which refuses until the group has a primary again.
-    match shared.views.leader(group) {
+    let sent_to = shared.views.leader(group);
+    match sent_to {
         Some(leader) if leader != shared.config.replica => shared.bus.send(leader, message),
         _ => {
             let sent = shared
@@ -597,9 +598,25 @@ async fn submit<S: Storage + Clone + Send + Sync + 'static>(
     }
     let started = std::time::Instant::now();
     let deadline = tokio::time::Instant::now() + shared.config.reply_deadline;
+    // A request sent to a primary that is no longer the group's (it died, or lost its view) is
+    // answered as not committed as soon as this node learns of the new view, instead of at the
+    // deadline: the client replays it under the same number and the new primary's client table
+    // answers it if it did commit. Checked a few times a second while waiting.
+    let mut leader_check = tokio::time::interval(std::time::Duration::from_millis(100));
     loop {
-        let Ok(Some(reply)) = tokio::time::timeout_at(deadline, session.replies.recv()).await
-        else {
+        let reply = tokio::select! {
+            reply = tokio::time::timeout_at(deadline, session.replies.recv()) => reply,
+            _ = leader_check.tick() => {
+                let now = shared.views.leader(group);
+                if sent_to.is_some() && now.is_some() && now != sent_to {
+                    tracing::debug!(group = format_args!("{group:#x}"), request, ?sent_to, leader = ?now, "client port: the primary changed while a request waited");
+                    return Err(status::TRANSIENT_NOT_COMMITTED);
+                }
+                continue;
+            }
+        };
+        let Ok(Some(reply)) = reply else {
+            tracing::debug!(group = format_args!("{group:#x}"), request, ?sent_to, leader = ?shared.views.leader(group), "client port: no reply by the deadline");
             return Err(status::TRANSIENT_NOT_COMMITTED);
         };
         let Message::Reply {

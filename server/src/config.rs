@@ -25,7 +25,7 @@
 //! reply_deadline_ms = 10000
 //! storage_threads = 4
 //! network_threads = 2
-//! checkpoint_bytes = 134217728
+//! checkpoint_bytes = 16777216     # at most half the prepare ring (64 MiB)
 //! ```
 
 use std::net::SocketAddr;
@@ -135,10 +135,18 @@ impl Default for Limits {
             reply_deadline_ms: 10_000,
             storage_threads: 4,
             network_threads: 2,
-            checkpoint_bytes: iggy_segments::CHECKPOINT_BYTES,
+            checkpoint_bytes: CHECKPOINT_BYTES,
         }
     }
 }
+
+/// A replicated partition's default publication interval. A node killed or powered off loses
+/// what its replicated partitions had not published and repairs it from its peers' prepare rings
+/// (64 MiB a group), so the interval must be well inside the ring: at 128 MiB (the WAL's own
+/// checkpoint, the article's figure) a kill -9 under load left partitions behind every peer's
+/// ring, with nothing to catch up from until state transfer exists (issue #33). 16 MiB leaves
+/// three quarters of the ring for what the cluster appends while the node is down.
+pub const CHECKPOINT_BYTES: u64 = 16 << 20;
 
 fn default_cluster_name() -> String {
     "iggy".into()
@@ -179,6 +187,15 @@ impl FileConfig {
         }
         if self.topics.segment_size_bytes == 0 {
             return Err("topics.segment_size_bytes must be positive".into());
+        }
+        let ring = iggy_vsr::Config::default().ring_bytes_max;
+        if self.limits.checkpoint_bytes == 0 || self.limits.checkpoint_bytes > ring / 2 {
+            return Err(format!(
+                "limits.checkpoint_bytes = {}: 1 to {} (half the {} MiB prepare ring a restarted node repairs its unpublished tail from)",
+                self.limits.checkpoint_bytes,
+                ring / 2,
+                ring >> 20
+            ));
         }
         if self.limits.max_request_bytes < 256 {
             return Err("limits.max_request_bytes must hold at least a header (256)".into());

@@ -2,12 +2,13 @@
 //! [`translate`] (the Iggy client wire to the replicas' requests and back), [`runtime`] (the node
 //! as threads: a tick thread that owns it, storage lanes on a pool), [`bus`] (the replica bus
 //! over TCP), [`client_port`] (the Iggy binary protocol, with forwarding to each group's primary)
-//! and [`process`], which puts one node together. The configuration, the binary, metrics and
-//! `dev` are issue #32's next steps (`docs/server.md`).
+//! [`process`], which puts one node together, [`config`] and [`metrics`]; [`load`] is
+//! `iggy-server load` and `verify`. `docs/server.md` is the operator's guide.
 
 pub mod bus;
 pub mod client_port;
 pub mod config;
+pub mod load;
 pub mod metrics;
 pub mod process;
 pub mod runtime;

@@ -13,6 +13,7 @@ use iggy_recovery::{BootConfig, METADATA_DIR, PARTITIONS_DIR};
 use iggy_server::bus::BusConfig;
 use iggy_server::client_port::{PortConfig, RosterNode, hash_password};
 use iggy_server::config::FileConfig;
+use iggy_server::load;
 use iggy_server::process::{Listen, ServerNode};
 use iggy_server::translate::TopicDefaults;
 
@@ -64,6 +65,75 @@ enum Command {
         #[arg(long)]
         demo: bool,
     },
+    /// Producers on the client wire: one per partition, each its own connection (moving to the
+    /// next node when its node fails), a set rate of batches of a set size, every batch and its
+    /// outcome recorded in a ledger for `verify`. Prints MB/s, latency percentiles, the longest
+    /// write gap and the errors by kind.
+    Load {
+        #[command(flatten)]
+        cluster: ClusterArgs,
+        /// The stream the topics are in.
+        #[arg(long, default_value = "load")]
+        stream: String,
+        /// Partitions of topic "replicated" (replicated durability).
+        #[arg(long, default_value_t = 3)]
+        replicated: u32,
+        /// Partitions of topic "persisted" (persisted durability).
+        #[arg(long, default_value_t = 0)]
+        persisted: u32,
+        /// Create the stream and topics first (they must not exist).
+        #[arg(long)]
+        create: bool,
+        /// Batches per second per producer; 0 sends each batch as soon as the last is answered.
+        #[arg(long, default_value_t = 0.0)]
+        rate: f64,
+        /// Messages per batch.
+        #[arg(long, default_value_t = 250)]
+        batch: u32,
+        /// Payload bytes per message (at least 16).
+        #[arg(long, default_value_t = 1000)]
+        message_size: usize,
+        /// How long to send ("10s", "2m").
+        #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+        duration: Duration,
+        /// Where the ledger goes (JSON lines, one per batch).
+        #[arg(long, default_value = "load.ledger")]
+        ledger: PathBuf,
+        /// Print the summary as one JSON object instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Reads a `load` ledger and every node's partitions (through each node's client port) and
+    /// reports, per node and partition, every acknowledged message missing, duplicated, at
+    /// another offset than acknowledged, or with another payload. Exit 1 if any.
+    Verify {
+        #[command(flatten)]
+        cluster: ClusterArgs,
+        /// The ledger `load` wrote.
+        #[arg(long, default_value = "load.ledger")]
+        ledger: PathBuf,
+        /// How long a node still catching up is read again before what it lacks is reported.
+        #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
+        patience: Duration,
+        /// Print every partition's check as JSON lines instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(clap::Args)]
+struct ClusterArgs {
+    /// The nodes' client addresses, comma-separated (`iggy-server dev` prints them).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "127.0.0.1:8090,127.0.0.1:8091,127.0.0.1:8092"
+    )]
+    nodes: Vec<SocketAddr>,
+    #[arg(long, default_value = "iggy")]
+    username: String,
+    #[arg(long, default_value = "iggy")]
+    password: String,
 }
 
 fn main() -> ExitCode {
@@ -106,6 +176,48 @@ fn main() -> ExitCode {
                 .unwrap_or_else(|| PathBuf::from("iggy-dev"));
             dev(nodes, &dir, base_port, demo)
         }
+        Command::Load {
+            cluster,
+            stream,
+            replicated,
+            persisted,
+            create,
+            rate,
+            batch,
+            message_size,
+            duration,
+            ledger,
+            json,
+        } => {
+            let topics = [("replicated", replicated), ("persisted", persisted)]
+                .into_iter()
+                .filter(|(_, partitions)| *partitions > 0)
+                .map(|(name, partitions)| load::LoadTopic {
+                    name: name.into(),
+                    durability: name.into(),
+                    partitions,
+                })
+                .collect();
+            let config = load::LoadConfig {
+                nodes: cluster.nodes,
+                username: cluster.username,
+                password: cluster.password,
+                stream,
+                topics,
+                create,
+                rate,
+                batch_messages: batch,
+                message_size,
+                duration,
+            };
+            run_load(&config, &ledger, json)
+        }
+        Command::Verify {
+            cluster,
+            ledger,
+            patience,
+            json,
+        } => run_verify(&cluster, &ledger, patience, json),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -378,13 +490,24 @@ fn dev(nodes: u8, dir: &Path, base_port: u16, demo: bool) -> Result<(), String> 
             .collect();
         demo_result = run_demo(&addresses);
     } else {
-        println!("Ctrl-C stops every node cleanly.");
+        println!("Ctrl-C (or SIGTERM to this process) stops every node cleanly.");
         let stop = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
             .map_err(|e| e.to_string())?;
         stop.block_on(async {
-            let _ = tokio::signal::ctrl_c().await;
+            // SIGTERM too: a supervisor or `kill` that stops `dev` must not orphan its nodes.
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(mut term) => {
+                    tokio::select! {
+                        _ = term.recv() => {}
+                        _ = tokio::signal::ctrl_c() => {}
+                    }
+                }
+                Err(_) => {
+                    let _ = tokio::signal::ctrl_c().await;
+                }
+            }
         });
     }
     let mut failed = Vec::new();
@@ -526,6 +649,122 @@ fn run_demo(addresses: &[SocketAddr]) -> Result<(), String> {
     if missing + duplicated > 0 {
         return Err(format!(
             "the demo lost {missing} and duplicated {duplicated} acknowledged messages"
+        ));
+    }
+    Ok(())
+}
+
+fn run_load(config: &load::LoadConfig, ledger: &Path, json: bool) -> Result<(), String> {
+    let producers: u32 = config.topics.iter().map(|t| t.partitions).sum();
+    if producers == 0 {
+        return Err("no partitions: --replicated and --persisted are both 0".into());
+    }
+    if !json {
+        println!(
+            "load: {producers} producers, {} messages of {} B a batch, {} for {}; ledger {}",
+            config.batch_messages,
+            config.message_size,
+            if config.rate > 0.0 {
+                format!("{} batches/s each", config.rate)
+            } else {
+                "as fast as answered".to_string()
+            },
+            humantime::format_duration(config.duration),
+            ledger.display()
+        );
+    }
+    let report = load::load(config, ledger, None)?;
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string(&report).map_err(|e| e.to_string())?
+        );
+    } else {
+        println!(
+            "load: {} batches ({} messages) acknowledged in {:.1} s: {:.1} MB/s; latency p50 {} us, p99 {} us, p999 {} us, max {} us; longest write gap {} ms",
+            report.batches_acknowledged,
+            report.messages_acknowledged,
+            report.seconds,
+            report.mb_per_s,
+            report.p50_us,
+            report.p99_us,
+            report.p999_us,
+            report.max_us,
+            report.max_gap_ms
+        );
+        if report.batches_unknown > 0 {
+            let kinds: Vec<String> = report
+                .errors
+                .iter()
+                .map(|(kind, count)| format!("{count} {kind}"))
+                .collect();
+            println!(
+                "load: {} batches with an unknown outcome ({})",
+                report.batches_unknown,
+                kinds.join(", ")
+            );
+        }
+    }
+    Ok(())
+}
+
+fn run_verify(
+    cluster: &ClusterArgs,
+    ledger: &Path,
+    patience: Duration,
+    json: bool,
+) -> Result<(), String> {
+    let checks = load::verify(
+        ledger,
+        &cluster.nodes,
+        &cluster.username,
+        &cluster.password,
+        patience,
+    )?;
+    let mut bad = 0;
+    for check in &checks {
+        if !check.clean() {
+            bad += 1;
+        }
+        if json {
+            println!(
+                "{}",
+                serde_json::to_string(check).map_err(|e| e.to_string())?
+            );
+        } else if !check.clean() {
+            println!(
+                "verify: node {} {}/{}: {} acknowledged: {} missing, {} duplicated, {} moved, {} damaged; {}",
+                check.node,
+                check.topic,
+                check.partition,
+                check.acknowledged,
+                check.missing,
+                check.duplicated,
+                check.moved,
+                check.damaged,
+                check.examples.join("; ")
+            );
+        }
+    }
+    let acknowledged: u64 = checks.iter().map(|c| c.acknowledged).sum();
+    let unknown: u64 = checks.iter().map(|c| c.unknown_present).sum();
+    if !json {
+        println!(
+            "verify: {} partition copies on {} nodes, {} acknowledged message copies checked, {} of unknown outcome present; {}",
+            checks.len(),
+            cluster.nodes.len(),
+            acknowledged,
+            unknown,
+            if bad == 0 {
+                "every acknowledged message is on every node exactly once".to_string()
+            } else {
+                format!("{bad} partition copies are wrong")
+            }
+        );
+    }
+    if bad > 0 {
+        return Err(format!(
+            "{bad} partition copies lack or repeat acknowledged messages"
         ));
     }
     Ok(())

@@ -6,8 +6,8 @@
 use iggy_format::{Checksum, PrepareMeta};
 
 use super::{Inflight, Pending, Phase, Replica, bit};
-use crate::config::replication_quorum;
 use crate::Destination;
+use crate::config::replication_quorum;
 use crate::effect::{Effect, EffectId, Outcome};
 use crate::message::{From, Message, ReplyStatus, frame_checksum};
 

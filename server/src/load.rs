@@ -1,0 +1,694 @@
+//! `iggy-server load` and `iggy-server verify`: producers on the client wire that record every
+//! send and its outcome in a ledger, and the check that reads each node back and reports every
+//! acknowledged message missing, duplicated, moved or damaged, per node and partition.
+//!
+//! A message's id is `run << 96 | producer << 64 | sequence` and its payload is a function of its
+//! id and size ([`payload`]), so the ledger needs one line per batch, not the bytes: `verify`
+//! rebuilds each payload and compares it with what a node serves.
+//!
+//! The ledger is JSON lines: a header (`{"ledger":1,"run":..,"stream":..,"message_size":..,
+//! "topics":[..]}`), then one line per batch: `{"topic":..,"partition":..,"producer":..,
+//! "sequence":..,"count":..,"outcome":"ack","offset":..,"latency_us":..}`, or an outcome of
+//! `"unknown"` (the connection or the cluster failed before the reply: the batch may or may not
+//! be in the log) with the error. Acknowledged batches must be on every node exactly once, at the
+//! offset the reply named; an unknown batch may be there at most once.
+
+// The ledger is the load tool's own record, not a durable file of a node: plain `std::fs`.
+#![allow(clippy::disallowed_types, clippy::disallowed_methods)]
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, BufWriter, Write};
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use hdrhistogram::Histogram;
+use iggy_client::{Client, ClientError};
+use serde::{Deserialize, Serialize};
+
+/// A topic the load writes to: every partition gets a producer.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct LoadTopic {
+    pub name: String,
+    pub durability: String,
+    pub partitions: u32,
+}
+
+#[derive(Clone, Debug)]
+pub struct LoadConfig {
+    /// The nodes' client ports; producer `i` starts on node `i % len` and moves on when its
+    /// node fails.
+    pub nodes: Vec<SocketAddr>,
+    pub username: String,
+    pub password: String,
+    pub stream: String,
+    pub topics: Vec<LoadTopic>,
+    /// Create the stream and topics first (an existing one is an error).
+    pub create: bool,
+    /// Batches per second per producer; 0 sends the next batch as soon as the last is answered.
+    pub rate: f64,
+    pub batch_messages: u32,
+    pub message_size: usize,
+    pub duration: Duration,
+}
+
+/// Ledger lines.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct LedgerHeader {
+    pub ledger: u32,
+    pub run: u32,
+    pub stream: String,
+    pub message_size: usize,
+    pub topics: Vec<LoadTopic>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct LedgerBatch {
+    pub topic: String,
+    pub partition: u32,
+    pub producer: u32,
+    pub sequence: u64,
+    pub count: u32,
+    pub outcome: Outcome,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub offset: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub latency_us: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum Outcome {
+    Ack,
+    Unknown,
+}
+
+/// What a load run did.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct LoadReport {
+    pub producers: u32,
+    pub seconds: f64,
+    pub batches_acknowledged: u64,
+    pub messages_acknowledged: u64,
+    pub batches_unknown: u64,
+    /// Payload megabytes acknowledged per second (10^6 bytes).
+    pub mb_per_s: f64,
+    pub p50_us: u64,
+    pub p99_us: u64,
+    pub p999_us: u64,
+    pub max_us: u64,
+    /// The longest time any producer went without an acknowledgment (its write gap), ms.
+    pub max_gap_ms: u64,
+    /// Failures by kind ("connection", "status 10xxx", ...), each counted once per batch.
+    pub errors: std::collections::BTreeMap<String, u64>,
+}
+
+/// Message `sequence` of `producer` in run `run`.
+#[must_use]
+pub fn message_id(run: u32, producer: u32, sequence: u64) -> u128 {
+    u128::from(run) << 96 | u128::from(producer) << 64 | u128::from(sequence)
+}
+
+/// The payload of message `id`: `size` bytes of a SplitMix64 stream seeded by the id (the id
+/// itself first, when it fits), so a moved or damaged message cannot pass for another.
+#[must_use]
+pub fn payload(id: u128, size: usize) -> Vec<u8> {
+    let mut out = Vec::with_capacity(size + 8);
+    out.extend_from_slice(&id.to_le_bytes());
+    #[allow(clippy::cast_possible_truncation)]
+    let mut state = (id as u64) ^ ((id >> 64) as u64).rotate_left(29) ^ 0x9e37_79b9_7f4a_7c15;
+    while out.len() < size {
+        state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        out.extend_from_slice(&(z ^ (z >> 31)).to_le_bytes());
+    }
+    out.truncate(size);
+    out
+}
+
+fn error_kind(error: &ClientError) -> String {
+    match error {
+        ClientError::Io { .. } => "connection".into(),
+        ClientError::Evicted { reason, .. } => format!("evicted ({reason:?})"),
+        ClientError::Status { status, .. } => format!("status {status}"),
+        ClientError::Protocol { .. } => "protocol".into(),
+    }
+}
+
+/// A connection that survives node failures: on a connection error it moves to the next node
+/// and logs in again, under a new client id (the old session's requests are not replayed: their
+/// batches are recorded as unknown).
+struct Producer {
+    nodes: Vec<SocketAddr>,
+    next_node: usize,
+    client: Option<Client>,
+    id_base: u128,
+    connections: u128,
+    username: String,
+    password: String,
+}
+
+impl Producer {
+    /// The connection, or a new one; `None` once `stop` is set or no node has answered for
+    /// [`RECONNECT_PATIENCE`].
+    fn connected(&mut self, stop: &AtomicBool) -> Option<&mut Client> {
+        let mut failures = 0u32;
+        let give_up = Instant::now() + RECONNECT_PATIENCE;
+        while self.client.is_none() {
+            if stop.load(Ordering::Relaxed) || Instant::now() > give_up {
+                return None;
+            }
+            let address = self.nodes[self.next_node % self.nodes.len()];
+            self.next_node += 1;
+            self.connections += 1;
+            let attempt =
+                Client::connect(address, self.id_base | self.connections).and_then(|mut client| {
+                    client.login(&self.username, &self.password)?;
+                    Ok(client)
+                });
+            match attempt {
+                Ok(client) => self.client = Some(client),
+                Err(error) => {
+                    failures += 1;
+                    tracing::debug!("{error}");
+                    if (failures as usize).is_multiple_of(self.nodes.len()) {
+                        // Every node refused: back off before the next round.
+                        std::thread::sleep(Duration::from_millis(100));
+                    }
+                }
+            }
+        }
+        self.client.as_mut()
+    }
+}
+
+/// How long a producer tries the nodes in turn before it gives up (longer than a restart of the
+/// whole cluster).
+const RECONNECT_PATIENCE: Duration = Duration::from_secs(60);
+
+struct Shared {
+    ledger: Mutex<BufWriter<std::fs::File>>,
+    stop: AtomicBool,
+}
+
+impl Shared {
+    fn record(&self, line: &LedgerBatch) {
+        if let Ok(text) = serde_json::to_string(line)
+            && let Ok(mut ledger) = self.ledger.lock()
+        {
+            // A line per batch, written through: a load that is killed keeps what it recorded.
+            let _ = writeln!(ledger, "{text}").and_then(|()| ledger.flush());
+        }
+    }
+}
+
+struct ProducerResult {
+    latencies: Histogram<u64>,
+    acknowledged: u64,
+    messages: u64,
+    unknown: u64,
+    max_gap: Duration,
+    errors: std::collections::BTreeMap<String, u64>,
+}
+
+/// Runs the load and writes the ledger to `ledger`. `stop` ends it early (as the duration does).
+pub fn load(
+    config: &LoadConfig,
+    ledger: &Path,
+    stop: Option<Arc<AtomicBool>>,
+) -> Result<LoadReport, String> {
+    if config.nodes.is_empty() {
+        return Err("no nodes to send to".into());
+    }
+    if config.message_size < 16 {
+        return Err(format!(
+            "--message-size {}: at least 16 bytes (the id is the payload's first 16)",
+            config.message_size
+        ));
+    }
+    let run = u32::try_from(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(1, |d| d.as_secs() & 0x7fff_ffff),
+    )
+    .unwrap_or(1);
+    if config.create {
+        let mut admin = Producer {
+            nodes: config.nodes.clone(),
+            next_node: 0,
+            client: None,
+            id_base: message_id(run, u32::MAX, 0),
+            connections: 0,
+            username: config.username.clone(),
+            password: config.password.clone(),
+        };
+        let never = AtomicBool::new(false);
+        let client = admin.connected(&never).ok_or_else(|| {
+            format!(
+                "no node of {:?} accepted a login within {} s",
+                config.nodes,
+                RECONNECT_PATIENCE.as_secs()
+            )
+        })?;
+        client
+            .create_stream(&config.stream)
+            .map_err(|e| format!("creating stream {:?}: {e}", config.stream))?;
+        for topic in &config.topics {
+            client
+                .create_topic(
+                    &config.stream,
+                    &topic.name,
+                    topic.partitions,
+                    &topic.durability,
+                )
+                .map_err(|e| format!("creating topic {:?}: {e}", topic.name))?;
+        }
+    }
+    let file = std::fs::File::create(ledger)
+        .map_err(|e| format!("creating the ledger {}: {e}", ledger.display()))?;
+    let mut writer = BufWriter::new(file);
+    let header = LedgerHeader {
+        ledger: 1,
+        run,
+        stream: config.stream.clone(),
+        message_size: config.message_size,
+        topics: config.topics.clone(),
+    };
+    writeln!(
+        writer,
+        "{}",
+        serde_json::to_string(&header).map_err(|e| e.to_string())?
+    )
+    .map_err(|e| format!("{}: {e}", ledger.display()))?;
+    let shared = Arc::new(Shared {
+        ledger: Mutex::new(writer),
+        stop: AtomicBool::new(false),
+    });
+    let started = Instant::now();
+    let mut threads = Vec::new();
+    let mut producer_index = 0u32;
+    for topic in &config.topics {
+        for partition in 0..topic.partitions {
+            let producer = producer_index;
+            producer_index += 1;
+            let shared = Arc::clone(&shared);
+            let config = config.clone();
+            let topic = topic.name.clone();
+            threads.push(std::thread::spawn(move || {
+                produce(&config, &shared, run, producer, &topic, partition, started)
+            }));
+        }
+    }
+    // The duration, or the caller's stop.
+    let end = started + config.duration;
+    while Instant::now() < end && !stop.as_ref().is_some_and(|s| s.load(Ordering::Relaxed)) {
+        std::thread::sleep(Duration::from_millis(20).min(end - Instant::now().min(end)));
+    }
+    shared.stop.store(true, Ordering::Relaxed);
+    let mut latencies = Histogram::<u64>::new_with_bounds(1, 600_000_000, 3)
+        .map_err(|e| format!("histogram: {e}"))?;
+    let mut report = LoadReport {
+        producers: producer_index,
+        ..LoadReport::default()
+    };
+    for thread in threads {
+        let result = thread.join().map_err(|_| "a producer panicked")?;
+        let _ = latencies.add(&result.latencies);
+        report.batches_acknowledged += result.acknowledged;
+        report.messages_acknowledged += result.messages;
+        report.batches_unknown += result.unknown;
+        report.max_gap_ms = report
+            .max_gap_ms
+            .max(u64::try_from(result.max_gap.as_millis()).unwrap_or(u64::MAX));
+        for (kind, count) in result.errors {
+            *report.errors.entry(kind).or_default() += count;
+        }
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    report.seconds = elapsed;
+    #[allow(clippy::cast_precision_loss)]
+    {
+        report.mb_per_s =
+            (report.messages_acknowledged as f64 * config.message_size as f64) / elapsed / 1e6;
+    }
+    report.p50_us = latencies.value_at_quantile(0.5);
+    report.p99_us = latencies.value_at_quantile(0.99);
+    report.p999_us = latencies.value_at_quantile(0.999);
+    report.max_us = latencies.max();
+    let mut writer = shared
+        .ledger
+        .lock()
+        .map_err(|_| "the ledger's lock is poisoned")?;
+    writer
+        .flush()
+        .map_err(|e| format!("{}: {e}", ledger.display()))?;
+    writer
+        .get_ref()
+        .sync_all()
+        .map_err(|e| format!("{}: {e}", ledger.display()))?;
+    Ok(report)
+}
+
+fn produce(
+    config: &LoadConfig,
+    shared: &Shared,
+    run: u32,
+    producer: u32,
+    topic: &str,
+    partition: u32,
+    started: Instant,
+) -> ProducerResult {
+    let mut result = ProducerResult {
+        latencies: Histogram::new_with_bounds(1, 600_000_000, 3)
+            .unwrap_or_else(|e| panic!("histogram bounds: {e}")),
+        acknowledged: 0,
+        messages: 0,
+        unknown: 0,
+        max_gap: Duration::ZERO,
+        errors: std::collections::BTreeMap::new(),
+    };
+    let mut connection = Producer {
+        nodes: config.nodes.clone(),
+        next_node: producer as usize,
+        client: None,
+        id_base: message_id(run, producer, 0) | 1 << 48,
+        connections: 0,
+        username: config.username.clone(),
+        password: config.password.clone(),
+    };
+    let mut sequence = 0u64;
+    let mut last_ack = started;
+    let interval = (config.rate > 0.0).then(|| Duration::from_secs_f64(1.0 / config.rate));
+    let mut batch_index = 0u32;
+    while !shared.stop.load(Ordering::Relaxed) {
+        if let Some(interval) = interval {
+            let due = started + interval * batch_index;
+            let now = Instant::now();
+            if due > now {
+                std::thread::sleep(due - now);
+            }
+        }
+        batch_index += 1;
+        let Some(client) = connection.connected(&shared.stop) else {
+            if !shared.stop.load(Ordering::Relaxed) {
+                *result.errors.entry("no node answered".into()).or_default() += 1;
+            }
+            break;
+        };
+        let messages: Vec<(u128, Vec<u8>)> = (0..u64::from(config.batch_messages))
+            .map(|i| {
+                let id = message_id(run, producer, sequence + i);
+                (id, payload(id, config.message_size))
+            })
+            .collect();
+        let sent = Instant::now();
+        let outcome = client.send(&config.stream, topic, partition, &messages);
+        let latency = sent.elapsed();
+        let mut line = LedgerBatch {
+            topic: topic.to_string(),
+            partition,
+            producer,
+            sequence,
+            count: config.batch_messages,
+            outcome: Outcome::Ack,
+            offset: None,
+            latency_us: Some(u64::try_from(latency.as_micros()).unwrap_or(u64::MAX)),
+            error: None,
+        };
+        match outcome {
+            Ok(offset) => {
+                let now = Instant::now();
+                result.max_gap = result.max_gap.max(now - last_ack);
+                last_ack = now;
+                result
+                    .latencies
+                    .saturating_record(u64::try_from(latency.as_micros()).unwrap_or(u64::MAX));
+                result.acknowledged += 1;
+                result.messages += u64::from(config.batch_messages);
+                line.offset = Some(offset);
+            }
+            Err(error) => {
+                *result.errors.entry(error_kind(&error)).or_default() += 1;
+                result.unknown += 1;
+                line.outcome = Outcome::Unknown;
+                line.latency_us = None;
+                line.error = Some(error.to_string());
+                // Start over on another node: this connection's state is unknown.
+                connection.client = None;
+            }
+        }
+        shared.record(&line);
+        sequence += u64::from(config.batch_messages);
+    }
+    let tail = Instant::now() - last_ack;
+    if result.acknowledged > 0 {
+        result.max_gap = result.max_gap.max(tail);
+    }
+    result
+}
+
+/// What `verify` found on one node for one partition.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct PartitionCheck {
+    pub node: String,
+    pub topic: String,
+    pub partition: u32,
+    pub acknowledged: u64,
+    /// Messages the node serves for this partition (of this run or any other).
+    pub served: u64,
+    /// Acknowledged messages the node does not serve.
+    pub missing: u64,
+    /// Messages of this run served more than once.
+    pub duplicated: u64,
+    /// Acknowledged messages served at another offset than their reply named.
+    pub moved: u64,
+    /// Messages of this run whose payload is not the one sent.
+    pub damaged: u64,
+    /// Messages of unknown-outcome batches that made it (each at most once).
+    pub unknown_present: u64,
+    /// Up to 5 examples of what went wrong, as text.
+    pub examples: Vec<String>,
+}
+
+impl PartitionCheck {
+    #[must_use]
+    pub fn clean(&self) -> bool {
+        self.missing + self.duplicated + self.moved + self.damaged == 0
+    }
+}
+
+/// A message of the ledger's run: the offset its reply named, if it was acknowledged.
+#[derive(Clone, Debug)]
+pub struct Expected {
+    pub offset: Option<u64>,
+    pub acknowledged: bool,
+}
+
+/// Reads a ledger: its header and, per (topic, partition), every message of the run it records.
+#[allow(clippy::type_complexity)]
+pub fn read_ledger(
+    path: &Path,
+) -> Result<
+    (
+        LedgerHeader,
+        HashMap<(String, u32), HashMap<u128, Expected>>,
+    ),
+    String,
+> {
+    let file = std::fs::File::open(path)
+        .map_err(|e| format!("opening the ledger {}: {e}", path.display()))?;
+    let mut lines = BufReader::new(file).lines();
+    let first = lines
+        .next()
+        .ok_or_else(|| format!("{}: empty ledger", path.display()))?
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    let header: LedgerHeader = serde_json::from_str(&first)
+        .map_err(|e| format!("{} line 1: not a ledger header: {e}", path.display()))?;
+    let mut expected: HashMap<(String, u32), HashMap<u128, Expected>> = HashMap::new();
+    for topic in &header.topics {
+        for partition in 0..topic.partitions {
+            expected.insert((topic.name.clone(), partition), HashMap::new());
+        }
+    }
+    for (number, line) in lines.enumerate() {
+        let line = line.map_err(|e| format!("{}: {e}", path.display()))?;
+        if line.is_empty() {
+            continue;
+        }
+        let batch: LedgerBatch = serde_json::from_str(&line)
+            .map_err(|e| format!("{} line {}: {e}", path.display(), number + 2))?;
+        let messages = expected
+            .get_mut(&(batch.topic.clone(), batch.partition))
+            .ok_or_else(|| {
+                format!(
+                    "{} line {}: topic {:?} partition {} is not in the header",
+                    path.display(),
+                    number + 2,
+                    batch.topic,
+                    batch.partition
+                )
+            })?;
+        for i in 0..u64::from(batch.count) {
+            messages.insert(
+                message_id(header.run, batch.producer, batch.sequence + i),
+                Expected {
+                    offset: batch.offset.map(|o| o + i),
+                    acknowledged: batch.outcome == Outcome::Ack,
+                },
+            );
+        }
+    }
+    Ok((header, expected))
+}
+
+/// Checks a ledger against every node in `nodes`: each partition is read from offset 0 on each
+/// node in turn. A node still catching up (a backup a heartbeat behind, a node just restarted) is
+/// read again until it serves every acknowledged message or `patience` runs out.
+pub fn verify(
+    ledger: &Path,
+    nodes: &[SocketAddr],
+    username: &str,
+    password: &str,
+    patience: Duration,
+) -> Result<Vec<PartitionCheck>, String> {
+    let (header, expected) = read_ledger(ledger)?;
+    let mut checks = Vec::new();
+    let mut keys: Vec<_> = expected.keys().cloned().collect();
+    keys.sort();
+    for (n, address) in nodes.iter().enumerate() {
+        let mut client = Client::connect(*address, message_id(header.run, u32::MAX - 1, n as u64))
+            .map_err(|e| format!("node {address}: {e}"))?;
+        client
+            .login(username, password)
+            .map_err(|e| format!("node {address}: {e}"))?;
+        for key in &keys {
+            let messages = &expected[key];
+            let deadline = Instant::now() + patience;
+            let mut served: Vec<iggy_client::Polled> = Vec::new();
+            let acknowledged = messages.values().filter(|m| m.acknowledged).count();
+            loop {
+                let next = served.last().map_or(0, |m| m.offset + 1);
+                let page = client
+                    .poll(&header.stream, &key.0, key.1, next, 1000)
+                    .map_err(|e| {
+                        format!(
+                            "node {address}: polling {}/{} partition {}: {e}",
+                            header.stream, key.0, key.1
+                        )
+                    })?;
+                if !page.is_empty() {
+                    served.extend(page);
+                    continue;
+                }
+                let present = served
+                    .iter()
+                    .filter(|m| messages.get(&m.id).is_some_and(|e| e.acknowledged))
+                    .count();
+                if present >= acknowledged || Instant::now() > deadline {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            checks.push(check_partition(
+                &address.to_string(),
+                key,
+                messages,
+                &served,
+                header.message_size,
+            ));
+        }
+    }
+    Ok(checks)
+}
+
+fn check_partition(
+    node: &str,
+    key: &(String, u32),
+    messages: &HashMap<u128, Expected>,
+    served: &[iggy_client::Polled],
+    message_size: usize,
+) -> PartitionCheck {
+    let mut check = PartitionCheck {
+        node: node.to_string(),
+        topic: key.0.clone(),
+        partition: key.1,
+        acknowledged: messages.values().filter(|m| m.acknowledged).count() as u64,
+        served: served.len() as u64,
+        ..PartitionCheck::default()
+    };
+    let mut seen: HashMap<u128, u32> = HashMap::new();
+    let example = |check: &mut PartitionCheck, text: String| {
+        if check.examples.len() < 5 {
+            check.examples.push(text);
+        }
+    };
+    for message in served {
+        let Some(wanted) = messages.get(&message.id) else {
+            continue;
+        };
+        let times = seen.entry(message.id).or_default();
+        *times += 1;
+        if *times == 2 {
+            check.duplicated += 1;
+            example(
+                &mut check,
+                format!(
+                    "message {:#x} again at offset {}",
+                    message.id, message.offset
+                ),
+            );
+        }
+        if message.payload != payload(message.id, message_size) {
+            check.damaged += 1;
+            example(
+                &mut check,
+                format!(
+                    "message {:#x} at offset {}: payload differs",
+                    message.id, message.offset
+                ),
+            );
+        }
+        if wanted.acknowledged
+            && *times == 1
+            && let Some(offset) = wanted.offset
+            && offset != message.offset
+        {
+            check.moved += 1;
+            example(
+                &mut check,
+                format!(
+                    "message {:#x} at offset {}, acknowledged at {offset}",
+                    message.id, message.offset
+                ),
+            );
+        }
+        if !wanted.acknowledged && *times == 1 {
+            check.unknown_present += 1;
+        }
+    }
+    let mut missing: Vec<(u64, u128)> = messages
+        .iter()
+        .filter(|(id, m)| m.acknowledged && !seen.contains_key(id))
+        .map(|(id, m)| (m.offset.unwrap_or(0), *id))
+        .collect();
+    missing.sort_unstable();
+    check.missing = missing.len() as u64;
+    if let (Some(first), Some(last)) = (missing.first(), missing.last()) {
+        example(
+            &mut check,
+            format!(
+                "{} acknowledged messages missing, offsets {} to {}",
+                missing.len(),
+                first.0,
+                last.0
+            ),
+        );
+    }
+    check
+}
