@@ -87,7 +87,7 @@ pub struct NodeEntry {
 }
 
 #[derive(Clone, Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, default)]
 pub struct Root {
     pub username: String,
     pub password: String,
@@ -103,7 +103,7 @@ impl Default for Root {
 }
 
 #[derive(Clone, Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, default)]
 pub struct Topics {
     pub durability: String,
     pub segment_size_bytes: u64,
@@ -119,7 +119,7 @@ impl Default for Topics {
 }
 
 #[derive(Clone, Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, default)]
 pub struct Limits {
     pub max_request_bytes: u32,
     pub reply_deadline_ms: u64,

@@ -472,6 +472,10 @@ pub struct PartitionCheck {
     pub damaged: u64,
     /// Messages of unknown-outcome batches that made it (each at most once).
     pub unknown_present: u64,
+    /// The lowest offset of an acknowledged message the node does not serve.
+    pub missing_from: Option<u64>,
+    /// The highest offset at which the node serves an acknowledged message.
+    pub served_through: Option<u64>,
     /// Up to 5 examples of what went wrong, as text.
     pub examples: Vec<String>,
 }
@@ -549,7 +553,8 @@ pub fn read_ledger(
 
 /// Checks a ledger against every node in `nodes`: each partition is read from offset 0 on each
 /// node in turn. A node still catching up (a backup a heartbeat behind, a node just restarted) is
-/// read again until it serves every acknowledged message or `patience` runs out.
+/// read again until it serves every acknowledged message or `patience` (a budget per node) runs
+/// out.
 pub fn verify(
     ledger: &Path,
     nodes: &[SocketAddr],
@@ -567,9 +572,10 @@ pub fn verify(
         client
             .login(username, password)
             .map_err(|e| format!("node {address}: {e}"))?;
+        // One budget per node: a node that lacks a whole range is not waited for per partition.
+        let deadline = Instant::now() + patience;
         for key in &keys {
             let messages = &expected[key];
-            let deadline = Instant::now() + patience;
             let mut served: Vec<iggy_client::Polled> = Vec::new();
             let acknowledged = messages.values().filter(|m| m.acknowledged).count();
             loop {
@@ -668,6 +674,9 @@ fn check_partition(
                 ),
             );
         }
+        if wanted.acknowledged {
+            check.served_through = check.served_through.max(Some(message.offset));
+        }
         if !wanted.acknowledged && *times == 1 {
             check.unknown_present += 1;
         }
@@ -679,6 +688,7 @@ fn check_partition(
         .collect();
     missing.sort_unstable();
     check.missing = missing.len() as u64;
+    check.missing_from = missing.first().map(|m| m.0);
     if let (Some(first), Some(last)) = (missing.first(), missing.last()) {
         example(
             &mut check,

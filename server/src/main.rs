@@ -112,7 +112,8 @@ enum Command {
         /// The ledger `load` wrote.
         #[arg(long, default_value = "load.ledger")]
         ledger: PathBuf,
-        /// How long a node still catching up is read again before what it lacks is reported.
+        /// How long a node still catching up is read again before what it lacks is reported (a
+        /// budget per node, shared by its partitions).
         #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
         patience: Duration,
         /// Print every partition's check as JSON lines instead of text.
