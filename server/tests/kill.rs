@@ -518,3 +518,223 @@ fn nodes_killed_under_load_keep_every_acknowledged_message() {
         );
     }
 }
+
+/// What came back on a connection after bad input: the server closed it, or answered with an
+/// eviction or an error status. Anything else (a success, or silence for 15 s) is `None`.
+fn refused(stream: &mut std::net::TcpStream) -> Option<String> {
+    use std::io::Read;
+    stream
+        .set_read_timeout(Some(Duration::from_secs(15)))
+        .expect("timeout");
+    let mut head = [0u8; iggy_protocol::HEADER_SIZE];
+    let mut got = 0;
+    while got < head.len() {
+        match stream.read(&mut head[got..]) {
+            Ok(0) => return Some("closed".into()),
+            Ok(n) => got += n,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::ConnectionReset | std::io::ErrorKind::BrokenPipe
+                ) =>
+            {
+                return Some("reset".into());
+            }
+            Err(_) => return None,
+        }
+    }
+    if let Ok(eviction) = iggy_protocol::Eviction::decode(&head) {
+        return Some(format!("evicted: {:?}", eviction.reason));
+    }
+    match iggy_protocol::ReplyHeader::decode(&head) {
+        Ok(reply) if reply.status != 0 => Some(format!("status {}", reply.status)),
+        _ => None,
+    }
+}
+
+fn request_header(
+    code: u32,
+    body_len: usize,
+    client: u128,
+    session: u64,
+    request: u64,
+) -> iggy_protocol::RequestHeader {
+    iggy_protocol::RequestHeader {
+        size: u32::try_from(iggy_protocol::HEADER_SIZE + body_len).expect("small"),
+        client,
+        request_checksum: 0,
+        timestamp: 0,
+        request,
+        operation: iggy_protocol::Operation::for_code(code),
+        session,
+        user_id: 0,
+        code,
+    }
+}
+
+/// Garbage, truncated, oversized and wrong-cluster input on a running node's client port and
+/// replica bus, and clients that send before logging in or under another's session: each is
+/// refused (closed, evicted or answered with an error status), every node stays up, and a load
+/// that ran before the attack is whole afterwards on every node.
+#[test]
+fn bad_input_on_both_ports_is_refused_and_loses_nothing() {
+    use std::io::Write as _;
+    let form = Form {
+        replicated: 2,
+        persisted: 1,
+        rate: 20,
+        batch: 20,
+        message_size: 100,
+        cycles: 0,
+        period: Duration::ZERO,
+        down: Duration::ZERO,
+    };
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut nodes = cluster(dir.path());
+    for node in &mut nodes {
+        node.start();
+    }
+    let ledger = dir.path().join("before.ledger");
+    let (code, stdout, stderr) = run_tool(
+        &load_args(&nodes, &form, true, Duration::from_secs(2), &ledger),
+        Duration::from_secs(600),
+    );
+    assert_eq!(code, 0, "{stdout}\n{stderr}");
+    assert!(
+        report_field(&stdout, "batches_acknowledged") > 0,
+        "{stdout}"
+    );
+
+    let client_port = nodes[0].client;
+    let connect = || std::net::TcpStream::connect(client_port).expect("connect");
+    let send_messages = iggy_protocol::code::SEND_MESSAGES;
+    let mut outcomes = Vec::new();
+
+    // Client port: garbage bytes.
+    let mut stream = connect();
+    let garbage: Vec<u8> = (0..600u32).map(|i| (i * 131 % 251) as u8).collect();
+    stream.write_all(&garbage).expect("write");
+    outcomes.push(("client port: garbage", refused(&mut stream)));
+    // A header whose size says more than the configured limit.
+    let mut stream = connect();
+    let mut header = request_header(send_messages, 0, 0x51, 0, 1);
+    header.size = u32::MAX;
+    stream.write_all(&header.encode()).expect("write");
+    outcomes.push(("client port: oversized", refused(&mut stream)));
+    // From a logged-in client, a header that promises a body, the body cut short and the
+    // write side closed.
+    let mut cut = common::Client::connect(client_port, 0x52);
+    assert!(matches!(cut.login("iggy"), common::Answer::Reply(h, _) if h.status == 0));
+    let mut header = request_header(send_messages, 4000, 0x52, cut.session, 1);
+    cut.stream.write_all(&header.encode()).expect("write");
+    cut.stream.write_all(&[7u8; 100]).expect("write");
+    cut.stream
+        .shutdown(std::net::Shutdown::Write)
+        .expect("shutdown");
+    outcomes.push(("client port: truncated", refused(&mut cut.stream)));
+    // A send before logging in.
+    let mut stream = connect();
+    let (code, body) = iggy_protocol::Request::SendMessages {
+        stream: iggy_protocol::Identifier::Name("load".into()),
+        topic: iggy_protocol::Identifier::Name("replicated".into()),
+        partitioning: iggy_protocol::Partitioning::PartitionId(0),
+        count: 1,
+        batch: iggy_format::batch::encode(
+            1,
+            &[iggy_format::batch::NewMessage {
+                id: 1,
+                timestamp_delta: 0,
+                payload: b"not logged in".to_vec(),
+                user_headers: Vec::new(),
+            }],
+        )
+        .expect("batch"),
+    }
+    .encode();
+    stream
+        .write_all(&request_header(code, body.len(), 0x53, 0, 1).encode())
+        .expect("write");
+    stream.write_all(&body).expect("write");
+    outcomes.push(("client port: send before login", refused(&mut stream)));
+    // Another client's session number.
+    let mut owner = common::Client::connect(client_port, 0x54);
+    assert!(matches!(owner.login("iggy"), common::Answer::Reply(h, _) if h.status == 0));
+    let mut stream = connect();
+    stream
+        .write_all(&request_header(code, body.len(), 0x55, owner.session, 1).encode())
+        .expect("write");
+    stream.write_all(&body).expect("write");
+    outcomes.push(("client port: another's session", refused(&mut stream)));
+
+    // Replica bus of node 1: garbage, another cluster's handshake, a handshake without the key,
+    // and with the right handshake a frame of impossible size.
+    let bus = |cluster: u128, key: &[u8]| iggy_server::bus::BusConfig {
+        cluster,
+        replica: 2,
+        peers: Vec::new(),
+        key: key.to_vec(),
+    };
+    let peer_port = {
+        let text = std::fs::read_to_string(&nodes[1].config).expect("configuration");
+        let config = iggy_server::config::FileConfig::load(&text, "node-1").expect("parses");
+        config.nodes[1].replica
+    };
+    let mut stream = std::net::TcpStream::connect(peer_port).expect("connect");
+    stream.write_all(&garbage).expect("write");
+    outcomes.push(("bus: garbage", refused(&mut stream)));
+    let mut stream = std::net::TcpStream::connect(peer_port).expect("connect");
+    stream
+        .write_all(&iggy_server::bus::handshake_bytes(&bus(8, b"kill")))
+        .expect("write");
+    outcomes.push(("bus: another cluster", refused(&mut stream)));
+    let mut stream = std::net::TcpStream::connect(peer_port).expect("connect");
+    stream
+        .write_all(&iggy_server::bus::handshake_bytes(&bus(7, b"guess")))
+        .expect("write");
+    outcomes.push(("bus: without the key", refused(&mut stream)));
+    let mut stream = std::net::TcpStream::connect(peer_port).expect("connect");
+    stream
+        .write_all(&iggy_server::bus::handshake_bytes(&bus(7, b"kill")))
+        .expect("write");
+    let mut frame = [0xa5u8; 256];
+    frame[92..96].copy_from_slice(&u32::MAX.to_le_bytes());
+    // The node answers the handshake (64 bytes) before it reads the frame.
+    {
+        use std::io::Read;
+        let mut answer = [0u8; 64];
+        stream
+            .read_exact(&mut answer)
+            .expect("the handshake answered");
+    }
+    stream.write_all(&frame).expect("write");
+    outcomes.push(("bus: impossible frame size", refused(&mut stream)));
+
+    for (what, outcome) in &outcomes {
+        assert!(outcome.is_some(), "{what}: neither refused nor closed");
+        println!("{what}: {}", outcome.as_deref().unwrap_or_default());
+    }
+    // Every node is still up and serving: a load with no fault is acknowledged in full...
+    for node in &mut nodes {
+        let child = node.child.as_mut().expect("started");
+        assert!(
+            child.try_wait().expect("status").is_none(),
+            "node {} exited after the bad input",
+            node.index
+        );
+    }
+    let after = dir.path().join("after.ledger");
+    let (code, stdout, stderr) = run_tool(
+        &load_args(&nodes, &form, false, Duration::from_secs(2), &after),
+        Duration::from_secs(600),
+    );
+    assert_eq!(code, 0, "{stdout}\n{stderr}");
+    assert_eq!(report_field(&stdout, "batches_unknown"), 0, "{stdout}");
+    // ...and nothing acknowledged before or after is missing on any node.
+    for ledger in [&ledger, &after] {
+        let (code, _, output) = verify(&nodes, ledger, "60s");
+        assert_eq!(code, 0, "{output}");
+    }
+    for node in &mut nodes {
+        assert!(node.stop().success(), "node {} stops cleanly", node.index);
+    }
+}
