@@ -625,7 +625,7 @@ fn bad_input_on_both_ports_is_refused_and_loses_nothing() {
     // write side closed.
     let mut cut = common::Client::connect(client_port, 0x52);
     assert!(matches!(cut.login("iggy"), common::Answer::Reply(h, _) if h.status == 0));
-    let mut header = request_header(send_messages, 4000, 0x52, cut.session, 1);
+    let header = request_header(send_messages, 4000, 0x52, cut.session, 1);
     cut.stream.write_all(&header.encode()).expect("write");
     cut.stream.write_all(&[7u8; 100]).expect("write");
     cut.stream
