@@ -151,6 +151,13 @@ impl Node {
     }
 }
 
+/// A failed test does not leave its nodes running.
+impl Drop for Node {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
 fn cluster(dir: &Path) -> Vec<Node> {
     let addresses = common::free_addresses(9);
     let mut roster = String::new();
