@@ -266,6 +266,14 @@ impl<S: Storage + Clone> Node<S> {
     /// superblock records an earlier boot recovers; a new one starts in normal status. Refuses
     /// (naming the group and why) when boot refuses a group.
     pub fn boot(storage: S, config: &NodeConfig) -> Result<(Self, Report), String> {
+        // Every group of a node is a replica's, one-replica groups included.
+        let config = &NodeConfig {
+            boot: BootConfig {
+                consensus: true,
+                ..config.boot.clone()
+            },
+            ..config.clone()
+        };
         let index = config.replica;
         let (state, report) =
             iggy_recovery::boot_with(storage.clone(), Path::new(""), Mode::Open, &config.boot)

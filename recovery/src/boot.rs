@@ -125,6 +125,13 @@ pub struct BootConfig {
     /// is the primary of (`view % replicas`), spreading primaries over the nodes; off, in view
     /// 0 (the first replica leads every group). On by default.
     pub spread_primaries: bool,
+    /// Every group runs under a consensus replica, a group of one replica included: a
+    /// partition commits when its replica says so (`iggy_segments::Config::replicated`), never
+    /// by publishing. Set by the node (`iggy-node`); off for the toolkit's own use, where a
+    /// single node's partition commits what it publishes. Without it a one-node cluster's
+    /// partitions counted a publication as a commit, and the replica's commit of a published op
+    /// found nothing left to answer: its client never got a reply.
+    pub consensus: bool,
 }
 
 impl BootConfig {
@@ -146,6 +153,7 @@ impl BootConfig {
             verify: iggy_wal::boot::Verify::Sealed,
             commit_from_log: true,
             spread_primaries: true,
+            consensus: false,
         }
     }
 
@@ -163,8 +171,9 @@ impl BootConfig {
     }
 
     /// The configuration partition `key` boots with; `segment_size_bytes` is its topic's (from
-    /// the metadata), when known. A partition of a cluster of more than one replica is one
-    /// replica of its group (`replicated`: it commits when its consensus says so).
+    /// the metadata), when known. A partition of a cluster of more than one replica, or of any
+    /// cluster run by a node (`consensus`), is one replica of its group (`replicated`: it
+    /// commits when its consensus says so).
     #[must_use]
     pub fn partition(
         &self,
@@ -178,7 +187,7 @@ impl BootConfig {
         config.index_interval_bytes = self.index_interval_bytes;
         config.unpublished_bytes_max = self.unpublished_bytes_max;
         config.incarnation = self.incarnation;
-        config.replicated = identity.replica_count > 1;
+        config.replicated = self.consensus || identity.replica_count > 1;
         config.previous_shutdown_clean = self.previous_shutdown_clean;
         config.defer_boot_syncs = self.defer_boot_syncs;
         config.verify = self.verify;

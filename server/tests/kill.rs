@@ -159,24 +159,29 @@ impl Drop for Node {
 }
 
 fn cluster(dir: &Path) -> Vec<Node> {
-    let addresses = common::free_addresses(9);
+    cluster_of(dir, 3, "")
+}
+
+/// `count` nodes; `limits` is the body of each configuration's `[limits]` section.
+fn cluster_of(dir: &Path, count: usize, limits: &str) -> Vec<Node> {
+    let addresses = common::free_addresses(3 * count);
     let mut roster = String::new();
-    for i in 0..3 {
+    for i in 0..count {
         roster.push_str(&format!(
             "\n[[nodes]]\nname = \"node-{i}\"\nclient = \"{}\"\nreplica = \"{}\"\nmetrics = \"{}\"\n",
             addresses[i],
-            addresses[3 + i],
-            addresses[6 + i]
+            addresses[count + i],
+            addresses[2 * count + i]
         ));
     }
-    (0..3)
+    (0..count)
         .map(|i| {
             let data = dir.join(format!("node-{i}"));
             let config = dir.join(format!("node-{i}.toml"));
             std::fs::write(
                 &config,
                 format!(
-                    "cluster_id = 7\ncluster_key = \"kill\"\nreplica = {i}\ndata_dir = \"{}\"\n\n[topics]\nsegment_size_bytes = {SEGMENT_BYTES}\n{roster}",
+                    "cluster_id = 7\ncluster_key = \"kill\"\nreplica = {i}\ndata_dir = \"{}\"\n\n[topics]\nsegment_size_bytes = {SEGMENT_BYTES}\n\n[limits]\n{limits}\n{roster}",
                     data.display()
                 ),
             )
@@ -744,4 +749,40 @@ fn bad_input_on_both_ports_is_refused_and_loses_nothing() {
     for node in &mut nodes {
         assert!(node.stop().success(), "node {} stops cleanly", node.index);
     }
+}
+
+/// A cluster of one node: every group is a replica of one, whose own journal write is the
+/// quorum. Persisted partitions publish every op and replicated ones every 1 MiB here, and every
+/// write is still answered and served. Failed (persisted: no reply ever; replicated: none after
+/// the first publication) while a one-replica partition took a publication for a commit.
+#[test]
+fn a_one_node_cluster_answers_every_write() {
+    let form = Form {
+        replicated: 1,
+        persisted: 1,
+        rate: 0,
+        batch: 100,
+        message_size: 1000,
+        cycles: 0,
+        period: Duration::ZERO,
+        down: Duration::ZERO,
+    };
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut nodes = cluster_of(dir.path(), 1, "checkpoint_bytes = 1048576");
+    nodes[0].start();
+    let ledger = dir.path().join("one.ledger");
+    let (code, stdout, stderr) = run_tool(
+        &load_args(&nodes, &form, true, Duration::from_secs(3), &ledger),
+        Duration::from_secs(600),
+    );
+    assert_eq!(code, 0, "{stdout}\n{stderr}");
+    assert_eq!(report_field(&stdout, "batches_unknown"), 0, "{stdout}");
+    // More than a publication's worth went through the replicated partition.
+    assert!(
+        report_field(&stdout, "messages_acknowledged") * 1000 > 2 * 1_048_576,
+        "{stdout}"
+    );
+    let (code, _, output) = verify(&nodes, &ledger, "10s");
+    assert_eq!(code, 0, "{output}");
+    assert!(nodes[0].stop().success());
 }
