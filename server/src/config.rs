@@ -19,6 +19,7 @@
 //! [topics]
 //! durability = "replicated"     # or "persisted"
 //! segment_size_bytes = 1073741824
+//! spread_primaries = true      # off: the first node leads every new partition
 //!
 //! [limits]
 //! max_request_bytes = 67108864
@@ -107,6 +108,10 @@ impl Default for Root {
 pub struct Topics {
     pub durability: String,
     pub segment_size_bytes: u64,
+    /// A new partition's group starts in the view its creator (the metadata group's primary)
+    /// spreads it to, so primaries spread over the nodes; off, every group starts in view 0 and
+    /// the first node leads them all (the article's cluster).
+    pub spread_primaries: bool,
 }
 
 impl Default for Topics {
@@ -114,6 +119,7 @@ impl Default for Topics {
         Self {
             durability: "replicated".into(),
             segment_size_bytes: 1 << 30,
+            spread_primaries: true,
         }
     }
 }

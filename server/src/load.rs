@@ -103,6 +103,10 @@ pub struct LoadReport {
     pub max_us: u64,
     /// The longest time any producer went without an acknowledgment (its write gap), ms.
     pub max_gap_ms: u64,
+    /// Each producer's longest write gap, ms, by producer (topic order, then partition).
+    pub gaps_ms: Vec<u64>,
+    /// When each producer's longest gap began, ms after the load started.
+    pub gap_starts_ms: Vec<u64>,
     /// Failures by kind ("connection", "status 10xxx", ...), each counted once per batch.
     pub errors: std::collections::BTreeMap<String, u64>,
 }
@@ -214,6 +218,8 @@ struct ProducerResult {
     messages: u64,
     unknown: u64,
     max_gap: Duration,
+    /// When the longest gap began, after the load started.
+    gap_start: Duration,
     errors: std::collections::BTreeMap<String, u64>,
 }
 
@@ -323,9 +329,12 @@ pub fn load(
         report.batches_acknowledged += result.acknowledged;
         report.messages_acknowledged += result.messages;
         report.batches_unknown += result.unknown;
-        report.max_gap_ms = report
-            .max_gap_ms
-            .max(u64::try_from(result.max_gap.as_millis()).unwrap_or(u64::MAX));
+        let gap = u64::try_from(result.max_gap.as_millis()).unwrap_or(u64::MAX);
+        report.max_gap_ms = report.max_gap_ms.max(gap);
+        report.gaps_ms.push(gap);
+        report
+            .gap_starts_ms
+            .push(u64::try_from(result.gap_start.as_millis()).unwrap_or(u64::MAX));
         for (kind, count) in result.errors {
             *report.errors.entry(kind).or_default() += count;
         }
@@ -371,6 +380,7 @@ fn produce(
         messages: 0,
         unknown: 0,
         max_gap: Duration::ZERO,
+        gap_start: Duration::ZERO,
         errors: std::collections::BTreeMap::new(),
     };
     let mut connection = Producer {
@@ -424,7 +434,10 @@ fn produce(
         match outcome {
             Ok(offset) => {
                 let now = Instant::now();
-                result.max_gap = result.max_gap.max(now - last_ack);
+                if now - last_ack > result.max_gap {
+                    result.max_gap = now - last_ack;
+                    result.gap_start = last_ack - started;
+                }
                 last_ack = now;
                 result
                     .latencies
@@ -447,8 +460,9 @@ fn produce(
         sequence += u64::from(config.batch_messages);
     }
     let tail = Instant::now() - last_ack;
-    if result.acknowledged > 0 {
-        result.max_gap = result.max_gap.max(tail);
+    if result.acknowledged > 0 && tail > result.max_gap {
+        result.max_gap = tail;
+        result.gap_start = last_ack - started;
     }
     result
 }

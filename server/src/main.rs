@@ -64,6 +64,10 @@ enum Command {
         /// cleanly.
         #[arg(long)]
         demo: bool,
+        /// Every new partition led by node 0 (the article's cluster) instead of primaries
+        /// spread over the nodes.
+        #[arg(long)]
+        no_spread: bool,
     },
     /// Producers on the client wire: one per partition, each its own connection (moving to the
     /// next node when its node fails), a set rate of batches of a set size, every batch and its
@@ -160,6 +164,7 @@ fn main() -> ExitCode {
             dir,
             base_port,
             demo,
+            no_spread,
         } => {
             let temporary = if dir.is_none() && demo {
                 match tempfile::tempdir() {
@@ -175,7 +180,7 @@ fn main() -> ExitCode {
             let dir = dir
                 .or_else(|| temporary.as_ref().map(|t| t.path().to_path_buf()))
                 .unwrap_or_else(|| PathBuf::from("iggy-dev"));
-            dev(nodes, &dir, base_port, demo)
+            dev(nodes, &dir, base_port, demo, !no_spread)
         }
         Command::Load {
             cluster,
@@ -397,6 +402,7 @@ fn open_or_create(dir: &Path) -> Result<OsStorage, String> {
 fn boot_config(config: &FileConfig, incarnation: u64) -> BootConfig {
     BootConfig {
         segment_size_bytes: config.topics.segment_size_bytes,
+        spread_primaries: config.topics.spread_primaries,
         ..BootConfig::new(incarnation)
     }
 }
@@ -418,7 +424,7 @@ fn write_text(path: &Path, text: &str) -> Result<(), String> {
     std::fs::write(path, text).map_err(|e| format!("{}: {e}", path.display()))
 }
 
-fn dev(nodes: u8, dir: &Path, base_port: u16, demo: bool) -> Result<(), String> {
+fn dev(nodes: u8, dir: &Path, base_port: u16, demo: bool, spread: bool) -> Result<(), String> {
     if nodes == 0 || nodes > 9 {
         return Err(format!("--nodes {nodes}: 1 to 9"));
     }
@@ -439,7 +445,7 @@ fn dev(nodes: u8, dir: &Path, base_port: u16, demo: bool) -> Result<(), String> 
         write_text(
             &config,
             &format!(
-                "cluster_id = 1\ncluster_key = \"dev\"\nreplica = {i}\ndata_dir = \"{}\"\n\n[topics]\n# Segments are preallocated: 64 MiB keeps a local cluster small.\ndurability = \"replicated\"\nsegment_size_bytes = 67108864\n{roster}",
+                "cluster_id = 1\ncluster_key = \"dev\"\nreplica = {i}\ndata_dir = \"{}\"\n\n[topics]\n# Segments are preallocated: 64 MiB keeps a local cluster small.\ndurability = \"replicated\"\nsegment_size_bytes = 67108864\nspread_primaries = {spread}\n{roster}",
                 dir.join(format!("node-{i}")).display()
             ),
         )?;
