@@ -785,4 +785,8 @@ fn a_one_node_cluster_answers_every_write() {
     let (code, _, output) = verify(&nodes, &ledger, "10s");
     assert_eq!(code, 0, "{output}");
     assert!(nodes[0].stop().success());
+    // What iggy-fsck runs finds the one-node directory clean after the stop.
+    let storage = OsStorage::open(&nodes[0].data).expect("data directory");
+    let report = iggy_recovery::check(&storage, Path::new(""), |_, _| {}).expect("check");
+    assert!(report.is_clean(), "{:?}", report.findings);
 }
