@@ -52,12 +52,22 @@ pub(crate) fn apply<S: Storage>(
             storage.unlink(path)?;
             continue;
         }
+        // The unpublished bytes that go with the file, as the check (`iggy-fsck`) names them.
+        let discarded = report
+            .findings
+            .iter()
+            .find(|f| {
+                f.file == *path
+                    && matches!(f.kind, crate::boot::FindingKind::FileBeyondFrontier { .. })
+            })
+            .map_or(0, |f| f.bytes);
         tracing::warn!(
             group = %format_args!("{:#x}", report.group),
             incarnation,
             published_by = report.incarnation,
             file = %path.display(),
             durable_bytes = report.durable_bytes,
+            discarded_bytes = discarded,
             "removing a file beyond the durable WAL frontier"
         );
         storage.unlink(path)?;
