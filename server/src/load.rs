@@ -238,12 +238,21 @@ pub fn load(
             config.message_size
         ));
     }
-    let run = u32::try_from(
-        std::time::SystemTime::now()
+    // The run's id: in every message id and client id, so two loads (even started in the same
+    // second, from two processes) never share either.
+    let run = {
+        let nanos = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
-            .map_or(1, |d| d.as_secs() & 0x7fff_ffff),
-    )
-    .unwrap_or(1);
+            .map_or(1, |d| d.as_nanos());
+        let mixed = twox_hash::XxHash3_64::oneshot(
+            &[
+                nanos.to_le_bytes(),
+                u128::from(std::process::id()).to_le_bytes(),
+            ]
+            .concat(),
+        );
+        u32::try_from(mixed & 0x7fff_ffff).unwrap_or(1).max(1)
+    };
     if config.create {
         let mut admin = Producer {
             nodes: config.nodes.clone(),
