@@ -3,7 +3,7 @@
 //! acknowledged message missing, duplicated, moved or damaged, per node and partition.
 //!
 //! A message's id is `run << 96 | producer << 64 | sequence` and its payload is a function of its
-//! id and size ([`payload`]), so the ledger needs one line per batch, not the bytes: `verify`
+//! id and size ([`payload`], a seeded ChaCha8 stream), so the ledger needs one line per batch, not the bytes: `verify`
 //! rebuilds each payload and compares it with what a node serves.
 //!
 //! The ledger is JSON lines: a header (`{"ledger":1,"run":..,"stream":..,"message_size":..,
@@ -117,21 +117,16 @@ pub fn message_id(run: u32, producer: u32, sequence: u64) -> u128 {
     u128::from(run) << 96 | u128::from(producer) << 64 | u128::from(sequence)
 }
 
-/// The payload of message `id`: `size` bytes of a SplitMix64 stream seeded by the id (the id
-/// itself first, when it fits), so a moved or damaged message cannot pass for another.
+/// The payload of message `id`: the id itself (when it fits), then `size` bytes of a ChaCha8
+/// stream seeded by the id, so a moved or damaged message cannot pass for another.
 #[must_use]
 pub fn payload(id: u128, size: usize) -> Vec<u8> {
-    let mut out = Vec::with_capacity(size + 8);
-    out.extend_from_slice(&id.to_le_bytes());
-    #[allow(clippy::cast_possible_truncation)]
-    let mut state = (id as u64) ^ ((id >> 64) as u64).rotate_left(29) ^ 0x9e37_79b9_7f4a_7c15;
-    while out.len() < size {
-        state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = state;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        out.extend_from_slice(&(z ^ (z >> 31)).to_le_bytes());
-    }
+    use rand_chacha::rand_core::{RngCore, SeedableRng};
+    let mut seed = [0u8; 32];
+    seed[..16].copy_from_slice(&id.to_le_bytes());
+    let mut out = vec![0u8; size.max(16)];
+    out[..16].copy_from_slice(&id.to_le_bytes());
+    rand_chacha::ChaCha8Rng::from_seed(seed).fill_bytes(&mut out[16..]);
     out.truncate(size);
     out
 }

@@ -265,6 +265,28 @@ fn load_args(
     args
 }
 
+/// A load with no fault running into it: it exits 0, acknowledges something and leaves no
+/// batch of unknown outcome. Its JSON report.
+fn fault_free_load(
+    nodes: &[Node],
+    form: &Form,
+    create: bool,
+    duration: Duration,
+    ledger: &Path,
+) -> String {
+    let (code, stdout, stderr) = run_tool(
+        &load_args(nodes, form, create, duration, ledger),
+        Duration::from_secs(600),
+    );
+    assert_eq!(code, 0, "load: {stdout}\n{stderr}");
+    assert_eq!(report_field(&stdout, "batches_unknown"), 0, "{stdout}");
+    assert!(
+        report_field(&stdout, "batches_acknowledged") > 0,
+        "{stdout}"
+    );
+    stdout
+}
+
 fn report_field(json: &str, field: &str) -> u64 {
     let value: serde_json::Value = serde_json::from_str(json.trim()).expect("load's JSON report");
     value[field]
@@ -474,16 +496,7 @@ fn nodes_killed_under_load_keep_every_acknowledged_message() {
 
     // The cluster serves again: a load with no fault is acknowledged in full.
     let third = dir.path().join("after.ledger");
-    let (code, stdout, stderr) = run_tool(
-        &load_args(&nodes, &form, false, Duration::from_secs(2), &third),
-        Duration::from_secs(600),
-    );
-    assert_eq!(code, 0, "load: {stdout}\n{stderr}");
-    assert_eq!(report_field(&stdout, "batches_unknown"), 0, "{stdout}");
-    assert!(
-        report_field(&stdout, "batches_acknowledged") > 0,
-        "{stdout}"
-    );
+    fault_free_load(&nodes, &form, false, Duration::from_secs(2), &third);
 
     // After the whole cluster was killed: persisted partitions (each op on disk before it is
     // acknowledged) keep everything. Replicated partitions promise to survive a minority's
@@ -618,15 +631,7 @@ fn bad_input_on_both_ports_is_refused_and_loses_nothing() {
         node.start();
     }
     let ledger = dir.path().join("before.ledger");
-    let (code, stdout, stderr) = run_tool(
-        &load_args(&nodes, &form, true, Duration::from_secs(2), &ledger),
-        Duration::from_secs(600),
-    );
-    assert_eq!(code, 0, "{stdout}\n{stderr}");
-    assert!(
-        report_field(&stdout, "batches_acknowledged") > 0,
-        "{stdout}"
-    );
+    fault_free_load(&nodes, &form, true, Duration::from_secs(2), &ledger);
 
     let client_port = nodes[0].client;
     let connect = || std::net::TcpStream::connect(client_port).expect("connect");
@@ -746,12 +751,7 @@ fn bad_input_on_both_ports_is_refused_and_loses_nothing() {
         );
     }
     let after = dir.path().join("after.ledger");
-    let (code, stdout, stderr) = run_tool(
-        &load_args(&nodes, &form, false, Duration::from_secs(2), &after),
-        Duration::from_secs(600),
-    );
-    assert_eq!(code, 0, "{stdout}\n{stderr}");
-    assert_eq!(report_field(&stdout, "batches_unknown"), 0, "{stdout}");
+    fault_free_load(&nodes, &form, false, Duration::from_secs(2), &after);
     // ...and nothing acknowledged before or after is missing on any node.
     for ledger in [&ledger, &after] {
         let (code, _, output) = verify(&nodes, ledger, "60s");
@@ -782,12 +782,7 @@ fn a_one_node_cluster_answers_every_write() {
     let mut nodes = cluster_of(dir.path(), 1, "checkpoint_bytes = 1048576");
     nodes[0].start();
     let ledger = dir.path().join("one.ledger");
-    let (code, stdout, stderr) = run_tool(
-        &load_args(&nodes, &form, true, Duration::from_secs(3), &ledger),
-        Duration::from_secs(600),
-    );
-    assert_eq!(code, 0, "{stdout}\n{stderr}");
-    assert_eq!(report_field(&stdout, "batches_unknown"), 0, "{stdout}");
+    let stdout = fault_free_load(&nodes, &form, true, Duration::from_secs(3), &ledger);
     // More than a publication's worth went through the replicated partition.
     assert!(
         report_field(&stdout, "messages_acknowledged") * 1000 > 2 * 1_048_576,
