@@ -471,8 +471,8 @@ fn produce(
     result
 }
 
-/// What `verify` found on one node for one partition.
-#[derive(Clone, Debug, Default, Serialize)]
+/// What `verify` found on one node for one partition (`verify --json` prints one a line).
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct PartitionCheck {
     pub node: String,
     pub topic: String,
@@ -492,8 +492,21 @@ pub struct PartitionCheck {
     pub unknown_present: u64,
     /// The lowest offset of an acknowledged message the node does not serve.
     pub missing_from: Option<u64>,
-    /// The highest offset at which the node serves an acknowledged message.
-    pub served_through: Option<u64>,
+    /// Runs of missing acknowledged messages in send order (the producer's sequence). A log cut
+    /// back once (every node killed, unpublished tails discarded) loses one run; a hole in the
+    /// middle of what a node keeps shows as messages sent before the run served above it.
+    pub lost_runs: u64,
+    /// Messages of this run sent before the first missing acknowledged message but served at or
+    /// above its offset: with one lost run, anything here means the node kept something above
+    /// the loss, so the loss was not a suffix of its log.
+    pub kept_above_loss: u64,
+    /// The lowest offset at which the node serves a message of this run sent after the first
+    /// missing acknowledged one. After a cut the log continues from the cut, at or below the
+    /// lowest missing offset; later messages kept at their old offsets above it mean a hole.
+    pub resumed_at: Option<u64>,
+    /// Places where the offsets the node serves are not consecutive (a skipped or repeated
+    /// offset). Offsets are dense in every correct log.
+    pub offset_gaps: u64,
     /// Up to 5 examples of what went wrong, as text.
     pub examples: Vec<String>,
 }
@@ -501,7 +514,22 @@ pub struct PartitionCheck {
 impl PartitionCheck {
     #[must_use]
     pub fn clean(&self) -> bool {
-        self.missing + self.duplicated + self.moved + self.damaged == 0
+        self.missing + self.duplicated + self.moved + self.damaged + self.offset_gaps == 0
+    }
+
+    /// Whether what is missing is at most one suffix of the node's log as it was when it was
+    /// lost (the log may have continued from the cut since): one run of missing messages in
+    /// send order, nothing sent before it kept above it, what was sent after it resumed at or
+    /// below it, offsets dense, and nothing duplicated, moved or damaged. Meaningful when this
+    /// run was the partition's only writer from the loss until its own end.
+    #[must_use]
+    pub fn lost_only_a_suffix(&self) -> bool {
+        self.lost_runs <= 1
+            && self.kept_above_loss == 0
+            && self
+                .resumed_at
+                .is_none_or(|at| self.missing_from.is_some_and(|from| at <= from))
+            && self.offset_gaps + self.duplicated + self.moved + self.damaged == 0
     }
 }
 
@@ -692,31 +720,170 @@ fn check_partition(
                 ),
             );
         }
-        if wanted.acknowledged {
-            check.served_through = check.served_through.max(Some(message.offset));
-        }
         if !wanted.acknowledged && *times == 1 {
             check.unknown_present += 1;
         }
     }
-    let mut missing: Vec<(u64, u128)> = messages
+    for pair in served.windows(2) {
+        if pair[1].offset != pair[0].offset + 1 {
+            check.offset_gaps += 1;
+            example(
+                &mut check,
+                format!(
+                    "offset {} follows offset {}",
+                    pair[1].offset, pair[0].offset
+                ),
+            );
+        }
+    }
+    // The acknowledged messages in send order (one producer a partition, so the id's sequence
+    // bits order them), each with whether the node serves it and the offset its reply named.
+    let mut sent: Vec<(u128, bool, u64)> = messages
         .iter()
-        .filter(|(id, m)| m.acknowledged && !seen.contains_key(id))
-        .map(|(id, m)| (m.offset.unwrap_or(0), *id))
+        .filter(|(_, m)| m.acknowledged)
+        .map(|(id, m)| (*id, seen.contains_key(id), m.offset.unwrap_or(0)))
         .collect();
-    missing.sort_unstable();
+    sent.sort_unstable();
+    let mut previous_present = true;
+    for &(_, present, _) in &sent {
+        if !present && previous_present {
+            check.lost_runs += 1;
+        }
+        previous_present = present;
+    }
+    let missing: Vec<u64> = sent.iter().filter(|m| !m.1).map(|m| m.2).collect();
     check.missing = missing.len() as u64;
-    check.missing_from = missing.first().map(|m| m.0);
-    if let (Some(first), Some(last)) = (missing.first(), missing.last()) {
-        example(
-            &mut check,
-            format!(
-                "{} acknowledged messages missing, offsets {} to {}",
-                missing.len(),
-                first.0,
-                last.0
-            ),
+    if let Some(&(first_lost, _, _)) = sent.iter().find(|m| !m.1) {
+        let lowest = missing.iter().copied().min().unwrap_or(0);
+        check.missing_from = Some(lowest);
+        check.kept_above_loss = served
+            .iter()
+            .filter(|m| messages.contains_key(&m.id) && m.id < first_lost && m.offset >= lowest)
+            .count() as u64;
+        check.resumed_at = served
+            .iter()
+            .filter(|m| messages.contains_key(&m.id) && m.id > first_lost)
+            .map(|m| m.offset)
+            .min();
+        let text = format!(
+            "{} acknowledged messages missing, offsets {} to {}, in {} run(s) of the send order",
+            missing.len(),
+            lowest,
+            missing.iter().copied().max().unwrap_or(0),
+            check.lost_runs
         );
+        example(&mut check, text);
     }
     check
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SIZE: usize = 32;
+
+    /// A ledger of one producer: `acknowledged[i]` is message i's offset, `None` if its batch's
+    /// outcome is unknown.
+    fn ledger(acknowledged: &[Option<u64>]) -> HashMap<u128, Expected> {
+        acknowledged
+            .iter()
+            .enumerate()
+            .map(|(i, offset)| {
+                (
+                    message_id(7, 0, i as u64),
+                    Expected {
+                        offset: *offset,
+                        acknowledged: offset.is_some(),
+                    },
+                )
+            })
+            .collect()
+    }
+
+    /// What a node serves: (offset, the message's sequence in this run or a foreign id).
+    fn served(log: &[(u64, u128)]) -> Vec<iggy_client::Polled> {
+        log.iter()
+            .map(|&(offset, id)| iggy_client::Polled {
+                offset,
+                id,
+                payload: payload(id, SIZE),
+            })
+            .collect()
+    }
+
+    fn ours(sequence: u64) -> u128 {
+        message_id(7, 0, sequence)
+    }
+
+    fn check(messages: &HashMap<u128, Expected>, log: &[(u64, u128)]) -> PartitionCheck {
+        check_partition("node", &("t".to_string(), 0), messages, &served(log), SIZE)
+    }
+
+    #[test]
+    fn a_whole_log_is_clean() {
+        let messages = ledger(&[Some(0), Some(1), Some(2)]);
+        let found = check(&messages, &[(0, ours(0)), (1, ours(1)), (2, ours(2))]);
+        assert!(found.clean(), "{found:?}");
+        assert!(found.lost_only_a_suffix());
+        assert_eq!(found.acknowledged, 3);
+    }
+
+    /// The CI run of 2026-12-03: every node killed, offsets 2.. discarded, and the same load
+    /// carried on from the cut, so its later messages sit at the lost ones' offsets.
+    #[test]
+    fn a_cut_then_writes_from_the_cut_is_a_suffix() {
+        let messages = ledger(&[Some(0), Some(1), Some(2), Some(3), Some(2), Some(3)]);
+        let found = check(
+            &messages,
+            &[(0, ours(0)), (1, ours(1)), (2, ours(4)), (3, ours(5))],
+        );
+        assert!(!found.clean());
+        assert_eq!((found.missing, found.missing_from), (2, Some(2)));
+        assert_eq!((found.lost_runs, found.resumed_at), (1, Some(2)));
+        assert!(found.lost_only_a_suffix(), "{found:?}");
+    }
+
+    #[test]
+    fn a_hole_in_the_middle_is_not_a_suffix() {
+        let messages = ledger(&[Some(0), Some(1), Some(2), Some(3)]);
+        // Offsets skip the lost one.
+        let found = check(&messages, &[(0, ours(0)), (1, ours(1)), (3, ours(3))]);
+        assert_eq!(found.offset_gaps, 1);
+        assert!(!found.lost_only_a_suffix(), "{found:?}");
+        // Dense offsets, the lost one's place taken by another run's message: the later
+        // message kept its old offset above the loss.
+        let found = check(
+            &messages,
+            &[
+                (0, ours(0)),
+                (1, ours(1)),
+                (2, message_id(9, 0, 0)),
+                (3, ours(3)),
+            ],
+        );
+        assert_eq!((found.offset_gaps, found.resumed_at), (0, Some(3)));
+        assert!(!found.lost_only_a_suffix(), "{found:?}");
+    }
+
+    #[test]
+    fn two_losses_are_not_one_suffix() {
+        let messages = ledger(&[Some(0), Some(1), Some(2), Some(1), Some(2)]);
+        let found = check(&messages, &[(0, ours(0)), (1, ours(2)), (2, ours(4))]);
+        assert_eq!(found.lost_runs, 2, "{found:?}");
+        assert!(!found.lost_only_a_suffix());
+    }
+
+    #[test]
+    fn unknown_batches_may_appear_once_but_not_twice() {
+        let messages = ledger(&[Some(0), None, Some(2)]);
+        let found = check(&messages, &[(0, ours(0)), (1, ours(1)), (2, ours(2))]);
+        assert!(found.clean(), "{found:?}");
+        assert_eq!(found.unknown_present, 1);
+        let found = check(
+            &messages,
+            &[(0, ours(0)), (1, ours(1)), (2, ours(1)), (3, ours(2))],
+        );
+        assert_eq!((found.duplicated, found.moved), (1, 1), "{found:?}");
+    }
 }

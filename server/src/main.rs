@@ -740,7 +740,7 @@ fn run_verify(
             );
         } else if !check.clean() {
             println!(
-                "verify: node {} {}/{}: {} acknowledged: {} missing, {} duplicated, {} moved, {} damaged; {}",
+                "verify: node {} {}/{}: {} acknowledged: {} missing, {} duplicated, {} moved, {} damaged, {} offset gaps; {}",
                 check.node,
                 check.topic,
                 check.partition,
@@ -749,6 +749,7 @@ fn run_verify(
                 check.duplicated,
                 check.moved,
                 check.damaged,
+                check.offset_gaps,
                 check.examples.join("; ")
             );
         }
