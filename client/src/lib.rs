@@ -301,17 +301,44 @@ impl Client {
         offset: u64,
         count: u32,
     ) -> Result<Vec<Polled>, ClientError> {
+        let mut polled = self.poll_as(
+            stream,
+            topic,
+            partition,
+            0,
+            PollingStrategy::Offset(offset),
+            count,
+            false,
+        )?;
+        polled.retain(|m| m.offset >= offset);
+        Ok(polled)
+    }
+
+    /// Polls as consumer `consumer` from where `strategy` says; with `auto_commit` the server
+    /// stores the consumer's offset at the last message it answers. Every message of the batches
+    /// answered, the first batch's from its start.
+    #[allow(clippy::too_many_arguments)]
+    pub fn poll_as(
+        &mut self,
+        stream: &str,
+        topic: &str,
+        partition: u32,
+        consumer: u32,
+        strategy: PollingStrategy,
+        count: u32,
+        auto_commit: bool,
+    ) -> Result<Vec<Polled>, ClientError> {
         let body = self.call(&Request::PollMessages {
             consumer: Consumer {
                 group: false,
-                id: Identifier::Numeric(0),
+                id: Identifier::Numeric(consumer),
             },
             stream: Identifier::Name(stream.into()),
             topic: Identifier::Name(topic.into()),
             partition: Some(partition),
-            strategy: PollingStrategy::Offset(offset),
+            strategy,
             count,
-            auto_commit: false,
+            auto_commit,
         })?;
         let protocol = |reason: String| ClientError::Protocol {
             address: self.address,
@@ -336,7 +363,6 @@ impl Client {
             }
             batches = &batches[length..];
         }
-        out.retain(|m| m.offset >= offset);
         Ok(out)
     }
 }

@@ -163,6 +163,8 @@ pub async fn start<S: Storage + Clone + Send + Sync + 'static>(
 struct Session {
     client: u128,
     session: u64,
+    /// The request number of this session's latest auto-commit (see [`auto_commit_client`]).
+    auto_commits: u64,
     replies: mpsc::UnboundedReceiver<Message>,
     /// The sending half registered for this connection's replies.
     sender: mpsc::UnboundedSender<Message>,
@@ -280,12 +282,14 @@ async fn serve<S: Storage + Clone + Send + Sync + 'static>(
             .clients
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        // Only this connection's entry: the same client may have logged in again on another.
-        if clients
-            .get(&session.client)
-            .is_some_and(|sender| sender.same_channel(&session.sender))
-        {
-            clients.remove(&session.client);
+        // Only this connection's entries: the same client may have logged in again on another.
+        for client in [session.client, auto_commit_client(session.client)] {
+            if clients
+                .get(&client)
+                .is_some_and(|sender| sender.same_channel(&session.sender))
+            {
+                clients.remove(&client);
+            }
         }
         drop(clients);
         shared.count_sessions();
@@ -424,13 +428,45 @@ async fn answer<S: Storage + Clone + Send + Sync + 'static>(
             consumer,
             strategy,
             count,
-            ..
+            auto_commit,
         } => {
             let views = shared.views.clone();
-            tokio::task::spawn_blocking(move || poll(&views, key, consumer, strategy, count))
-                .await
-                .unwrap_or(Err(status::ERROR))
-                .map_or_else(error, ok)
+            let polled =
+                tokio::task::spawn_blocking(move || poll(&views, key, consumer, strategy, count))
+                    .await
+                    .unwrap_or(Err(status::ERROR));
+            match polled {
+                Ok((body, Some(last))) if auto_commit => {
+                    // The consumer's offset moves to the last message answered, committed
+                    // through the partition's group before the messages go out: a `Next` poll
+                    // that follows (on this node) starts after them. A store that fails leaves
+                    // the offset where it was and still answers the messages (at least once).
+                    let store = iggy_segments::entry::encode_consumer_offset(
+                        ConsumerKind::Consumer,
+                        consumer,
+                        last,
+                    );
+                    // Request numbers that only grow, across logins of the same client id too.
+                    current.auto_commits = (current.auto_commits + 1).max(shared.clock.now_us());
+                    let request = current.auto_commits;
+                    if let Err(code) = submit_as(
+                        shared,
+                        current,
+                        auto_commit_client(current.client),
+                        key.group_id(),
+                        request,
+                        operation::CONSUMER_OFFSET,
+                        store.to_vec(),
+                    )
+                    .await
+                    {
+                        tracing::debug!(partition = %key.dir_name(), consumer, last, code, "client port: a poll's auto-commit failed");
+                    }
+                    ok(body)
+                }
+                Ok((body, _)) => ok(body),
+                Err(code) => error(code),
+            }
         }
         Route::GetOffset { key, consumer } => {
             let views = shared.views.clone();
@@ -511,9 +547,15 @@ async fn login<S: Storage + Clone + Send + Sync + 'static>(
         .unwrap_or_else(std::sync::PoisonError::into_inner)
         .insert(header.client, sender.clone());
     let number = shared.clock.now_us();
+    shared
+        .clients
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .insert(auto_commit_client(header.client), sender.clone());
     let mut fresh = Session {
         client: header.client,
         session: number,
+        auto_commits: 0,
         replies,
         sender,
     };
@@ -571,10 +613,33 @@ async fn submit<S: Storage + Clone + Send + Sync + 'static>(
     operation: u32,
     body: Vec<u8>,
 ) -> Result<(u64, Vec<u8>), u32> {
+    let client = session.client;
+    submit_as(shared, session, client, group, request, operation, body).await
+}
+
+/// The client id a session's auto-commits are requested under. A poll is not replicated, so it
+/// repeats the number of the session's latest replicated request; under the session's own id
+/// the store would be that request's replay (answered from the client table, never applied).
+/// Its own id, with request numbers of its own, keeps the two apart; its replies come to the
+/// same connection.
+fn auto_commit_client(client: u128) -> u128 {
+    client ^ (0xa070_c033_u128 << 96)
+}
+
+/// [`submit`] under client id `client` (the session's own, or its auto-commit id).
+async fn submit_as<S: Storage + Clone + Send + Sync + 'static>(
+    shared: &Arc<Shared<S>>,
+    session: &mut Session,
+    client: u128,
+    group: u128,
+    request: u64,
+    operation: u32,
+    body: Vec<u8>,
+) -> Result<(u64, Vec<u8>), u32> {
     let message = Message::Request {
         cluster: shared.config.cluster,
         group,
-        client: session.client,
+        client,
         request,
         operation,
         body,
@@ -675,14 +740,15 @@ fn cluster_metadata<S: Storage + Clone>(shared: &Shared<S>) -> Vec<u8> {
 const POLL_BYTES_MAX: u64 = 1 << 20;
 
 /// Reads up to `count` messages of a partition from where `strategy` says: whole committed
-/// batches, the first holding the start offset.
+/// batches, the first holding the start offset. Returns the answer and the offset of the last
+/// message in it (none when it holds none).
 fn poll<S: Storage + Clone>(
     views: &Views<S>,
     key: PartitionKey,
     consumer: u32,
     strategy: PollingStrategy,
     count: u32,
-) -> Result<Vec<u8>, u32> {
+) -> Result<(Vec<u8>, Option<u64>), u32> {
     let partition = views.partition(key).ok_or(status::PARTITION_NOT_FOUND)?;
     let next = partition.next_offset();
     let start = match strategy {
@@ -701,6 +767,7 @@ fn poll<S: Storage + Clone>(
     };
     let mut out = Vec::new();
     let mut messages = 0u32;
+    let mut last = None;
     if start < next && count > 0 {
         let batches = partition
             .read_through(start, POLL_BYTES_MAX, partition.committed())
@@ -711,6 +778,9 @@ fn poll<S: Storage + Clone>(
                 break;
             }
             messages = messages.saturating_add(batch.header.message_count);
+            if batch.header.message_count > 0 {
+                last = Some(batch.header.base_offset + u64::from(batch.header.message_count) - 1);
+            }
             bytes.extend_from_slice(&batch.bytes);
         }
         out.reserve(POLL_HEADER_SIZE + bytes.len());
@@ -729,7 +799,7 @@ fn poll<S: Storage + Clone>(
         }
         .put(&mut out);
     }
-    Ok(out)
+    Ok((out, last))
 }
 
 fn stored_offset<S: Storage + Clone>(

@@ -312,6 +312,68 @@ fn a_client_on_the_sdks_wire_creates_sends_polls_and_stores_offsets() {
         assert_eq!(offset_of(session).map(|o| o.stored_offset), Some(1));
     }
 
+    // Auto-commit: a `Next` poll answers from after the consumer's stored offset and stores the
+    // last offset it answered, committed before the answer. The session's latest replicated
+    // request is a send to the same partition: a poll repeats its request number, and under the
+    // session's own client id the store would be taken for that send's replay and never applied.
+    let session = &mut sessions[leaders[0]];
+    let (code, _) = session.ask_until_accepted(&Request::SendMessages {
+        stream: Identifier::Name("orders".into()),
+        topic: Identifier::Name("payments".into()),
+        partitioning: Partitioning::PartitionId(0),
+        count: 2,
+        batch: batch(&[b"third", b"fourth"]),
+    });
+    assert_eq!(code, 0);
+    let consumer = Consumer {
+        group: false,
+        id: Identifier::Numeric(2),
+    };
+    let next = |session: &mut Client| {
+        let (code, body) = session.ask(&Request::PollMessages {
+            consumer: consumer.clone(),
+            stream: Identifier::Numeric(0),
+            topic: Identifier::Numeric(0),
+            partition: Some(0),
+            strategy: PollingStrategy::Next,
+            count: 1,
+            auto_commit: true,
+        });
+        assert_eq!(code, 0);
+        let (header, batches) = PollHeader::read(&body).expect("poll");
+        let payloads: Vec<Vec<u8>> = if header.messages_count == 0 {
+            vec![]
+        } else {
+            let batch = iggy_format::batch::decode(batches).expect("a stored batch");
+            batch.messages().map(|m| m.payload.to_vec()).collect()
+        };
+        let (code, body) = session.ask(&Request::GetConsumerOffset {
+            consumer: consumer.clone(),
+            stream: Identifier::Numeric(0),
+            topic: Identifier::Numeric(0),
+            partition: Some(0),
+        });
+        assert_eq!(code, 0);
+        let stored = ConsumerOffsetInfo::read(&body)
+            .expect("offset")
+            .map(|o| o.stored_offset);
+        (payloads, stored)
+    };
+    assert_eq!(
+        next(session),
+        (vec![b"first".to_vec(), b"second".to_vec()], Some(1)),
+        "the first poll answers the first batch and stores its last offset"
+    );
+    assert_eq!(
+        next(session),
+        (vec![b"third".to_vec(), b"fourth".to_vec()], Some(3))
+    );
+    assert_eq!(
+        next(session),
+        (vec![], Some(3)),
+        "nothing after: nothing stored"
+    );
+
     // A command this server does not serve is an error status; the connection stays.
     let (code, body) = client.ask(&Request::Other { code: 10 });
     assert_eq!((code, body.len()), (status::INVALID_COMMAND, 0));
