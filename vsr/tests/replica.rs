@@ -392,6 +392,65 @@ fn a_replica_behind_every_peers_ring_leaves_the_ration_and_probes_slowly() {
     assert!(cluster.replica(2).behind_ring());
 }
 
+/// A repair round whose answers take longer than a retry interval to arrive (128 prepares of
+/// 100 KB over a loaded link: `scripts/failover-processes.sh` measured a restarted node fetching
+/// 960 MB for the 430 MB it lacked) is not asked again while its answers keep coming, and its
+/// last answer makes the next round due at once.
+#[test]
+fn a_repair_round_still_arriving_is_not_asked_again() {
+    let log = chain(0, 0, 300, 0, 1);
+    let mut cluster = Cluster::new(
+        vec![log.clone(), log.clone(), log[..10].to_vec()],
+        new_group(),
+        298,
+        Safeguards::default(),
+    );
+    cluster.settle_storage();
+    // Every prepare for replica 2 waits in `held`; one a tick reaches it (a round of 128 takes
+    // 128 ticks, six retry intervals).
+    let mut held: std::collections::VecDeque<(u8, Message)> = std::collections::VecDeque::new();
+    let mut asked: Vec<u64> = Vec::new();
+    for _ in 0..2_000 {
+        if let Some((from, message)) = held.pop_front() {
+            cluster
+                .outbox
+                .push_front((from, iggy_vsr::Destination::Replica(2), message));
+        }
+        let mut released = true;
+        cluster.run(1, |from, to, m| {
+            if from == 2
+                && let Message::RequestPrepares { first, .. } = m
+            {
+                asked.push(*first);
+            }
+            if to == 2 && matches!(m, Message::Prepare { .. }) {
+                if std::mem::take(&mut released) {
+                    return true;
+                }
+                held.push_back((from, m.clone()));
+                return false;
+            }
+            true
+        });
+        if cluster.nodes[2].log.len() >= 298 && held.is_empty() {
+            break;
+        }
+    }
+    assert!(
+        cluster.nodes[2].log.len() >= 298,
+        "{}",
+        cluster.replica(2).describe()
+    );
+    let mut distinct = asked.clone();
+    distinct.dedup();
+    // 288 ops lacked: three rounds (11, 139, 267), each asked once.
+    assert_eq!(
+        asked, distinct,
+        "a round asked again while it arrived: {asked:?}"
+    );
+    assert!(asked.len() <= 4, "{asked:?}");
+}
+
 /// Item 6 of #31: the client table a boot hands over answers a replayed request with its
 /// original reply (no second prepare), drops an older one, and prepares a newer one.
 #[test]

@@ -13,6 +13,7 @@ use crate::message::{From, Message};
 impl Replica {
     pub(super) fn on_prepare(&mut self, header: Header, body: Vec<u8>) {
         let op = header.op;
+        self.repair_answer_arrived(op);
         if self.phase() == Phase::Recovering {
             self.count("prepare_while_recovering");
             return;

@@ -231,6 +231,11 @@ pub struct Replica {
     /// Whether the node's ration lets it ask peers this tick (a replica on its own: always).
     repair_permitted: bool,
     repair_source: u8,
+    /// The rounds asked whose last op has not arrived, oldest first (at most 8).
+    repair_rounds: Vec<repair::Round>,
+    /// When an answer of any of them last arrived. While answers keep coming, no round that
+    /// overlaps one of them is asked (see `repair`).
+    repair_heard: u64,
     unverified: BTreeMap<u64, (Header, Vec<u8>)>,
     /// The peers that answered this replica's repair with `RangeEvicted` at the storage head
     /// it had then (a mask, and that head).
@@ -325,6 +330,8 @@ impl Replica {
             repair_at: 0,
             repair_permitted: true,
             repair_source: 0,
+            repair_rounds: Vec::new(),
+            repair_heard: 0,
             unverified: BTreeMap::new(),
             evicted_by: (0, 0),
             behind_probe_at: 0,

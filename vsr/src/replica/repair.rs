@@ -11,6 +11,21 @@ use super::{Phase, Replica, bit};
 use crate::config::REPAIR_BATCH_MAX;
 use crate::message::{From, Message};
 
+/// Rounds a replica remembers as in flight (their answers still to come).
+const REPAIR_ROUNDS_MAX: usize = 8;
+/// A range asked again waits `repair_retry_ticks` doubled this many times at most (1.6 s).
+const REPAIR_BACKOFF_MAX: u32 = 3;
+
+/// A repair round in flight: the ops asked, when, and how many times in a row that range was
+/// asked again because nothing of it arrived.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Round {
+    first: u64,
+    last: u64,
+    asked: u64,
+    retries: u32,
+}
+
 /// A replica behind every peer's ring probes one of them this often (5 s).
 pub(crate) const BEHIND_RING_PROBE_TICKS: u64 = 500;
 
@@ -122,6 +137,33 @@ impl Replica {
             Some(k) => (first.max((k + 1).saturating_sub(REPAIR_BATCH_MAX)), k),
             None => (first, (first + REPAIR_BATCH_MAX - 1).min(target)),
         };
+        let overlaps = |round: &&Round| round.first <= to && from <= round.last;
+        let overlapped = self.repair_rounds.iter().filter(overlaps);
+        let asked = overlapped.clone().map(|r| r.asked).max();
+        let retries = overlapped.map(|r| r.retries).max();
+        if let (Some(asked), Some(retries)) = (asked, retries)
+            && self.ticks
+                < asked.max(self.repair_heard) + (self.config.repair_retry_ticks << retries)
+        {
+            // Answers of rounds asked before are still arriving (128 prepares of a loaded
+            // partition can take longer than a retry interval to cross the link and reach this
+            // replica, and the answers of earlier rounds come first): asking again would only
+            // fetch them twice. A round asked again and again waits twice as long each time
+            // (up to 8 intervals) before the next.
+            self.count("repair_round_still_arriving");
+            return;
+        }
+        // Asked again, or asked anew: the overlapped rounds are replaced by this one.
+        self.repair_rounds.retain(|r| !overlaps(&r));
+        if self.repair_rounds.len() >= REPAIR_ROUNDS_MAX {
+            self.repair_rounds.remove(0);
+        }
+        self.repair_rounds.push(Round {
+            first: from,
+            last: to,
+            asked: self.ticks,
+            retries: retries.map_or(0, |r| (r + 1).min(REPAIR_BACKOFF_MAX)),
+        });
         let source = self.repair_source_for(from);
         let message = Message::RequestPrepares {
             from: self.from(),
@@ -129,6 +171,22 @@ impl Replica {
             last: to,
         };
         self.send(source, message);
+    }
+
+    /// A prepare arrived: an answer of a round in flight shows the link still delivers them;
+    /// a round's last answer ends it and makes the next round due at once.
+    pub(super) fn repair_answer_arrived(&mut self, op: u64) {
+        if let Some(i) = self
+            .repair_rounds
+            .iter()
+            .position(|r| (r.first..=r.last).contains(&op))
+        {
+            self.repair_heard = self.ticks;
+            if op == self.repair_rounds[i].last {
+                self.repair_rounds.remove(i);
+                self.repair_at = self.repair_at.min(self.ticks);
+            }
+        }
     }
 
     /// Who to ask: the view's primary first (a backup), the replicas that announced the bodies

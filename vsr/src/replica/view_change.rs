@@ -299,5 +299,6 @@ impl Replica {
         });
         self.truncate_to_keep(keep);
         self.repair_at = self.ticks;
+        self.repair_rounds.clear();
     }
 }

@@ -105,6 +105,7 @@ impl Replica {
         self.heartbeat_at = self.ticks + self.config.heartbeat_timeout_ticks;
         self.commit_broadcast_at = self.ticks;
         self.repair_at = self.ticks;
+        self.repair_rounds.clear();
         self.view_change = ViewChange::default();
         if starting.primary {
             let replicas = usize::from(self.id.replicas);
