@@ -3,7 +3,9 @@
 # processes"): a three-node `iggy-server dev` cluster, 24 partitions (12 replicated, 12
 # persisted) each with a producer at 10 batches/s of 100 x 1000 B, node 0 killed with SIGKILL at
 # 15 s and restarted at 25 s, the load's JSON report (each producer's longest write gap and when
-# it began), the bytes the restarted node's boot discarded, and verify on every node.
+# it began), each group's election (from the kill to its new primary's "view change done" log
+# line, and the view change's own length), the bytes the restarted node's boot discarded and its
+# repair fetched (the survivors' iggy_repair_sent_bytes_total{to="0"}), and verify on every node.
 #
 #   scripts/failover-processes.sh [spread|no-spread]     # no-spread: node 0 leads every group
 #
@@ -33,6 +35,7 @@ $S load --nodes $nodes --create --replicated 12 --persisted 12 --rate 10 --batch
 load=$!
 sleep 15
 victim=$(pgrep -f "$dir/cluster/node-0.toml")
+killed_ms=$(date +%s%3N)
 kill -9 "$victim"
 echo "node 0 (pid $victim) killed at 15 s"
 sleep 10
@@ -43,4 +46,41 @@ wait "$load"
 cat "$dir/load.json"
 grep -a "discarded_bytes=" "$dir/node-0.err" | grep -o "discarded_bytes=[0-9]*" \
     | awk -F= '{s+=$2} END {print "boot discarded bytes:", s+0}'
+# Elections: per group, the survivors' first "view change done" after the kill (the new
+# primary's, which is normal first); dev.err holds the survivors' logs (node 0's first life died).
+grep -a "view change done" "$dir/dev.err" | grep -v " node=0 " | awk -v killed="$killed_ms" '
+    {
+        match($0, /group="[^"]*"/); g = substr($0, RSTART, RLENGTH)
+        match($0, /at_unix_ms=[0-9]+/); t = substr($0, RSTART + 11, RLENGTH - 11) + 0
+        v = -1; if (match($0, /view_change_ms=[0-9.]+/)) v = substr($0, RSTART + 15, RLENGTH - 15) + 0
+        if (t >= killed && (!(g in first) || t < first[g])) { first[g] = t; took[g] = v }
+    }
+    function report(name, class,    n, g, i, j, x, e, c) {
+        n = 0
+        for (g in first) {
+            if (class != "" && kind(g) != class) continue
+            n++; e[n] = first[g] - killed; c[n] = took[g]
+        }
+        if (n == 0) return
+        for (i = 2; i <= n; i++) for (j = i; j > 1 && e[j] < e[j-1]; j--) { x = e[j]; e[j] = e[j-1]; e[j-1] = x }
+        for (i = 2; i <= n; i++) for (j = i; j > 1 && c[j] < c[j-1]; j--) { x = c[j]; c[j] = c[j-1]; c[j-1] = x }
+        printf "elections, %s: %d groups, kill to elected %d/%d/%d ms (min/median/max), the view change itself %.1f/%.1f/%.1f ms\n", name, n, e[1], e[int((n+1)/2)], e[n], c[1], c[int((n+1)/2)], c[n]
+    }
+    function kind(g) { return g ~ /metadata/ ? "metadata" : g ~ /persisted/ ? "persisted" : "replicated" }
+    END {
+        if (length(first) == 0) { print "elections: none after the kill"; exit }
+        report("all", ""); report("metadata", "metadata"); report("replicated", "replicated"); report("persisted", "persisted")
+    }'
+# Repair: what the survivors sent node 0 in answer to its repair requests.
+scrape() {
+    exec 3<>"/dev/tcp/127.0.0.1/$1"
+    printf 'GET /metrics HTTP/1.0\r\n\r\n' >&3
+    cat <&3
+    exec 3<&-
+}
+{ scrape 10391; scrape 10392; } > "$dir/survivors.metrics"
+grep -a '^iggy_repair_sent_bytes_total{to="0"}' "$dir/survivors.metrics" \
+    | awk '{s+=$2} END {print "repair fetched by node 0:", s+0, "bytes"}'
+grep -a '^iggy_bus_dropped_total' "$dir/survivors.metrics" \
+    | awk '{s+=$2} END {print "messages the survivors dropped on a full peer queue:", s+0}'
 $S verify --nodes $nodes --ledger "$dir/failover.ledger" --patience 60s | tail -1

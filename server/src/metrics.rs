@@ -31,6 +31,9 @@ pub struct NodeMetrics {
     pub boot_discarded_bytes: AtomicU64,
     /// Client sessions connected to this node.
     pub sessions: AtomicU64,
+    /// Prepare bytes (header and body) this node sent in answer to each peer's repair requests,
+    /// by the peer's index (peers past the 16th are counted under the 16th).
+    pub repair_sent_bytes: [AtomicU64; 16],
     /// Commit latency of client writes, from the request reaching this node to its reply.
     latency_buckets: [AtomicU64; LATENCY_BUCKETS_US.len()],
     latency_count: AtomicU64,
@@ -38,6 +41,11 @@ pub struct NodeMetrics {
 }
 
 impl NodeMetrics {
+    pub fn observe_repair_sent(&self, to: u8, bytes: u64) {
+        let slot = usize::from(to).min(self.repair_sent_bytes.len() - 1);
+        self.repair_sent_bytes[slot].fetch_add(bytes, Ordering::Relaxed);
+    }
+
     pub fn observe_commit(&self, latency: Duration) {
         let us = u64::try_from(latency.as_micros()).unwrap_or(u64::MAX);
         for (bucket, bound) in self.latency_buckets.iter().zip(LATENCY_BUCKETS_US) {
@@ -85,6 +93,13 @@ pub fn render(node: &NodeMetrics, bus: &BusCounters, port: &PortCounters) -> Str
         "counter",
         load(&node.view_changes),
     );
+    out.push_str("# HELP iggy_repair_sent_bytes_total Prepare bytes (header and body) this node sent in answer to a peer's repair requests, by the peer.\n# TYPE iggy_repair_sent_bytes_total counter\n");
+    for (to, bytes) in node.repair_sent_bytes.iter().enumerate() {
+        let bytes = load(bytes);
+        if bytes > 0 {
+            let _ = writeln!(out, "iggy_repair_sent_bytes_total{{to=\"{to}\"}} {bytes}");
+        }
+    }
     counter(
         &mut out,
         "iggy_groups",

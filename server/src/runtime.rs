@@ -18,7 +18,7 @@ use iggy_io::Storage;
 use iggy_node::{Done, GroupKind, Job, Node, Unobserved};
 use iggy_recovery::PartitionKey;
 use iggy_segments::Partition;
-use iggy_vsr::{Destination, Message};
+use iggy_vsr::{Destination, Message, Status};
 
 /// The replicas' tick: 10 ms, as the simulator's.
 pub const TICK: Duration = Duration::from_millis(10);
@@ -292,6 +292,95 @@ fn storage_thread<S: Storage + Clone>(
     }
 }
 
+/// When each group's replica on this node left normal status, for the log line that says how
+/// long its view change took.
+#[derive(Default)]
+struct ViewWatch {
+    left_normal: BTreeMap<u128, Instant>,
+}
+
+impl ViewWatch {
+    /// A replica's (status, view) went from `before` to `after`: counts a new view, and when the
+    /// replica is normal again logs the view, its primary and how long this node's replica spent
+    /// outside normal status (`at_unix_ms` lets a script line it up with a kill).
+    fn changed<S: Storage + Clone>(
+        &mut self,
+        node: &Node<S>,
+        views: &Views<S>,
+        group: u128,
+        before: (Status, u32),
+        after: (Status, u32),
+    ) {
+        if before == after {
+            return;
+        }
+        if after.1 != before.1 {
+            views
+                .metrics
+                .view_changes
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        if before.0 == Status::Normal && after.0 != Status::Normal {
+            self.left_normal.insert(group, Instant::now());
+        }
+        if after.0 == Status::Normal {
+            let spent = self.left_normal.remove(&group).map(|at| at.elapsed());
+            let label = node
+                .groups
+                .get(&group)
+                .map_or_else(|| format!("group {group:#x}"), |g| g.kind.label());
+            tracing::info!(
+                node = node.index,
+                group = ?label,
+                view = after.1,
+                primary = node.leader_of(group),
+                from_view = before.1,
+                from_status = before.0.name(),
+                view_change_ms = spent.map(|d| d.as_secs_f64() * 1e3),
+                at_unix_ms = now_unix_ms(),
+                "view change done"
+            );
+        }
+    }
+}
+
+fn now_unix_ms() -> u128 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis())
+}
+
+/// Sends what `group`'s replica emitted and hands its lane's head to the storage threads.
+/// `repair` says the sends answer a peer's `RequestPrepares`: their prepares are counted as
+/// repair bytes sent to that peer.
+fn flush<S: Storage + Clone>(
+    node: &mut Node<S>,
+    group: u128,
+    jobs: &Sender<Work<S>>,
+    outbox: &mut impl Outbox,
+    views: &Views<S>,
+    repair: bool,
+) {
+    let drained = node.drain(group);
+    for (to, message) in drained.sends {
+        if repair
+            && let (Destination::Replica(peer), Message::Prepare { body, .. }) = (to, &message)
+        {
+            views.metrics.observe_repair_sent(
+                peer,
+                (body.len() + iggy_format::constants::HEADER_SIZE) as u64,
+            );
+        }
+        match to {
+            Destination::Replica(replica) => outbox.to_replica(replica, message),
+            Destination::Client(client) => outbox.to_client(client, message),
+        }
+    }
+    if drained.lane_started {
+        dispatch(node, group, jobs);
+    }
+}
+
 /// The tick thread's loop.
 fn run<S: Storage + Clone>(
     mut node: Node<S>,
@@ -301,11 +390,13 @@ fn run<S: Storage + Clone>(
     views: &Views<S>,
 ) -> Result<(), String> {
     let mut next_tick = Instant::now() + TICK;
+    let mut watch = ViewWatch::default();
     loop {
         let mut touched: Vec<u128> = Vec::new();
         match inputs.recv_timeout(next_tick.saturating_duration_since(Instant::now())) {
             Ok(Input::Message(message)) => {
                 let group = message.group();
+                let repair = matches!(message, Message::RequestPrepares { .. });
                 if !node.groups.contains_key(&group) {
                     // A request for a group this node does not host (yet: it learns of a new
                     // partition when it executes the metadata commit) was never admitted:
@@ -314,12 +405,12 @@ fn run<S: Storage + Clone>(
                         outbox.to_client(client, reply);
                     }
                 } else if let Some((before, after)) = node.deliver(group, message) {
-                    touched.push(group);
-                    if after.1 != before.1 {
-                        views
-                            .metrics
-                            .view_changes
-                            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    watch.changed(&node, views, group, before, after);
+                    if repair {
+                        // At once, so the count holds only this request's answers.
+                        flush(&mut node, group, jobs, &mut outbox, views, true);
+                    } else {
+                        touched.push(group);
                     }
                 }
             }
@@ -357,13 +448,8 @@ fn run<S: Storage + Clone>(
             node.ration_repair();
             let groups: Vec<u128> = node.groups.keys().copied().collect();
             for group in &groups {
-                if let Some((before, after)) = node.tick(*group)
-                    && after.1 != before.1
-                {
-                    views
-                        .metrics
-                        .view_changes
-                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                if let Some((before, after)) = node.tick(*group) {
+                    watch.changed(&node, views, *group, before, after);
                 }
             }
             views.refresh_leaders(&node);
@@ -372,16 +458,7 @@ fn run<S: Storage + Clone>(
         touched.sort_unstable();
         touched.dedup();
         for group in touched {
-            let drained = node.drain(group);
-            for (to, message) in drained.sends {
-                match to {
-                    Destination::Replica(replica) => outbox.to_replica(replica, message),
-                    Destination::Client(client) => outbox.to_client(client, message),
-                }
-            }
-            if drained.lane_started {
-                dispatch(&mut node, group, jobs);
-            }
+            flush(&mut node, group, jobs, &mut outbox, views, false);
         }
         for retired in node.take_retired() {
             let _ = jobs.send(Work::Retire(retired));
