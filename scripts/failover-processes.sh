@@ -8,6 +8,7 @@
 # repair fetched (the survivors' iggy_repair_sent_bytes_total{to="0"}), and verify on every node.
 #
 #   scripts/failover-processes.sh [spread|no-spread]     # no-spread: node 0 leads every group
+#   RATE=10 BATCH=250 scripts/failover-processes.sh no-spread   # batches/s and messages a batch
 #
 # Uses ports 8390-8392, 9390-9392 and 10390-10392 on loopback and a directory under /tmp.
 set -euo pipefail
@@ -30,7 +31,7 @@ cleanup() {
 trap cleanup EXIT
 # Ready when dev prints its addresses.
 for _ in $(seq 1 600); do grep -q "^try:" "$dir/dev.out" 2>/dev/null && break; sleep 0.1; done
-$S load --nodes $nodes --create --replicated 12 --persisted 12 --rate 10 --batch 100 \
+$S load --nodes $nodes --create --replicated 12 --persisted 12 --rate "${RATE:-10}" --batch "${BATCH:-100}" \
     --message-size 1000 --duration 40s --ledger "$dir/failover.ledger" --json > "$dir/load.json" &
 load=$!
 sleep 15
@@ -75,7 +76,7 @@ grep -a "view change done" "$dir/dev.err" | grep -v " node=0 " | awk -v killed="
 scrape() {
     exec 3<>"/dev/tcp/127.0.0.1/$1"
     printf 'GET /metrics HTTP/1.0\r\n\r\n' >&3
-    cat <&3
+    cat <&3 || echo "scraping port $1 failed" >&2
     exec 3<&-
 }
 { scrape 10391; scrape 10392; } > "$dir/survivors.metrics"

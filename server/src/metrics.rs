@@ -226,12 +226,20 @@ pub async fn start<S: iggy_io::Storage + Clone + Send + Sync + 'static>(
             };
             let (node, bus, port) = (node.clone(), bus.clone(), port.clone());
             tokio::spawn(async move {
+                // The whole request head (a reply sent and the socket closed with some of it
+                // unread resets the connection, and the client may lose the reply).
                 let mut request = [0u8; 1024];
-                let Ok(Ok(n)) =
-                    tokio::time::timeout(Duration::from_secs(5), stream.read(&mut request)).await
-                else {
+                let mut n = 0;
+                let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+                while n < request.len() && !request[..n].windows(4).any(|w| w == b"\r\n\r\n") {
+                    match tokio::time::timeout_at(deadline, stream.read(&mut request[n..])).await {
+                        Ok(Ok(0)) | Ok(Err(_)) | Err(_) => break,
+                        Ok(Ok(read)) => n += read,
+                    }
+                }
+                if n == 0 {
                     return;
-                };
+                }
                 let line = String::from_utf8_lossy(&request[..n]);
                 let response = if line.starts_with("GET /metrics ") {
                     let body = render(&node.metrics, &bus, &port);
@@ -244,6 +252,7 @@ pub async fn start<S: iggy_io::Storage + Clone + Send + Sync + 'static>(
                         .to_string()
                 };
                 let _ = stream.write_all(response.as_bytes()).await;
+                let _ = stream.shutdown().await;
             });
         }
     });
