@@ -18,6 +18,11 @@ impl Replica {
             self.count("prepare_while_recovering");
             return;
         }
+        if op <= self.journal.storage_head {
+            self.count("prepare_already_stored");
+        } else if self.journal.has_body(op) {
+            self.count("prepare_already_held");
+        }
         if header.view > self.view {
             // A newer view's primary: ask it for its view rather than take its prepares.
             self.count("prepare_of_newer_view");

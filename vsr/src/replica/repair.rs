@@ -15,6 +15,10 @@ use crate::message::{From, Message};
 const REPAIR_ROUNDS_MAX: usize = 8;
 /// A range asked again waits `repair_retry_ticks` doubled this many times at most (1.6 s).
 const REPAIR_BACKOFF_MAX: u32 = 3;
+/// How long a round waits for its first answer (1 s) before it is asked again, when nothing
+/// this replica asked has arrived since: the answers to other groups' rounds share the link
+/// ahead of it (a node that restarted asks for 8 groups' rounds of up to 33.6 MB at once).
+const REPAIR_FIRST_ANSWER_TICKS: u64 = 100;
 
 /// A repair round in flight: the ops asked, when, and how many times in a row that range was
 /// asked again because nothing of it arrived.
@@ -138,12 +142,22 @@ impl Replica {
             None => (first, (first + REPAIR_BATCH_MAX - 1).min(target)),
         };
         let overlaps = |round: &&Round| round.first <= to && from <= round.last;
+        let retry = self.config.repair_retry_ticks;
+        let heard = self.repair_heard;
+        // When an overlapped round may be asked again: a retry interval (doubled per retry)
+        // after its last sign of life, and never before its first answer had a second to come.
+        let due = |round: &Round| {
+            let wait = retry << round.retries;
+            if heard > round.asked {
+                heard + wait
+            } else {
+                round.asked + wait.max(REPAIR_FIRST_ANSWER_TICKS)
+            }
+        };
         let overlapped = self.repair_rounds.iter().filter(overlaps);
-        let asked = overlapped.clone().map(|r| r.asked).max();
-        let retries = overlapped.map(|r| r.retries).max();
-        if let (Some(asked), Some(retries)) = (asked, retries)
-            && self.ticks
-                < asked.max(self.repair_heard) + (self.config.repair_retry_ticks << retries)
+        let retries = overlapped.clone().map(|r| r.retries).max();
+        if let Some(due) = overlapped.map(due).max()
+            && self.ticks < due
         {
             // Answers of rounds asked before are still arriving (128 prepares of a loaded
             // partition can take longer than a retry interval to cross the link and reach this
