@@ -82,6 +82,12 @@ scrape() {
 { scrape 10391; scrape 10392; } > "$dir/survivors.metrics"
 grep -a '^iggy_repair_sent_bytes_total{to="0"}' "$dir/survivors.metrics" \
     | awk '{s+=$2} END {print "repair fetched by node 0:", s+0, "bytes"}'
+# KEEP=DIR keeps the logs, the ledger and every node's metrics there (not the data).
+if [ -n "${KEEP:-}" ]; then
+    mkdir -p "$KEEP"
+    scrape 10390 > "$KEEP/node-0.metrics"
+    cp "$dir"/*.err "$dir"/*.out "$dir"/*.json "$dir"/*.metrics "$dir"/*.ledger "$KEEP"/
+fi
 grep -a '^iggy_bus_dropped_total' "$dir/survivors.metrics" \
     | awk '{s+=$2} END {print "messages the survivors dropped on a full peer queue:", s+0}'
 $S verify --nodes $nodes --ledger "$dir/failover.ledger" --patience 60s | tail -1

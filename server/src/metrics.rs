@@ -34,6 +34,9 @@ pub struct NodeMetrics {
     /// Prepare bytes (header and body) this node sent in answer to each peer's repair requests,
     /// by the peer's index (peers past the 16th are counted under the 16th).
     pub repair_sent_bytes: [AtomicU64; 16],
+    /// The replicas' own event counters (`iggy_vsr::Replica::counters`), summed over this
+    /// node's groups, refreshed once a second.
+    pub replica_events: std::sync::Mutex<std::collections::BTreeMap<&'static str, u64>>,
     /// Commit latency of client writes, from the request reaching this node to its reply.
     latency_buckets: [AtomicU64; LATENCY_BUCKETS_US.len()],
     latency_count: AtomicU64,
@@ -99,6 +102,18 @@ pub fn render(node: &NodeMetrics, bus: &BusCounters, port: &PortCounters) -> Str
         if bytes > 0 {
             let _ = writeln!(out, "iggy_repair_sent_bytes_total{{to=\"{to}\"}} {bytes}");
         }
+    }
+    out.push_str("# HELP iggy_replica_events_total The replicas' event counters (docs/server.md), summed over this node's groups.\n# TYPE iggy_replica_events_total counter\n");
+    for (event, count) in node
+        .replica_events
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .iter()
+    {
+        let _ = writeln!(
+            out,
+            "iggy_replica_events_total{{event=\"{event}\"}} {count}"
+        );
     }
     counter(
         &mut out,

@@ -107,6 +107,21 @@ impl<S: Storage + Clone> Views<S> {
             .unwrap_or_else(std::sync::PoisonError::into_inner) = partitions;
     }
 
+    /// Sums the replicas' event counters into the metrics.
+    fn refresh_events(&self, node: &Node<S>) {
+        let mut sum: BTreeMap<&'static str, u64> = BTreeMap::new();
+        for group in node.groups.values() {
+            for (event, count) in group.replica.counters() {
+                *sum.entry(event).or_default() += count;
+            }
+        }
+        *self
+            .metrics
+            .replica_events
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = sum;
+    }
+
     fn refresh_leaders(&self, node: &Node<S>) {
         use std::sync::atomic::Ordering::Relaxed;
         let led = node
@@ -391,6 +406,7 @@ fn run<S: Storage + Clone>(
 ) -> Result<(), String> {
     let mut next_tick = Instant::now() + TICK;
     let mut watch = ViewWatch::default();
+    let mut ticks: u64 = 0;
     loop {
         let mut touched: Vec<u128> = Vec::new();
         match inputs.recv_timeout(next_tick.saturating_duration_since(Instant::now())) {
@@ -453,6 +469,10 @@ fn run<S: Storage + Clone>(
                 }
             }
             views.refresh_leaders(&node);
+            ticks += 1;
+            if ticks.is_multiple_of(100) {
+                views.refresh_events(&node);
+            }
             touched = groups;
         }
         touched.sort_unstable();
