@@ -341,12 +341,16 @@ pub fn decode_index(bytes: &[u8], start_offset: u64, log: Option<&[u8]>) -> (Val
                         summary.sessions.len()
                     );
                     for store in &summary.stores {
+                        let at = if store.offset == iggy_segments::offsets::DELETED {
+                            "deleted".to_string()
+                        } else {
+                            format!("at offset {}", store.offset)
+                        };
                         let _ = writeln!(
                             text,
-                            "    {} {} at offset {} (op {})",
+                            "    {} {} {at} (op {})",
                             store.kind.name(),
                             store.id,
-                            store.offset,
                             store.op
                         );
                     }

@@ -24,6 +24,10 @@ use iggy_format::{checksum, le};
 use iggy_io::{OpenMode, ReadFile, ReadStorage, Storage, WriteFile};
 
 pub const FILE_SIZE: usize = 64;
+/// The offset a deleted consumer's file holds (`DeleteConsumerOffset`): a tombstone stored like
+/// any offset, through the partition's log, so the file keeps the op that deleted it. No
+/// partition reaches this offset.
+pub const DELETED: u64 = u64::MAX;
 pub const MAGIC: u64 = u64::from_le_bytes(*b"IGGYCOFF");
 pub const VERSION: u16 = 2;
 /// The directory of a partition that holds its offsets.

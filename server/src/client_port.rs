@@ -41,7 +41,7 @@ use iggy_protocol::{
     RequestHeader, status,
 };
 use iggy_recovery::PartitionKey;
-use iggy_segments::offsets::ConsumerKind;
+use iggy_segments::offsets::{ConsumerKind, DELETED};
 use iggy_vsr::{Message, ReplyStatus};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -423,6 +423,46 @@ async fn answer<S: Storage + Clone + Send + Sync + 'static>(
                 Err(code) => error(code),
             }
         }
+        Route::DeleteOffset { key, kind, id } => {
+            // Only a consumer with a stored offset has one to delete (as Iggy answers). What
+            // this node has executed may trail the primary by a heartbeat: a delete right after
+            // a store through another node can be answered as not found, and is asked again.
+            let views = shared.views.clone();
+            let stored = tokio::task::spawn_blocking(move || {
+                views
+                    .partition(key)
+                    .ok_or(status::PARTITION_NOT_FOUND)?
+                    .offsets()
+                    .get(kind, id)
+                    .map_err(|_| status::ERROR)
+            })
+            .await
+            .unwrap_or(Err(status::ERROR));
+            match stored {
+                Ok(Some(stored)) if stored.offset != DELETED => {
+                    let body = iggy_segments::entry::encode_consumer_offset(kind, id, DELETED);
+                    match submit(
+                        shared,
+                        current,
+                        key.group_id(),
+                        header.request,
+                        operation::CONSUMER_OFFSET,
+                        body.to_vec(),
+                    )
+                    .await
+                    {
+                        Ok((op, _)) => Answer::Reply {
+                            status: 0,
+                            body: translate::offset_stored_reply(),
+                            op,
+                        },
+                        Err(code) => error(code),
+                    }
+                }
+                Ok(_) => error(status::CONSUMER_OFFSET_NOT_FOUND),
+                Err(code) => error(code),
+            }
+        }
         Route::Poll {
             key,
             consumer,
@@ -759,6 +799,7 @@ fn poll<S: Storage + Clone>(
             .offsets()
             .get(ConsumerKind::Consumer, consumer)
             .map_err(|_| status::ERROR)?
+            .filter(|stored| stored.offset != DELETED)
             .map_or(0, |stored| stored.offset + 1),
         PollingStrategy::Timestamp(timestamp) => partition
             .find_by_timestamp(timestamp)
@@ -813,7 +854,7 @@ fn stored_offset<S: Storage + Clone>(
         .get(ConsumerKind::Consumer, consumer)
         .map_err(|_| status::ERROR)?;
     let mut out = Vec::new();
-    if let Some(stored) = stored {
+    if let Some(stored) = stored.filter(|stored| stored.offset != DELETED) {
         ConsumerOffsetInfo {
             partition_id: key.partition.saturating_sub(1),
             current_offset: partition.next_offset().saturating_sub(1),

@@ -39,6 +39,12 @@ pub enum Route {
     Messages { key: PartitionKey, batch: Vec<u8> },
     /// A consumer offset store for a partition's group.
     StoreOffset { key: PartitionKey, body: Vec<u8> },
+    /// A consumer's stored offset to delete (a tombstone stored like an offset), if it has one.
+    DeleteOffset {
+        key: PartitionKey,
+        kind: ConsumerKind,
+        id: u32,
+    },
     /// A read of a partition (the read pool's).
     Poll {
         key: PartitionKey,
@@ -356,7 +362,21 @@ fn route_inner(
                 consumer,
             }
         }
-        Request::DeleteConsumerOffset { .. } => return Err(status::FEATURE_UNAVAILABLE),
+        Request::DeleteConsumerOffset {
+            consumer,
+            stream,
+            topic,
+            partition,
+            ..
+        } => {
+            let (stream, topic) = find_topic(state, stream, topic)?;
+            let (kind, id) = consumer_id(consumer)?;
+            Route::DeleteOffset {
+                key: partition_key(stream, topic, partition.unwrap_or(0))?,
+                kind,
+                id,
+            }
+        }
         Request::LoginRegisterWithToken { .. } => return Err(status::FEATURE_UNAVAILABLE),
         Request::Ping
         | Request::LoginRegister { .. }

@@ -374,6 +374,32 @@ fn a_client_on_the_sdks_wire_creates_sends_polls_and_stores_offsets() {
         "nothing after: nothing stored"
     );
 
+    // DeleteConsumerOffset: the consumer has no offset any more (a tombstone through the
+    // partition's log), so `Next` starts from the beginning; a delete of none is refused.
+    let delete = Request::DeleteConsumerOffset {
+        consumer: consumer.clone(),
+        stream: Identifier::Numeric(0),
+        topic: Identifier::Numeric(0),
+        partition: Some(0),
+        ack: 1,
+    };
+    let (code, body) = session.ask_until_accepted(&delete);
+    assert_eq!(
+        (code, split_result(&body).expect("framed")),
+        (0, Ok(&[][..]))
+    );
+    assert_eq!(
+        next(session),
+        (vec![b"first".to_vec(), b"second".to_vec()], Some(1)),
+        "after the delete, Next reads from the start (and stores again)"
+    );
+    assert_eq!(session.ask_until_accepted(&delete).0, 0);
+    assert_eq!(
+        session.ask(&delete).0,
+        status::CONSUMER_OFFSET_NOT_FOUND,
+        "nothing left to delete"
+    );
+
     // A command this server does not serve is an error status; the connection stays.
     let (code, body) = client.ask(&Request::Other { code: 10 });
     assert_eq!((code, body.len()), (status::INVALID_COMMAND, 0));
