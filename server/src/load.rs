@@ -52,6 +52,8 @@ pub struct LoadConfig {
     pub batch_messages: u32,
     pub message_size: usize,
     pub duration: Duration,
+    /// Also a consumer per partition (see [`ConsumerReport`]).
+    pub consumers: bool,
 }
 
 /// Ledger lines.
@@ -109,7 +111,42 @@ pub struct LoadReport {
     pub gap_starts_ms: Vec<u64>,
     /// Failures by kind ("connection", "status 10xxx", ...), each counted once per batch.
     pub errors: std::collections::BTreeMap<String, u64>,
+    /// What the consumers read, with `--consumers`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub consumers: Option<ConsumerReport>,
 }
+
+/// What the consumers read: one a partition, polling it as a consumer of its own (an id from
+/// the run and the producer, so it starts at the partition's first message) with the `Next`
+/// strategy and auto-commit, starting on the node after its producer's and
+/// moving on when its node fails. After the producers stop, each reads on until it has read
+/// through its producer's last acknowledged message (or [`CONSUMER_DRAIN`] passes).
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct ConsumerReport {
+    /// Messages of this run read in order, each for the first time.
+    pub consumed: u64,
+    /// Messages of other runs read in order (what the partition held before this load).
+    pub other_runs: u64,
+    /// Messages read again (a poll after a reconnect, or on a node whose copy of the stored
+    /// offset trails: at least once).
+    pub reread: u64,
+    /// Offsets a consumer never saw although it read past them (a gap: never in a correct log).
+    pub skipped: u64,
+    /// Messages of this run whose payload is not the one sent.
+    pub damaged: u64,
+    /// Partitions whose consumer read through its producer's last acknowledged message.
+    pub caught_up: u32,
+    /// Failed polls by kind.
+    pub errors: std::collections::BTreeMap<String, u64>,
+}
+
+/// The consumer id of producer `producer`'s consumer in run `run`.
+#[must_use]
+pub fn consumer_id(run: u32, producer: u32) -> u32 {
+    run.wrapping_mul(0x9e37_79b1).wrapping_add(producer) & 0x7fff_ffff
+}
+/// How long consumers read on after the producers stop.
+pub const CONSUMER_DRAIN: Duration = Duration::from_secs(30);
 
 /// Message `sequence` of `producer` in run `run`.
 #[must_use]
@@ -194,6 +231,10 @@ const RECONNECT_PATIENCE: Duration = Duration::from_secs(60);
 struct Shared {
     ledger: Mutex<BufWriter<std::fs::File>>,
     stop: AtomicBool,
+    /// Per producer: one past the offset of its last acknowledged message (0: none yet).
+    acked_end: Vec<std::sync::atomic::AtomicU64>,
+    /// Set once every producer has stopped: the consumers' drain begins.
+    producers_done: AtomicBool,
 }
 
 impl Shared {
@@ -296,12 +337,18 @@ pub fn load(
         serde_json::to_string(&header).map_err(|e| e.to_string())?
     )
     .map_err(|e| format!("{}: {e}", ledger.display()))?;
+    let partitions: u32 = config.topics.iter().map(|t| t.partitions).sum();
     let shared = Arc::new(Shared {
         ledger: Mutex::new(writer),
         stop: AtomicBool::new(false),
+        acked_end: (0..partitions)
+            .map(|_| std::sync::atomic::AtomicU64::new(0))
+            .collect(),
+        producers_done: AtomicBool::new(false),
     });
     let started = Instant::now();
     let mut threads = Vec::new();
+    let mut consumers = Vec::new();
     let mut producer_index = 0u32;
     for topic in &config.topics {
         for partition in 0..topic.partitions {
@@ -310,6 +357,14 @@ pub fn load(
             let shared = Arc::clone(&shared);
             let config = config.clone();
             let topic = topic.name.clone();
+            if config.consumers {
+                let shared = Arc::clone(&shared);
+                let config = config.clone();
+                let topic = topic.clone();
+                consumers.push(std::thread::spawn(move || {
+                    consume(&config, &shared, run, producer, &topic, partition)
+                }));
+            }
             threads.push(std::thread::spawn(move || {
                 produce(&config, &shared, run, producer, &topic, partition, started)
             }));
@@ -344,6 +399,23 @@ pub fn load(
         }
     }
     let elapsed = started.elapsed().as_secs_f64();
+    shared.producers_done.store(true, Ordering::Relaxed);
+    if config.consumers {
+        let mut read = ConsumerReport::default();
+        for consumer in consumers {
+            let one = consumer.join().map_err(|_| "a consumer panicked")?;
+            read.consumed += one.consumed;
+            read.other_runs += one.other_runs;
+            read.reread += one.reread;
+            read.skipped += one.skipped;
+            read.damaged += one.damaged;
+            read.caught_up += one.caught_up;
+            for (kind, count) in one.errors {
+                *read.errors.entry(kind).or_default() += count;
+            }
+        }
+        report.consumers = Some(read);
+    }
     report.seconds = elapsed;
     #[allow(clippy::cast_precision_loss)]
     {
@@ -449,6 +521,9 @@ fn produce(
                 result.acknowledged += 1;
                 result.messages += u64::from(config.batch_messages);
                 line.offset = Some(offset);
+                if let Some(end) = shared.acked_end.get(producer as usize) {
+                    end.fetch_max(offset + u64::from(config.batch_messages), Ordering::Relaxed);
+                }
             }
             Err(error) => {
                 *result.errors.entry(error_kind(&error)).or_default() += 1;
@@ -775,6 +850,90 @@ fn check_partition(
         example(&mut check, text);
     }
     check
+}
+
+/// One consumer (see [`ConsumerReport`]).
+fn consume(
+    config: &LoadConfig,
+    shared: &Shared,
+    run: u32,
+    producer: u32,
+    topic: &str,
+    partition: u32,
+) -> ConsumerReport {
+    let mut report = ConsumerReport::default();
+    let mut connection = Producer {
+        nodes: config.nodes.clone(),
+        next_node: producer as usize + 1,
+        client: None,
+        id_base: message_id(run, producer, 0) | 2 << 48,
+        connections: 0,
+        username: config.username.clone(),
+        password: config.password.clone(),
+    };
+    let never = AtomicBool::new(false);
+    let mut expected: Option<u64> = None;
+    let mut drain_until: Option<Instant> = None;
+    loop {
+        if shared.producers_done.load(Ordering::Relaxed) {
+            let until = *drain_until.get_or_insert_with(|| Instant::now() + CONSUMER_DRAIN);
+            let end = shared
+                .acked_end
+                .get(producer as usize)
+                .map_or(0, |e| e.load(Ordering::Relaxed));
+            if expected.unwrap_or(0) >= end {
+                report.caught_up = 1;
+                break;
+            }
+            if Instant::now() > until {
+                break;
+            }
+        }
+        let Some(client) = connection.connected(&never) else {
+            *report.errors.entry("no node answered".into()).or_default() += 1;
+            break;
+        };
+        let polled = client.poll_as(
+            &config.stream,
+            topic,
+            partition,
+            consumer_id(run, producer),
+            iggy_protocol::PollingStrategy::Next,
+            1_000,
+            true,
+        );
+        let messages = match polled {
+            Ok(messages) => messages,
+            Err(error) => {
+                *report.errors.entry(error_kind(&error)).or_default() += 1;
+                connection.client = None;
+                continue;
+            }
+        };
+        if messages.is_empty() {
+            // Nothing new yet: the producer is ahead by less than a batch, or stopped.
+            std::thread::sleep(Duration::from_millis(10));
+            continue;
+        }
+        for message in messages {
+            let next = expected.unwrap_or(message.offset);
+            if message.offset < next {
+                report.reread += 1;
+                continue;
+            }
+            report.skipped += message.offset - next;
+            expected = Some(message.offset + 1);
+            if (message.id >> 96) as u32 == run {
+                report.consumed += 1;
+                if message.payload != payload(message.id, config.message_size) {
+                    report.damaged += 1;
+                }
+            } else {
+                report.other_runs += 1;
+            }
+        }
+    }
+    report
 }
 
 #[cfg(test)]

@@ -106,6 +106,12 @@ enum Command {
         /// Print the summary as one JSON object instead of text.
         #[arg(long)]
         json: bool,
+        /// Also a consumer per partition: it polls its partition (`Next`, auto-commit) from
+        /// another node than its producer's, checks the offsets come in order with no gap and
+        /// the payloads are the ones sent, and reads on after the producers stop until it has
+        /// read their last acknowledged message (up to 30 s).
+        #[arg(long)]
+        consumers: bool,
     },
     /// Reads a `load` ledger and every node's partitions (through each node's client port) and
     /// reports, per node and partition, every acknowledged message missing, duplicated, at
@@ -194,6 +200,7 @@ fn main() -> ExitCode {
             duration,
             ledger,
             json,
+            consumers,
         } => {
             let topics = [("replicated", replicated), ("persisted", persisted)]
                 .into_iter()
@@ -215,6 +222,7 @@ fn main() -> ExitCode {
                 batch_messages: batch,
                 message_size,
                 duration,
+                consumers,
             };
             run_load(&config, &ledger, json)
         }
@@ -711,6 +719,30 @@ fn run_load(config: &load::LoadConfig, ledger: &Path, json: bool) -> Result<(), 
                 kinds.join(", ")
             );
         }
+        if let Some(read) = &report.consumers {
+            println!(
+                "load: consumers read {} messages in order ({} again), {} of {} read through their producer's last acknowledged message; {} offsets skipped, {} damaged{}",
+                read.consumed,
+                read.reread,
+                read.caught_up,
+                producers,
+                read.skipped,
+                read.damaged,
+                if read.errors.is_empty() {
+                    String::new()
+                } else {
+                    format!("; failed polls: {:?}", read.errors)
+                }
+            );
+        }
+    }
+    if let Some(read) = &report.consumers
+        && read.skipped + read.damaged > 0
+    {
+        return Err(format!(
+            "a consumer read past {} offsets it never saw and {} damaged messages",
+            read.skipped, read.damaged
+        ));
     }
     Ok(())
 }
