@@ -405,28 +405,12 @@ async fn answer<S: Storage + Clone + Send + Sync + 'static>(
             }
         }
         Route::StoreOffset { key, body } => {
-            match submit(
-                shared,
-                current,
-                key.group_id(),
-                header.request,
-                operation::CONSUMER_OFFSET,
-                body,
-            )
-            .await
-            {
-                Ok((op, _)) => Answer::Reply {
-                    status: 0,
-                    body: translate::offset_stored_reply(),
-                    op,
-                },
-                Err(code) => error(code),
-            }
+            store_offset(shared, current, key, header.request, body).await
         }
         Route::DeleteOffset { key, kind, id } => {
             // Only a consumer with a stored offset has one to delete (as Iggy answers). What
             // this node has executed may trail the primary by a heartbeat: a delete right after
-            // a store through another node can be answered as not found, and is asked again.
+            // a store through another node can be answered as not found.
             let views = shared.views.clone();
             let stored = tokio::task::spawn_blocking(move || {
                 views
@@ -441,23 +425,7 @@ async fn answer<S: Storage + Clone + Send + Sync + 'static>(
             match stored {
                 Ok(Some(stored)) if stored.offset != DELETED => {
                     let body = iggy_segments::entry::encode_consumer_offset(kind, id, DELETED);
-                    match submit(
-                        shared,
-                        current,
-                        key.group_id(),
-                        header.request,
-                        operation::CONSUMER_OFFSET,
-                        body.to_vec(),
-                    )
-                    .await
-                    {
-                        Ok((op, _)) => Answer::Reply {
-                            status: 0,
-                            body: translate::offset_stored_reply(),
-                            op,
-                        },
-                        Err(code) => error(code),
-                    }
+                    store_offset(shared, current, key, header.request, body.to_vec()).await
                 }
                 Ok(_) => error(status::CONSUMER_OFFSET_NOT_FOUND),
                 Err(code) => error(code),
@@ -515,6 +483,33 @@ async fn answer<S: Storage + Clone + Send + Sync + 'static>(
                 .unwrap_or(Err(status::ERROR))
                 .map_or_else(error, ok)
         }
+    }
+}
+
+/// A consumer-offset entry (a store, or a delete's tombstone) through the partition's group.
+async fn store_offset<S: Storage + Clone + Send + Sync + 'static>(
+    shared: &Arc<Shared<S>>,
+    session: &mut Session,
+    key: PartitionKey,
+    request: u64,
+    body: Vec<u8>,
+) -> Answer {
+    match submit(
+        shared,
+        session,
+        key.group_id(),
+        request,
+        operation::CONSUMER_OFFSET,
+        body,
+    )
+    .await
+    {
+        Ok((op, _)) => Answer::Reply {
+            status: 0,
+            body: translate::offset_stored_reply(),
+            op,
+        },
+        Err(code) => error(code),
     }
 }
 

@@ -130,8 +130,13 @@ pub struct ConsumerReport {
     /// Messages read again (a poll after a reconnect, or on a node whose copy of the stored
     /// offset trails: at least once).
     pub reread: u64,
-    /// Offsets a consumer never saw although it read past them (a gap: never in a correct log).
+    /// Offsets a consumer never saw although it read past them, with no failed poll before:
+    /// a gap, never in a correct log.
     pub skipped: u64,
+    /// Offsets passed over right after a failed poll. Auto-commit stores the offset before the
+    /// answer goes out, so an answer lost with its connection (a node killed mid-poll) leaves
+    /// the consumer's offset past messages it never got: at most once, as Iggy's auto-commit.
+    pub lost_with_a_reply: u64,
     /// Messages of this run whose payload is not the one sent.
     pub damaged: u64,
     /// Partitions whose consumer read through its producer's last acknowledged message.
@@ -146,7 +151,7 @@ pub fn consumer_id(run: u32, producer: u32) -> u32 {
     run.wrapping_mul(0x9e37_79b1).wrapping_add(producer) & 0x7fff_ffff
 }
 /// How long consumers read on after the producers stop.
-pub const CONSUMER_DRAIN: Duration = Duration::from_secs(30);
+pub const CONSUMER_DRAIN: Duration = Duration::from_secs(60);
 
 /// Message `sequence` of `producer` in run `run`.
 #[must_use]
@@ -408,6 +413,7 @@ pub fn load(
             read.other_runs += one.other_runs;
             read.reread += one.reread;
             read.skipped += one.skipped;
+            read.lost_with_a_reply += one.lost_with_a_reply;
             read.damaged += one.damaged;
             read.caught_up += one.caught_up;
             for (kind, count) in one.errors {
@@ -874,6 +880,8 @@ fn consume(
     let never = AtomicBool::new(false);
     let mut expected: Option<u64> = None;
     let mut drain_until: Option<Instant> = None;
+    // A poll failed since the last one answered: its answer (and its auto-commit) may be lost.
+    let mut reply_lost = false;
     loop {
         if shared.producers_done.load(Ordering::Relaxed) {
             let until = *drain_until.get_or_insert_with(|| Instant::now() + CONSUMER_DRAIN);
@@ -907,6 +915,7 @@ fn consume(
             Err(error) => {
                 *report.errors.entry(error_kind(&error)).or_default() += 1;
                 connection.client = None;
+                reply_lost = true;
                 continue;
             }
         };
@@ -915,13 +924,19 @@ fn consume(
             std::thread::sleep(Duration::from_millis(10));
             continue;
         }
+        let mut lost = std::mem::take(&mut reply_lost);
         for message in messages {
             let next = expected.unwrap_or(message.offset);
             if message.offset < next {
                 report.reread += 1;
                 continue;
             }
-            report.skipped += message.offset - next;
+            // Only the first new message after a failed poll may jump over a lost answer.
+            if std::mem::take(&mut lost) {
+                report.lost_with_a_reply += message.offset - next;
+            } else {
+                report.skipped += message.offset - next;
+            }
             expected = Some(message.offset + 1);
             if (message.id >> 96) as u32 == run {
                 report.consumed += 1;

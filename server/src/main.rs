@@ -721,12 +721,13 @@ fn run_load(config: &load::LoadConfig, ledger: &Path, json: bool) -> Result<(), 
         }
         if let Some(read) = &report.consumers {
             println!(
-                "load: consumers read {} messages in order ({} again), {} of {} read through their producer's last acknowledged message; {} offsets skipped, {} damaged{}",
+                "load: consumers read {} messages in order ({} again), {} of {} read through their producer's last acknowledged message; {} offsets skipped, {} passed over with a lost poll answer, {} damaged{}",
                 read.consumed,
                 read.reread,
                 read.caught_up,
                 producers,
                 read.skipped,
+                read.lost_with_a_reply,
                 read.damaged,
                 if read.errors.is_empty() {
                     String::new()

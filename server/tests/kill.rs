@@ -411,21 +411,6 @@ fn verify(nodes: &[Node], ledger: &Path, patience: &str) -> (i32, Vec<serde_json
     (code, checks, format!("{stdout}\n{stderr}"))
 }
 
-/// One `GET /metrics`, the body.
-fn scrape(address: SocketAddr) -> String {
-    use std::io::Read;
-    let mut stream = std::net::TcpStream::connect(address).expect("the metrics port");
-    stream
-        .set_read_timeout(Some(Duration::from_secs(30)))
-        .expect("timeout");
-    stream
-        .write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
-        .expect("write");
-    let mut text = String::new();
-    stream.read_to_string(&mut text).expect("the response");
-    text
-}
-
 fn number(check: &serde_json::Value, key: &str) -> u64 {
     check[key].as_u64().unwrap_or(0)
 }
@@ -530,7 +515,7 @@ fn nodes_killed_under_load_keep_every_acknowledged_message() {
     let repaired: u64 = nodes
         .iter()
         .map(|node| {
-            scrape(node.metrics)
+            common::scrape(node.metrics)
                 .lines()
                 .filter(|l| l.starts_with("iggy_repair_sent_bytes_total{"))
                 .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())

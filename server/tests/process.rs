@@ -16,7 +16,7 @@ use iggy_protocol::response::{PollHeader, split_result};
 use iggy_protocol::{Consumer, Identifier, Partitioning, PollingStrategy, Request, status};
 
 mod common;
-use common::{Answer, Client};
+use common::{Answer, Client, scrape};
 
 const EXE: &str = env!("CARGO_BIN_EXE_iggy-server");
 
@@ -116,21 +116,6 @@ fn interrupt(child: Child) -> (i32, String) {
     }
 }
 
-/// One `GET /metrics`, the whole response.
-fn scrape(port: u16) -> String {
-    use std::io::{Read, Write};
-    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).expect("the metrics port");
-    stream
-        .set_read_timeout(Some(Duration::from_secs(30)))
-        .expect("timeout");
-    stream
-        .write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
-        .expect("write");
-    let mut text = String::new();
-    stream.read_to_string(&mut text).expect("the response");
-    text
-}
-
 fn login(address: SocketAddr, id: u128) -> Client {
     let mut client = Client::connect(address, id);
     assert!(matches!(client.login("iggy"), Answer::Reply(..)));
@@ -220,7 +205,9 @@ fn dev_runs_a_cluster_that_stops_cleanly_and_boots_back() {
     // took the send, so it hosts the metadata group and the partition, and it timed the
     // client's writes; the others host the partition once their replicas execute the create
     // (within a heartbeat).
-    let scrapes: Vec<String> = (0..3u16).map(|i| scrape(base + 2000 + i)).collect();
+    let scrapes: Vec<String> = (0..3u16)
+        .map(|i| scrape(([127, 0, 0, 1], base + 2000 + i).into()))
+        .collect();
     for (i, text) in scrapes.iter().enumerate() {
         assert!(text.starts_with("HTTP/1.1 200 OK"), "node {i}: {text}");
         assert!(

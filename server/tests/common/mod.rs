@@ -155,3 +155,17 @@ pub fn free_addresses(count: usize) -> Vec<SocketAddr> {
         .map(|l| l.local_addr().expect("address"))
         .collect()
 }
+
+/// One `GET /metrics`, the whole response (status line, headers, body).
+pub fn scrape(address: SocketAddr) -> String {
+    let mut stream = TcpStream::connect(address).expect("the metrics port");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .expect("timeout");
+    stream
+        .write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        .expect("write");
+    let mut text = String::new();
+    stream.read_to_string(&mut text).expect("the response");
+    text
+}
