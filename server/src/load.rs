@@ -196,6 +196,19 @@ struct Producer {
 }
 
 impl Producer {
+    /// Not connected yet; the first connection goes to node `first_node` (mod the roster).
+    fn new(config: &LoadConfig, first_node: usize, id_base: u128) -> Self {
+        Self {
+            nodes: config.nodes.clone(),
+            next_node: first_node,
+            client: None,
+            id_base,
+            connections: 0,
+            username: config.username.clone(),
+            password: config.password.clone(),
+        }
+    }
+
     /// The connection, or a new one; `None` once `stop` is set or no node has answered for
     /// [`RECONNECT_PATIENCE`].
     fn connected(&mut self, stop: &AtomicBool) -> Option<&mut Client> {
@@ -295,15 +308,7 @@ pub fn load(
         u32::try_from(mixed & 0x7fff_ffff).unwrap_or(1).max(1)
     };
     if config.create {
-        let mut admin = Producer {
-            nodes: config.nodes.clone(),
-            next_node: 0,
-            client: None,
-            id_base: message_id(run, u32::MAX, 0),
-            connections: 0,
-            username: config.username.clone(),
-            password: config.password.clone(),
-        };
+        let mut admin = Producer::new(config, 0, message_id(run, u32::MAX, 0));
         let never = AtomicBool::new(false);
         let client = admin.connected(&never).ok_or_else(|| {
             format!(
@@ -465,15 +470,11 @@ fn produce(
         gap_start: Duration::ZERO,
         errors: std::collections::BTreeMap::new(),
     };
-    let mut connection = Producer {
-        nodes: config.nodes.clone(),
-        next_node: producer as usize,
-        client: None,
-        id_base: message_id(run, producer, 0) | 1 << 48,
-        connections: 0,
-        username: config.username.clone(),
-        password: config.password.clone(),
-    };
+    let mut connection = Producer::new(
+        config,
+        producer as usize,
+        message_id(run, producer, 0) | 1 << 48,
+    );
     let mut sequence = 0u64;
     let mut last_ack = started;
     let interval = (config.rate > 0.0).then(|| Duration::from_secs_f64(1.0 / config.rate));
@@ -868,15 +869,11 @@ fn consume(
     partition: u32,
 ) -> ConsumerReport {
     let mut report = ConsumerReport::default();
-    let mut connection = Producer {
-        nodes: config.nodes.clone(),
-        next_node: producer as usize + 1,
-        client: None,
-        id_base: message_id(run, producer, 0) | 2 << 48,
-        connections: 0,
-        username: config.username.clone(),
-        password: config.password.clone(),
-    };
+    let mut connection = Producer::new(
+        config,
+        producer as usize + 1,
+        message_id(run, producer, 0) | 2 << 48,
+    );
     let never = AtomicBool::new(false);
     let mut expected: Option<u64> = None;
     let mut drain_until: Option<Instant> = None;
