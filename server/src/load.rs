@@ -139,6 +139,19 @@ pub struct ConsumerReport {
     pub lost_with_a_reply: u64,
     /// Messages of this run whose payload is not the one sent.
     pub damaged: u64,
+    /// Offsets read again (within the last [`CHANGE_WINDOW`] offsets read) that held another
+    /// message than the first read there: a message served before its op committed and later
+    /// replaced (a dirty read). Never in a correct cluster.
+    #[serde(default)]
+    pub changed: u64,
+    /// A few of them: offset, the node that served the second read, both message ids.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub changed_examples: Vec<String>,
+    /// Acknowledged messages of this run the consumer never read, at any offset. At most
+    /// `lost_with_a_reply` in a correct cluster (those offsets hold acknowledged messages or
+    /// ones whose outcome is unknown).
+    #[serde(default)]
+    pub missed: u64,
     /// Partitions whose consumer read through its producer's last acknowledged message.
     pub caught_up: u32,
     /// Failed polls by kind.
@@ -150,6 +163,9 @@ pub struct ConsumerReport {
 pub fn consumer_id(run: u32, producer: u32) -> u32 {
     run.wrapping_mul(0x9e37_79b1).wrapping_add(producer) & 0x7fff_ffff
 }
+/// How many of the latest offsets a consumer remembers the message of, to tell a re-read of
+/// the same message from a changed one.
+pub const CHANGE_WINDOW: u64 = 1 << 16;
 /// How long consumers read on after the producers stop.
 pub const CONSUMER_DRAIN: Duration = Duration::from_secs(60);
 
@@ -157,6 +173,13 @@ pub const CONSUMER_DRAIN: Duration = Duration::from_secs(60);
 #[must_use]
 pub fn message_id(run: u32, producer: u32, sequence: u64) -> u128 {
     u128::from(run) << 96 | u128::from(producer) << 64 | u128::from(sequence)
+}
+
+/// The run, producer and sequence of message `id`: the inverse of [`message_id`].
+#[must_use]
+#[allow(clippy::cast_possible_truncation)] // each field is cut out of its own bits
+pub fn split_id(id: u128) -> (u32, u32, u64) {
+    ((id >> 96) as u32, (id >> 64) as u32, id as u64)
 }
 
 /// The payload of message `id`: the id itself (when it fits), then `size` bytes of a ChaCha8
@@ -209,6 +232,11 @@ impl Producer {
         }
     }
 
+    /// The address of the node the current connection went to.
+    fn serving(&self) -> SocketAddr {
+        self.nodes[(self.next_node + self.nodes.len() - 1) % self.nodes.len()]
+    }
+
     /// The connection, or a new one; `None` once `stop` is set or no node has answered for
     /// [`RECONNECT_PATIENCE`].
     fn connected(&mut self, stop: &AtomicBool) -> Option<&mut Client> {
@@ -253,6 +281,8 @@ struct Shared {
     acked_end: Vec<std::sync::atomic::AtomicU64>,
     /// Set once every producer has stopped: the consumers' drain begins.
     producers_done: AtomicBool,
+    /// Per producer: the first sequence and the message count of each acknowledged batch.
+    acked: Vec<Mutex<Vec<(u64, u32)>>>,
 }
 
 impl Shared {
@@ -355,6 +385,7 @@ pub fn load(
             .map(|_| std::sync::atomic::AtomicU64::new(0))
             .collect(),
         producers_done: AtomicBool::new(false),
+        acked: (0..partitions).map(|_| Mutex::new(Vec::new())).collect(),
     });
     let started = Instant::now();
     let mut threads = Vec::new();
@@ -420,6 +451,11 @@ pub fn load(
             read.skipped += one.skipped;
             read.lost_with_a_reply += one.lost_with_a_reply;
             read.damaged += one.damaged;
+            read.changed += one.changed;
+            read.missed += one.missed;
+            if read.changed_examples.len() < 16 {
+                read.changed_examples.extend(one.changed_examples);
+            }
             read.caught_up += one.caught_up;
             for (kind, count) in one.errors {
                 *read.errors.entry(kind).or_default() += count;
@@ -531,6 +567,11 @@ fn produce(
                 if let Some(end) = shared.acked_end.get(producer as usize) {
                     end.fetch_max(offset + u64::from(config.batch_messages), Ordering::Relaxed);
                 }
+                if let Some(acked) = shared.acked.get(producer as usize)
+                    && let Ok(mut acked) = acked.lock()
+                {
+                    acked.push((sequence, config.batch_messages));
+                }
             }
             Err(error) => {
                 *result.errors.entry(error_kind(&error)).or_default() += 1;
@@ -570,6 +611,19 @@ pub struct PartitionCheck {
     pub moved: u64,
     /// Messages of this run whose payload is not the one sent.
     pub damaged: u64,
+    /// Offsets read again (within the last [`CHANGE_WINDOW`] offsets read) that held another
+    /// message than the first read there: a message served before its op committed and later
+    /// replaced (a dirty read). Never in a correct cluster.
+    #[serde(default)]
+    pub changed: u64,
+    /// A few of them: offset, the node that served the second read, both message ids.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub changed_examples: Vec<String>,
+    /// Acknowledged messages of this run the consumer never read, at any offset. At most
+    /// `lost_with_a_reply` in a correct cluster (those offsets hold acknowledged messages or
+    /// ones whose outcome is unknown).
+    #[serde(default)]
+    pub missed: u64,
     /// Messages of unknown-outcome batches that made it (each at most once).
     pub unknown_present: u64,
     /// The lowest offset of an acknowledged message the node does not serve.
@@ -876,6 +930,10 @@ fn consume(
     );
     let never = AtomicBool::new(false);
     let mut expected: Option<u64> = None;
+    // Which sequences of this run's producer were read (a bit each), and the message read at
+    // each of the latest offsets.
+    let mut seen: Vec<u64> = Vec::new();
+    let mut at_offset: std::collections::BTreeMap<u64, u128> = std::collections::BTreeMap::new();
     let mut drain_until: Option<Instant> = None;
     // A poll failed since the last one answered: its answer (and its auto-commit) may be lost.
     let mut reply_lost = false;
@@ -922,12 +980,34 @@ fn consume(
             continue;
         }
         let mut lost = std::mem::take(&mut reply_lost);
+        let node = connection.serving();
         for message in messages {
             let next = expected.unwrap_or(message.offset);
+            let (of_run, of_producer, sequence) = split_id(message.id);
+            if of_run == run && of_producer == producer {
+                let word = usize::try_from(sequence / 64).unwrap_or(usize::MAX);
+                if word >= seen.len() {
+                    seen.resize(word + 1, 0);
+                }
+                seen[word] |= 1 << (sequence % 64);
+            }
             if message.offset < next {
                 report.reread += 1;
+                if let Some(&before) = at_offset.get(&message.offset)
+                    && before != message.id
+                {
+                    report.changed += 1;
+                    if report.changed_examples.len() < 4 {
+                        report.changed_examples.push(format!(
+                            "{topic} partition {partition} offset {}: read {before:#x} first, \
+                             then {:#x} from {node}",
+                            message.offset, message.id
+                        ));
+                    }
+                }
                 continue;
             }
+            at_offset.insert(message.offset, message.id);
             // Only the first new message after a failed poll may jump over a lost answer.
             if std::mem::take(&mut lost) {
                 report.lost_with_a_reply += message.offset - next;
@@ -942,6 +1022,25 @@ fn consume(
                 }
             } else {
                 report.other_runs += 1;
+            }
+        }
+        if let Some(next) = expected {
+            let keep = at_offset.split_off(&next.saturating_sub(CHANGE_WINDOW));
+            at_offset = keep;
+        }
+    }
+    if let Some(acked) = shared.acked.get(producer as usize)
+        && let Ok(acked) = acked.lock()
+    {
+        for &(first, count) in acked.iter() {
+            for sequence in first..first + u64::from(count) {
+                let word = usize::try_from(sequence / 64).unwrap_or(usize::MAX);
+                if seen
+                    .get(word)
+                    .is_none_or(|w| w & (1 << (sequence % 64)) == 0)
+                {
+                    report.missed += 1;
+                }
             }
         }
     }
@@ -989,6 +1088,13 @@ mod tests {
 
     fn check(messages: &HashMap<u128, Expected>, log: &[(u64, u128)]) -> PartitionCheck {
         check_partition("node", &("t".to_string(), 0), messages, &served(log), SIZE)
+    }
+
+    #[test]
+    fn an_id_splits_back_into_its_run_producer_and_sequence() {
+        let id = message_id(0xdead_beef, u32::MAX - 1, u64::MAX - 3);
+        assert_eq!(split_id(id), (0xdead_beef, u32::MAX - 1, u64::MAX - 3));
+        assert_eq!(split_id(message_id(1, 2, 3)), (1, 2, 3));
     }
 
     #[test]

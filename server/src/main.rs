@@ -721,11 +721,13 @@ fn run_load(config: &load::LoadConfig, ledger: &Path, json: bool) -> Result<(), 
         }
         if let Some(read) = &report.consumers {
             println!(
-                "load: consumers read {} messages in order ({} again), {} of {} read through their producer's last acknowledged message; {} offsets skipped, {} passed over with a lost poll answer, {} damaged{}",
+                "load: consumers read {} messages in order ({} again, {} of those changed), {} of {} read through their producer's last acknowledged message; {} acknowledged never read; {} offsets skipped, {} passed over with a lost poll answer, {} damaged{}",
                 read.consumed,
                 read.reread,
+                read.changed,
                 read.caught_up,
                 producers,
+                read.missed,
                 read.skipped,
                 read.lost_with_a_reply,
                 read.damaged,
@@ -737,13 +739,23 @@ fn run_load(config: &load::LoadConfig, ledger: &Path, json: bool) -> Result<(), 
             );
         }
     }
-    if let Some(read) = &report.consumers
-        && read.skipped + read.damaged > 0
-    {
-        return Err(format!(
-            "a consumer read past {} offsets it never saw and {} damaged messages",
-            read.skipped, read.damaged
-        ));
+    if let Some(read) = &report.consumers {
+        for example in &read.changed_examples {
+            println!("load: changed: {example}");
+        }
+        let unexplained = if u64::from(read.caught_up) == u64::from(report.producers) {
+            read.missed.saturating_sub(read.lost_with_a_reply)
+        } else {
+            0
+        };
+        if read.skipped + read.damaged + read.changed + unexplained > 0 {
+            return Err(format!(
+                "consumers read past {} offsets they never saw, {} damaged messages and {} \
+                 offsets whose message changed, and never read {} acknowledged messages \
+                 ({} more than the offsets passed over with a lost poll answer)",
+                read.skipped, read.damaged, read.changed, read.missed, unexplained
+            ));
+        }
     }
     Ok(())
 }
