@@ -484,6 +484,103 @@ fn a_restarted_replica_that_forgot_its_acknowledgments_stands_for_no_quorum() {
     }
 }
 
+/// The only copy: replica 2 is down while replicas 0 and 1 commit ops of a partition with
+/// replicated durability (a backup acknowledges once its WAL queued the prepare, in memory).
+/// Replica 0, the primary, crashes and forgets them at boot. Replica 1 holds the only copy; it
+/// gives up on its primary and starts a view change nobody else can join yet. Then it crashes
+/// too, before anyone came back. Its view change published what it had journaled, so its boot
+/// keeps the ops and the view all three start once they are back holds them. Without that
+/// publish every replica's boot drops them: committed ops lost by one crash after another.
+fn only_copy_in_a_stalled_view_change(safeguards: Safeguards) -> (Cluster, u128, u64) {
+    let mut cluster = quiet_with(4, safeguards, 1);
+    let group = cluster
+        .layout()
+        .groups()
+        .into_iter()
+        .map(|g| g.id())
+        .find(|g| *g != METADATA)
+        .unwrap();
+    assert!(run_until(&mut cluster, 10_000, 5 * SECOND, |c| at(
+        c, 0, group
+    )
+    .commit_min()
+        >= 8));
+    cluster.crash_node(2, false);
+    let base = at(&cluster, 0, group).commit_min();
+    assert!(
+        run_until(&mut cluster, 1_000, 3 * SECOND, |c| at(c, 0, group)
+            .commit_min()
+            >= base + 3),
+        "replicas 0 and 1 commit without replica 2:\n{}",
+        cluster.status().join("\n")
+    );
+    let committed = at(&cluster, 0, group).commit_min();
+    cluster.crash_node(0, false);
+    assert!(
+        run_until(&mut cluster, 1_000, 10 * SECOND, |c| at(c, 1, group)
+            .status()
+            == Status::ViewChange),
+        "replica 1 gives up on its primary:\n{}",
+        cluster.status().join("\n")
+    );
+    run_until(&mut cluster, 1_000, SECOND, |_| false);
+    cluster.crash_node(1, false);
+    for node in 0..3 {
+        cluster.restart_node(node);
+    }
+    assert!(
+        at(&cluster, 0, group).head() < committed,
+        "replica 0's boot kept only its published log"
+    );
+    run_until(&mut cluster, 10_000, 60 * SECOND, |c| {
+        every(c, group, &[0, 1, 2], |r| {
+            r.status() == Status::Normal && r.commit_min() >= committed
+        })
+    });
+    (cluster, group, committed)
+}
+
+#[test]
+fn a_view_change_publishes_what_only_its_memory_may_hold() {
+    let (cluster, group, committed) = only_copy_in_a_stalled_view_change(Safeguards::default());
+    assert_eq!(cluster.failure(), None);
+    for node in 0..3 {
+        let r = cluster.replica(node, group).unwrap();
+        assert_eq!(
+            r.status(),
+            Status::Normal,
+            "{}",
+            cluster.status().join("\n")
+        );
+        assert!(
+            r.commit_min() >= committed,
+            "{}",
+            cluster.status().join("\n")
+        );
+    }
+}
+
+#[test]
+fn without_the_publish_on_a_view_change_two_crashes_in_a_row_lose_commits() {
+    let (cluster, group, committed) = only_copy_in_a_stalled_view_change(Safeguards {
+        publish_on_view_change: false,
+        ..Safeguards::default()
+    });
+    let (checker, what) = cluster.failure().expect("a checker fires");
+    assert!(
+        checker == "commit history" || checker == "replies",
+        "{checker}: {what}"
+    );
+    // Every replica's boot dropped the ops: the view they started holds none of them.
+    assert!(
+        (0..3).all(|node| cluster
+            .replica(node, group)
+            .is_some_and(|r| r.head() < committed)),
+        "{}",
+        cluster.status().join("\n")
+    );
+}
+
 /// A late answer to a previous life: replica 2 restarts and asks who leads; replica 0's answer
 /// takes four seconds (the link is clogged). Replica 2's next probe is answered at once, it
 /// becomes a backup and journals more ops, then restarts again and asks again, slowly

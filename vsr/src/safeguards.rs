@@ -43,11 +43,16 @@ pub struct Safeguards {
     /// `StartView` for its sender: a backup whose `StartView` was lost starts the view at its
     /// next resend instead of timing out into another view change.
     pub start_view_resend: bool,
+    /// A replica that starts a view change first publishes everything it journaled. Under
+    /// replicated durability an acknowledged op may live only in memory; once a replica has
+    /// failed, the survivors' memories may be its only copies, and a view change that cannot
+    /// finish (its quorum still restarting) leaves them there until the next kill takes them.
+    pub publish_on_view_change: bool,
 }
 
 impl Safeguards {
     /// The names of the safeguards, as `without` takes them.
-    pub const NAMES: [&'static str; 11] = [
+    pub const NAMES: [&'static str; 12] = [
         "durable-view-gate",
         "publish-before-log-view",
         "nack-header-without-body",
@@ -59,6 +64,7 @@ impl Safeguards {
         "durable-commit-point",
         "keep-durable-log",
         "start-view-resend",
+        "publish-on-view-change",
     ];
 
     /// Every safeguard but the one named `name` (`None` for a name that is none of them).
@@ -77,6 +83,7 @@ impl Safeguards {
             "durable-commit-point" => s.durable_commit_point = false,
             "keep-durable-log" => s.keep_durable_log = false,
             "start-view-resend" => s.start_view_resend = false,
+            "publish-on-view-change" => s.publish_on_view_change = false,
             _ => return None,
         }
         Some(s)
@@ -97,6 +104,7 @@ impl Default for Safeguards {
             durable_commit_point: true,
             keep_durable_log: true,
             start_view_resend: true,
+            publish_on_view_change: true,
         }
     }
 }

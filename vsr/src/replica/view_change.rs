@@ -8,6 +8,7 @@
 
 use super::{Phase, Replica, Starting, ViewChange, bit};
 use crate::config::{HEADERS_MAX, view_change_quorum};
+use crate::effect::Effect;
 use crate::merge::{self, Adopted, Dvc, Merge, Storage};
 use crate::message::{From, Message, ViewHeader};
 
@@ -52,6 +53,19 @@ impl Replica {
         self.pipeline.clear();
         self.unverified.clear();
         self.write_superblock();
+        if self.safeguards.publish_on_view_change && self.journal.journaled_head > 0 {
+            // Whatever this replica acknowledged becomes durable here: a view change means a
+            // replica failed, and another failure before the view starts must not take an
+            // acknowledged op that only memories hold (`docs/vsr.md`, "Publish on a view
+            // change"). Queued after the superblock write, so the view change's messages do not
+            // wait for it.
+            let through = self.journal.journaled_head;
+            self.count("view_change_publish");
+            self.storage(
+                |id| Effect::Publish { id, through },
+                super::Pending::Publish(through),
+            );
+        }
     }
 
     /// A replica still in a view change for the view this primary started lost its
