@@ -169,3 +169,23 @@ pub fn scrape(address: SocketAddr) -> String {
     stream.read_to_string(&mut text).expect("the response");
     text
 }
+
+/// The `iggy-fsck` binary of this build, the one a person runs on a stopped node's directory.
+/// `cargo test --workspace` (the README's command) has built it beside `iggy-server`; a run of
+/// this package alone builds it here first.
+pub fn fsck_binary() -> std::path::PathBuf {
+    let server = std::path::Path::new(env!("CARGO_BIN_EXE_iggy-server"));
+    let dir = server.parent().expect("the binaries' directory");
+    let fsck = dir.join(format!("iggy-fsck{}", std::env::consts::EXE_SUFFIX));
+    if !fsck.exists() {
+        let mut build = std::process::Command::new(env!("CARGO"));
+        build.args(["build", "--quiet", "-p", "iggy-fsck", "--bin", "iggy-fsck"]);
+        if dir.file_name().is_some_and(|name| name == "release") {
+            build.arg("--release");
+        }
+        let status = build.status().expect("cargo build -p iggy-fsck");
+        assert!(status.success(), "cargo build -p iggy-fsck: {status}");
+    }
+    assert!(fsck.exists(), "{} after the build", fsck.display());
+    fsck
+}
