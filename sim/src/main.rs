@@ -52,7 +52,8 @@ struct Cli {
     /// Turn one protocol safeguard off (to show the simulator finds the bug it prevents):
     /// durable-view-gate, publish-before-log-view, nack-header-without-body, body-fetch,
     /// hole-check-lower-bound, incarnation-echo, same-view-keeps-log,
-    /// forgotten-acknowledgments, durable-commit-point, keep-durable-log, start-view-resend.
+    /// forgotten-acknowledgments, durable-commit-point, keep-durable-log, start-view-resend,
+    /// publish-on-view-change, rejoin-restores-acknowledgments.
     /// Also for a failover case (`iggy-sim --without NAME failover CASE`).
     #[arg(long)]
     without: Option<String>,

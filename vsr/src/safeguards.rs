@@ -48,11 +48,16 @@ pub struct Safeguards {
     /// failed, the survivors' memories may be its only copies, and a view change that cannot
     /// finish (its quorum still restarting) leaves them there until the next kill takes them.
     pub publish_on_view_change: bool,
+    /// A replica that forgot what it acknowledged in its log_view and rejoined that same view
+    /// through the primary's answer to its own probe holds its acknowledgments again once it
+    /// has journaled through the head that answer named: it stands for a quorum again without
+    /// waiting for a later view.
+    pub rejoin_restores_acknowledgments: bool,
 }
 
 impl Safeguards {
     /// The names of the safeguards, as `without` takes them.
-    pub const NAMES: [&'static str; 12] = [
+    pub const NAMES: [&'static str; 13] = [
         "durable-view-gate",
         "publish-before-log-view",
         "nack-header-without-body",
@@ -65,6 +70,7 @@ impl Safeguards {
         "keep-durable-log",
         "start-view-resend",
         "publish-on-view-change",
+        "rejoin-restores-acknowledgments",
     ];
 
     /// Every safeguard but the one named `name` (`None` for a name that is none of them).
@@ -84,6 +90,7 @@ impl Safeguards {
             "keep-durable-log" => s.keep_durable_log = false,
             "start-view-resend" => s.start_view_resend = false,
             "publish-on-view-change" => s.publish_on_view_change = false,
+            "rejoin-restores-acknowledgments" => s.rejoin_restores_acknowledgments = false,
             _ => return None,
         }
         Some(s)
@@ -105,6 +112,7 @@ impl Default for Safeguards {
             keep_durable_log: true,
             start_view_resend: true,
             publish_on_view_change: true,
+            rejoin_restores_acknowledgments: true,
         }
     }
 }

@@ -727,3 +727,126 @@ fn a_backup_acknowledges_an_op_it_executed_to_a_primary_that_has_not() {
         cluster.replica(1).describe()
     );
 }
+
+/// Restarts replica `i` from its storage with only the first `keep` entries of its log (the
+/// rest were unpublished and its boot dropped them): it forgot what it acknowledged.
+fn restart_forgetful(cluster: &mut Cluster, i: usize, keep: usize, safeguards: Safeguards) {
+    let replicas = u8::try_from(cluster.nodes.len()).unwrap();
+    let config = cluster.config.clone();
+    let node = &mut cluster.nodes[i];
+    node.log.truncate(keep);
+    node.lane.clear();
+    node.executed = node.executed.min(u64::try_from(keep).unwrap());
+    let (head, head_checksum) = node.head();
+    node.replica = Replica::new(
+        config,
+        safeguards,
+        Identity {
+            cluster: CLUSTER,
+            group: GROUP,
+            replica: u8::try_from(i).unwrap(),
+            replicas,
+        },
+        Boot {
+            durable: node.superblock,
+            applied: node.executed,
+            head,
+            head_checksum,
+            entries: node.log.clone(),
+            forgot_acknowledged: true,
+            incarnation: 200 + u64::try_from(i).unwrap(),
+            clients: Vec::new(),
+        },
+    );
+    let to = u8::try_from(i).unwrap();
+    cluster
+        .outbox
+        .retain(|(_, dest, _)| !matches!(dest, iggy_vsr::Destination::Replica(r) if *r == to));
+    cluster.collect(i);
+}
+
+/// A backup restarts having forgotten what it acknowledged (replicated durability), rejoins its
+/// view through the primary's answer to its probe and repairs through the head that answer
+/// named; then the primary dies. With the rule the rejoined backup holds its acknowledgments
+/// again, so the two survivors form the merge's quorum and view 1 starts holding every
+/// committed op. Without it the backup stands for no quorum until it starts a later view, and
+/// no later view can start without the dead primary: the kill -9 loop on processes saw write
+/// gaps of up to 159 s this way (`docs/testing.md`).
+#[test]
+fn a_forgetful_replica_that_rejoined_its_view_counts_in_the_next_quorum() {
+    for on in [true, false] {
+        let safeguards = Safeguards {
+            rejoin_restores_acknowledgments: on,
+            ..Safeguards::default()
+        };
+        let mut cluster = Cluster::new(vec![Vec::new(); 3], new_group(), 0, safeguards);
+        cluster.settle_storage();
+        let request = |request: u64| Message::Request {
+            cluster: CLUSTER,
+            group: GROUP,
+            client: 0xC1,
+            request,
+            operation: iggy_format::operation::MESSAGES,
+            body: vec![7; 4],
+        };
+        for r in 1..=10 {
+            cluster.nodes[0].replica.on_message(request(r));
+            cluster.collect(0);
+            cluster.deliver_all();
+        }
+        cluster.run(10, |_, _, _| true);
+        assert_eq!(cluster.replica(2).journaled_head(), 10);
+
+        // Replica 2 restarts with ops 7 to 10 gone, rejoins view 0 and repairs them; more
+        // requests commit with its acknowledgments.
+        restart_forgetful(&mut cluster, 2, 6, safeguards);
+        assert_eq!(cluster.replica(2).status(), Status::Recovering);
+        cluster.run(300, |_, _, _| true);
+        for r in 11..=15 {
+            cluster.nodes[0].replica.on_message(request(r));
+            cluster.collect(0);
+            cluster.deliver_all();
+        }
+        cluster.run(10, |_, _, _| true);
+        let rejoined = cluster.replica(2);
+        assert_eq!(
+            (
+                rejoined.status(),
+                rejoined.view(),
+                rejoined.journaled_head()
+            ),
+            (Status::Normal, 0, 15),
+            "{}",
+            rejoined.describe()
+        );
+        assert_eq!(
+            rejoined
+                .counters()
+                .get("forgotten_acknowledgments_restored")
+                .copied(),
+            on.then_some(1)
+        );
+        assert_eq!(cluster.replica(0).commit_max(), 15);
+
+        // The primary dies.
+        for _ in 0..1_500 {
+            for i in 1..3 {
+                cluster.nodes[i].replica.tick();
+                cluster.collect(i);
+            }
+            cluster.deliver_where(|from, to, _| from != 0 && to != 0);
+        }
+        let survivor = cluster.replica(1);
+        if on {
+            assert_eq!(
+                (survivor.status(), survivor.view(), survivor.is_primary()),
+                (Status::Normal, 1, true),
+                "{}",
+                survivor.describe()
+            );
+            assert_eq!(survivor.commit_max(), 15);
+        } else {
+            assert_ne!(survivor.status(), Status::Normal, "{}", survivor.describe());
+        }
+    }
+}

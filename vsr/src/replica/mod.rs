@@ -194,6 +194,9 @@ pub struct Replica {
     /// The log_view this replica booted with when the boot lost acknowledged entries: it may
     /// have acknowledged any op of the views up to this one and no longer hold it.
     forgotten_view: Option<u32>,
+    /// The head named by the `StartView` that answered this life's probe in the view it forgot
+    /// (`recovery.rs`): journaled through it, the replica holds every op it acknowledged there.
+    rejoined_through: Option<u64>,
     superblock: Option<(EffectId, Durable)>,
     superblock_next: Option<Durable>,
     journal: Journal,
@@ -305,6 +308,7 @@ impl Replica {
             log_view: boot.durable.log_view,
             durable: boot.durable,
             forgotten_view: (!fresh && boot.forgot_acknowledged).then_some(boot.durable.log_view),
+            rejoined_through: None,
             superblock: None,
             superblock_next: None,
             journal,
@@ -682,6 +686,7 @@ impl Replica {
         self.progress_view_change();
         self.progress_start();
         self.acknowledge();
+        self.restore_acknowledgments();
         self.commit();
         self.journal.evict(
             self.commit_min,

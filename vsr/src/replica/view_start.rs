@@ -183,6 +183,11 @@ impl Replica {
         if from.replica != self.primary_of(from.view) || from.view < self.view {
             return;
         }
+        // The answer to this life's probe, in the view whose acknowledgments it forgot.
+        let rejoins_forgotten_view = self.phase() == Phase::Recovering
+            && nonce != 0
+            && nonce == self.incarnation
+            && self.forgotten_view == Some(from.view);
         match self.phase() {
             Phase::Recovering => {
                 // A broadcast carries nonce 0, never an incarnation: it is an echo of nothing.
@@ -235,6 +240,7 @@ impl Replica {
         let held = self.held_bodies(&headers);
         self.keep_candidates(keep);
         self.journal.drop_after(keep);
+        self.rejoined_through = rejoins_forgotten_view.then_some(op);
         self.starting = Some(Starting {
             view: from.view,
             head: op,
