@@ -275,6 +275,7 @@ impl<S: Storage + Clone> Node<S> {
             ..config.clone()
         };
         let index = config.replica;
+        let started = std::time::Instant::now();
         let (state, report) =
             iggy_recovery::boot_with(storage.clone(), Path::new(""), Mode::Open, &config.boot)
                 .map_err(|e| format!("node {index}: boot: {e}"))?;
@@ -329,6 +330,7 @@ impl<S: Storage + Clone> Node<S> {
             retired: Vec::new(),
             _lock: state.lock,
         };
+        let recovered = started.elapsed();
         let boot = metadata_boot(&metadata, config.boot.incarnation, &config.vsr)?;
         node.host(
             GroupKind::Metadata,
@@ -338,6 +340,20 @@ impl<S: Storage + Clone> Node<S> {
         for (key, partition, persisted) in partitions {
             node.host_partition(key, partition, persisted)?;
         }
+        let (tail_entries, tail_bytes) = node
+            .groups
+            .values()
+            .map(|g| g.replica.ring_size())
+            .fold((0, 0), |(e, b), (ge, gb)| (e + ge, b + gb));
+        tracing::info!(
+            replica = index,
+            groups = node.groups.len(),
+            recovery_ms = recovered.as_secs_f64() * 1e3,
+            tails_ms = (started.elapsed() - recovered).as_secs_f64() * 1e3,
+            tail_entries,
+            tail_bytes,
+            "groups booted: storage recovered, then each replica's ring read back from its log"
+        );
         Ok((node, report))
     }
 

@@ -1713,13 +1713,20 @@ pub fn boot_locked<S: Storage + Clone>(
     }
     if config.defer_boot_syncs {
         // Every group's boot writes at once, before anything is appended, published or
-        // acknowledged: the node is handed out only once they are durable.
+        // acknowledged: the node is handed out only once they are durable. `syncfs` also
+        // writes back whatever else on the file system is dirty (other processes' files too),
+        // so its time is logged: it can dominate a boot.
+        let started = std::time::Instant::now();
         storage
             .sync_filesystem()
             .map_err(|source| RecoveryError::BootSync {
                 dir: data_dir.to_path_buf(),
                 source,
             })?;
+        tracing::info!(
+            elapsed_ms = started.elapsed().as_secs_f64() * 1e3,
+            "boot's writes synced with the file system"
+        );
     }
     let identity = walk.identity;
     let report = walk.finish(&storage, data_dir)?;
