@@ -120,7 +120,8 @@ pub struct LoadReport {
 /// the run and the producer, so it starts at the partition's first message) with the `Next`
 /// strategy and auto-commit, starting on the node after its producer's and
 /// moving on when its node fails. After the producers stop, each reads on until it has read
-/// through its producer's last acknowledged message (or [`CONSUMER_DRAIN`] passes).
+/// through its producer's last acknowledged message (or [`CONSUMER_DRAIN`] passes without a
+/// new message read).
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct ConsumerReport {
     /// Messages of this run read in order, each for the first time.
@@ -166,7 +167,8 @@ pub fn consumer_id(run: u32, producer: u32) -> u32 {
 /// How many of the latest offsets a consumer remembers the message of, to tell a re-read of
 /// the same message from a changed one.
 pub const CHANGE_WINDOW: u64 = 1 << 16;
-/// How long consumers read on after the producers stop.
+/// How long consumers read on after the producers stop without reading anything new: a
+/// consumer still catching up (a group that stalled under the kills leaves a backlog) goes on.
 pub const CONSUMER_DRAIN: Duration = Duration::from_secs(60);
 
 /// Message `sequence` of `producer` in run `run`.
@@ -935,10 +937,16 @@ fn consume(
     let mut seen: Vec<u64> = Vec::new();
     let mut at_offset: std::collections::BTreeMap<u64, u128> = std::collections::BTreeMap::new();
     let mut drain_until: Option<Instant> = None;
+    let mut drain_from: Option<u64> = None;
     // A poll failed since the last one answered: its answer (and its auto-commit) may be lost.
     let mut reply_lost = false;
     loop {
         if shared.producers_done.load(Ordering::Relaxed) {
+            if drain_from != expected {
+                // Progress (or the drain's start): the patience starts again.
+                drain_from = expected;
+                drain_until = None;
+            }
             let until = *drain_until.get_or_insert_with(|| Instant::now() + CONSUMER_DRAIN);
             let end = shared
                 .acked_end
