@@ -1715,7 +1715,7 @@ pub fn boot_locked<S: Storage + Clone>(
         // Every group's boot writes at once, before anything is appended, published or
         // acknowledged: the node is handed out only once they are durable. `syncfs` also
         // writes back whatever else on the file system is dirty (other processes' files too),
-        // so its time is logged: it can dominate a boot.
+        // so its time is logged apart from the rest of the boot's.
         let started = std::time::Instant::now();
         storage
             .sync_filesystem()
