@@ -8,7 +8,7 @@
 
 mod common;
 
-use common::{CLUSTER, Cluster, GROUP, chain, session};
+use common::{CLUSTER, Cluster, GROUP, chain, request, session};
 use iggy_vsr::{
     Boot, Config, Durable, Effect, From, Identity, Message, Outcome, Replica, Safeguards, Status,
 };
@@ -180,15 +180,8 @@ fn an_outcome_of_another_effect_halts_the_replica() {
 fn one_prepare_ok_acknowledges_a_run_of_journaled_ops() {
     let mut cluster = Cluster::new(vec![Vec::new(); 3], new_group(), 0, Safeguards::default());
     cluster.settle_storage();
-    for request in 1..=10 {
-        cluster.nodes[0].replica.on_message(Message::Request {
-            cluster: CLUSTER,
-            group: GROUP,
-            client: 0xC1,
-            request,
-            operation: iggy_format::operation::MESSAGES,
-            body: vec![7; 4],
-        });
+    for r in 1..=10 {
+        cluster.nodes[0].replica.on_message(request(r));
         cluster.collect(0);
     }
     // Every prepare reaches backup 1 and is journaled; its acknowledgments are lost.
@@ -251,22 +244,10 @@ fn a_lost_start_view_is_resent_at_the_next_do_view_change() {
             }
             true
         };
-        for _ in 0..520 {
-            for i in 1..3 {
-                cluster.nodes[i].replica.tick();
-                cluster.collect(i);
-            }
-            cluster.deliver_where(&mut keep);
-        }
+        cluster.run_some(520, 1..3, &mut keep);
         assert!(lost.get(), "the StartView was sent and lost");
         assert_eq!(cluster.replica(1).status(), Status::Normal);
-        for _ in 0..200 {
-            for i in 1..3 {
-                cluster.nodes[i].replica.tick();
-                cluster.collect(i);
-            }
-            cluster.deliver_where(&mut keep);
-        }
+        cluster.run_some(200, 1..3, &mut keep);
         let backup = cluster.replica(2);
         if resend {
             assert_eq!((backup.status(), backup.view()), (Status::Normal, 1));
@@ -728,43 +709,6 @@ fn a_backup_acknowledges_an_op_it_executed_to_a_primary_that_has_not() {
     );
 }
 
-/// Restarts replica `i` from its storage with only the first `keep` entries of its log (the
-/// rest were unpublished and its boot dropped them): it forgot what it acknowledged.
-fn restart_forgetful(cluster: &mut Cluster, i: usize, keep: usize, safeguards: Safeguards) {
-    let replicas = u8::try_from(cluster.nodes.len()).unwrap();
-    let config = cluster.config.clone();
-    let node = &mut cluster.nodes[i];
-    node.log.truncate(keep);
-    node.lane.clear();
-    node.executed = node.executed.min(u64::try_from(keep).unwrap());
-    let (head, head_checksum) = node.head();
-    node.replica = Replica::new(
-        config,
-        safeguards,
-        Identity {
-            cluster: CLUSTER,
-            group: GROUP,
-            replica: u8::try_from(i).unwrap(),
-            replicas,
-        },
-        Boot {
-            durable: node.superblock,
-            applied: node.executed,
-            head,
-            head_checksum,
-            entries: node.log.clone(),
-            forgot_acknowledged: true,
-            incarnation: 200 + u64::try_from(i).unwrap(),
-            clients: Vec::new(),
-        },
-    );
-    let to = u8::try_from(i).unwrap();
-    cluster
-        .outbox
-        .retain(|(_, dest, _)| !matches!(dest, iggy_vsr::Destination::Replica(r) if *r == to));
-    cluster.collect(i);
-}
-
 /// A backup restarts having forgotten what it acknowledged (replicated durability), rejoins its
 /// view through the primary's answer to its probe and repairs through the head that answer
 /// named; then the primary dies. With the rule the rejoined backup holds its acknowledgments
@@ -781,14 +725,6 @@ fn a_forgetful_replica_that_rejoined_its_view_counts_in_the_next_quorum() {
         };
         let mut cluster = Cluster::new(vec![Vec::new(); 3], new_group(), 0, safeguards);
         cluster.settle_storage();
-        let request = |request: u64| Message::Request {
-            cluster: CLUSTER,
-            group: GROUP,
-            client: 0xC1,
-            request,
-            operation: iggy_format::operation::MESSAGES,
-            body: vec![7; 4],
-        };
         for r in 1..=10 {
             cluster.nodes[0].replica.on_message(request(r));
             cluster.collect(0);
@@ -799,7 +735,7 @@ fn a_forgetful_replica_that_rejoined_its_view_counts_in_the_next_quorum() {
 
         // Replica 2 restarts with ops 7 to 10 gone, rejoins view 0 and repairs them; more
         // requests commit with its acknowledgments.
-        restart_forgetful(&mut cluster, 2, 6, safeguards);
+        cluster.restart(2, 6, true, safeguards);
         assert_eq!(cluster.replica(2).status(), Status::Recovering);
         cluster.run(300, |_, _, _| true);
         for r in 11..=15 {
@@ -829,13 +765,7 @@ fn a_forgetful_replica_that_rejoined_its_view_counts_in_the_next_quorum() {
         assert_eq!(cluster.replica(0).commit_max(), 15);
 
         // The primary dies.
-        for _ in 0..1_500 {
-            for i in 1..3 {
-                cluster.nodes[i].replica.tick();
-                cluster.collect(i);
-            }
-            cluster.deliver_where(|from, to, _| from != 0 && to != 0);
-        }
+        cluster.run_some(1_500, 1..3, |from, to, _| from != 0 && to != 0);
         let survivor = cluster.replica(1);
         if on {
             assert_eq!(

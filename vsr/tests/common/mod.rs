@@ -125,29 +125,16 @@ impl Cluster {
             .enumerate()
             .map(|(i, (log, durable, executed))| {
                 let index = u8::try_from(i).unwrap();
-                let (head, head_checksum) =
-                    log.last().map_or((0, 0), |(h, _)| (h.op, h.checksum()));
-                let boot = Boot {
-                    durable,
-                    applied: executed.min(head),
-                    head,
-                    head_checksum,
-                    entries: log.clone(),
-                    forgot_acknowledged: false,
-                    incarnation: 100 + u64::from(index),
-                    clients: Vec::new(),
-                };
+                let head = log.last().map_or(0, |(h, _)| h.op);
                 Node {
-                    replica: Replica::new(
-                        config.clone(),
+                    replica: boot_replica(
+                        &config,
                         safeguards,
-                        Identity {
-                            cluster: CLUSTER,
-                            group: GROUP,
-                            replica: index,
-                            replicas,
-                        },
-                        boot,
+                        (index, replicas),
+                        &log,
+                        (durable, executed),
+                        false,
+                        100 + u64::from(index),
                     ),
                     log,
                     superblock: durable,
@@ -166,6 +153,37 @@ impl Cluster {
             cluster.collect(i);
         }
         cluster
+    }
+
+    /// Restarts replica `i` from its storage, which keeps only the first `keep` entries of its
+    /// log (the rest were unpublished): its queued effects and the messages on their way to it
+    /// are gone, and it boots with incarnation `200 + i`, saying it forgot what it acknowledged
+    /// when `forgot_acknowledged`.
+    pub fn restart(
+        &mut self,
+        i: usize,
+        keep: usize,
+        forgot_acknowledged: bool,
+        safeguards: Safeguards,
+    ) {
+        let index = u8::try_from(i).unwrap();
+        let replicas = u8::try_from(self.nodes.len()).unwrap();
+        let node = &mut self.nodes[i];
+        node.log.truncate(keep);
+        node.lane.clear();
+        node.executed = node.executed.min(u64::try_from(keep).unwrap());
+        node.replica = boot_replica(
+            &self.config,
+            safeguards,
+            (index, replicas),
+            &node.log,
+            (node.superblock, node.executed),
+            forgot_acknowledged,
+            200 + u64::from(index),
+        );
+        self.outbox
+            .retain(|(_, to, _)| !matches!(to, Destination::Replica(r) if *r == index));
+        self.collect(i);
     }
 
     /// Moves replica `i`'s new effects: sends to the outbox, storage effects to its lane.
@@ -244,8 +262,71 @@ impl Cluster {
         }
     }
 
+    /// `ticks` ticks of the replicas in `replicas` only (the others are dead or frozen),
+    /// delivering messages (that `keep` accepts) after each.
+    pub fn run_some(
+        &mut self,
+        ticks: u64,
+        replicas: std::ops::Range<usize>,
+        mut keep: impl FnMut(u8, u8, &Message) -> bool,
+    ) {
+        for _ in 0..ticks {
+            for i in replicas.clone() {
+                self.nodes[i].replica.tick();
+                self.collect(i);
+            }
+            self.deliver_where(&mut keep);
+        }
+    }
+
     pub fn replica(&self, i: usize) -> &Replica {
         &self.nodes[i].replica
+    }
+}
+
+/// Replica `index` of `replicas` booted from `log` (its storage), its superblock and the op it
+/// executed through.
+fn boot_replica(
+    config: &Config,
+    safeguards: Safeguards,
+    (index, replicas): (u8, u8),
+    log: &Log,
+    (durable, executed): (Durable, u64),
+    forgot_acknowledged: bool,
+    incarnation: u64,
+) -> Replica {
+    let (head, head_checksum) = log.last().map_or((0, 0), |(h, _)| (h.op, h.checksum()));
+    Replica::new(
+        config.clone(),
+        safeguards,
+        Identity {
+            cluster: CLUSTER,
+            group: GROUP,
+            replica: index,
+            replicas,
+        },
+        Boot {
+            durable,
+            applied: executed.min(head),
+            head,
+            head_checksum,
+            entries: log.clone(),
+            forgot_acknowledged,
+            incarnation,
+            clients: Vec::new(),
+        },
+    )
+}
+
+/// A client's request of `MESSAGES` with a small body.
+pub fn request(request: u64) -> Message {
+    Message::Request {
+        cluster: CLUSTER,
+        group: GROUP,
+        client: 0xC1,
+        request,
+        operation: operation::MESSAGES,
+        body: vec![7; 4],
     }
 }
 
