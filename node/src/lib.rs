@@ -8,13 +8,16 @@
 //! - [`node`]: the node, its groups, draining a replica's effects, running a lane's head, the
 //!   observer hooks a host's checkers use, clean shutdown;
 //! - [`store`]: a group's storage and the effect executor;
-//! - [`boot`]: what a booted group hands its replica.
+//! - [`boot`]: what a booted group hands its replica;
+//! - [`serve`]: peers' repair rounds read back from disk, off the lanes.
 
 pub mod boot;
 pub mod node;
+pub mod serve;
 pub mod store;
 
 pub use node::{
     Done, Drained, Group, Job, Node, NodeConfig, Observer, Ran, Retired, Unobserved, retire,
 };
+pub use serve::{Read, Served};
 pub use store::{Catalog, Changes, Created, GroupKind, Store, execute, execute_with};

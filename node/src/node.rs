@@ -33,6 +33,7 @@ use iggy_vsr::{
 };
 
 use crate::boot::{metadata_boot, partition_boot, record_commit_point};
+use crate::serve::{READS_IN_FLIGHT_MAX, READS_PER_TICK, READS_QUEUED_MAX, Read, Source, Wanted};
 use crate::store::{Catalog, Changes, GroupKind, Store, execute_with};
 
 /// How a node runs its groups.
@@ -256,6 +257,9 @@ pub struct Node<S: Storage + Clone> {
     metadata: Option<Arc<iggy_metadata::State>>,
     /// Deleted groups whose directories wait to be removed.
     retired: Vec<Retired<S>>,
+    /// Peers' repair rounds to serve from disk, oldest first, and how many reads are out.
+    reads: VecDeque<Wanted>,
+    reads_in_flight: usize,
     /// Held for the node's life: no other process writes its directory meanwhile.
     _lock: NodeLock,
 }
@@ -328,10 +332,12 @@ impl<S: Storage + Clone> Node<S> {
             catalog,
             metadata: mirror,
             retired: Vec::new(),
+            reads: VecDeque::new(),
+            reads_in_flight: 0,
             _lock: state.lock,
         };
         let recovered = started.elapsed();
-        let boot = metadata_boot(&metadata, config.boot.incarnation, &config.vsr)?;
+        let boot = metadata_boot(&metadata, config.boot.incarnation)?;
         node.host(
             GroupKind::Metadata,
             boot,
@@ -352,7 +358,7 @@ impl<S: Storage + Clone> Node<S> {
             tails_ms = (started.elapsed() - recovered).as_secs_f64() * 1e3,
             tail_entries,
             tail_bytes,
-            "groups booted: storage recovered, then each replica's ring read back from its log"
+            "groups booted: storage recovered, then each replica's uncommitted tail read back from its log"
         );
         Ok((node, report))
     }
@@ -384,12 +390,7 @@ impl<S: Storage + Clone> Node<S> {
         persisted: bool,
     ) -> Result<(), String> {
         let kind = GroupKind::Partition { key, persisted };
-        let boot = partition_boot(
-            &partition,
-            persisted,
-            self.config.boot.incarnation,
-            &self.config.vsr,
-        )?;
+        let boot = partition_boot(&partition, persisted, self.config.boot.incarnation)?;
         let store = Store::Partition {
             partition: Arc::new(partition),
             persisted,
@@ -456,6 +457,24 @@ impl<S: Storage + Clone> Node<S> {
         for effect in g.replica.take_effects() {
             match effect {
                 Effect::Send { to, message } => drained.sends.push((to, message)),
+                Effect::ReadPrepares {
+                    to,
+                    from,
+                    first,
+                    last,
+                } => {
+                    let wanted = Wanted {
+                        group,
+                        to,
+                        from,
+                        first,
+                        last,
+                    };
+                    // A round asked again while its read still waits is the same read.
+                    if self.reads.len() < READS_QUEUED_MAX && !self.reads.contains(&wanted) {
+                        self.reads.push_back(wanted);
+                    }
+                }
                 storage => {
                     g.lane.push_back(storage);
                     if !g.lane_busy {
@@ -466,6 +485,33 @@ impl<S: Storage + Clone> Node<S> {
             }
         }
         drained
+    }
+
+    /// The peers' repair rounds to read from disk this tick: at most [`READS_PER_TICK`], and no
+    /// more than [`READS_IN_FLIGHT_MAX`] handed out and not yet [`Node::served`]. A round of a
+    /// group gone since is dropped.
+    pub fn take_reads(&mut self) -> Vec<Read<S>> {
+        let mut reads = Vec::new();
+        while reads.len() < READS_PER_TICK && self.reads_in_flight < READS_IN_FLIGHT_MAX {
+            let Some(wanted) = self.reads.pop_front() else {
+                break;
+            };
+            let Some(g) = self.groups.get(&wanted.group) else {
+                continue;
+            };
+            let source = match &g.partition {
+                Some(partition) => Source::Partition(partition.clone()),
+                None => Source::Metadata(g.store.clone()),
+            };
+            self.reads_in_flight += 1;
+            reads.push(Read::new(wanted.group, g.kind.label(), wanted, source));
+        }
+        reads
+    }
+
+    /// A read handed out by [`Node::take_reads`] ended (its answer is the host's to send).
+    pub fn served(&mut self) {
+        self.reads_in_flight = self.reads_in_flight.saturating_sub(1);
     }
 
     /// Takes the head of `group`'s lane to be carried out, `observer` watching. `None`: no such

@@ -226,7 +226,7 @@ fn execute_effect<S: Storage + Clone>(
 ) -> Outcome {
     let failed = |e: &dyn std::fmt::Display| Outcome::Failed(e.to_string());
     match (store, effect) {
-        (_, Effect::Send { .. }) => Outcome::Done,
+        (_, Effect::Send { .. } | Effect::ReadPrepares { .. }) => Outcome::Done,
         (Store::Metadata(group), Effect::WriteSuperblock { durable, .. }) => {
             let current = group.vsr_state();
             let state = VsrState {

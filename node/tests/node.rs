@@ -33,11 +33,15 @@ fn boot_config(incarnation: u64) -> BootConfig {
 }
 
 fn config(replica: u8, incarnation: u64) -> NodeConfig {
+    config_with(replica, incarnation, Config::default())
+}
+
+fn config_with(replica: u8, incarnation: u64, vsr: Config) -> NodeConfig {
     NodeConfig {
         cluster: CLUSTER,
         replica,
         replicas: 3,
-        vsr: Config::default(),
+        vsr,
         safeguards: Safeguards::default(),
         checkpoint_bytes: 256 << 10,
         repair_ration: true,
@@ -84,16 +88,26 @@ struct Host {
     storages: Vec<SimStorage>,
     wire: VecDeque<(u8, u128, Message)>,
     replies: Vec<Message>,
+    /// A node cut off: nothing reaches it, it is not ticked.
+    down: Option<u8>,
+    /// Every prepare put on the wire: (from, to, whether a read from disk served it, prepare).
+    prepares: Vec<(u8, u8, bool, Message)>,
+    /// Why a read from disk shipped nothing, by node.
+    refused: Vec<(usize, String)>,
 }
 
 impl Host {
     fn boot(storages: &[SimStorage], life: u64) -> Self {
+        Self::boot_with(storages, life, &Config::default())
+    }
+
+    fn boot_with(storages: &[SimStorage], life: u64, vsr: &Config) -> Self {
         let nodes = storages
             .iter()
             .zip(0u8..)
             .map(|(storage, i)| {
-                let (node, _) = Node::boot(storage.clone(), &config(i, u64::from(i) << 48 | life))
-                    .expect("boot");
+                let config = config_with(i, u64::from(i) << 48 | life, vsr.clone());
+                let (node, _) = Node::boot(storage.clone(), &config).expect("boot");
                 node
             })
             .collect();
@@ -102,9 +116,28 @@ impl Host {
             storages: storages.to_vec(),
             wire: VecDeque::new(),
             replies: Vec::new(),
+            down: None,
+            prepares: Vec::new(),
+            refused: Vec::new(),
         };
         host.settle();
         host
+    }
+
+    /// Puts `sends` of node `i`'s `group` on the wire.
+    fn send(&mut self, i: usize, group: u128, sends: Vec<(Destination, Message)>, read: bool) {
+        for (to, message) in sends {
+            match to {
+                Destination::Replica(r) => {
+                    if let Message::Prepare { .. } = message {
+                        let from = u8::try_from(i).expect("three nodes");
+                        self.prepares.push((from, r, read, message.clone()));
+                    }
+                    self.wire.push_back((r, group, message));
+                }
+                Destination::Client(_) => self.replies.push(message),
+            }
+        }
     }
 
     /// Drains every group's effects, runs every lane to its end, delivers every message, until
@@ -117,13 +150,8 @@ impl Host {
                 for group in groups {
                     loop {
                         let drained = self.nodes[i].drain(group);
-                        for (to, message) in drained.sends {
-                            moved = true;
-                            match to {
-                                Destination::Replica(r) => self.wire.push_back((r, group, message)),
-                                Destination::Client(_) => self.replies.push(message),
-                            }
-                        }
+                        moved |= !drained.sends.is_empty();
+                        self.send(i, group, drained.sends, false);
                         let Some(ran) = self.nodes[i].run_lane_head(group, 0, &mut Unobserved)
                         else {
                             break;
@@ -135,10 +163,21 @@ impl Host {
                 for retired in self.nodes[i].take_retired() {
                     iggy_node::retire(&self.storages[i], retired).expect("retire");
                 }
+                for read in self.nodes[i].take_reads() {
+                    moved = true;
+                    let served = read.run();
+                    self.nodes[i].served();
+                    if let Some(reason) = served.refused {
+                        self.refused.push((i, reason));
+                    }
+                    self.send(i, served.group, served.sends, true);
+                }
             }
             while let Some((to, group, message)) = self.wire.pop_front() {
                 moved = true;
-                self.nodes[usize::from(to)].deliver(group, message);
+                if self.down != Some(to) {
+                    self.nodes[usize::from(to)].deliver(group, message);
+                }
             }
             if !moved {
                 return;
@@ -151,6 +190,9 @@ impl Host {
     fn tick(&mut self, ticks: u32) {
         for _ in 0..ticks {
             for node in &mut self.nodes {
+                if self.down == Some(node.index) {
+                    continue;
+                }
                 let groups: Vec<u128> = node.groups.keys().copied().collect();
                 node.ration_repair();
                 for group in groups {
@@ -431,4 +473,124 @@ fn a_topic_created_and_deleted_at_run_time_comes_and_goes_on_every_node() {
             iggy_recovery::check(storage, std::path::Path::new(""), |_, _| {}).expect("check");
         assert_eq!(report.exit_code(), 0, "node {i}: {}", report.render());
     }
+}
+
+/// Issue #33: a peer serves a repair round below its ring from its log on disk, byte for byte
+/// what it prepared, and refuses a range whose entry rotted on disk rather than ship it. A
+/// backup cut off while 40 batches commit (the rings hold 8) catches up through reads from
+/// disk, and ends with the primary's log.
+#[test]
+fn a_peer_serves_repair_below_its_ring_from_disk_byte_for_byte() {
+    let storages: Vec<SimStorage> = (0..3).map(genesis).collect();
+    let vsr = Config {
+        pipeline_max: 4,
+        ring_entries_max: 8,
+        ..Config::default()
+    };
+    let mut host = Host::boot_with(&storages, 1, &vsr);
+    let partition = GroupKind::Partition {
+        key: KEY,
+        persisted: false,
+    }
+    .id();
+    host.down = Some(2);
+    for request in 1..=40 {
+        host.wire.push_back((
+            0,
+            partition,
+            Message::Request {
+                cluster: CLUSTER,
+                group: partition,
+                client: CLIENT,
+                request,
+                operation: operation::MESSAGES,
+                body: batch(request, 5),
+            },
+        ));
+        host.settle();
+    }
+    assert_eq!(host.partition(0).partition().unwrap().next_offset(), 200);
+    assert_eq!(host.partition(2).partition().unwrap().next_offset(), 0);
+    // What the primary prepared, as it put it on the wire the first time.
+    let prepared: std::collections::BTreeMap<u64, Vec<u8>> = host
+        .prepares
+        .iter()
+        .filter(|(from, _, read, _)| *from == 0 && !*read)
+        .filter_map(|(_, _, _, m)| match m {
+            Message::Prepare { header, .. } => Some((header.op, m.encode())),
+            _ => None,
+        })
+        .collect();
+    let head = host.partition(0).replica.head();
+    assert!(prepared.len() as u64 >= head - 1, "ops 1..={head} prepared");
+
+    host.down = None;
+    host.tick(1_000);
+    let behind = &host.partition(2).replica;
+    assert_eq!(behind.commit_min(), head, "{}", behind.describe());
+    assert_eq!(host.partition(2).partition().unwrap().next_offset(), 200);
+    let from_disk: Vec<&Message> = host
+        .prepares
+        .iter()
+        .filter(|(from, to, read, _)| *from != 2 && *to == 2 && *read)
+        .map(|(_, _, _, m)| m)
+        .collect();
+    assert!(
+        from_disk.len() >= 30,
+        "{} prepares read from disk for the backup",
+        from_disk.len()
+    );
+    for message in from_disk {
+        let Message::Prepare { header, .. } = message else {
+            unreachable!()
+        };
+        if let Some(original) = prepared.get(&header.op) {
+            assert_eq!(&message.encode(), original, "op {} as first prepared", header.op);
+        }
+    }
+    let logs: Vec<Vec<iggy_wal::Entry>> = (0..3)
+        .map(|i| {
+            let wal = host.partition(i).partition().unwrap().wal();
+            wal.read(wal.first_op(), head).expect("read the log")
+        })
+        .collect();
+    assert_eq!(logs[2], logs[0], "the backup's log is the primary's");
+
+    // A byte of op 5's body rots on both peers' disks: a round asking for it ships nothing.
+    for i in 0..2 {
+        let wal = host.partition(i).partition().unwrap().wal();
+        let at = wal.locate(5).expect("op 5 is on disk");
+        let file = wal
+            .files()
+            .into_iter()
+            .find(|f| f.key == at.key)
+            .expect("its file");
+        storages[i]
+            .rot(&file.path, at.offset + at.size - 1, 0x40)
+            .expect("rot");
+    }
+    let before = host.prepares.len();
+    let view = host.partition(0).replica.view();
+    host.wire.push_back((
+        0,
+        partition,
+        Message::RequestPrepares {
+            from: iggy_vsr::From {
+                cluster: CLUSTER,
+                group: partition,
+                replica: 2,
+                view,
+            },
+            first: 1,
+            last: 10,
+        },
+    ));
+    host.settle();
+    assert!(
+        host.prepares[before..].iter().all(|(_, _, read, _)| !read),
+        "nothing of a range with a rotten entry is shipped"
+    );
+    let (node, reason) = host.refused.last().expect("the read refused");
+    assert_eq!(*node, 0);
+    assert!(reason.contains("ops 1..=10"), "{reason}");
 }

@@ -1,7 +1,9 @@
 //! The node as threads: one tick thread owns the [`Node`] and never touches storage; each
 //! group's lane runs on a pool of storage threads, one effect of a lane at a time in the order the
 //! replica emitted them (the node hands out a lane's next effect only after the previous one
-//! completed), and completions come back to the tick thread over its inbox. Messages from peers
+//! completed), and completions come back to the tick thread over its inbox. Peers' repair rounds
+//! that left a replica's ring are read back from disk on a read thread, a bounded number a tick
+//! (`iggy_node::serve`), and their answers come back over the inbox too. Messages from peers
 //! and clients come in over the same inbox; what the replicas send goes out through an
 //! [`Outbox`] (the replica bus and the client port, or channels in a test).
 //!
@@ -15,7 +17,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use iggy_io::Storage;
-use iggy_node::{Done, GroupKind, Job, Node, Unobserved};
+use iggy_node::{Done, GroupKind, Job, Node, Read, Served, Unobserved};
 use iggy_recovery::PartitionKey;
 use iggy_segments::Partition;
 use iggy_vsr::{Destination, Message, Status};
@@ -154,6 +156,8 @@ pub enum Input<S: Storage + Clone> {
     Message(Message),
     /// A storage thread carried out a lane's head.
     Done(Box<Done<S>>),
+    /// The read thread read back a peer's repair round from disk.
+    Served(Box<Served>),
     /// A clean stop: shut the node down (publish, commit points, clean marker) and return.
     Stop,
 }
@@ -219,15 +223,30 @@ impl<S: Storage + Clone + Send + 'static> Runtime<S> {
                     .spawn(move || storage_thread(&queue, &done, &clock, &storage))?,
             );
         }
+        // Peers' repair rounds read back from disk run on a thread of their own: a lane's
+        // effect never waits behind one.
+        let (reads, read_queue) = channel::<Read<S>>();
+        let served = inbox.clone();
+        let reader = std::thread::Builder::new()
+            .name(format!("node{index}-reads"))
+            .spawn(move || {
+                for read in read_queue {
+                    if served.send(Input::Served(Box::new(read.run()))).is_err() {
+                        return;
+                    }
+                }
+            })?;
         let tick = std::thread::Builder::new()
             .name(format!("node{index}-tick"))
             .spawn(move || {
-                let result = run(node, &inputs, &jobs, outbox, &views);
+                let result = run(node, &inputs, (&jobs, &reads), outbox, &views);
                 // Closing the job channel ends the storage threads once they drain it.
                 drop(jobs);
+                drop(reads);
                 for thread in pool {
                     let _ = thread.join();
                 }
+                let _ = reader.join();
                 result
             })?;
         Ok(Self {
@@ -377,7 +396,21 @@ fn flush<S: Storage + Clone>(
     repair: bool,
 ) {
     let drained = node.drain(group);
-    for (to, message) in drained.sends {
+    send_all(drained.sends, outbox, views, repair);
+    if drained.lane_started {
+        dispatch(node, group, jobs);
+    }
+}
+
+/// Sends `sends`; with `repair`, the prepares among them are counted as repair bytes sent to
+/// their peer.
+fn send_all<S: Storage + Clone>(
+    sends: Vec<(Destination, Message)>,
+    outbox: &mut impl Outbox,
+    views: &Views<S>,
+    repair: bool,
+) {
+    for (to, message) in sends {
         if repair
             && let (Destination::Replica(peer), Message::Prepare { body, .. }) = (to, &message)
         {
@@ -391,16 +424,13 @@ fn flush<S: Storage + Clone>(
             Destination::Client(client) => outbox.to_client(client, message),
         }
     }
-    if drained.lane_started {
-        dispatch(node, group, jobs);
-    }
 }
 
 /// The tick thread's loop.
 fn run<S: Storage + Clone>(
     mut node: Node<S>,
     inputs: &Receiver<Input<S>>,
-    jobs: &Sender<Work<S>>,
+    (jobs, reads): (&Sender<Work<S>>, &Sender<Read<S>>),
     mut outbox: impl Outbox,
     views: &Views<S>,
 ) -> Result<(), String> {
@@ -455,6 +485,22 @@ fn run<S: Storage + Clone>(
                     views.refresh_metadata(&node);
                 }
             }
+            Ok(Input::Served(served)) => {
+                node.served();
+                let Served {
+                    group,
+                    sends,
+                    refused,
+                } = *served;
+                if let Some(reason) = refused {
+                    let label = node
+                        .groups
+                        .get(&group)
+                        .map_or_else(|| format!("group {group:#x}"), |g| g.kind.label());
+                    tracing::warn!(node = node.index, group = %label, %reason, "a peer's repair round read from disk failed to verify: nothing of it sent");
+                }
+                send_all(sends, &mut outbox, views, true);
+            }
             Ok(Input::Stop) => return stop(node, inputs, jobs),
             Err(RecvTimeoutError::Timeout) => {}
             Err(RecvTimeoutError::Disconnected) => return stop(node, inputs, jobs),
@@ -467,6 +513,9 @@ fn run<S: Storage + Clone>(
                 if let Some((before, after)) = node.tick(*group) {
                     watch.changed(&node, views, *group, before, after);
                 }
+            }
+            for read in node.take_reads() {
+                let _ = reads.send(read);
             }
             views.refresh_leaders(&node);
             ticks += 1;

@@ -682,6 +682,7 @@ impl Cluster {
                     }
                     self.drain(node, group);
                 }
+                self.serve_reads(node);
                 let peak = &mut self.peak_repair_senders[usize::from(node)];
                 *peak = (*peak).max(self.repair_senders.len());
                 self.schedule(TICK_US, Event::Tick { node, life });
@@ -754,9 +755,43 @@ impl Cluster {
             return;
         };
         let drained = inner.drain(group);
+        self.route(node, group, drained.sends);
+        if drained.lane_started {
+            let life = self.nodes[usize::from(node)].life;
+            let latency = self.latency.between(20, 2_000);
+            self.schedule(latency, Event::Lane { node, life, group });
+        }
+    }
+
+    /// Serves the peers' repair rounds `node` reads from disk this tick (the node's bound),
+    /// each at once: its prepares count as repair bytes sent.
+    fn serve_reads(&mut self, node: u8) {
+        let Some(inner) = self.nodes[usize::from(node)].node.as_mut() else {
+            return;
+        };
+        let reads = inner.take_reads();
+        for read in reads {
+            let (group, label) = (read.group, read.label.clone());
+            let served = read.run();
+            if let Some(inner) = self.nodes[usize::from(node)].node.as_mut() {
+                inner.served();
+            }
+            if let Some(reason) = &served.refused {
+                self.note(format!(
+                    "replica {node} {label}: a repair read from disk refused: {reason}"
+                ));
+            }
+            self.serving_repair = true;
+            self.route(node, group, served.sends);
+            self.serving_repair = false;
+        }
+    }
+
+    /// Sends what `node`'s replica of `group` emitted to the network.
+    fn route(&mut self, node: u8, group: u128, sends: Vec<(Destination, Message)>) {
         // A broadcast is the same message to each peer, one after another: encoded once.
         let mut last: Option<(Message, std::sync::Arc<Vec<u8>>)> = None;
-        for (to, message) in drained.sends {
+        for (to, message) in sends {
             if let Message::RequestPrepares { .. } = message {
                 self.repair_senders.insert(group);
             }
@@ -783,11 +818,6 @@ impl Cluster {
                 },
             };
             self.send_bytes(Endpoint::Node(node), to, &bytes, slow);
-        }
-        if drained.lane_started {
-            let life = self.nodes[usize::from(node)].life;
-            let latency = self.latency.between(20, 2_000);
-            self.schedule(latency, Event::Lane { node, life, group });
         }
     }
 
@@ -1523,7 +1553,7 @@ impl iggy_node::Observer for Watcher<'_> {
                 Effect::Truncate { after, .. } => format!("replica {node}: truncate after {after}"),
                 Effect::Publish { through, .. } => format!("replica {node}: publish {through}"),
                 Effect::Commit { through, .. } => format!("replica {node}: commit {through}"),
-                Effect::Send { .. } => String::new(),
+                Effect::Send { .. } | Effect::ReadPrepares { .. } => String::new(),
             });
         }
     }

@@ -1,7 +1,8 @@
 //! What a replica asks its host to do, and what the host tells it back. Storage effects run on
 //! one ordered lane per group, in the order the replica emitted them (truncate, then journal,
 //! then publish, then the superblock that names a new log_view); each completes with an
-//! [`Outcome`] the host hands to `Replica::on_completion`. Sends complete nothing.
+//! [`Outcome`] the host hands to `Replica::on_completion`. Sends complete nothing, and neither
+//! does a read of prepares to serve a peer's repair from disk (it runs off the lane).
 
 use iggy_format::{Checksum, Header, PrepareMeta};
 
@@ -55,6 +56,19 @@ pub enum Effect {
     Publish { id: EffectId, through: u64 },
     /// Execute every journaled entry up to `through` ([`Outcome::Committed`] gives the replies).
     Commit { id: EffectId, through: u64 },
+    /// Serve a peer's repair from disk: ops `first..=last` left the ring, so the host reads them
+    /// back from the group's log (verified by their checksums) and sends each to replica `to` as
+    /// a `Prepare`, byte for byte what was journaled, off the group's lane. Ops the log no longer
+    /// holds (retention deleted them, or a checkpoint dropped them) are answered with
+    /// `RangeEvicted` from `from`, naming the oldest op the log holds; an entry that fails its
+    /// checksum ends the answer there (nothing rotten is shipped: the peer asks again,
+    /// elsewhere). No completion.
+    ReadPrepares {
+        to: u8,
+        from: crate::message::From,
+        first: u64,
+        last: u64,
+    },
 }
 
 impl Effect {
@@ -62,7 +76,7 @@ impl Effect {
     #[must_use]
     pub fn id(&self) -> Option<EffectId> {
         match self {
-            Self::Send { .. } => None,
+            Self::Send { .. } | Self::ReadPrepares { .. } => None,
             Self::WriteSuperblock { id, .. }
             | Self::Prepare { id, .. }
             | Self::Journal { id, .. }
@@ -83,6 +97,7 @@ impl Effect {
             Self::Truncate { .. } => "truncate",
             Self::Publish { .. } => "publish",
             Self::Commit { .. } => "commit",
+            Self::ReadPrepares { .. } => "read_prepares",
         }
     }
 }

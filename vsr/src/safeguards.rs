@@ -53,11 +53,15 @@ pub struct Safeguards {
     /// has journaled through the head that answer named: it stands for a quorum again without
     /// waiting for a later view.
     pub rejoin_restores_acknowledgments: bool,
+    /// A replica serves a repair round below its ring from its log on disk (the host reads it
+    /// back, off the group's lane) and answers `RangeEvicted` only for ops its log no longer
+    /// holds: a replica down longer than its peers' rings remember catches up by repair.
+    pub repair_from_disk: bool,
 }
 
 impl Safeguards {
     /// The names of the safeguards, as `without` takes them.
-    pub const NAMES: [&'static str; 13] = [
+    pub const NAMES: [&'static str; 14] = [
         "durable-view-gate",
         "publish-before-log-view",
         "nack-header-without-body",
@@ -71,6 +75,7 @@ impl Safeguards {
         "start-view-resend",
         "publish-on-view-change",
         "rejoin-restores-acknowledgments",
+        "repair-from-disk",
     ];
 
     /// Every safeguard but the one named `name` (`None` for a name that is none of them).
@@ -91,6 +96,7 @@ impl Safeguards {
             "start-view-resend" => s.start_view_resend = false,
             "publish-on-view-change" => s.publish_on_view_change = false,
             "rejoin-restores-acknowledgments" => s.rejoin_restores_acknowledgments = false,
+            "repair-from-disk" => s.repair_from_disk = false,
             _ => return None,
         }
         Some(s)
@@ -113,6 +119,7 @@ impl Default for Safeguards {
             start_view_resend: true,
             publish_on_view_change: true,
             rejoin_restores_acknowledgments: true,
+            repair_from_disk: true,
         }
     }
 }

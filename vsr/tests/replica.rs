@@ -356,6 +356,9 @@ fn a_replica_behind_every_peers_ring_leaves_the_ration_and_probes_slowly() {
         Safeguards::default(),
         config,
     );
+    // Retention deleted what left the peers' rings: their disks cannot serve it either.
+    cluster.nodes[0].retained_from = 200;
+    cluster.nodes[1].retained_from = 200;
     cluster.settle_storage();
     cluster.run(100, |_, _, _| true);
     let behind = cluster.replica(2);
@@ -371,6 +374,57 @@ fn a_replica_behind_every_peers_ring_leaves_the_ration_and_probes_slowly() {
     // 1,500 ticks: three probes (one every 500), not 75 rounds (one every 20).
     assert!((2..=4).contains(&asked), "asked {asked} times");
     assert!(cluster.replica(2).behind_ring());
+}
+
+/// A replica down while its peers' rings moved past it (ring of 100 entries, 288 ops missed)
+/// catches up by repair: the peers serve the rounds below their rings from their logs on disk.
+/// Without `repair-from-disk` the peers answer `RangeEvicted` and it stays behind the ring for
+/// good (before issue #33 the only outcome).
+#[test]
+fn a_replica_down_past_every_ring_repairs_from_the_peers_disks() {
+    for on in [true, false] {
+        let log = chain(0, 0, 300, 0, 1);
+        let config = Config {
+            ring_entries_max: 100,
+            ..Config::default()
+        };
+        let safeguards = Safeguards {
+            repair_from_disk: on,
+            ..Safeguards::default()
+        };
+        let mut cluster = Cluster::with_config(
+            vec![log.clone(), log.clone(), log[..10].to_vec()],
+            new_group(),
+            298,
+            safeguards,
+            config,
+        );
+        cluster.settle_storage();
+        cluster.run(1_000, |_, _, _| true);
+        let behind = cluster.replica(2);
+        let served: u64 = (0..2)
+            .map(|i| {
+                cluster
+                    .replica(i)
+                    .counters()
+                    .get("repair_served_from_disk")
+                    .copied()
+                    .unwrap_or(0)
+            })
+            .sum();
+        if on {
+            assert!(!behind.behind_ring(), "{}", behind.describe());
+            // Journaled through the primary's head, every op proved by the hash chain.
+            assert_eq!(cluster.nodes[2].head(), cluster.nodes[0].head());
+            assert_eq!(cluster.nodes[2].log, log);
+            // 10 to 199 left the rings: at least two rounds read from disk.
+            assert!(served >= 2, "served {served} rounds from disk");
+        } else {
+            assert!(behind.behind_ring(), "{}", behind.describe());
+            assert_eq!(served, 0);
+            assert_eq!(cluster.nodes[2].head().0, 10);
+        }
+    }
 }
 
 /// A repair round whose answers take longer than a retry interval to arrive (128 prepares of

@@ -9,6 +9,7 @@
 
 use super::{Phase, Replica, bit};
 use crate::config::REPAIR_BATCH_MAX;
+use crate::effect::Effect;
 use crate::message::{From, Message};
 
 /// Rounds a replica remembers as in flight (their answers still to come).
@@ -231,16 +232,24 @@ impl Replica {
         pick
     }
 
+    /// Serves a peer's repair round: from the ring what it holds, and below the ring from disk
+    /// (every op evicted from the ring was journaled first, so the log holds it unless retention
+    /// or a checkpoint deleted it since: the host answers `RangeEvicted` for those).
     pub(super) fn on_request_prepares(&mut self, from: From, first: u64, last: u64) {
         let last = last.min(first.saturating_add(REPAIR_BATCH_MAX - 1));
         let oldest = self.journal.oldest();
         let mut start = first;
         if first < oldest {
-            let message = Message::RangeEvicted {
-                from: self.from(),
-                oldest,
-            };
-            self.send(from.replica, message);
+            let below = last.min(oldest - 1);
+            if self.safeguards.repair_from_disk {
+                self.read_prepares(from.replica, first, below);
+            } else {
+                let message = Message::RangeEvicted {
+                    from: self.from(),
+                    oldest,
+                };
+                self.send(from.replica, message);
+            }
             start = oldest;
         }
         for op in start..=last {
@@ -251,6 +260,21 @@ impl Replica {
                 self.send(from.replica, Message::Prepare { header, body });
             }
         }
+    }
+
+    /// Asks the host to read `first..=last` back from the log and send them to `to`.
+    fn read_prepares(&mut self, to: u8, first: u64, last: u64) {
+        if to == self.id.replica || !self.marked() {
+            return;
+        }
+        self.count("repair_served_from_disk");
+        let from = self.from();
+        self.effects.push(Effect::ReadPrepares {
+            to,
+            from,
+            first,
+            last,
+        });
     }
 
     pub(super) fn on_range_evicted(&mut self, from: From, oldest: u64) {

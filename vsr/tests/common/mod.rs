@@ -34,6 +34,9 @@ pub struct Node {
     pub lane: VecDeque<Effect>,
     /// Storage refusals (what the real storage would have failed with).
     pub refused: Vec<String>,
+    /// The oldest op its log still holds for a peer's repair read from disk (retention deleted
+    /// the ones below): 1 keeps everything.
+    pub retained_from: u64,
 }
 
 impl Node {
@@ -141,6 +144,7 @@ impl Cluster {
                     executed: executed.min(head),
                     lane: VecDeque::new(),
                     refused: Vec::new(),
+            retained_from: 1,
                 }
             })
             .collect();
@@ -192,6 +196,34 @@ impl Cluster {
         for effect in self.nodes[i].replica.take_effects() {
             match effect {
                 Effect::Send { to, message } => self.outbox.push_back((from, to, message)),
+                Effect::ReadPrepares {
+                    to,
+                    from: named,
+                    first,
+                    last,
+                } => {
+                    // The host's read from disk: what retention left of its log, byte for byte.
+                    let oldest = self.nodes[i].retained_from;
+                    if first < oldest {
+                        let message = Message::RangeEvicted {
+                            from: named,
+                            oldest,
+                        };
+                        self.outbox
+                            .push_back((from, Destination::Replica(to), message));
+                    }
+                    let first = first.max(oldest);
+                    for (header, body) in &self.nodes[i].log {
+                        if (first..=last).contains(&header.op) {
+                            let message = Message::Prepare {
+                                header: *header,
+                                body: body.clone(),
+                            };
+                            self.outbox
+                                .push_back((from, Destination::Replica(to), message));
+                        }
+                    }
+                }
                 storage => self.nodes[i].lane.push_back(storage),
             }
         }
@@ -334,7 +366,7 @@ pub fn request(request: u64) -> Message {
 /// crates refuse.
 fn execute(node: &mut Node, effect: Effect) -> Outcome {
     match effect {
-        Effect::Send { .. } => Outcome::Done,
+        Effect::Send { .. } | Effect::ReadPrepares { .. } => Outcome::Done,
         Effect::WriteSuperblock { durable, .. } => {
             node.superblock = durable;
             Outcome::Done
