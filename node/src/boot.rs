@@ -20,10 +20,7 @@ type Tail = (u64, u128, Vec<(Header, Vec<u8>)>);
 /// batches. Nothing below is read back: the replica's ring starts empty there and a peer's
 /// repair round below it is served from disk (`crate::serve`), so a boot reads a pipeline, not
 /// a ring (25 groups' rings were 0.8 to 1.6 GB a boot, 1.6 to 28.8 s of a debug build).
-fn entries_of<S: Storage + Clone>(
-    wal: &iggy_wal::Wal<S>,
-    applied: u64,
-) -> Result<Tail, String> {
+fn entries_of<S: Storage + Clone>(wal: &iggy_wal::Wal<S>, applied: u64) -> Result<Tail, String> {
     let (head, head_checksum) = wal.head();
     let first = wal.first_op().max(applied + 1);
     let mut entries: Vec<(Header, Vec<u8>)> = Vec::new();

@@ -38,6 +38,7 @@ fn config(replica: u8, incarnation: u64) -> NodeConfig {
 
 fn config_with(replica: u8, incarnation: u64, vsr: Config) -> NodeConfig {
     NodeConfig {
+        metadata_vsr: None,
         cluster: CLUSTER,
         replica,
         replicas: 3,
@@ -545,7 +546,12 @@ fn a_peer_serves_repair_below_its_ring_from_disk_byte_for_byte() {
             unreachable!()
         };
         if let Some(original) = prepared.get(&header.op) {
-            assert_eq!(&message.encode(), original, "op {} as first prepared", header.op);
+            assert_eq!(
+                &message.encode(),
+                original,
+                "op {} as first prepared",
+                header.op
+            );
         }
     }
     let logs: Vec<Vec<iggy_wal::Entry>> = (0..3)
@@ -557,7 +563,7 @@ fn a_peer_serves_repair_below_its_ring_from_disk_byte_for_byte() {
     assert_eq!(logs[2], logs[0], "the backup's log is the primary's");
 
     // A byte of op 5's body rots on both peers' disks: a round asking for it ships nothing.
-    for i in 0..2 {
+    for (i, storage) in storages.iter().enumerate().take(2) {
         let wal = host.partition(i).partition().unwrap().wal();
         let at = wal.locate(5).expect("op 5 is on disk");
         let file = wal
@@ -565,7 +571,7 @@ fn a_peer_serves_repair_below_its_ring_from_disk_byte_for_byte() {
             .into_iter()
             .find(|f| f.key == at.key)
             .expect("its file");
-        storages[i]
+        storage
             .rot(&file.path, at.offset + at.size - 1, 0x40)
             .expect("rot");
     }

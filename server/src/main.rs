@@ -292,6 +292,7 @@ fn run(path: &Path, data_dir: Option<PathBuf>, replica: Option<u8>) -> Result<()
     }
     let incarnation = incarnation(config.replica);
     let node_config = NodeConfig {
+        metadata_vsr: None,
         cluster,
         replica: config.replica,
         replicas,

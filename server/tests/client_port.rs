@@ -78,6 +78,7 @@ fn start_cluster() -> Cluster {
         )
         .expect("a new node");
         let node_config = NodeConfig {
+            metadata_vsr: None,
             cluster: CLUSTER,
             replica: i,
             replicas: 3,

@@ -43,6 +43,7 @@ fn boot_config(incarnation: u64) -> BootConfig {
 
 fn node_config(replica: u8, incarnation: u64) -> NodeConfig {
     NodeConfig {
+        metadata_vsr: None,
         cluster: CLUSTER,
         replica,
         replicas: 3,

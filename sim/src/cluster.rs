@@ -119,7 +119,8 @@ pub struct Options {
     /// ten 5 times longer and two in ten 25 times (requests per client and producer batches
     /// multiplied, think time and send interval divided): thousands of ops per group, past
     /// the 128-header window, the metadata checkpoint and many checkpoints of the replicated
-    /// partitions. Off: `requests_per_client`, `think_us` and the workload as given.
+    /// partitions. The ring is drawn too ([`ring_entries`]). Off: `requests_per_client`,
+    /// `think_us`, the workload and the ring as given.
     pub draw_history: bool,
 }
 
@@ -130,6 +131,21 @@ pub fn history_factor(seed: u64) -> u64 {
         0..=4 => 1,
         5..=7 => 5,
         _ => 25,
+    }
+}
+
+/// The prepare ring a seed's replicas keep, drawn from the seed with its history
+/// (`Options::draw_history`): four seeds in ten keep the production ring (65,536 entries, more
+/// than any history), three in ten 80 to 199 entries and three in ten 65 to 79 (just above the
+/// pipeline), so a replica that was down or cut off comes back below its peers' rings and
+/// repairs from their disks. `None`: the ring as configured.
+#[must_use]
+pub fn ring_entries(seed: u64) -> Option<usize> {
+    let mut stream = Stream::new(seed, "ring");
+    match stream.below(10) {
+        0..=3 => None,
+        4..=6 => Some(80 + usize::try_from(stream.below(120)).unwrap_or(0)),
+        _ => Some(65 + usize::try_from(stream.below(15)).unwrap_or(0)),
     }
 }
 
@@ -200,6 +216,9 @@ pub struct Report {
     pub replies: u64,
     pub not_committed: u64,
     pub crashes: u64,
+    /// Peers' repair rounds read back from disk (below a ring), and the prepares they sent.
+    pub disk_reads: u64,
+    pub disk_read_prepares: u64,
     pub view_changes: u64,
     pub behind_ring: u64,
     /// Sends of the producers with an outcome.
@@ -211,6 +230,8 @@ pub struct Report {
     pub stop_alls: u64,
     /// How much longer than given the history was drawn (1 when not drawn).
     pub history_factor: u64,
+    /// The prepare ring's entries the replicas kept.
+    pub ring_entries: usize,
     /// The first checker that fired, what it found, and the state then.
     pub failure: Option<Failure>,
 }
@@ -313,6 +334,8 @@ pub struct Cluster {
     trace: VecDeque<String>,
     healing: bool,
     crashes: u64,
+    disk_reads: u64,
+    disk_read_prepares: u64,
     view_changes: u64,
     restart_pending: Vec<bool>,
     storage_faulty: Vec<bool>,
@@ -351,6 +374,16 @@ impl Cluster {
                     .saturating_mul(u32::try_from(factor).unwrap_or(1));
             }
         }
+        // The drawn ring is the partitions'. The metadata group keeps the configured one: a
+        // metadata replica that fell below its peers' checkpoints (their logs dropped what the
+        // snapshot holds) needs the snapshot transfer, which is not built yet (issue #33).
+        let mut metadata_vsr = None;
+        if options.draw_history
+            && let Some(entries) = ring_entries(seed)
+        {
+            metadata_vsr = Some(options.vsr.clone());
+            options.vsr.ring_entries_max = entries;
+        }
         let layout = Layout {
             cluster: 0x1667_0000 | u128::from(seed % 0xFFFF),
             replicas: 3,
@@ -362,6 +395,7 @@ impl Cluster {
             spread_primaries: options.spread_primaries,
             checkpoint_bytes: options.checkpoint_bytes,
             repair_ration: options.repair_ration,
+            metadata_vsr,
         };
         let mut disks = Stream::new(seed, "disks");
         let mut nodes = Vec::new();
@@ -447,6 +481,8 @@ impl Cluster {
             checker: Checker::default(),
             healing: false,
             crashes: 0,
+            disk_reads: 0,
+            disk_read_prepares: 0,
             view_changes: 0,
             restart_pending: vec![false; replicas],
             storage_faulty: vec![false; replicas],
@@ -530,6 +566,8 @@ impl Cluster {
             replies: self.checker.replies.len() as u64,
             not_committed: self.clients.iter().map(|c| c.not_committed).sum(),
             crashes: self.crashes,
+            disk_reads: self.disk_reads,
+            disk_read_prepares: self.disk_read_prepares,
             view_changes: self.view_changes,
             behind_ring: self
                 .nodes
@@ -556,6 +594,7 @@ impl Cluster {
             } else {
                 1
             },
+            ring_entries: self.options.vsr.ring_entries_max,
             failure,
         }
     }
@@ -773,6 +812,12 @@ impl Cluster {
         for read in reads {
             let (group, label) = (read.group, read.label.clone());
             let served = read.run();
+            self.disk_reads += 1;
+            self.disk_read_prepares += served
+                .sends
+                .iter()
+                .filter(|(_, m)| matches!(m, Message::Prepare { .. }))
+                .count() as u64;
             if let Some(inner) = self.nodes[usize::from(node)].node.as_mut() {
                 inner.served();
             }
@@ -1634,6 +1679,8 @@ pub fn run(options: Options) -> Report {
             replies: 0,
             not_committed: 0,
             crashes: 0,
+            disk_reads: 0,
+            disk_read_prepares: 0,
             view_changes: 0,
             behind_ring: 0,
             producer_sends: 0,
@@ -1641,6 +1688,7 @@ pub fn run(options: Options) -> Report {
             two_node_crashes: 0,
             stop_alls: 0,
             history_factor: 1,
+            ring_entries: 0,
             failure: Some(Failure {
                 checker: "setup".into(),
                 what: error,

@@ -272,6 +272,7 @@ fn main() -> ExitCode {
     };
     let mut failed = 0u64;
     let mut behind = 0u64;
+    let mut from_disk = 0u64;
     let mut simulated = 0u64;
     let mut wall = std::time::Duration::ZERO;
     // Ops committed per group, over every group of every seed.
@@ -300,21 +301,25 @@ fn main() -> ExitCode {
         group_ops.extend(&report.group_ops);
         simulated += report.simulated_us;
         behind += u64::from(report.behind_ring > 0);
+        from_disk += u64::from(report.disk_reads > 0);
         wall += report.wall;
         let line = format!(
             "seed {seed}: {} simulated s in {:.2} wall s; {} ops committed ({} to {} a group, \
-             history x{}), {} replies, {} unknown outcomes, {} crashes, {} view changes, {} \
-             behind the ring: {}",
+             history x{}, ring {}), {} replies, {} unknown outcomes, {} crashes, {} view changes, {} \
+             repair rounds read from disk ({} prepares), {} behind the ring: {}",
             report.simulated_us / 1_000_000,
             report.wall.as_secs_f64(),
             report.committed_ops,
             report.group_ops.iter().min().copied().unwrap_or(0),
             report.group_ops.iter().max().copied().unwrap_or(0),
             report.history_factor,
+            report.ring_entries,
             report.replies,
             report.not_committed,
             report.crashes,
             report.view_changes,
+            report.disk_reads,
+            report.disk_read_prepares,
             report.behind_ring,
             if report.failure.is_some() {
                 "FAILED"
@@ -362,9 +367,9 @@ fn main() -> ExitCode {
     };
     let quantile = |n: usize, d: usize| at(group_ops.len() * n / d).unwrap_or(0);
     say(&format!(
-        "{seeds} seeds, {failed} failed, {behind} with a replica behind every peer's ring (outages \
-         stay within the rings: state transfer is not built); ops committed per group: min {}, \
-         median {}, p90 {}, max {}; {:.0} simulated s per wall s\n",
+        "{seeds} seeds, {failed} failed, {behind} with a replica behind every peer's ring at the \
+         end, {from_disk} with repair read from disk (a replica below a peer's ring); ops \
+         committed per group: min {}, median {}, p90 {}, max {}; {:.0} simulated s per wall s\n",
         group_ops.first().copied().unwrap_or(0),
         quantile(1, 2),
         quantile(9, 10),

@@ -36,12 +36,15 @@ pub struct Layout {
     /// Each node rations repair (3 new sessions a tick, 8 in flight); off, every group asks
     /// whenever it wants.
     pub repair_ration: bool,
+    /// The metadata group's replicas' configuration when it is not `vsr`.
+    pub metadata_vsr: Option<Config>,
 }
 
 impl Layout {
     /// How node `index` runs its groups in the life whose boot has `incarnation`.
     fn node_config(&self, index: u8, incarnation: u64) -> iggy_node::NodeConfig {
         iggy_node::NodeConfig {
+            metadata_vsr: self.metadata_vsr.clone(),
             cluster: self.cluster,
             replica: index,
             replicas: self.replicas,

@@ -144,7 +144,7 @@ impl Cluster {
                     executed: executed.min(head),
                     lane: VecDeque::new(),
                     refused: Vec::new(),
-            retained_from: 1,
+                    retained_from: 1,
                 }
             })
             .collect();
