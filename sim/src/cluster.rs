@@ -346,6 +346,11 @@ pub struct Cluster {
     /// Bytes of prepares (header and body) each node was sent for each group in answer to its
     /// repair requests.
     repair_bytes: BTreeMap<(u8, u128), u64>,
+    /// When each (node, group) was last sent a first repair prepare: the first after
+    /// `repair_first_since`.
+    repair_first: BTreeMap<(u8, u128), u64>,
+    /// Every `RangeEvicted` sent: (to, when).
+    range_evicted: Vec<(u8, u64)>,
     /// The effects being drained answer a `RequestPrepares`.
     serving_repair: bool,
     /// The groups of the node ticking now that sent a `RequestPrepares` in this tick, and the
@@ -489,6 +494,8 @@ impl Cluster {
             commit_heard: BTreeMap::new(),
             view_log: Vec::new(),
             repair_bytes: BTreeMap::new(),
+            repair_first: BTreeMap::new(),
+            range_evicted: Vec::new(),
             serving_repair: false,
             repair_senders: std::collections::BTreeSet::new(),
             peak_repair_senders: vec![0; replicas],
@@ -845,6 +852,12 @@ impl Cluster {
             {
                 *self.repair_bytes.entry((r, group)).or_default() +=
                     (body.len() + iggy_format::constants::HEADER_SIZE) as u64;
+                self.repair_first.entry((r, group)).or_insert(self.now);
+            }
+            if let (Message::RangeEvicted { .. }, Destination::Replica(r)) = (&message, to)
+                && self.range_evicted.len() < 1 << 20
+            {
+                self.range_evicted.push((r, self.now));
             }
             let slow = self.aim_at(node, to, &message);
             let bytes = match &last {
@@ -1444,6 +1457,7 @@ impl Cluster {
 
     /// Restarts node `node` now.
     pub fn restart_node(&mut self, node: u8) {
+        self.repair_first.retain(|(n, _), _| *n != node);
         self.restart(node);
     }
 
@@ -1516,6 +1530,31 @@ impl Cluster {
     #[must_use]
     pub fn peak_repair_senders(&self, node: u8) -> usize {
         self.peak_repair_senders[usize::from(node)]
+    }
+
+    /// When `node`'s replica of `group` was first sent a repair prepare, if at or after `since`
+    /// (the first since the node's last [`Cluster::restart_node`]).
+    #[must_use]
+    pub fn first_repair_at(&self, node: u8, group: u128, since: u64) -> Option<u64> {
+        self.repair_first
+            .get(&(node, group))
+            .copied()
+            .filter(|at| *at >= since)
+    }
+
+    /// `RangeEvicted` answers sent to `node` at or after `since`.
+    #[must_use]
+    pub fn range_evicted_to(&self, node: u8, since: u64) -> u64 {
+        self.range_evicted
+            .iter()
+            .filter(|(to, at)| *to == node && *at >= since)
+            .count() as u64
+    }
+
+    /// Peers' repair rounds read from disk so far, and the prepares they sent.
+    #[must_use]
+    pub fn disk_reads(&self) -> (u64, u64) {
+        (self.disk_reads, self.disk_read_prepares)
     }
 
     /// Bytes of prepares `node` was sent for `group` in answer to its repair requests.

@@ -101,6 +101,9 @@ enum Case {
     Restart,
     /// The same with persisted partitions.
     RestartPersisted,
+    /// Kill node 0 under the full load with rings of 3.2 s of it, restart it 30 s later: each
+    /// partition misses many times its ring and repairs from the peers' disks.
+    RestartPastRing,
     /// Every node loses power at once (replicated partitions), and all boot together.
     PowerLoss,
     /// The same with persisted partitions.
@@ -155,6 +158,14 @@ fn failover(
                 (failover::render_restart(&r), ok)
             })
         }
+        Case::RestartPastRing => failover::restart_past_ring(article(seed, safeguards), &scale)
+            .map(|r| {
+                let ok = r.integrity.is_ok()
+                    && r.kill.integrity.is_ok()
+                    && r.range_evicted == 0
+                    && r.recovered.iter().all(|g| g.caught_up_us.is_some());
+                (failover::render_restart(&r), ok)
+            }),
         Case::RestartAll => failover::restart_all(
             failover::Setup {
                 spread: true,

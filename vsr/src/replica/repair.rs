@@ -240,17 +240,22 @@ impl Replica {
         let oldest = self.journal.oldest();
         let mut start = first;
         if first < oldest {
-            let below = last.min(oldest - 1);
             if self.safeguards.repair_from_disk {
-                self.read_prepares(from.replica, first, below);
+                // The whole round from disk, up to what storage journaled (all of it below the
+                // ring is), so its prepares arrive in order: the asker takes the round's last
+                // op as its end, and a top served from the ring at once, ahead of a bottom read
+                // a tick later, had it ask the bottom again (1.6x the bytes it lacked).
+                let through = last.min(self.journal.journaled_head);
+                self.read_prepares(from.replica, first, through);
+                start = through + 1;
             } else {
                 let message = Message::RangeEvicted {
                     from: self.from(),
                     oldest,
                 };
                 self.send(from.replica, message);
+                start = oldest;
             }
-            start = oldest;
         }
         for op in start..=last {
             if let Some(slot) = self.journal.slot(op)
