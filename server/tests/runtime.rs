@@ -42,12 +42,16 @@ fn boot_config(incarnation: u64) -> BootConfig {
 }
 
 fn node_config(replica: u8, incarnation: u64) -> NodeConfig {
+    node_config_with(replica, incarnation, Config::default())
+}
+
+fn node_config_with(replica: u8, incarnation: u64, vsr: Config) -> NodeConfig {
     NodeConfig {
         metadata_vsr: None,
         cluster: CLUSTER,
         replica,
         replicas: 3,
-        vsr: Config::default(),
+        vsr,
         safeguards: Safeguards::default(),
         checkpoint_bytes: 1 << 20,
         repair_ration: true,
@@ -130,12 +134,17 @@ struct Cluster {
     runtimes: Vec<Runtime<OsStorage>>,
     inboxes: Inboxes,
     replies: Receiver<Message>,
+    reply_tx: Sender<Message>,
     counters: Vec<Arc<BusCounters>>,
     _tokio: Option<tokio::runtime::Runtime>,
 }
 
 impl Cluster {
     fn start(storages: &[OsStorage], life: u64, transport: Transport) -> Self {
+        Self::start_with(storages, life, transport, &Config::default())
+    }
+
+    fn start_with(storages: &[OsStorage], life: u64, transport: Transport, vsr: &Config) -> Self {
         let inboxes: Inboxes = Arc::new(Mutex::new(Vec::new()));
         let (reply_tx, replies) = channel();
         let tokio = (transport == Transport::Tcp).then(|| {
@@ -149,8 +158,8 @@ impl Cluster {
         let mut runtimes = Vec::new();
         let mut counters = Vec::new();
         for (storage, i) in storages.iter().zip(0u8..) {
-            let (node, _) = Node::boot(storage.clone(), &node_config(i, u64::from(i) << 48 | life))
-                .expect("boot");
+            let config = node_config_with(i, u64::from(i) << 48 | life, vsr.clone());
+            let (node, _) = Node::boot(storage.clone(), &config).expect("boot");
             let (inbox, inputs) = Runtime::<OsStorage>::inbox_channel();
             inboxes.lock().expect("inboxes").push(inbox.clone());
             let runtime = match &tokio {
@@ -208,6 +217,7 @@ impl Cluster {
             runtimes,
             inboxes,
             replies,
+            reply_tx,
             counters,
             _tokio: tokio,
         }
@@ -247,6 +257,65 @@ impl Cluster {
                 return (op, body);
             }
         }
+    }
+
+    /// Sends a request to node `via` only and waits for its committed reply; returns the op.
+    fn commit_via(&self, via: usize, group: u128, request: u64, body: &[u8]) -> u64 {
+        self.inboxes.lock().expect("inboxes")[via]
+            .send(Input::Message(Message::Request {
+                cluster: CLUSTER,
+                group,
+                client: CLIENT,
+                request,
+                operation: operation::MESSAGES,
+                body: body.to_vec(),
+            }))
+            .expect("a running node");
+        loop {
+            let reply = self
+                .replies
+                .recv_timeout(Duration::from_secs(60))
+                .unwrap_or_else(|_| {
+                    panic!("request {request} to group {group:#x}: no committed reply within 60 s")
+                });
+            if let Message::Reply {
+                request: r,
+                status: ReplyStatus::Committed,
+                op,
+                ..
+            } = reply
+                && r == request
+            {
+                return op;
+            }
+        }
+    }
+
+    /// Stops node `i` cleanly: what is sent to it from now on is lost.
+    fn stop_node(&mut self, i: usize) {
+        self.runtimes[i].stop_in_place().expect("a clean stop");
+    }
+
+    /// Boots node `i` again from `storage` (life `life`) and runs it in place of the stopped one.
+    fn restart_node(&mut self, i: usize, storage: &OsStorage, life: u64, vsr: &Config) {
+        let index = u8::try_from(i).expect("three nodes");
+        let config = node_config_with(index, u64::from(index) << 48 | life, vsr.clone());
+        let (node, _) = Node::boot(storage.clone(), &config).expect("boot");
+        let (inbox, inputs) = Runtime::<OsStorage>::inbox_channel();
+        self.inboxes.lock().expect("inboxes")[i] = inbox.clone();
+        let router = Router {
+            peers: self.inboxes.clone(),
+            replies: self.reply_tx.clone(),
+        };
+        self.runtimes[i] = Runtime::start(
+            node,
+            storage.clone(),
+            router,
+            2,
+            (inbox, inputs),
+            Views::new(3),
+        )
+        .expect("start");
     }
 
     fn stop(self) {
@@ -292,6 +361,44 @@ fn offsets_after_boot(storages: &[OsStorage], key: PartitionKey, life: u64) -> V
             offset
         })
         .collect()
+}
+
+/// Issue #33 on the server's threads: node 2 is stopped while 150 batches commit on nodes 0 and 1
+/// (rings of 70 entries), then boots again; node 1 stops, so the next batch commits only once
+/// node 2 has caught up through node 0's repair rounds, read from its disk on its read thread.
+/// Without `repair-from-disk` node 2 stays behind the ring and that batch never commits (the
+/// wait for its reply fails after 60 s).
+#[test]
+fn a_node_back_from_past_the_ring_catches_up_from_a_peers_disk() {
+    let dirs: Vec<tempfile::TempDir> = (0..3)
+        .map(|_| tempfile::tempdir().expect("tempdir"))
+        .collect();
+    let storages: Vec<OsStorage> = dirs
+        .iter()
+        .map(|d| OsStorage::open(d.path()).expect("open"))
+        .collect();
+    for (storage, i) in storages.iter().zip(0u8..) {
+        genesis(storage, i);
+    }
+    let vsr = Config {
+        ring_entries_max: 70,
+        ..Config::default()
+    };
+    let group = partition_id(FIRST);
+    let mut cluster = Cluster::start_with(&storages, 1, Transport::Channels, &vsr);
+    cluster.commit_via(0, group, 1, &batch(1, 4));
+    cluster.stop_node(2);
+    for request in 2..=151 {
+        cluster.commit_via(0, group, request, &batch(request, 4));
+    }
+    cluster.restart_node(2, &storages[2], 2, &vsr);
+    cluster.stop_node(1);
+    cluster.commit_via(0, group, 152, &batch(152, 4));
+    cluster.restart_node(1, &storages[1], 2, &vsr);
+    cluster.stop();
+    let offsets = offsets_after_boot(&storages, FIRST, 3);
+    assert_eq!(offsets[0], 152 * 4, "{offsets:?}");
+    assert_eq!(offsets[2], 152 * 4, "node 2 caught up: {offsets:?}");
 }
 
 #[test]
