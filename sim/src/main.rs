@@ -53,7 +53,7 @@ struct Cli {
     /// durable-view-gate, publish-before-log-view, nack-header-without-body, body-fetch,
     /// hole-check-lower-bound, incarnation-echo, same-view-keeps-log,
     /// forgotten-acknowledgments, durable-commit-point, keep-durable-log, start-view-resend,
-    /// publish-on-view-change, rejoin-restores-acknowledgments.
+    /// publish-on-view-change, rejoin-restores-acknowledgments, repair-from-disk.
     /// Also for a failover case (`iggy-sim --without NAME failover CASE`).
     #[arg(long)]
     without: Option<String>,
@@ -101,8 +101,8 @@ enum Case {
     Restart,
     /// The same with persisted partitions.
     RestartPersisted,
-    /// Kill node 0 under the full load with rings of 3.2 s of it, restart it 30 s later: each
-    /// partition misses many times its ring and repairs from the peers' disks.
+    /// Kill node 0 (the restart cases' load, rings of 3.2 s of it), restart it 30 s later: each
+    /// partition misses about 9 times its ring and repairs from the peers' disks.
     RestartPastRing,
     /// Every node loses power at once (replicated partitions), and all boot together.
     PowerLoss,

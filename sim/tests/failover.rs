@@ -187,8 +187,8 @@ fn a_node_back_with_nothing_published_discards_every_tail_and_repairs_within_the
     );
 }
 
-/// Issue #33, the article's run 1: node 0 is down 30 s under the full load while the rings hold
-/// 3.2 s of it, so every partition misses many times its ring. Each catches up by repair read
+/// Issue #33, the article's run 1: node 0 is down 30 s under load while the rings hold 3.2 s of
+/// it, so every partition misses about 9 times its ring. Each catches up by repair read
 /// from the peers' disks: no `RangeEvicted`, no transfer, about the bytes it lacked. Without
 /// `repair-from-disk` the same run leaves partitions behind every peer's ring.
 #[test]
@@ -196,7 +196,7 @@ fn a_node_down_past_every_ring_catches_up_from_the_peers_disks() {
     let scale = scale();
     let report = failover::restart_past_ring(Setup::article(1), &scale).unwrap();
     let text = failover::render_restart(&report);
-    let ring = report.ring_entries.expect("the case sets the ring");
+    let ring = report.ring_bytes.expect("the case sets the ring");
     assert_eq!(report.kill.integrity, Ok(report.kill.committed), "{text}");
     assert_eq!(report.range_evicted, 0, "{text}");
     assert_eq!(report.behind_ring, 0, "{text}");
@@ -207,12 +207,8 @@ fn a_node_down_past_every_ring_catches_up_from_the_peers_disks() {
             "{} never caught up:\n{text}",
             r.label
         );
-        // Many times its ring (each prepare of the scaled load is about 1.2 KB).
-        assert!(
-            r.lacked_bytes > 4 * ring as u64 * 1_000,
-            "{}:\n{text}",
-            r.label
-        );
+        // Many times its ring.
+        assert!(r.lacked_bytes > 5 * ring, "{}:\n{text}", r.label);
         assert!(
             r.fetched_bytes * 10 <= r.lacked_bytes * 12,
             "{} shipped more than 1.2x what it lacked:\n{text}",
