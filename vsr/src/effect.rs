@@ -61,8 +61,7 @@ pub enum Effect {
     /// a `Prepare`, byte for byte what was journaled, off the group's lane. Ops the log no longer
     /// holds (retention deleted them, or a checkpoint dropped them) are answered with
     /// `RangeEvicted` from `from`, naming the oldest op the log holds; an entry that fails its
-    /// checksum ends the answer there (nothing rotten is shipped: the peer asks again,
-    /// elsewhere). No completion.
+    /// checksum ships nothing of the range (the peer asks again, elsewhere). No completion.
     ReadPrepares {
         to: u8,
         from: crate::message::From,
