@@ -131,13 +131,23 @@ pub struct ConsumerReport {
     /// Messages read again (a poll after a reconnect, or on a node whose copy of the stored
     /// offset trails: at least once).
     pub reread: u64,
-    /// Offsets a consumer never saw although it read past them, with no failed poll before:
-    /// a gap, never in a correct log.
+    /// Offsets a consumer never saw although it read past them, beyond the reach of every poll
+    /// that failed before (see `lost_with_a_reply`): a gap no lost answer explains.
     pub skipped: u64,
-    /// Offsets passed over right after a failed poll. Auto-commit stores the offset before the
-    /// answer goes out, so an answer lost with its connection (a node killed mid-poll) leaves
-    /// the consumer's offset past messages it never got: at most once, as Iggy's auto-commit.
+    /// Offsets passed over within the reach of a failed poll. Auto-commit stores the offset
+    /// before the answer goes out, so an answer lost with its connection (a node killed
+    /// mid-poll) leaves the consumer's stored offset past messages it never got: at most once,
+    /// as Iggy's auto-commit. That store may reach the node the consumer reads from next only
+    /// later (that node executes the partition's ops behind the primary), so the jump may come
+    /// several polls after the failure. A failed poll's answer ends at most a poll's count past
+    /// where it started, and it started at most at the highest offset the consumer had read or a
+    /// lost answer could have stored: the reach. The log's own density is verify's
+    /// `offset_gaps`, checked on every node.
     pub lost_with_a_reply: u64,
+    /// A few forward jumps: from, to, the node that served the jump, polls since the last
+    /// failed one, and whether a lost answer's reach covers it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub jump_examples: Vec<String>,
     /// Messages of this run whose payload is not the one sent.
     pub damaged: u64,
     /// Offsets read again (within the last [`CHANGE_WINDOW`] offsets read) that held another
@@ -457,6 +467,9 @@ pub fn load(
             read.missed += one.missed;
             if read.changed_examples.len() < 16 {
                 read.changed_examples.extend(one.changed_examples);
+            }
+            if read.jump_examples.len() < 16 {
+                read.jump_examples.extend(one.jump_examples);
             }
             read.caught_up += one.caught_up;
             for (kind, count) in one.errors {
@@ -938,8 +951,11 @@ fn consume(
     let mut at_offset: std::collections::BTreeMap<u64, u128> = std::collections::BTreeMap::new();
     let mut drain_until: Option<Instant> = None;
     let mut drain_from: Option<u64> = None;
-    // A poll failed since the last one answered: its answer (and its auto-commit) may be lost.
-    let mut reply_lost = false;
+    // How far the stored offset may have been moved by answers lost with failed polls (each at
+    // most a poll's count past where it started), and polls answered since the last failure.
+    let mut lost_reach: Option<u64> = None;
+    let mut since_failure: u64 = 0;
+    const POLL_COUNT: u32 = 1_000;
     loop {
         if shared.producers_done.load(Ordering::Relaxed) {
             if drain_from != expected {
@@ -970,7 +986,7 @@ fn consume(
             partition,
             consumer_id(run, producer),
             iggy_protocol::PollingStrategy::Next,
-            1_000,
+            POLL_COUNT,
             true,
         );
         let messages = match polled {
@@ -978,16 +994,19 @@ fn consume(
             Err(error) => {
                 *report.errors.entry(error_kind(&error)).or_default() += 1;
                 connection.client = None;
-                reply_lost = true;
+                // Its answer may have started at the highest offset stored so far.
+                let start = expected.unwrap_or(0).max(lost_reach.unwrap_or(0));
+                lost_reach = Some(start + u64::from(POLL_COUNT));
+                since_failure = 0;
                 continue;
             }
         };
+        since_failure += 1;
         if messages.is_empty() {
             // Nothing new yet: the producer is ahead by less than a batch, or stopped.
             std::thread::sleep(Duration::from_millis(10));
             continue;
         }
-        let mut lost = std::mem::take(&mut reply_lost);
         let node = connection.serving();
         for message in messages {
             let next = expected.unwrap_or(message.offset);
@@ -1016,11 +1035,21 @@ fn consume(
                 continue;
             }
             at_offset.insert(message.offset, message.id);
-            // Only the first new message after a failed poll may jump over a lost answer.
-            if std::mem::take(&mut lost) {
-                report.lost_with_a_reply += message.offset - next;
-            } else {
-                report.skipped += message.offset - next;
+            if message.offset > next {
+                let reached = lost_reach.is_some_and(|reach| message.offset <= reach);
+                if reached {
+                    report.lost_with_a_reply += message.offset - next;
+                } else {
+                    report.skipped += message.offset - next;
+                }
+                if report.jump_examples.len() < 4 {
+                    report.jump_examples.push(format!(
+                        "{topic} partition {partition}: {next} -> {} from {node}, {since_failure} \
+                         polls after the last failed one (reach {lost_reach:?}){}",
+                        message.offset,
+                        if reached { "" } else { ": UNEXPLAINED" }
+                    ));
+                }
             }
             expected = Some(message.offset + 1);
             if (message.id >> 96) as u32 == run {
