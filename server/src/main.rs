@@ -741,11 +741,12 @@ fn run_load(config: &load::LoadConfig, ledger: &Path, json: bool) -> Result<(), 
         }
     }
     if let Some(read) = &report.consumers {
+        // On stderr: stdout may be the JSON report.
         for example in &read.changed_examples {
-            println!("load: changed: {example}");
+            eprintln!("load: changed: {example}");
         }
         for example in &read.jump_examples {
-            println!("load: jumped: {example}");
+            eprintln!("load: jumped: {example}");
         }
         let unexplained = if u64::from(read.caught_up) == u64::from(report.producers) {
             read.missed.saturating_sub(read.lost_with_a_reply)
