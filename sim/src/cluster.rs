@@ -230,7 +230,7 @@ pub struct Report {
     pub stop_alls: u64,
     /// How much longer than given the history was drawn (1 when not drawn).
     pub history_factor: u64,
-    /// The prepare ring's entries the replicas kept.
+    /// The prepare ring's entries the partitions' replicas kept.
     pub ring_entries: usize,
     /// The first checker that fired, what it found, and the state then.
     pub failure: Option<Failure>,
@@ -346,8 +346,8 @@ pub struct Cluster {
     /// Bytes of prepares (header and body) each node was sent for each group in answer to its
     /// repair requests.
     repair_bytes: BTreeMap<(u8, u128), u64>,
-    /// When each (node, group) was last sent a first repair prepare: the first after
-    /// `repair_first_since`.
+    /// When each (node, group) was sent its first repair prepare since the node's last
+    /// [`Cluster::restart_node`].
     repair_first: BTreeMap<(u8, u128), u64>,
     /// Every `RangeEvicted` sent: (to, when).
     range_evicted: Vec<(u8, u64)>,
