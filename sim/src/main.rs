@@ -312,7 +312,7 @@ fn main() -> ExitCode {
         group_ops.extend(&report.group_ops);
         simulated += report.simulated_us;
         behind += u64::from(report.behind_ring > 0);
-        from_disk += u64::from(report.disk_reads > 0);
+        from_disk += u64::from(report.disk_read_prepares > 0);
         wall += report.wall;
         let line = format!(
             "seed {seed}: {} simulated s in {:.2} wall s; {} ops committed ({} to {} a group, \
