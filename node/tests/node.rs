@@ -204,6 +204,23 @@ impl Host {
         }
     }
 
+    /// Puts client `CLIENT`'s batch `request` of `messages` messages for `group` on the wire to
+    /// node `to`.
+    fn send_batch(&mut self, to: u8, group: u128, request: u64, messages: u32) {
+        self.wire.push_back((
+            to,
+            group,
+            Message::Request {
+                cluster: CLUSTER,
+                group,
+                client: CLIENT,
+                request,
+                operation: operation::MESSAGES,
+                body: batch(request, messages),
+            },
+        ));
+    }
+
     fn partition(&self, node: usize) -> &iggy_node::Group<SimStorage> {
         let id = GroupKind::Partition {
             key: KEY,
@@ -243,18 +260,7 @@ fn three_nodes_commit_a_batch_that_survives_a_clean_restart() {
         assert_eq!(node.leader_of(GroupKind::Metadata.id()), Some(0));
     }
 
-    host.wire.push_back((
-        0,
-        partition,
-        Message::Request {
-            cluster: CLUSTER,
-            group: partition,
-            client: CLIENT,
-            request: 1,
-            operation: operation::MESSAGES,
-            body: batch(1, 10),
-        },
-    ));
+    host.send_batch(0, partition, 1, 10);
     host.settle();
     // The backups learn the commit from the primary's next heartbeat.
     host.tick(600);
@@ -414,18 +420,7 @@ fn a_topic_created_and_deleted_at_run_time_comes_and_goes_on_every_node() {
     }
     // A write to the new partition commits on all three.
     let target = partition_id(1, 2, 2);
-    host.wire.push_back((
-        leaders[1],
-        target,
-        Message::Request {
-            cluster: CLUSTER,
-            group: target,
-            client: CLIENT,
-            request: 3,
-            operation: operation::MESSAGES,
-            body: batch(3, 5),
-        },
-    ));
+    host.send_batch(leaders[1], target, 3, 5);
     host.settle();
     host.tick(600);
     for (i, node) in host.nodes.iter().enumerate() {
@@ -496,18 +491,7 @@ fn a_peer_serves_repair_below_its_ring_from_disk_byte_for_byte() {
     .id();
     host.down = Some(2);
     for request in 1..=40 {
-        host.wire.push_back((
-            0,
-            partition,
-            Message::Request {
-                cluster: CLUSTER,
-                group: partition,
-                client: CLIENT,
-                request,
-                operation: operation::MESSAGES,
-                body: batch(request, 5),
-            },
-        ));
+        host.send_batch(0, partition, request, 5);
         host.settle();
     }
     assert_eq!(host.partition(0).partition().unwrap().next_offset(), 200);

@@ -226,7 +226,29 @@ impl Cluster {
     /// Sends a request to every node (whichever leads the group takes it; the others refuse)
     /// and waits for its committed reply; returns the op.
     fn commit(&self, group: u128, request: u64, operation: u32, body: &[u8]) -> (u64, Vec<u8>) {
-        for inbox in self.inboxes.lock().expect("inboxes").iter() {
+        self.commit_to(None, group, request, operation, body)
+    }
+
+    /// Sends a batch to node `via` only and waits for its committed reply; returns the op.
+    fn commit_via(&self, via: usize, group: u128, request: u64, body: &[u8]) -> u64 {
+        self.commit_to(Some(via), group, request, operation::MESSAGES, body)
+            .0
+    }
+
+    /// Sends a request to node `via` (every node: `None`) and waits for its committed reply.
+    fn commit_to(
+        &self,
+        via: Option<usize>,
+        group: u128,
+        request: u64,
+        operation: u32,
+        body: &[u8],
+    ) -> (u64, Vec<u8>) {
+        let inboxes = self.inboxes.lock().expect("inboxes").clone();
+        for (i, inbox) in inboxes.iter().enumerate() {
+            if via.is_some_and(|v| v != i) {
+                continue;
+            }
             inbox
                 .send(Input::Message(Message::Request {
                     cluster: CLUSTER,
@@ -255,38 +277,6 @@ impl Cluster {
                 && r == request
             {
                 return (op, body);
-            }
-        }
-    }
-
-    /// Sends a request to node `via` only and waits for its committed reply; returns the op.
-    fn commit_via(&self, via: usize, group: u128, request: u64, body: &[u8]) -> u64 {
-        self.inboxes.lock().expect("inboxes")[via]
-            .send(Input::Message(Message::Request {
-                cluster: CLUSTER,
-                group,
-                client: CLIENT,
-                request,
-                operation: operation::MESSAGES,
-                body: body.to_vec(),
-            }))
-            .expect("a running node");
-        loop {
-            let reply = self
-                .replies
-                .recv_timeout(Duration::from_secs(60))
-                .unwrap_or_else(|_| {
-                    panic!("request {request} to group {group:#x}: no committed reply within 60 s")
-                });
-            if let Message::Reply {
-                request: r,
-                status: ReplyStatus::Committed,
-                op,
-                ..
-            } = reply
-                && r == request
-            {
-                return op;
             }
         }
     }
@@ -370,16 +360,7 @@ fn offsets_after_boot(storages: &[OsStorage], key: PartitionKey, life: u64) -> V
 /// wait for its reply fails after 60 s).
 #[test]
 fn a_node_back_from_past_the_ring_catches_up_from_a_peers_disk() {
-    let dirs: Vec<tempfile::TempDir> = (0..3)
-        .map(|_| tempfile::tempdir().expect("tempdir"))
-        .collect();
-    let storages: Vec<OsStorage> = dirs
-        .iter()
-        .map(|d| OsStorage::open(d.path()).expect("open"))
-        .collect();
-    for (storage, i) in storages.iter().zip(0u8..) {
-        genesis(storage, i);
-    }
+    let (_dirs, storages) = three_new_nodes();
     let vsr = Config {
         ring_entries_max: 70,
         ..Config::default()
@@ -428,7 +409,9 @@ fn the_same_over_the_tcp_replica_bus() {
     }
 }
 
-fn scenario(transport: Transport) -> Vec<Arc<BusCounters>> {
+/// Three new nodes' directories (kept while the handles live) and their storages, each with
+/// the genesis written.
+fn three_new_nodes() -> (Vec<tempfile::TempDir>, Vec<OsStorage>) {
     let dirs: Vec<tempfile::TempDir> = (0..3)
         .map(|_| tempfile::tempdir().expect("tempdir"))
         .collect();
@@ -439,6 +422,11 @@ fn scenario(transport: Transport) -> Vec<Arc<BusCounters>> {
     for (storage, i) in storages.iter().zip(0u8..) {
         genesis(storage, i);
     }
+    (dirs, storages)
+}
+
+fn scenario(transport: Transport) -> Vec<Arc<BusCounters>> {
+    let (_dirs, storages) = three_new_nodes();
     let cluster = Cluster::start(&storages, 1, transport);
     cluster.commit(partition_id(FIRST), 1, operation::MESSAGES, &batch(1, 10));
     cluster.commit(partition_id(FIRST), 2, operation::MESSAGES, &batch(2, 10));
