@@ -181,6 +181,32 @@ pub const CHANGE_WINDOW: u64 = 1 << 16;
 /// consumer still catching up (a group that stalled under the kills leaves a backlog) goes on.
 pub const CONSUMER_DRAIN: Duration = Duration::from_secs(60);
 
+/// Messages a consumer's poll asks for.
+const POLL_COUNT: u32 = 1_000;
+
+/// How far a consumer's stored offset may have been moved by poll answers it never got. A poll
+/// that failed may still have been answered, and auto-commit stored the offset of that
+/// answer's last message: the answer started at most at the highest offset stored so far (what
+/// the consumer read, or an earlier lost answer's end) and held at most [`POLL_COUNT`]
+/// messages. A forward jump that lands within the reach is an answer lost with a failed poll,
+/// whenever it shows (the store reaches the node read next when that node executes it); one
+/// beyond is a gap.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct LostReach(Option<u64>);
+
+impl LostReach {
+    /// A poll failed while the consumer expected offset `expected` next.
+    fn failed(&mut self, expected: Option<u64>) {
+        let start = expected.unwrap_or(0).max(self.0.unwrap_or(0));
+        self.0 = Some(start + u64::from(POLL_COUNT));
+    }
+
+    /// Whether a jump landing on `offset` is explained by a lost answer.
+    fn covers(self, offset: u64) -> bool {
+        self.0.is_some_and(|reach| offset <= reach)
+    }
+}
+
 /// Message `sequence` of `producer` in run `run`.
 #[must_use]
 pub fn message_id(run: u32, producer: u32, sequence: u64) -> u128 {
@@ -951,11 +977,9 @@ fn consume(
     let mut at_offset: std::collections::BTreeMap<u64, u128> = std::collections::BTreeMap::new();
     let mut drain_until: Option<Instant> = None;
     let mut drain_from: Option<u64> = None;
-    // How far the stored offset may have been moved by answers lost with failed polls (each at
-    // most a poll's count past where it started), and polls answered since the last failure.
-    let mut lost_reach: Option<u64> = None;
+    let mut lost_reach = LostReach::default();
+    // Polls answered since the last failed one (for the jump examples).
     let mut since_failure: u64 = 0;
-    const POLL_COUNT: u32 = 1_000;
     loop {
         if shared.producers_done.load(Ordering::Relaxed) {
             if drain_from != expected {
@@ -994,9 +1018,7 @@ fn consume(
             Err(error) => {
                 *report.errors.entry(error_kind(&error)).or_default() += 1;
                 connection.client = None;
-                // Its answer may have started at the highest offset stored so far.
-                let start = expected.unwrap_or(0).max(lost_reach.unwrap_or(0));
-                lost_reach = Some(start + u64::from(POLL_COUNT));
+                lost_reach.failed(expected);
                 since_failure = 0;
                 continue;
             }
@@ -1036,7 +1058,7 @@ fn consume(
             }
             at_offset.insert(message.offset, message.id);
             if message.offset > next {
-                let reached = lost_reach.is_some_and(|reach| message.offset <= reach);
+                let reached = lost_reach.covers(message.offset);
                 if reached {
                     report.lost_with_a_reply += message.offset - next;
                 } else {
@@ -1045,8 +1067,9 @@ fn consume(
                 if report.jump_examples.len() < 4 {
                     report.jump_examples.push(format!(
                         "{topic} partition {partition}: {next} -> {} from {node}, {since_failure} \
-                         polls after the last failed one (reach {lost_reach:?}){}",
+                         polls after the last failed one (reach {:?}){}",
                         message.offset,
+                        lost_reach.0,
                         if reached { "" } else { ": UNEXPLAINED" }
                     ));
                 }
@@ -1087,6 +1110,27 @@ fn consume(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_jump_is_a_lost_answer_only_within_a_failed_polls_reach() {
+        let mut reach = LostReach::default();
+        // No poll failed: any jump is a gap.
+        assert!(!reach.covers(101));
+        // A poll failed expecting 100: its answer ended at most 1,000 on.
+        reach.failed(Some(100));
+        assert!(reach.covers(101));
+        assert!(reach.covers(1_100));
+        assert!(!reach.covers(1_101));
+        // Read on to 400 (the lost store not yet seen), then a second failure: that answer may
+        // have started where the first one ended.
+        reach.failed(Some(400));
+        assert!(reach.covers(2_100));
+        assert!(!reach.covers(2_101));
+        // A failure far past the reach starts from what was read.
+        reach.failed(Some(5_000));
+        assert!(reach.covers(6_000));
+        assert!(!reach.covers(6_001));
+    }
 
     const SIZE: usize = 32;
 
