@@ -525,7 +525,8 @@ fn a_peer_serves_repair_below_its_ring_from_disk_byte_for_byte() {
         "{} prepares read from disk for the backup",
         from_disk.len()
     );
-    for message in from_disk {
+    let mut compared = 0;
+    for message in &from_disk {
         let Message::Prepare { header, .. } = message else {
             unreachable!()
         };
@@ -536,8 +537,10 @@ fn a_peer_serves_repair_below_its_ring_from_disk_byte_for_byte() {
                 "op {} as first prepared",
                 header.op
             );
+            compared += 1;
         }
     }
+    assert!(compared >= 30, "{compared} of {} compared", from_disk.len());
     let logs: Vec<Vec<iggy_wal::Entry>> = (0..3)
         .map(|i| {
             let wal = host.partition(i).partition().unwrap().wal();

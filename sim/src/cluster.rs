@@ -346,11 +346,10 @@ pub struct Cluster {
     /// Bytes of prepares (header and body) each node was sent for each group in answer to its
     /// repair requests.
     repair_bytes: BTreeMap<(u8, u128), u64>,
-    /// When each (node, group) was sent its first repair prepare since the node's last
-    /// [`Cluster::restart_node`].
+    /// Since each node's last [`Cluster::restart_node`]: when each of its groups was sent its
+    /// first repair prepare, and how many `RangeEvicted` it was sent.
     repair_first: BTreeMap<(u8, u128), u64>,
-    /// Every `RangeEvicted` sent: (to, when).
-    range_evicted: Vec<(u8, u64)>,
+    range_evicted: BTreeMap<u8, u64>,
     /// The effects being drained answer a `RequestPrepares`.
     serving_repair: bool,
     /// The groups of the node ticking now that sent a `RequestPrepares` in this tick, and the
@@ -495,7 +494,7 @@ impl Cluster {
             view_log: Vec::new(),
             repair_bytes: BTreeMap::new(),
             repair_first: BTreeMap::new(),
-            range_evicted: Vec::new(),
+            range_evicted: BTreeMap::new(),
             serving_repair: false,
             repair_senders: std::collections::BTreeSet::new(),
             peak_repair_senders: vec![0; replicas],
@@ -854,10 +853,8 @@ impl Cluster {
                     (body.len() + iggy_format::constants::HEADER_SIZE) as u64;
                 self.repair_first.entry((r, group)).or_insert(self.now);
             }
-            if let (Message::RangeEvicted { .. }, Destination::Replica(r)) = (&message, to)
-                && self.range_evicted.len() < 1 << 20
-            {
-                self.range_evicted.push((r, self.now));
+            if let (Message::RangeEvicted { .. }, Destination::Replica(r)) = (&message, to) {
+                *self.range_evicted.entry(r).or_default() += 1;
             }
             let slow = self.aim_at(node, to, &message);
             let bytes = match &last {
@@ -1458,6 +1455,7 @@ impl Cluster {
     /// Restarts node `node` now.
     pub fn restart_node(&mut self, node: u8) {
         self.repair_first.retain(|(n, _), _| *n != node);
+        self.range_evicted.remove(&node);
         self.restart(node);
     }
 
@@ -1532,23 +1530,17 @@ impl Cluster {
         self.peak_repair_senders[usize::from(node)]
     }
 
-    /// When `node`'s replica of `group` was first sent a repair prepare, if at or after `since`
-    /// (the first since the node's last [`Cluster::restart_node`]).
+    /// When `node`'s replica of `group` was first sent a repair prepare since the node's last
+    /// [`Cluster::restart_node`].
     #[must_use]
-    pub fn first_repair_at(&self, node: u8, group: u128, since: u64) -> Option<u64> {
-        self.repair_first
-            .get(&(node, group))
-            .copied()
-            .filter(|at| *at >= since)
+    pub fn first_repair_at(&self, node: u8, group: u128) -> Option<u64> {
+        self.repair_first.get(&(node, group)).copied()
     }
 
-    /// `RangeEvicted` answers sent to `node` at or after `since`.
+    /// `RangeEvicted` answers sent to `node` since its last [`Cluster::restart_node`].
     #[must_use]
-    pub fn range_evicted_to(&self, node: u8, since: u64) -> u64 {
-        self.range_evicted
-            .iter()
-            .filter(|(to, at)| *to == node && *at >= since)
-            .count() as u64
+    pub fn range_evicted_to(&self, node: u8) -> u64 {
+        self.range_evicted.get(&node).copied().unwrap_or(0)
     }
 
     /// Peers' repair rounds read from disk so far, and the prepares they sent.

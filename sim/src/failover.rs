@@ -704,9 +704,9 @@ fn restart_with(
         ring_bytes,
         first_repair_us: groups
             .iter()
-            .filter_map(|k| cluster.first_repair_at(0, k.id(), restart_us))
+            .filter_map(|k| cluster.first_repair_at(0, k.id()))
             .min(),
-        range_evicted: cluster.range_evicted_to(0, restart_us),
+        range_evicted: cluster.range_evicted_to(0),
         disk_reads: (
             cluster.disk_reads().0 - disk_before.0,
             cluster.disk_reads().1 - disk_before.1,
