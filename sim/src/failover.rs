@@ -1246,14 +1246,22 @@ pub fn render_restart(report: &RestartReport) -> String {
         out,
         "repair: at most {} new sessions a tick, {} open at once, {} groups asking in one tick; \
          first prepare at {} s; {} rounds read from the peers' disks ({} prepares); {} \
-         RangeEvicted; state transfers: none (not needed)",
+         RangeEvicted{}",
         report.ration_peaks.0,
         report.ration_peaks.1,
         report.peak_repair_senders,
         after(report.first_repair_us),
         report.disk_reads.0,
         report.disk_reads.1,
-        report.range_evicted
+        report.range_evicted,
+        if report.behind_ring > 0 {
+            format!(
+                "; {} groups behind every peer's ring (a state transfer's case: not built)",
+                report.behind_ring
+            )
+        } else {
+            "; no state transfer needed".into()
+        }
     );
     for r in &report.recovered {
         let discarded = report
