@@ -194,7 +194,6 @@ struct DirChoice {
 /// numbered `index` (`0..count`, when they can be listed), a seeded one, and the two extremes.
 struct DirSpace {
     order: DirOrder,
-    entries: usize,
     operations: usize,
 }
 
@@ -202,7 +201,7 @@ impl DirSpace {
     /// How many choices there are (`None`: too many to count).
     fn count(&self) -> Option<usize> {
         match self.order {
-            DirOrder::Ordered => Some(self.entries + 1),
+            DirOrder::Ordered => Some(self.operations + 1),
             DirOrder::Unordered => u32::try_from(self.operations)
                 .ok()
                 .and_then(|n| 1usize.checked_shl(n)),
@@ -226,7 +225,7 @@ impl DirSpace {
     fn extreme(&self, all: bool) -> DirChoice {
         match self.order {
             DirOrder::Ordered => DirChoice {
-                kept: if all { self.entries } else { 0 },
+                kept: if all { self.operations } else { 0 },
                 subset: None,
             },
             DirOrder::Unordered => DirChoice {
@@ -239,7 +238,7 @@ impl DirSpace {
     fn random(&self, state: &mut SimState) -> DirChoice {
         match self.order {
             DirOrder::Ordered => DirChoice {
-                kept: state.rng().random_range(0..=self.entries),
+                kept: state.rng().random_range(0..=self.operations),
                 subset: None,
             },
             DirOrder::Unordered => DirChoice {
@@ -259,7 +258,6 @@ fn plans(state: &mut SimState, config: &EnumerationConfig) -> Vec<(CrashPlan, bo
     let writes = state.pending_write_summary();
     let dirs = DirSpace {
         order: config.dir_order,
-        entries: state.pending_dir_op_count(),
         operations: state.pending_dir_operations().len(),
     };
     let subset_plan = |mask: &dyn Fn(usize) -> bool, dir: DirChoice| CrashPlan {

@@ -104,7 +104,7 @@ pub enum DirOrder {
 
 /// What survives a power loss beyond the durable images: one fate per pending write (in the
 /// order they were issued) and which pending directory operations reached the disk: the first
-/// `dir_ops_kept` entry changes, or, when `dir_ops_subset` is set ([`DirOrder::Unordered`]),
+/// `dir_ops_kept` operations (a rename's two entries are one), or, when `dir_ops_subset` is set ([`DirOrder::Unordered`]),
 /// exactly the operations it flags (one flag per pending operation, in order).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct CrashPlan {

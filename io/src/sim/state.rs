@@ -984,7 +984,9 @@ impl SimState {
                 }
             })
             .collect();
-        let dir_ops_kept = self.rng.random_range(0..=self.pending_dir_ops.len());
+        let dir_ops_kept = self
+            .rng
+            .random_range(0..=self.pending_dir_operations().len());
         let dir_ops_subset = match self.dir_order {
             DirOrder::Ordered => None,
             DirOrder::Unordered => Some(
@@ -1014,11 +1016,11 @@ impl SimState {
             self.pending.len(),
             "a crash plan needs one fate per write"
         );
+        let operations = self.pending_dir_operations();
         assert!(
-            plan.dir_ops_kept <= self.pending_dir_ops.len(),
+            plan.dir_ops_kept <= operations.len(),
             "more directory ops than pending"
         );
-        let operations = self.pending_dir_operations();
         if let Some(subset) = &plan.dir_ops_subset {
             assert_eq!(
                 subset.len(),
@@ -1030,9 +1032,16 @@ impl SimState {
             dir.entries.clone_from(&dir.durable);
         }
         let kept: Vec<DirOp> = match &plan.dir_ops_subset {
+            // A prefix of the operations: a rename's two entries survive together, as on a
+            // journaling file system (POSIX makes a rename atomic).
             None => std::mem::take(&mut self.pending_dir_ops)
                 .into_iter()
-                .take(plan.dir_ops_kept)
+                .filter(|op| {
+                    operations
+                        .iter()
+                        .position(|&o| o == op.operation)
+                        .is_some_and(|index| index < plan.dir_ops_kept)
+                })
                 .collect(),
             Some(subset) => std::mem::take(&mut self.pending_dir_ops)
                 .into_iter()
@@ -1137,10 +1146,6 @@ impl SimState {
 
     pub(crate) fn rng(&mut self) -> &mut ChaCha8Rng {
         &mut self.rng
-    }
-
-    pub(crate) fn pending_dir_op_count(&self) -> usize {
-        self.pending_dir_ops.len()
     }
 }
 
