@@ -20,6 +20,16 @@
 //! - snapshot older than `c`, missing while `c > 0`, or at `c` with another checksum: refused,
 //!   each with its own error;
 //! - a log that no longer reaches back to the snapshot: refused.
+//!
+//! Install order (a replica behind every peer's log takes a peer's snapshot,
+//! [`MetadataGroup::install_staged`]; each step durable before the next): the snapshot staged and
+//! verified as `snapshot.bin.receiving`, then the superblock's checkpoint (its op and checksum):
+//! the install's commit point; then the staged file renamed over `snapshot.bin`; then the log,
+//! which ends below the checkpoint, moved aside to `wal.superseded` and a new empty one made
+//! after the checkpoint, chained to its checksum; then `wal.superseded` removed. Boot takes a
+//! crash at any step to the old group (before the commit point: the staged file is a leftover
+//! it removes) or to the installed one (after: it finishes the rename, recreates the log when it
+//! ends below the checkpoint or is missing, and removes `wal.superseded`), never a mix.
 
 use std::path::{Path, PathBuf};
 
@@ -34,6 +44,8 @@ use crate::{Applied, ApplyError, Executed, Op, PartitionKeys, State};
 
 /// The WAL's directory inside the metadata directory.
 pub const WAL_DIR: &str = "wal";
+/// Where an install moves the log its checkpoint superseded, until it is removed.
+pub const SUPERSEDED_WAL_DIR: &str = "wal.superseded";
 /// The metadata group's id in its WAL frontier.
 pub const GROUP_ID: u128 = 0;
 /// Ops the metadata journal holds.
@@ -109,6 +121,19 @@ pub enum GroupError {
 impl From<SuperblockError> for GroupError {
     fn from(error: SuperblockError) -> Self {
         Self::Superblock(Box::new(error))
+    }
+}
+
+fn transfer_failed(dir: &Path, error: iggy_snapshot::transfer::TransferError) -> GroupError {
+    match error {
+        iggy_snapshot::transfer::TransferError::Io(e) => {
+            GroupError::Wal(Box::new(WalError::from(e)))
+        }
+        other => GroupError::BadPrepare {
+            dir: dir.to_path_buf(),
+            op: 0,
+            reason: other.to_string(),
+        },
     }
 }
 
@@ -197,11 +222,63 @@ pub struct Checked {
     pub head_op: u64,
     /// The state the restore yields (what a node's partitions are checked against).
     pub state: State,
+    /// An install a crash interrupted after its commit point, which open finishes.
+    pub install: Option<InstallRollForward>,
+    /// A `wal.superseded` an install left: open removes it.
+    pub superseded_log: Option<PathBuf>,
     /// The partitions the snapshot's state lists (`(stream, topic, partition)`): a node
     /// creates a partition's directory before it takes a checkpoint that lists it, so one of
     /// these without its directory lost it, while a partition only a replayed op lists may be
     /// a create the crash interrupted.
     pub base_partitions: PartitionKeys,
+}
+
+/// What boot finishes of an install whose superblock step (its commit point) was durable.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InstallRollForward {
+    /// The installed checkpoint.
+    pub checkpoint_op: u64,
+    /// `snapshot.bin.receiving` still holds it: renamed over `snapshot.bin`.
+    pub publish_staged: bool,
+    /// The log ends below the checkpoint (its first and head op; `None`: no log left): a new
+    /// empty one is made after the checkpoint.
+    pub reset_log: bool,
+    pub superseded: Option<(u64, u64)>,
+}
+
+/// Moves the log in `dir` aside (if there is one) and makes a new empty one whose first op is
+/// `op + 1`, chained to `checksum`; then removes the old one. Each step durable.
+fn reset_log<S: Storage + Clone>(
+    storage: &S,
+    dir: &Path,
+    config: Config,
+    op: u64,
+    checksum: u128,
+) -> Result<Wal<S>, GroupError> {
+    let wal_dir = dir.join(WAL_DIR);
+    let aside = dir.join(SUPERSEDED_WAL_DIR);
+    let io = |e: iggy_io::Error| GroupError::Wal(Box::new(WalError::from(e)));
+    if storage.exists(&wal_dir).map_err(io)? {
+        if storage.exists(&aside).map_err(io)? {
+            storage.remove_dir_all(&aside).map_err(io)?;
+        }
+        storage.rename(&wal_dir, &aside).map_err(io)?;
+        storage.sync_dir(dir).map_err(io)?;
+    }
+    let wal = Wal::create(storage.clone(), &wal_dir, config, op + 1, checksum)?;
+    remove_superseded(storage, dir)?;
+    Ok(wal)
+}
+
+/// Removes `wal.superseded`, durably, if an install left one.
+fn remove_superseded<S: Storage>(storage: &S, dir: &Path) -> Result<(), GroupError> {
+    let io = |e: iggy_io::Error| GroupError::Wal(Box::new(WalError::from(e)));
+    let aside = dir.join(SUPERSEDED_WAL_DIR);
+    if storage.exists(&aside).map_err(io)? {
+        storage.remove_dir_all(&aside).map_err(io)?;
+        storage.sync_dir(dir).map_err(io)?;
+    }
+    Ok(())
 }
 
 /// The temporary files in the metadata directory that boot removes.
@@ -308,8 +385,35 @@ fn plan<R: ReadStorage>(
             record, repairs, ..
         } => (record, repairs),
     };
-    let leftovers = leftovers(storage, dir)?;
+    let mut leftovers = leftovers(storage, dir)?;
     let wal_dir = dir.join(WAL_DIR);
+    let superseded_log = {
+        let aside = dir.join(SUPERSEDED_WAL_DIR);
+        storage
+            .exists(&aside)
+            .map_err(|e| GroupError::Wal(Box::new(WalError::from(e))))?
+            .then_some(aside)
+    };
+    // An install whose superblock step was durable before its rename: the staged snapshot is
+    // the checkpoint's.
+    let checkpoint_op = record.state.checkpoint_op;
+    let mut snapshot = iggy_snapshot::read(storage, dir)?;
+    let mut publish_staged = false;
+    if checkpoint_op > 0
+        && snapshot
+            .as_ref()
+            .is_none_or(|(header, _)| header.checkpoint_op < checkpoint_op)
+        && let Some(staged) = iggy_snapshot::transfer::read_staged(storage, dir)?
+        && staged.0.checkpoint_op == checkpoint_op
+        && staged.0.checkpoint_checksum == record.state.checkpoint_checksum
+    {
+        snapshot = Some(staged);
+        publish_staged = true;
+        leftovers.retain(|f| !f.ends_with(iggy_snapshot::transfer::RECEIVING_FILE_NAME));
+    }
+    let installed = snapshot
+        .as_ref()
+        .is_some_and(|(header, _)| checkpoint_op > 0 && header.checkpoint_op == checkpoint_op);
     let Some(wal) = iggy_wal::boot::plan_verifying(
         storage,
         &wal_dir,
@@ -331,8 +435,30 @@ fn plan<R: ReadStorage>(
                 commit_op: 0,
                 head_op: 0,
                 state: State::new(identity.replica_count),
+                install: None,
+                superseded_log,
                 base_partitions: PartitionKeys::new(),
             };
+            return Ok(Some((checked, None)));
+        }
+        // An install moved the log aside after its commit point and stopped before the new
+        // one existed: the checkpoint holds everything, and the log is made anew after it. (A
+        // log missing with nothing moved aside was lost: refused below.)
+        if installed && superseded_log.is_some() {
+            let install = InstallRollForward {
+                checkpoint_op,
+                publish_staged,
+                reset_log: true,
+                superseded: None,
+            };
+            let checked = installed_checked(
+                identity,
+                snapshot.as_ref(),
+                superblock_repairs,
+                leftovers,
+                install,
+                superseded_log,
+            )?;
             return Ok(Some((checked, None)));
         }
         return Err(GroupError::LogMissing {
@@ -340,7 +466,25 @@ fn plan<R: ReadStorage>(
         });
     };
     let report = wal.report();
-    let snapshot = iggy_snapshot::read(storage, dir)?;
+    if installed && report.head_op < checkpoint_op {
+        // The log ends below the installed checkpoint: an install stopped after its commit
+        // point, before the log was made anew. Nothing of it is needed.
+        let install = InstallRollForward {
+            checkpoint_op,
+            publish_staged,
+            reset_log: true,
+            superseded: Some((report.first_op, report.head_op)),
+        };
+        let checked = installed_checked(
+            identity,
+            snapshot.as_ref(),
+            superblock_repairs,
+            leftovers,
+            install,
+            superseded_log,
+        )?;
+        return Ok(Some((checked, None)));
+    }
     let log = Log {
         first_op: report.first_op,
         head_op: report.head_op,
@@ -381,9 +525,45 @@ fn plan<R: ReadStorage>(
         commit_op,
         head_op: report.head_op,
         state,
+        install: publish_staged.then_some(InstallRollForward {
+            checkpoint_op,
+            publish_staged,
+            reset_log: false,
+            superseded: None,
+        }),
+        superseded_log,
         base_partitions,
     };
     Ok(Some((checked, Some(wal))))
+}
+
+/// The analysis of a group an install left past its commit point with no log to keep: the
+/// checkpoint's state, nothing after it.
+fn installed_checked(
+    identity: &Identity,
+    snapshot: Option<&(iggy_snapshot::SnapshotHeader, Vec<u8>)>,
+    superblock_repairs: Vec<iggy_superblock::CopyRepair>,
+    leftovers: Vec<PathBuf>,
+    install: InstallRollForward,
+    superseded_log: Option<PathBuf>,
+) -> Result<Checked, GroupError> {
+    let op = install.checkpoint_op;
+    let (state, base_partitions) = restore(identity.replica_count, snapshot, op, op, |_, _| {
+        Ok(Vec::new())
+    })?;
+    Ok(Checked {
+        superblock_repairs,
+        wal: None,
+        wal_creation: Vec::new(),
+        leftovers,
+        base_op: op,
+        commit_op: op,
+        head_op: op,
+        state,
+        install: Some(install),
+        superseded_log,
+        base_partitions,
+    })
 }
 
 /// One committed prepare and its reply.
@@ -408,6 +588,13 @@ pub struct MetadataGroup<S: Storage + Clone> {
     state: State,
     /// The op the state is applied through (the commit point): a cut never goes below it.
     commit_op: u64,
+    /// How the log is laid out (an install makes a new one).
+    wal_config: Config,
+    /// A peer's snapshot being received, staged in `snapshot.bin.receiving`.
+    receiving: Option<iggy_snapshot::transfer::Receiver<S>>,
+    /// The live snapshot's identity and checkpoint checksum (what a peer's transfer is
+    /// served), `None` before the first checkpoint.
+    snapshot: Option<(iggy_snapshot::transfer::SnapshotId, u128)>,
 }
 
 impl<S: Storage + Clone> MetadataGroup<S> {
@@ -420,6 +607,7 @@ impl<S: Storage + Clone> MetadataGroup<S> {
         wal: Config,
     ) -> Result<Self, GroupError> {
         let superblock = Superblock::create(storage.clone(), dir, identity, VsrState::default())?;
+        let wal_config = wal.clone();
         let wal = Wal::create(storage.clone(), &dir.join(WAL_DIR), wal, 1, 0)?;
         let state = State::new(identity.replica_count);
         Ok(Self {
@@ -430,6 +618,9 @@ impl<S: Storage + Clone> MetadataGroup<S> {
             superblock,
             state,
             commit_op: 0,
+            wal_config,
+            receiving: None,
+            snapshot: None,
         })
     }
 
@@ -463,13 +654,29 @@ impl<S: Storage + Clone> MetadataGroup<S> {
             .ok_or_else(|| GroupError::LogMissing {
                 dir: dir.to_path_buf(),
             })?;
+        // An install past its commit point is finished first: its staged snapshot is not a
+        // leftover.
+        if let Some(install) = &checked.install
+            && install.publish_staged
+        {
+            iggy_snapshot::transfer::publish_staged(&storage, dir)?;
+        }
         // Nothing reads them; removed before anything could write them again.
         iggy_snapshot::remove_leftovers(&storage, dir)?;
         let wal_dir = dir.join(WAL_DIR);
-        let wal = match wal_plan {
-            Some(plan) => Wal::open_planned(storage.clone(), &wal_dir, wal, plan)?.0,
-            None => Wal::create(storage.clone(), &wal_dir, wal, 1, 0)?,
+        let wal_config = wal.clone();
+        let wal = match (wal_plan, &checked.install) {
+            (_, Some(install)) if install.reset_log => reset_log(
+                &storage,
+                dir,
+                wal,
+                install.checkpoint_op,
+                superblock.state().checkpoint_checksum,
+            )?,
+            (Some(plan), _) => Wal::open_planned(storage.clone(), &wal_dir, wal, plan)?.0,
+            (None, _) => Wal::create(storage.clone(), &wal_dir, wal, 1, 0)?,
         };
+        remove_superseded(&storage, dir)?;
         let group = Self {
             storage,
             dir: dir.to_path_buf(),
@@ -478,7 +685,12 @@ impl<S: Storage + Clone> MetadataGroup<S> {
             superblock,
             state: checked.state.clone(),
             commit_op: checked.commit_op,
+            wal_config,
+            receiving: None,
+            snapshot: None,
         };
+        let mut group = group;
+        group.snapshot = group.live_snapshot()?;
         Ok(Some((group, checked)))
     }
 
@@ -703,7 +915,7 @@ impl<S: Storage + Clone> MetadataGroup<S> {
         }
         let checksum = self.wal.read(op, op)?[0].header.checksum();
         let payload = codec::encode(&self.state);
-        iggy_snapshot::write(
+        let trailer = iggy_snapshot::write(
             &self.storage,
             &self.dir,
             op,
@@ -711,6 +923,13 @@ impl<S: Storage + Clone> MetadataGroup<S> {
             PAYLOAD_VERSION,
             &payload,
         )?;
+        let id = iggy_snapshot::transfer::SnapshotId {
+            checkpoint_op: op,
+            trailer,
+            length: (iggy_snapshot::HEADER_SIZE + payload.len() + iggy_snapshot::TRAILER_SIZE)
+                as u64,
+        };
+        self.snapshot = Some((id, checksum));
         let current = *self.superblock.state();
         self.superblock.write(VsrState {
             commit_max: current.commit_max.max(op),
@@ -720,6 +939,145 @@ impl<S: Storage + Clone> MetadataGroup<S> {
         })?;
         self.wal.drop_prefix(op)?;
         Ok(())
+    }
+
+    /// Stages one chunk of a peer's snapshot `id` (a chunk of another snapshot than the one
+    /// being received starts anew). Nothing live changes. The outer error is a storage failure;
+    /// the inner one a chunk refused (it does not fit the snapshot).
+    pub fn stage_chunk(
+        &mut self,
+        id: iggy_snapshot::transfer::SnapshotId,
+        offset: u64,
+        bytes: &[u8],
+    ) -> Result<Result<(), String>, GroupError> {
+        use iggy_snapshot::transfer::{Receiver, TransferError};
+        if self.receiving.as_ref().is_none_or(|r| r.id() != id) {
+            self.receiving = None;
+            let receiver = Receiver::start(self.storage.clone(), &self.dir, id)
+                .map_err(|e| transfer_failed(&self.dir, e))?;
+            self.receiving = Some(receiver);
+        }
+        let Some(receiver) = self.receiving.as_mut() else {
+            unreachable!("a receiver was just started");
+        };
+        match receiver.accept(&id, offset, bytes) {
+            Ok(()) => Ok(Ok(())),
+            Err(TransferError::Io(e)) => Err(GroupError::Wal(Box::new(WalError::from(e)))),
+            Err(refused) => Ok(Err(refused.to_string())),
+        }
+    }
+
+    /// Installs the staged snapshot `id`, which must hold checkpoint `op` whose prepare's
+    /// checksum is `checksum` and be past the commit point (the module docs' install order).
+    /// Returns the partitions the installed state lists that the old one did not, and those it
+    /// no longer lists, for the node to reconcile. The outer error is a storage failure (the
+    /// group may be past the commit point: only a boot may go on from it); the inner one a
+    /// refusal that left the group as it was (a snapshot that does not verify, or no use).
+    pub fn install_staged(
+        &mut self,
+        id: iggy_snapshot::transfer::SnapshotId,
+        op: u64,
+        checksum: u128,
+    ) -> Result<Result<(), String>, GroupError> {
+        let Some(receiver) = self.receiving.take() else {
+            return Ok(Err("no snapshot is being received".into()));
+        };
+        if receiver.id() != id {
+            return Ok(Err(format!(
+                "the snapshot received is {:?}, not {id:?}",
+                receiver.id()
+            )));
+        }
+        let (header, payload) = match receiver.stage() {
+            Ok(staged) => staged,
+            Err(iggy_snapshot::transfer::TransferError::Io(e)) => {
+                return Err(GroupError::Wal(Box::new(WalError::from(e))));
+            }
+            Err(refused) => return Ok(Err(refused.to_string())),
+        };
+        if header.checkpoint_op != op || header.checkpoint_checksum != checksum {
+            return Ok(Err(format!(
+                "the snapshot holds checkpoint {} ({:#x}), not {op} ({checksum:#x})",
+                header.checkpoint_op, header.checkpoint_checksum
+            )));
+        }
+        if op <= self.commit_op || op <= self.wal.head().0 {
+            return Ok(Err(format!(
+                "checkpoint {op} is no further than this group (commit point {}, log head {})",
+                self.commit_op,
+                self.wal.head().0
+            )));
+        }
+        let state = match codec::decode(header.payload_version, &payload) {
+            Ok(state) => state,
+            Err(e) => return Ok(Err(format!("the snapshot's state does not decode: {e}"))),
+        };
+        // The commit point: from here boot finishes the install.
+        let current = *self.superblock.state();
+        self.superblock.write(VsrState {
+            commit_max: current.commit_max.max(op),
+            checkpoint_op: op,
+            checkpoint_checksum: checksum,
+            ..current
+        })?;
+        iggy_snapshot::transfer::publish_staged(&self.storage, &self.dir)?;
+        self.snapshot = Some((id, checksum));
+        self.wal = reset_log(
+            &self.storage,
+            &self.dir,
+            self.wal_config.clone(),
+            op,
+            checksum,
+        )?;
+        self.state = state;
+        self.commit_op = op;
+        Ok(Ok(()))
+    }
+
+    /// The live snapshot's identity and checkpoint checksum, read and verified whole.
+    fn live_snapshot(
+        &self,
+    ) -> Result<Option<(iggy_snapshot::transfer::SnapshotId, u128)>, GroupError> {
+        let Some((header, payload)) = iggy_snapshot::read(&self.storage, &self.dir)? else {
+            return Ok(None);
+        };
+        let bytes = iggy_snapshot::encode(
+            header.checkpoint_op,
+            header.checkpoint_checksum,
+            header.payload_version,
+            &payload,
+        );
+        let id = iggy_snapshot::transfer::SnapshotId {
+            checkpoint_op: header.checkpoint_op,
+            trailer: iggy_snapshot::trailer(&bytes),
+            length: bytes.len() as u64,
+        };
+        Ok(Some((id, header.checkpoint_checksum)))
+    }
+
+    /// The live snapshot a peer's transfer is served: its identity and checkpoint checksum
+    /// (`None`: no checkpoint taken yet).
+    #[must_use]
+    pub fn snapshot(&self) -> Option<(iggy_snapshot::transfer::SnapshotId, u128)> {
+        self.snapshot
+    }
+
+    /// Bytes `offset..` (at most a chunk) of the live snapshot, checked against its identity
+    /// as they are read (`iggy_snapshot::transfer::chunk`).
+    pub fn snapshot_chunk(
+        &self,
+        offset: u64,
+    ) -> Result<Option<(iggy_snapshot::transfer::SnapshotId, u128, Vec<u8>)>, String> {
+        let Some((id, checksum)) = self.snapshot else {
+            return Ok(None);
+        };
+        let len = id
+            .length
+            .saturating_sub(offset)
+            .min(iggy_snapshot::transfer::CHUNK_BYTES_MAX);
+        iggy_snapshot::transfer::chunk(&self.storage, &self.dir, &id, offset, len)
+            .map(|bytes| Some((id, checksum, bytes)))
+            .map_err(|e| format!("{}: {e}", self.dir.join(iggy_snapshot::FILE_NAME).display()))
     }
 
     pub fn state(&self) -> &State {

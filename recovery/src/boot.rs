@@ -1413,6 +1413,42 @@ fn metadata_findings(label: &str, dir: &Path, checked: &metadata_group::Checked)
             "a leftover temporary file of an interrupted write",
         ));
     }
+    if let Some(install) = &checked.install {
+        let mut what = format!(
+            "a snapshot install of checkpoint {} committed (the superblock names it) but did \
+             not finish:",
+            install.checkpoint_op
+        );
+        if install.publish_staged {
+            what.push_str(" snapshot.bin.receiving becomes snapshot.bin;");
+        }
+        if install.reset_log {
+            match install.superseded {
+                Some((first, head)) => what.push_str(&format!(
+                    " the log (ops {first}..={head}) ends below it and is made anew after it"
+                )),
+                None => what.push_str(" the log is made anew after it"),
+            }
+        }
+        findings.push(Finding {
+            component: Component::Snapshot,
+            kind: "install-unfinished",
+            group: label.into(),
+            file: dir.join(iggy_snapshot::FILE_NAME),
+            offset: 0,
+            what: what.trim_end_matches(';').into(),
+            action: Action::FinishInstall,
+            bytes: 0,
+        });
+    }
+    if let Some(aside) = &checked.superseded_log {
+        findings.push(leftover_finding(
+            label,
+            Component::Wal,
+            aside.clone(),
+            "the log a snapshot install superseded",
+        ));
+    }
     if let Some(wal) = &checked.wal {
         findings.extend(wal_findings(label, wal));
     }

@@ -58,6 +58,10 @@ pub enum Action {
     RepairCopy,
     /// Create what a crash left uncreated: a group's log, or the first file of an empty log.
     FinishCreate,
+    /// Finish a metadata snapshot install whose commit point (the superblock's checkpoint) was
+    /// durable: rename its staged snapshot over `snapshot.bin`, make the log anew after the
+    /// checkpoint.
+    FinishInstall,
     /// Write entries a publication carried in the frontier file's ring back into the log.
     RestoreCarried,
     /// Carry out a committed entry the crashed process had not applied yet (a consumer offset
@@ -82,6 +86,7 @@ impl Action {
                 | Self::RollbackInstall
                 | Self::RepairCopy
                 | Self::FinishCreate
+                | Self::FinishInstall
                 | Self::RestoreCarried
                 | Self::ApplyCommitted
         )
@@ -98,6 +103,7 @@ impl Action {
             Self::RollbackInstall => "rollback-install",
             Self::RepairCopy => "repair-copy",
             Self::FinishCreate => "finish-create",
+            Self::FinishInstall => "finish-install",
             Self::RestoreCarried => "restore-carried",
             Self::ApplyCommitted => "apply-committed",
             Self::NeedsPeerRepair => "needs-peer-repair",

@@ -189,6 +189,36 @@ impl<S: Storage> Receiver<S> {
                 .sum::<u64>()
     }
 
+    /// Verifies the assembled snapshot against the id and makes the staging file durable,
+    /// leaving it staged (`snapshot.bin.receiving`): an install that commits elsewhere first
+    /// (the metadata group's superblock) publishes it with [`publish_staged`]. Returns the
+    /// header and the payload.
+    pub fn stage(self) -> Result<(SnapshotHeader, Vec<u8>), TransferError> {
+        let missing = self.missing();
+        if missing > 0 {
+            return Err(TransferError::Incomplete { missing });
+        }
+        let path = self.dir.join(RECEIVING_FILE_NAME);
+        let bytes = read_all(&self.storage, &path)?;
+        let found = trailer(&bytes);
+        if found != self.id.trailer {
+            return Err(TransferError::Mismatch {
+                expected: self.id.trailer,
+                found,
+            });
+        }
+        let (header, payload) = decode(&path.display().to_string(), &bytes)?;
+        self.file.sync_data()?;
+        self.storage.sync_dir(&self.dir)?;
+        Ok((header, payload.to_vec()))
+    }
+
+    /// The snapshot this transfer is of.
+    #[must_use]
+    pub fn id(&self) -> SnapshotId {
+        self.id
+    }
+
     /// Verifies the assembled snapshot against the id and installs it atomically.
     pub fn finish(self) -> Result<SnapshotHeader, TransferError> {
         let missing = self.missing();
@@ -212,4 +242,26 @@ impl<S: Storage> Receiver<S> {
         publish(&self.storage, &self.dir, &path)?;
         Ok(header)
     }
+}
+
+/// The staged snapshot of `dir` (`snapshot.bin.receiving`), if there is one and it verifies
+/// whole: what an install committed before its rename uses. `Ok(None)`: none, or one a crash
+/// left half-received (a leftover).
+pub fn read_staged<R: ReadStorage>(
+    storage: &R,
+    dir: &Path,
+) -> Result<Option<(SnapshotHeader, Vec<u8>)>, SnapshotError> {
+    let path = dir.join(RECEIVING_FILE_NAME);
+    if !storage.exists(&path)? {
+        return Ok(None);
+    }
+    let bytes = read_all(storage, &path)?;
+    Ok(decode(&path.display().to_string(), &bytes)
+        .ok()
+        .map(|(header, payload)| (header, payload.to_vec())))
+}
+
+/// Renames the staged snapshot over `snapshot.bin`, durably.
+pub fn publish_staged<S: Storage>(storage: &S, dir: &Path) -> Result<(), SnapshotError> {
+    publish(storage, dir, &dir.join(RECEIVING_FILE_NAME))
 }
