@@ -78,10 +78,24 @@ pub(crate) fn metadata_boot<S: Storage + Clone>(
 ) -> Result<Boot, String> {
     let applied = group.applied_op();
     let (head, head_checksum, entries) = entries_of(group.wal(), applied)?;
-    // The metadata state machine's own client table: each session's last executed request
-    // and its reply.
-    let clients = group
-        .state()
+    let clients = sessions(group.state());
+    Ok(Boot {
+        durable: durable_of(&group.vsr_state()),
+        applied,
+        head,
+        head_checksum,
+        entries,
+        // Journaled and synced before it is acknowledged.
+        forgot_acknowledged: false,
+        incarnation,
+        clients,
+    })
+}
+
+/// The metadata state machine's own client table, as a replica keeps it: each session's last
+/// executed request and its reply.
+pub(crate) fn sessions(state: &iggy_metadata::State) -> Vec<(u128, iggy_vsr::Session)> {
+    state
         .clients
         .iter()
         // A session a client's request opened (one a node's own op registered has no op).
@@ -96,18 +110,7 @@ pub(crate) fn metadata_boot<S: Storage + Clone>(
                 },
             )
         })
-        .collect();
-    Ok(Boot {
-        durable: durable_of(&group.vsr_state()),
-        applied,
-        head,
-        head_checksum,
-        entries,
-        // Journaled and synced before it is acknowledged.
-        forgot_acknowledged: false,
-        incarnation,
-        clients,
-    })
+        .collect()
 }
 
 pub(crate) fn partition_boot<S: Storage + Clone>(

@@ -33,7 +33,9 @@ use iggy_vsr::{
 };
 
 use crate::boot::{metadata_boot, partition_boot, record_commit_point};
-use crate::serve::{READS_IN_FLIGHT_MAX, READS_PER_TICK, READS_QUEUED_MAX, Read, Source, Wanted};
+use crate::serve::{
+    Asked, READS_IN_FLIGHT_MAX, READS_PER_TICK, READS_QUEUED_MAX, Read, Source, Wanted,
+};
 use crate::store::{Catalog, Changes, GroupKind, Store, execute_with};
 
 /// How a node runs its groups.
@@ -381,6 +383,11 @@ impl<S: Storage + Clone> Node<S> {
             (Some(config), GroupKind::Metadata) => config.clone(),
             _ => self.config.vsr.clone(),
         };
+        let config = iggy_vsr::Config {
+            // The metadata group's storage keeps snapshots; a partition's does not.
+            snapshot_transfer: kind == GroupKind::Metadata,
+            ..config
+        };
         let replica = Replica::new(
             config,
             self.config.safeguards,
@@ -465,18 +472,24 @@ impl<S: Storage + Clone> Node<S> {
         for effect in g.replica.take_effects() {
             match effect {
                 Effect::Send { to, message } => drained.sends.push((to, message)),
-                Effect::ReadPrepares {
-                    to,
-                    from,
-                    first,
-                    last,
-                } => {
+                Effect::ReadPrepares { .. } | Effect::ReadSnapshot { .. } => {
+                    let (to, from, asked) = match effect {
+                        Effect::ReadPrepares {
+                            to,
+                            from,
+                            first,
+                            last,
+                        } => (to, from, Asked::Prepares { first, last }),
+                        Effect::ReadSnapshot { to, from, offset } => {
+                            (to, from, Asked::SnapshotChunk { offset })
+                        }
+                        _ => unreachable!("matched above"),
+                    };
                     let wanted = Wanted {
                         group,
                         to,
                         from,
-                        first,
-                        last,
+                        asked,
                     };
                     // A round asked again while its read still waits is the same read.
                     if self.reads.len() < READS_QUEUED_MAX && !self.reads.contains(&wanted) {

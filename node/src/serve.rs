@@ -8,6 +8,9 @@
 //!   (`Wal::read`): a rotten entry ends the answer with nothing of the range shipped;
 //! - ops the log no longer holds (retention, a metadata checkpoint) are answered `RangeEvicted`
 //!   naming the oldest op it holds, never silently skipped;
+//! - a snapshot chunk (`Effect::ReadSnapshot`, the metadata group's transfer) is read from the
+//!   live `snapshot.bin`, checked against the identity the group recorded when it wrote it; a
+//!   group with no snapshot answers a zero `SnapshotChunk` (the asker repairs instead);
 //! - a node holds at most [`READS_QUEUED_MAX`] reads waiting and starts at most
 //!   [`READS_PER_TICK`] a tick, [`READS_IN_FLIGHT_MAX`] at once: a request beyond them is
 //!   dropped (its replica asks again, or another peer).
@@ -16,7 +19,7 @@ use std::sync::{Arc, Mutex};
 
 use iggy_io::Storage;
 use iggy_segments::Partition;
-use iggy_vsr::{Destination, From, Message};
+use iggy_vsr::{Destination, From, Message, SnapshotRef};
 
 use crate::store::Store;
 
@@ -27,14 +30,20 @@ pub const READS_IN_FLIGHT_MAX: usize = 8;
 /// Reads waiting to start; a request beyond is dropped.
 pub const READS_QUEUED_MAX: usize = 256;
 
-/// One peer's repair round to read back from a group's log.
+/// One peer's repair round to read back from a group's log, or a chunk of its snapshot.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Wanted {
     pub group: u128,
     pub to: u8,
     pub from: From,
-    pub first: u64,
-    pub last: u64,
+    pub asked: Asked,
+}
+
+/// What a peer asked to be read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Asked {
+    Prepares { first: u64, last: u64 },
+    SnapshotChunk { offset: u64 },
 }
 
 /// Where a read reads: a partition needs no lock (it synchronizes its own log); the metadata
@@ -81,9 +90,14 @@ impl<S: Storage + Clone> Read<S> {
                 let store = store
                     .lock()
                     .unwrap_or_else(std::sync::PoisonError::into_inner);
-                match &*store {
-                    Store::Metadata(group) => answer(group.wal(), &self.wanted),
-                    Store::Partition { partition, .. } => answer(partition.wal(), &self.wanted),
+                match (&*store, self.wanted.asked) {
+                    (Store::Metadata(group), Asked::SnapshotChunk { offset }) => {
+                        snapshot_chunk(group, &self.wanted, offset)
+                    }
+                    (Store::Metadata(group), _) => answer(group.wal(), &self.wanted),
+                    (Store::Partition { partition, .. }, _) => {
+                        answer(partition.wal(), &self.wanted)
+                    }
                 }
             }
         };
@@ -94,11 +108,51 @@ impl<S: Storage + Clone> Read<S> {
     }
 }
 
+/// A chunk of the metadata group's live snapshot (a zero `SnapshotChunk`: it has none).
+fn snapshot_chunk<S: Storage + Clone>(
+    group: &iggy_metadata::group::MetadataGroup<S>,
+    wanted: &Wanted,
+    offset: u64,
+) -> Served {
+    let to = Destination::Replica(wanted.to);
+    let mut served = Served::default();
+    let (snapshot, bytes) = match group.snapshot_chunk(offset) {
+        Ok(Some((id, checksum, bytes))) => (
+            SnapshotRef {
+                op: id.checkpoint_op,
+                checksum,
+                trailer: id.trailer,
+                length: id.length,
+            },
+            bytes,
+        ),
+        Ok(None) => (SnapshotRef::default(), Vec::new()),
+        Err(e) => {
+            served.refused = Some(format!("snapshot chunk at {offset}: {e}"));
+            return served;
+        }
+    };
+    served.sends.push((
+        to,
+        Message::SnapshotChunk {
+            from: wanted.from,
+            snapshot,
+            offset: if snapshot.is_none() { 0 } else { offset },
+            bytes,
+        },
+    ));
+    served
+}
+
 fn answer<S: Storage + Clone>(wal: &iggy_wal::Wal<S>, wanted: &Wanted) -> Served {
     let to = Destination::Replica(wanted.to);
     let mut served = Served::default();
+    let Asked::Prepares { first, last } = wanted.asked else {
+        served.refused = Some("a snapshot chunk of a group with no snapshots".into());
+        return served;
+    };
     let oldest = wal.first_op();
-    let mut first = wanted.first;
+    let mut first = first;
     if first < oldest {
         served.sends.push((
             to,
@@ -109,7 +163,7 @@ fn answer<S: Storage + Clone>(wal: &iggy_wal::Wal<S>, wanted: &Wanted) -> Served
         ));
         first = oldest;
     }
-    let last = wanted.last.min(wal.head().0);
+    let last = last.min(wal.head().0);
     if first > last {
         return served;
     }

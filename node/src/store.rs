@@ -128,6 +128,11 @@ pub fn execute_with<S: Storage + Clone>(
     if let (Store::Metadata(group), Effect::Commit { through, .. }) = (&mut *store, &effect) {
         return commit_metadata(group, *through, catalog, mirror);
     }
+    if let (Store::Metadata(group), Effect::InstallSnapshot { snapshot, .. }) =
+        (&mut *store, &effect)
+    {
+        return install_snapshot(group, *snapshot, catalog, mirror);
+    }
     (
         execute_effect(store, effect, now_us, checkpoint_bytes),
         Changes::default(),
@@ -208,6 +213,63 @@ fn commit_metadata<S: Storage + Clone>(
     (Outcome::Committed { replies }, changes)
 }
 
+/// The snapshot's identity in the snapshot crate's terms.
+fn snapshot_id(snapshot: iggy_vsr::SnapshotRef) -> iggy_snapshot::transfer::SnapshotId {
+    iggy_snapshot::transfer::SnapshotId {
+        checkpoint_op: snapshot.op,
+        trailer: snapshot.trailer,
+        length: snapshot.length,
+    }
+}
+
+/// Installs the metadata snapshot staged from a peer's chunks (`MetadataGroup::install_staged`),
+/// then reconciles the node's partitions with the installed state, as a commit that created and
+/// deleted them would (with a `catalog`): the partitions it lists that the old state did not are
+/// created, the ones it no longer lists retired.
+fn install_snapshot<S: Storage + Clone>(
+    group: &mut MetadataGroup<S>,
+    snapshot: iggy_vsr::SnapshotRef,
+    catalog: Option<&Catalog<S>>,
+    mirror: bool,
+) -> (Outcome, Changes<S>) {
+    let failed = |e: &dyn std::fmt::Display| (Outcome::Failed(e.to_string()), Changes::default());
+    let before = iggy_recovery::known_partitions(group.state());
+    match group.install_staged(snapshot_id(snapshot), snapshot.op, snapshot.checksum) {
+        Ok(Ok(())) => {}
+        Ok(Err(refused)) => return (Outcome::Refused(refused), Changes::default()),
+        Err(e) => return failed(&e),
+    }
+    let mut changes = Changes::default();
+    if let Some(catalog) = catalog {
+        let after = iggy_recovery::known_partitions(group.state());
+        changes.deleted = before.difference(&after).copied().collect();
+        for &key in after.difference(&before) {
+            let persisted = persisted(group.state(), key);
+            match iggy_recovery::create_partition(
+                &catalog.storage,
+                Path::new(""),
+                &catalog.boot,
+                catalog.identity,
+                group.state(),
+                key,
+                false,
+            ) {
+                Ok(partition) => changes.created.push(Created {
+                    key,
+                    persisted,
+                    partition,
+                }),
+                Err(e) => return failed(&format!("creating partition {}: {e}", key.dir_name())),
+            }
+        }
+    }
+    if mirror {
+        changes.mirror = Some(Arc::new(group.state().clone()));
+    }
+    let clients = crate::boot::sessions(group.state());
+    (Outcome::Installed { clients }, changes)
+}
+
 /// Whether partition `key`'s topic is persisted, by the metadata `state`.
 #[must_use]
 pub fn persisted(state: &iggy_metadata::State, key: PartitionKey) -> bool {
@@ -226,7 +288,29 @@ fn execute_effect<S: Storage + Clone>(
 ) -> Outcome {
     let failed = |e: &dyn std::fmt::Display| Outcome::Failed(e.to_string());
     match (store, effect) {
-        (_, Effect::Send { .. } | Effect::ReadPrepares { .. }) => Outcome::Done,
+        (_, Effect::Send { .. } | Effect::ReadPrepares { .. } | Effect::ReadSnapshot { .. }) => {
+            Outcome::Done
+        }
+        (
+            Store::Metadata(group),
+            Effect::WriteSnapshotChunk {
+                snapshot,
+                offset,
+                bytes,
+                ..
+            },
+        ) => match group.stage_chunk(snapshot_id(snapshot), offset, &bytes) {
+            Ok(Ok(())) => Outcome::Done,
+            Ok(Err(refused)) => Outcome::Refused(refused),
+            Err(e) => failed(&e),
+        },
+        (Store::Metadata(group), Effect::InstallSnapshot { snapshot, .. }) => {
+            install_snapshot(group, snapshot, None, false).0
+        }
+        (
+            Store::Partition { .. },
+            Effect::WriteSnapshotChunk { .. } | Effect::InstallSnapshot { .. },
+        ) => Outcome::Refused("a partition keeps no snapshots".into()),
         (Store::Metadata(group), Effect::WriteSuperblock { durable, .. }) => {
             let current = group.vsr_state();
             let state = VsrState {

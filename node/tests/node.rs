@@ -95,6 +95,8 @@ struct Host {
     prepares: Vec<(u8, u8, bool, Message)>,
     /// Why a read from disk shipped nothing, by node.
     refused: Vec<(usize, String)>,
+    /// How many snapshot chunks still to arrive with a byte flipped (a peer's rotten disk).
+    rot_snapshot_chunks: usize,
 }
 
 impl Host {
@@ -120,6 +122,7 @@ impl Host {
             down: None,
             prepares: Vec::new(),
             refused: Vec::new(),
+            rot_snapshot_chunks: 0,
         };
         host.settle();
         host
@@ -127,7 +130,14 @@ impl Host {
 
     /// Puts `sends` of node `i`'s `group` on the wire.
     fn send(&mut self, i: usize, group: u128, sends: Vec<(Destination, Message)>, read: bool) {
-        for (to, message) in sends {
+        for (to, mut message) in sends {
+            if let Message::SnapshotChunk { bytes, .. } = &mut message
+                && self.rot_snapshot_chunks > 0
+                && let Some(byte) = bytes.last_mut()
+            {
+                self.rot_snapshot_chunks -= 1;
+                *byte ^= 0x40;
+            }
             match to {
                 Destination::Replica(r) => {
                     if let Message::Prepare { .. } = message {
@@ -586,4 +596,177 @@ fn a_peer_serves_repair_below_its_ring_from_disk_byte_for_byte() {
     let (node, reason) = host.refused.last().expect("the read refused");
     assert_eq!(*node, 0);
     assert!(reason.contains("ops 1..=10"), "{reason}");
+}
+
+/// The metadata state a node's group holds, as its encoding's checksum.
+fn metadata_checksum(node: &Node<SimStorage>) -> (u64, u128) {
+    let group = &node.groups[&GroupKind::Metadata.id()];
+    match &*group.store() {
+        iggy_node::Store::Metadata(metadata) => (
+            metadata.applied_op(),
+            iggy_format::checksum(&iggy_metadata::codec::encode(metadata.state())),
+        ),
+        iggy_node::Store::Partition { .. } => unreachable!("the metadata group"),
+    }
+}
+
+/// Issue #33: a metadata replica that missed three checkpoints restarts behind both peers' logs
+/// (they dropped what their snapshots hold). Repair's answers tell it so; it pulls a peer's
+/// snapshot, refuses the first one (its chunk arrives rotten), installs the next, hosts the partition a topic created while it was down, repairs the ops after the
+/// checkpoint and reaches the primary's state; the install survives its next restart.
+#[test]
+fn a_metadata_replica_that_missed_three_checkpoints_installs_a_peers_snapshot() {
+    let storages: Vec<SimStorage> = (0..3).map(genesis).collect();
+    let vsr = Config {
+        ring_entries_max: 80,
+        ..Config::default()
+    };
+    let mut host = Host::boot_with(&storages, 1, &vsr);
+    let metadata = GroupKind::Metadata.id();
+    let primary = host.nodes[0].leader_of(metadata).expect("a primary");
+    let down: u8 = (primary + 1) % 3;
+    let peer: u8 = 3 - primary - down;
+    host.down = Some(down);
+    let before_down = metadata_checksum(&host.nodes[usize::from(down)]).0;
+    let request = |host: &mut Host, request: u64, op: &Op| {
+        host.wire.push_back((
+            primary,
+            metadata,
+            Message::Request {
+                cluster: CLUSTER,
+                group: metadata,
+                client: CLIENT,
+                request,
+                operation: operation::METADATA,
+                body: iggy_metadata::codec::encode_op(op).expect("op"),
+            },
+        ));
+        host.settle();
+    };
+    request(
+        &mut host,
+        1,
+        &Op::RegisterClient {
+            client: CLIENT,
+            session: 1,
+        },
+    );
+    request(
+        &mut host,
+        2,
+        &Op::CreateTopic {
+            stream: 1,
+            name: "late".into(),
+            partitions: 1,
+            durability: Durability::Replicated,
+            segment_size_bytes: 64 << 10,
+            retention: Retention::default(),
+            replication_factor: 3,
+        },
+    );
+    assert!(
+        host.nodes[usize::from(primary)]
+            .groups
+            .contains_key(&partition_id(1, 2, 1)),
+        "the topic was created"
+    );
+    let checkpoints = 3 * iggy_metadata::group::CHECKPOINT_INTERVAL_OPS;
+    let mut next = 3;
+    while metadata_checksum(&host.nodes[usize::from(primary)]).0 < checkpoints + 40 {
+        request(
+            &mut host,
+            next,
+            &Op::RegisterClient {
+                client: 0x77,
+                session: next,
+            },
+        );
+        next += 1;
+        assert!(next < 4_000, "the primary stopped committing");
+    }
+    host.tick(60);
+    let (primary_op, _) = metadata_checksum(&host.nodes[usize::from(primary)]);
+    for i in [primary, peer] {
+        let group = &host.nodes[usize::from(i)].groups[&metadata];
+        if let iggy_node::Store::Metadata(m) = &*group.store() {
+            assert!(
+                m.vsr_state().checkpoint_op >= checkpoints,
+                "node {i} took three checkpoints"
+            );
+            assert!(
+                m.wal().first_op() > before_down + 1,
+                "node {i} dropped the ops"
+            );
+        }
+    }
+
+    // The replica restarts (a kill: no clean shutdown) and comes back.
+    let index = usize::from(down);
+    drop(host.nodes.remove(index));
+    let config = config_with(down, u64::from(down) << 48 | 2, vsr.clone());
+    let (node, _) = Node::boot(storages[index].clone(), &config).expect("boot");
+    host.nodes.insert(index, node);
+    // The first transfer's chunk (the whole snapshot) arrives rotten.
+    host.rot_snapshot_chunks = 1;
+    host.down = None;
+    let mut ticks = 0;
+    while metadata_checksum(&host.nodes[index]).0 < primary_op {
+        host.tick(10);
+        ticks += 10;
+        let replica = &host.nodes[index].groups[&metadata].replica;
+        assert!(ticks < 6_000, "not caught up: {}", replica.describe());
+    }
+    let counters = host.nodes[index].groups[&metadata]
+        .replica
+        .counters()
+        .clone();
+    assert!(
+        counters.get("snapshot_installed") >= Some(&1),
+        "{counters:?}"
+    );
+    assert_eq!(
+        metadata_checksum(&host.nodes[index]),
+        metadata_checksum(&host.nodes[usize::from(primary)]),
+        "the installed replica reached the primary's state"
+    );
+    assert!(
+        host.nodes[index]
+            .groups
+            .contains_key(&partition_id(1, 2, 1)),
+        "the partition the topic created while it was down is hosted"
+    );
+    // One more op commits on all three: the installed log chains on from the checkpoint.
+    request(
+        &mut host,
+        next,
+        &Op::RegisterClient {
+            client: 0x77,
+            session: next,
+        },
+    );
+    host.tick(60);
+    let after = metadata_checksum(&host.nodes[usize::from(primary)]);
+    assert_eq!(after.0, primary_op + 1);
+    assert_eq!(metadata_checksum(&host.nodes[index]), after);
+
+    // The rotten snapshot was refused whole, and the transfer started over.
+    assert_eq!(
+        counters.get("snapshot_install_refused"),
+        Some(&1),
+        "{counters:?}"
+    );
+    assert!(
+        counters.get("snapshot_transfer_started") >= Some(&2),
+        "{counters:?}"
+    );
+
+    // The install is durable: a restart boots to it.
+    drop(host.nodes.remove(index));
+    let config = config_with(down, u64::from(down) << 48 | 3, vsr.clone());
+    let (node, _) = Node::boot(storages[index].clone(), &config).expect("boot");
+    // Boot executes through the commit point its log proves (the last op's commit is only
+    // known to it once the primary's next message says so): the state at or past the install.
+    assert!(metadata_checksum(&node).0 >= primary_op);
+    assert_eq!(node.groups[&metadata].replica.head(), after.0);
+    assert!(node.groups.contains_key(&partition_id(1, 2, 1)));
 }

@@ -220,6 +220,8 @@ pub struct Report {
     pub disk_reads: u64,
     pub disk_read_prepares: u64,
     pub view_changes: u64,
+    /// Snapshots metadata replicas installed from a peer (behind every peer's log).
+    pub snapshots_installed: u64,
     pub behind_ring: u64,
     /// Sends of the producers with an outcome.
     pub producer_sends: u64,
@@ -336,6 +338,7 @@ pub struct Cluster {
     crashes: u64,
     disk_reads: u64,
     disk_read_prepares: u64,
+    snapshots_installed: u64,
     view_changes: u64,
     restart_pending: Vec<bool>,
     storage_faulty: Vec<bool>,
@@ -378,14 +381,13 @@ impl Cluster {
                     .saturating_mul(u32::try_from(factor).unwrap_or(1));
             }
         }
-        // The drawn ring is the partitions'. The metadata group keeps the configured one: a
-        // metadata replica that fell below its peers' checkpoints (their logs dropped what the
-        // snapshot holds) needs the snapshot transfer, which is not built yet (issue #33).
-        let mut metadata_vsr = None;
+        // The drawn ring is every group's, the metadata group's too: a metadata replica that
+        // falls below its peers' checkpoints (their logs dropped what their snapshots hold)
+        // pulls a snapshot (issue #33).
+        let metadata_vsr = None;
         if options.draw_history
             && let Some(entries) = ring_entries(seed)
         {
-            metadata_vsr = Some(options.vsr.clone());
             options.vsr.ring_entries_max = entries;
         }
         let layout = Layout {
@@ -487,6 +489,7 @@ impl Cluster {
             crashes: 0,
             disk_reads: 0,
             disk_read_prepares: 0,
+            snapshots_installed: 0,
             view_changes: 0,
             restart_pending: vec![false; replicas],
             storage_faulty: vec![false; replicas],
@@ -575,6 +578,7 @@ impl Cluster {
             disk_reads: self.disk_reads,
             disk_read_prepares: self.disk_read_prepares,
             view_changes: self.view_changes,
+            snapshots_installed: self.snapshots_installed,
             behind_ring: self
                 .nodes
                 .iter()
@@ -1091,9 +1095,22 @@ impl Cluster {
             watch: self.options.watch,
             watched: None,
         };
+        let installed = |node: &iggy_node::Node<SimStorage>| {
+            node.groups
+                .get(&group)
+                .and_then(|g| g.replica.counters().get("snapshot_installed").copied())
+                .unwrap_or(0)
+        };
+        let installed_before = installed(inner);
         let Some(ran) = inner.run_lane_head(group, now, &mut watcher) else {
             return;
         };
+        if installed(inner) > installed_before {
+            self.snapshots_installed += 1;
+            self.note(format!(
+                "replica {node} group {group:#x}: installed a peer's snapshot"
+            ));
+        }
         if let Some(reason) = &ran.failed {
             let line = format!(
                 "replica {node} group {group:#x}: {} failed: {reason}",
@@ -1629,7 +1646,18 @@ impl iggy_node::Observer for Watcher<'_> {
                 Effect::Truncate { after, .. } => format!("replica {node}: truncate after {after}"),
                 Effect::Publish { through, .. } => format!("replica {node}: publish {through}"),
                 Effect::Commit { through, .. } => format!("replica {node}: commit {through}"),
-                Effect::Send { .. } | Effect::ReadPrepares { .. } => String::new(),
+                Effect::WriteSnapshotChunk {
+                    snapshot, offset, ..
+                } => format!(
+                    "replica {node}: stage snapshot {} chunk at {offset}",
+                    snapshot.op
+                ),
+                Effect::InstallSnapshot { snapshot, .. } => {
+                    format!("replica {node}: install snapshot {}", snapshot.op)
+                }
+                Effect::Send { .. } | Effect::ReadPrepares { .. } | Effect::ReadSnapshot { .. } => {
+                    String::new()
+                }
             });
         }
     }
@@ -1713,6 +1741,7 @@ pub fn run(options: Options) -> Report {
             disk_reads: 0,
             disk_read_prepares: 0,
             view_changes: 0,
+            snapshots_installed: 0,
             behind_ring: 0,
             producer_sends: 0,
             group_ops: Vec::new(),

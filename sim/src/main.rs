@@ -53,7 +53,8 @@ struct Cli {
     /// durable-view-gate, publish-before-log-view, nack-header-without-body, body-fetch,
     /// hole-check-lower-bound, incarnation-echo, same-view-keeps-log,
     /// forgotten-acknowledgments, durable-commit-point, keep-durable-log, start-view-resend,
-    /// publish-on-view-change, rejoin-restores-acknowledgments, repair-from-disk.
+    /// publish-on-view-change, rejoin-restores-acknowledgments, repair-from-disk,
+    /// snapshot-transfer.
     /// Also for a failover case (`iggy-sim --without NAME failover CASE`).
     #[arg(long)]
     without: Option<String>,
@@ -284,6 +285,7 @@ fn main() -> ExitCode {
     let mut failed = 0u64;
     let mut behind = 0u64;
     let mut from_disk = 0u64;
+    let mut installed = 0u64;
     let mut simulated = 0u64;
     let mut wall = std::time::Duration::ZERO;
     // Ops committed per group, over every group of every seed.
@@ -313,11 +315,13 @@ fn main() -> ExitCode {
         simulated += report.simulated_us;
         behind += u64::from(report.behind_ring > 0);
         from_disk += u64::from(report.disk_read_prepares > 0);
+        installed += u64::from(report.snapshots_installed > 0);
         wall += report.wall;
         let line = format!(
             "seed {seed}: {} simulated s in {:.2} wall s; {} ops committed ({} to {} a group, \
              history x{}, ring {}), {} replies, {} unknown outcomes, {} crashes, {} view changes, {} \
-             repair rounds read from disk ({} prepares), {} behind the ring: {}",
+             repair rounds read from disk ({} prepares), {} snapshots installed, {} behind the \
+             ring: {}",
             report.simulated_us / 1_000_000,
             report.wall.as_secs_f64(),
             report.committed_ops,
@@ -331,6 +335,7 @@ fn main() -> ExitCode {
             report.view_changes,
             report.disk_reads,
             report.disk_read_prepares,
+            report.snapshots_installed,
             report.behind_ring,
             if report.failure.is_some() {
                 "FAILED"
@@ -379,7 +384,8 @@ fn main() -> ExitCode {
     let quantile = |n: usize, d: usize| at(group_ops.len() * n / d).unwrap_or(0);
     say(&format!(
         "{seeds} seeds, {failed} failed, {behind} with a replica behind every peer's ring at the \
-         end, {from_disk} with repair read from disk (a replica below a peer's ring); ops \
+         end, {from_disk} with repair read from disk (a replica below a peer's ring), \
+         {installed} with a metadata snapshot installed (a replica below every peer's log); ops \
          committed per group: min {}, median {}, p90 {}, max {}; {:.0} simulated s per wall s\n",
         group_ops.first().copied().unwrap_or(0),
         quantile(1, 2),

@@ -28,8 +28,10 @@ fn every_seed_keeps_every_commit_and_reply_and_converges() {
     let mut wall = std::time::Duration::ZERO;
     let (mut longest, mut two_node_crashes, mut stop_alls) = (0, 0, 0);
     let mut from_disk = 0;
+    let mut installed = 0;
     for seed in from..from + seeds {
         let report = run(Options::new(seed));
+        installed += u64::from(report.snapshots_installed > 0);
         longest = longest.max(report.group_ops.iter().max().copied().unwrap_or(0));
         from_disk += u64::from(report.disk_read_prepares > 0);
         two_node_crashes += report.two_node_crashes;
@@ -52,8 +54,9 @@ fn every_seed_keeps_every_commit_and_reply_and_converges() {
             );
         }
         assert!(report.committed_ops > 0, "seed {seed} committed nothing");
-        // Outages pass the drawn rings and repair reads from the peers' disks; nothing leaves
-        // a replica behind them (retention does not run; the metadata keeps its large ring).
+        // Outages pass the drawn rings and repair reads from the peers' disks, or a metadata
+        // replica below every peer's log installs a snapshot; nothing leaves a replica behind
+        // them (retention does not run).
         assert_eq!(
             report.behind_ring, 0,
             "seed {seed}: a replica fell behind the ring"
@@ -62,7 +65,8 @@ fn every_seed_keeps_every_commit_and_reply_and_converges() {
     eprintln!(
         "{seeds} seeds from {from}: {:.0} simulated s in {:.1} wall s; longest group {longest} \
          ops; {two_node_crashes} two-node crashes, {stop_alls} clean stops of every node; \
-         {from_disk} seeds repaired from the peers' disks",
+         {from_disk} seeds repaired from the peers' disks, {installed} installed a metadata \
+         snapshot",
         simulated_us as f64 / 1e6,
         wall.as_secs_f64()
     );
@@ -73,6 +77,7 @@ fn every_seed_keeps_every_commit_and_reply_and_converges() {
         assert!(longest >= 1_000, "the longest group had {longest} ops");
         assert!(two_node_crashes > 0 && stop_alls > 0);
         assert!(from_disk > 0, "no seed repaired from the peers' disks");
+        assert!(installed > 0, "no seed installed a metadata snapshot");
     }
 }
 
@@ -162,4 +167,29 @@ fn without_the_hole_check_lower_bound_a_random_seed_overwrites_a_commit() {
 fn without_the_incarnation_echo_a_late_probe_answer_cuts_acknowledged_ops() {
     let (seed, checker) = first_failure("incarnation-echo", 30).expect("a seed fails");
     assert_eq!(checker, "held log", "seed {seed}");
+}
+
+/// Issue #33: seed 35 leaves a metadata replica below both peers' checkpoints (it was down while
+/// they took two; their logs start after them). It installs a peer's snapshot and converges;
+/// with `snapshot-transfer` off it stays behind every peer's log and the liveness check fires.
+#[test]
+fn a_metadata_replica_below_every_peers_checkpoint_installs_a_snapshot() {
+    let report = run(Options::new(35));
+    assert!(
+        report.failure.is_none(),
+        "{:?}",
+        report.failure.map(|f| f.render())
+    );
+    assert!(
+        report.snapshots_installed >= 1,
+        "seed 35 installed no snapshot"
+    );
+    let without = run(Options {
+        safeguards: Safeguards::without("snapshot-transfer").unwrap(),
+        ..Options::new(35)
+    });
+    assert_eq!(without.snapshots_installed, 0);
+    let failure = without.failure.expect("seed 35 fails without the transfer");
+    assert_eq!(failure.checker, "liveness");
+    assert!(without.behind_ring >= 1);
 }

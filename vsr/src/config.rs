@@ -44,6 +44,9 @@ pub struct Config {
     pub ring_bytes_max: u64,
     /// Sessions the replica's client table keeps (least recently used evicted first).
     pub clients_max: usize,
+    /// The group's storage keeps snapshots (the metadata group's checkpoints): a replica behind
+    /// every peer's log pulls one (`replica/transfer.rs`) instead of probing.
+    pub snapshot_transfer: bool,
 }
 
 impl Default for Config {
@@ -62,6 +65,7 @@ impl Default for Config {
             ring_entries_max: 65_536,
             ring_bytes_max: 64 << 20,
             clients_max: 16_384,
+            snapshot_transfer: false,
         }
     }
 }

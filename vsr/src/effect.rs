@@ -2,11 +2,13 @@
 //! one ordered lane per group, in the order the replica emitted them (truncate, then journal,
 //! then publish, then the superblock that names a new log_view); each completes with an
 //! [`Outcome`] the host hands to `Replica::on_completion`. Sends complete nothing, and neither
-//! does a read of prepares to serve a peer's repair from disk (it runs off the lane).
+//! does a read of prepares or of a snapshot chunk to serve a peer from disk (it runs off the
+//! lane).
 
 use iggy_format::{Checksum, Header, PrepareMeta};
 
-use crate::message::Message;
+use crate::clients::Session;
+use crate::message::{Message, SnapshotRef};
 
 /// Names one effect, for its completion.
 pub type EffectId = u64;
@@ -68,6 +70,29 @@ pub enum Effect {
         first: u64,
         last: u64,
     },
+    /// Serve a peer's snapshot transfer: the host reads at most `SNAPSHOT_CHUNK_BYTES_MAX`
+    /// bytes of its current snapshot from `offset` and sends them to replica `to` as a
+    /// `SnapshotChunk` from `from` (naming the snapshot; a zero one if it has none), off the
+    /// group's lane. No completion.
+    ReadSnapshot {
+        to: u8,
+        from: crate::message::From,
+        offset: u64,
+    },
+    /// Stage a received chunk of `snapshot` (the host keeps one snapshot's staging file; a chunk
+    /// of another snapshot starts it anew). Nothing live changes. [`Outcome::Done`], or
+    /// [`Outcome::Refused`] for a chunk the staging refuses.
+    WriteSnapshotChunk {
+        id: EffectId,
+        snapshot: SnapshotRef,
+        offset: u64,
+        bytes: Vec<u8>,
+    },
+    /// Install the staged `snapshot` whole: verify it, then make the group's storage the state
+    /// at `snapshot.op` with an empty log after it (the superblock's checkpoint is the install's
+    /// commit point). [`Outcome::Installed`] gives the client table the snapshot holds;
+    /// [`Outcome::Refused`] leaves the group as it was (a staged file that does not verify).
+    InstallSnapshot { id: EffectId, snapshot: SnapshotRef },
 }
 
 impl Effect {
@@ -75,8 +100,10 @@ impl Effect {
     #[must_use]
     pub fn id(&self) -> Option<EffectId> {
         match self {
-            Self::Send { .. } | Self::ReadPrepares { .. } => None,
-            Self::WriteSuperblock { id, .. }
+            Self::Send { .. } | Self::ReadPrepares { .. } | Self::ReadSnapshot { .. } => None,
+            Self::WriteSnapshotChunk { id, .. }
+            | Self::InstallSnapshot { id, .. }
+            | Self::WriteSuperblock { id, .. }
             | Self::Prepare { id, .. }
             | Self::Journal { id, .. }
             | Self::Truncate { id, .. }
@@ -97,6 +124,9 @@ impl Effect {
             Self::Publish { .. } => "publish",
             Self::Commit { .. } => "commit",
             Self::ReadPrepares { .. } => "read_prepares",
+            Self::ReadSnapshot { .. } => "read_snapshot",
+            Self::WriteSnapshotChunk { .. } => "write_snapshot_chunk",
+            Self::InstallSnapshot { .. } => "install_snapshot",
         }
     }
 }
@@ -110,9 +140,12 @@ pub enum Outcome {
     Prepared { header: Header, body: Vec<u8> },
     /// Executed: the reply bytes of each committed entry that came from a client, by op.
     Committed { replies: Vec<(u64, Vec<u8>)> },
-    /// The host refused to prepare the request (its body is not a valid operation); nothing
-    /// was journaled.
+    /// The host refused to prepare the request (its body is not a valid operation), or to stage
+    /// or install a snapshot that does not verify; nothing was journaled or installed.
     Refused(String),
+    /// A snapshot installed: the client table it holds (each client's last committed request
+    /// and its reply).
+    Installed { clients: Vec<(u128, Session)> },
     /// The storage failed: the replica stops (it stays silent until the host restarts it).
     Failed(String),
 }

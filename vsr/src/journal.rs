@@ -155,6 +155,19 @@ impl Journal {
         }
     }
 
+    /// Storage now holds the state through `op` (a snapshot installed) and nothing of the log
+    /// after it: slots at or below `op` are forgotten, `op` becomes the base, the ones above
+    /// stay (headers of the view above the checkpoint).
+    pub fn rebase(&mut self, op: u64, checksum: Checksum) {
+        let above = self.slots.split_off(&(op + 1));
+        for slot in std::mem::replace(&mut self.slots, above).into_values() {
+            self.body_bytes -= slot.body.map_or(0, |b| b.len() as u64);
+        }
+        self.base = (op, checksum);
+        self.storage_head = op;
+        self.journaled_head = op;
+    }
+
     /// How many slots and body bytes the ring holds.
     pub fn size(&self) -> (usize, u64) {
         (self.slots.len(), self.body_bytes)

@@ -31,7 +31,9 @@ pub mod safeguards;
 pub use clients::Session;
 pub use config::{Config, TICK_MS, nack_quorum, replication_quorum, view_change_quorum};
 pub use effect::{Destination, Durable, Effect, EffectId, Outcome};
-pub use message::{DecodeError, From, Message, ReplyStatus, ViewHeader};
+pub use message::{
+    DecodeError, From, Message, ReplyStatus, SNAPSHOT_CHUNK_BYTES_MAX, SnapshotRef, ViewHeader,
+};
 pub use ration::RepairRation;
 pub use replica::{Boot, Counters, Identity, Replica, Status};
 pub use safeguards::Safeguards;

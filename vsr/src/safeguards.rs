@@ -57,11 +57,15 @@ pub struct Safeguards {
     /// back, off the group's lane) and answers `RangeEvicted` only for ops its log no longer
     /// holds: a replica down longer than its peers' rings remember catches up by repair.
     pub repair_from_disk: bool,
+    /// A replica behind every peer's log, in a group whose storage keeps snapshots, pulls a
+    /// peer's snapshot and installs it, then repairs from the op after it, instead of probing
+    /// for ops no peer holds any more.
+    pub snapshot_transfer: bool,
 }
 
 impl Safeguards {
     /// The names of the safeguards, as `without` takes them.
-    pub const NAMES: [&'static str; 14] = [
+    pub const NAMES: [&'static str; 15] = [
         "durable-view-gate",
         "publish-before-log-view",
         "nack-header-without-body",
@@ -76,6 +80,7 @@ impl Safeguards {
         "publish-on-view-change",
         "rejoin-restores-acknowledgments",
         "repair-from-disk",
+        "snapshot-transfer",
     ];
 
     /// Every safeguard but the one named `name` (`None` for a name that is none of them).
@@ -97,6 +102,7 @@ impl Safeguards {
             "publish-on-view-change" => s.publish_on_view_change = false,
             "rejoin-restores-acknowledgments" => s.rejoin_restores_acknowledgments = false,
             "repair-from-disk" => s.repair_from_disk = false,
+            "snapshot-transfer" => s.snapshot_transfer = false,
             _ => return None,
         }
         Some(s)
@@ -120,6 +126,7 @@ impl Default for Safeguards {
             publish_on_view_change: true,
             rejoin_restores_acknowledgments: true,
             repair_from_disk: true,
+            snapshot_transfer: true,
         }
     }
 }

@@ -7,7 +7,7 @@
 )]
 
 use iggy_format::{Header, Position, PrepareMeta, operation};
-use iggy_vsr::message::{DecodeError, From, Message, ReplyStatus, ViewHeader};
+use iggy_vsr::message::{DecodeError, From, Message, ReplyStatus, SnapshotRef, ViewHeader};
 use proptest::prelude::*;
 
 fn from(replica: u8, view: u32) -> From {
@@ -98,6 +98,27 @@ fn every_kind() -> Vec<Message> {
         Message::RangeEvicted {
             from: from(1, 4),
             oldest: 17,
+        },
+        Message::RequestSnapshot {
+            from: from(2, 4),
+            offset: 256 << 10,
+        },
+        Message::SnapshotChunk {
+            from: from(0, 4),
+            snapshot: SnapshotRef {
+                op: 960,
+                checksum: 0x5EED,
+                trailer: 0x7A11,
+                length: 300_000,
+            },
+            offset: 256 << 10,
+            bytes: vec![3; 300_000 - (256 << 10)],
+        },
+        Message::SnapshotChunk {
+            from: from(1, 4),
+            snapshot: SnapshotRef::default(),
+            offset: 0,
+            bytes: Vec::new(),
         },
         Message::Request {
             cluster: 0xC1,
@@ -221,6 +242,46 @@ fn each_refusal_has_its_reason() {
         Err(DecodeError::Invalid(
             "a forgotten view after the log_view of a view change"
         ))
+    );
+}
+
+/// A snapshot chunk must lie within its snapshot, be at most 256 KiB and not be empty; a chunk
+/// of no snapshot carries nothing.
+#[test]
+fn a_misshapen_snapshot_chunk_is_refused() {
+    let snapshot = SnapshotRef {
+        op: 960,
+        checksum: 1,
+        trailer: 2,
+        length: 1_000,
+    };
+    let chunk = |snapshot: SnapshotRef, offset: u64, len: usize| Message::SnapshotChunk {
+        from: from(0, 1),
+        snapshot,
+        offset,
+        bytes: vec![9; len],
+    };
+    let refused = |message: Message| {
+        matches!(
+            Message::decode(&message.encode()),
+            Err(DecodeError::Invalid(_))
+        )
+    };
+    assert!(Message::decode(&chunk(snapshot, 0, 1_000).encode()).is_ok());
+    assert!(refused(chunk(snapshot, 1, 1_000)), "past the end");
+    assert!(refused(chunk(snapshot, 0, 0)), "empty");
+    let big = SnapshotRef {
+        length: 1 << 20,
+        ..snapshot
+    };
+    assert!(refused(chunk(big, 0, (256 << 10) + 1)), "over 256 KiB");
+    assert!(
+        refused(chunk(SnapshotRef::default(), 0, 5)),
+        "bytes of no snapshot"
+    );
+    assert!(
+        refused(chunk(SnapshotRef::default(), 7, 0)),
+        "an offset into no snapshot"
     );
 }
 

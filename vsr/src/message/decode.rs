@@ -203,6 +203,45 @@ fn decode_fields(f: &Fields, body: &[u8]) -> Result<Message, DecodeError> {
             empty(body)?;
             Message::RangeEvicted { from, oldest: f.op }
         }
+        command::REQUEST_SNAPSHOT => {
+            empty(body)?;
+            Message::RequestSnapshot {
+                from,
+                offset: f.request,
+            }
+        }
+        command::SNAPSHOT_CHUNK => {
+            let snapshot = SnapshotRef {
+                op: f.op,
+                checksum: f.context,
+                trailer: f.client,
+                length: f.commit,
+            };
+            if body.len() > SNAPSHOT_CHUNK_BYTES_MAX {
+                return Err(DecodeError::Invalid("a snapshot chunk larger than 256 KiB"));
+            }
+            if snapshot.is_none() {
+                if snapshot != SnapshotRef::default() || f.request != 0 || !body.is_empty() {
+                    return Err(DecodeError::Invalid(
+                        "a chunk of an empty snapshot that carries something",
+                    ));
+                }
+            } else if body.is_empty()
+                || f.request
+                    .checked_add(body.len() as u64)
+                    .is_none_or(|end| end > snapshot.length)
+            {
+                return Err(DecodeError::Invalid(
+                    "a snapshot chunk empty or past the snapshot's end",
+                ));
+            }
+            Message::SnapshotChunk {
+                from,
+                snapshot,
+                offset: f.request,
+                bytes: body.to_vec(),
+            }
+        }
         command::REQUEST => Message::Request {
             cluster: f.cluster,
             group: f.group,

@@ -66,6 +66,30 @@ pub mod command {
     pub const RANGE_EVICTED: u8 = 9;
     pub const REQUEST: u8 = 10;
     pub const REPLY: u8 = 11;
+    pub const REQUEST_SNAPSHOT: u8 = 12;
+    pub const SNAPSHOT_CHUNK: u8 = 13;
+}
+
+/// Largest chunk of a snapshot a `SnapshotChunk` carries (the snapshot crate's transfer unit).
+pub const SNAPSHOT_CHUNK_BYTES_MAX: usize = 256 << 10;
+
+/// Which snapshot a chunk is of: the checkpoint it holds (its op and the checksum of the
+/// prepare there: what the receiver's log continues from), its trailer checksum and its length.
+/// All zero: the sender has no snapshot.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct SnapshotRef {
+    pub op: u64,
+    pub checksum: Checksum,
+    pub trailer: Checksum,
+    pub length: u64,
+}
+
+impl SnapshotRef {
+    /// Whether this names no snapshot (the sender has none).
+    #[must_use]
+    pub fn is_none(&self) -> bool {
+        self.length == 0
+    }
 }
 
 /// Who sent a replica message, for which group, in which view.
@@ -170,6 +194,18 @@ pub enum Message {
     RequestPrepares { from: From, first: u64, last: u64 },
     /// The sender no longer holds the start of a requested range: its oldest prepare is `oldest`.
     RangeEvicted { from: From, oldest: u64 },
+    /// Asks for the bytes of the sender's current snapshot from `offset` (at most
+    /// [`SNAPSHOT_CHUNK_BYTES_MAX`]): a replica behind every peer's log catches up from a
+    /// checkpoint.
+    RequestSnapshot { from: From, offset: u64 },
+    /// Bytes `offset..offset + bytes.len()` of `snapshot` (an empty body and a zero `snapshot`:
+    /// the sender has none).
+    SnapshotChunk {
+        from: From,
+        snapshot: SnapshotRef,
+        offset: u64,
+        bytes: Vec<u8>,
+    },
     /// A client's request.
     Request {
         cluster: u128,
@@ -319,6 +355,8 @@ impl Message {
             Self::RangeEvicted { .. } => command::RANGE_EVICTED,
             Self::Request { .. } => command::REQUEST,
             Self::Reply { .. } => command::REPLY,
+            Self::RequestSnapshot { .. } => command::REQUEST_SNAPSHOT,
+            Self::SnapshotChunk { .. } => command::SNAPSHOT_CHUNK,
         }
     }
 
@@ -337,6 +375,8 @@ impl Message {
             Self::RangeEvicted { .. } => "range_evicted",
             Self::Request { .. } => "request",
             Self::Reply { .. } => "reply",
+            Self::RequestSnapshot { .. } => "request_snapshot",
+            Self::SnapshotChunk { .. } => "snapshot_chunk",
         }
     }
 
@@ -425,6 +465,23 @@ impl Message {
                 status,
                 ..
             } => format!("reply client {client:#x} request {request} op {op} {status:?}"),
+            Self::RequestSnapshot { from, offset } => format!(
+                "request_snapshot offset {offset} from {} view {}",
+                from.replica, from.view
+            ),
+            Self::SnapshotChunk {
+                from,
+                snapshot,
+                offset,
+                bytes,
+            } => format!(
+                "snapshot_chunk op {} ({:08x}) {offset}+{} of {} from {}",
+                snapshot.op,
+                short(snapshot.trailer),
+                bytes.len(),
+                snapshot.length,
+                from.replica
+            ),
         }
     }
 
@@ -442,6 +499,8 @@ impl Message {
             | Self::RequestStartView { from, .. }
             | Self::RequestPrepares { from, .. }
             | Self::RangeEvicted { from, .. }
+            | Self::RequestSnapshot { from, .. }
+            | Self::SnapshotChunk { from, .. }
             | Self::Reply { from, .. } => Some(*from),
         }
     }
@@ -580,6 +639,29 @@ impl Message {
                     ..Fields::from(command::RANGE_EVICTED, from)
                 };
                 seal(&fields, &[])
+            }
+            Self::RequestSnapshot { from, offset } => {
+                let fields = Fields {
+                    request: *offset,
+                    ..Fields::from(command::REQUEST_SNAPSHOT, from)
+                };
+                seal(&fields, &[])
+            }
+            Self::SnapshotChunk {
+                from,
+                snapshot,
+                offset,
+                bytes,
+            } => {
+                let fields = Fields {
+                    op: snapshot.op,
+                    context: snapshot.checksum,
+                    client: snapshot.trailer,
+                    commit: snapshot.length,
+                    request: *offset,
+                    ..Fields::from(command::SNAPSHOT_CHUNK, from)
+                };
+                seal(&fields, bytes)
             }
             Self::Request {
                 cluster,

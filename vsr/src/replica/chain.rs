@@ -148,7 +148,7 @@ impl Replica {
 
     /// Hands storage every body that extends its log in order.
     pub(super) fn journal_bodies(&mut self) {
-        if self.phase() == Phase::Recovering {
+        if self.phase() == Phase::Recovering || self.installing() {
             return;
         }
         // A backup adopting a view journals nothing until the log_view is durable; the new

@@ -10,7 +10,7 @@ use crate::message::{Message, ReplyStatus};
 impl Replica {
     /// Executes what is committed and journaled, one commit effect at a time.
     pub(super) fn commit(&mut self) {
-        if self.committing.is_some() || self.phase() == Phase::Recovering {
+        if self.committing.is_some() || self.phase() == Phase::Recovering || self.installing() {
             return;
         }
         let target = self.commit_max.min(self.journal.journaled_head);

@@ -25,6 +25,7 @@ mod observe;
 mod primary;
 mod recovery;
 mod repair;
+mod transfer;
 mod view_change;
 mod view_start;
 
@@ -37,7 +38,7 @@ use crate::config::Config;
 use crate::effect::{Destination, Durable, Effect, EffectId, Outcome};
 use crate::journal::Journal;
 use crate::merge::Dvc;
-use crate::message::{From, Message};
+use crate::message::{From, Message, SnapshotRef};
 use crate::safeguards::Safeguards;
 
 /// Which replica of which group.
@@ -130,6 +131,9 @@ pub(crate) enum Pending {
     Truncate(u64),
     Publish(u64),
     Commit(u64),
+    /// A chunk of a snapshot staged, at its offset.
+    SnapshotChunk(SnapshotRef, u64),
+    Install(SnapshotRef),
 }
 
 /// What the primary knows of a prepare it has not committed yet.
@@ -245,6 +249,8 @@ pub struct Replica {
     evicted_by: (u64, u64),
     /// When a replica behind every peer's ring next probes one of them.
     behind_probe_at: u64,
+    /// A snapshot transfer in progress (`transfer.rs`).
+    transfer: Option<transfer::Transfer>,
     clients: ClientTable,
     counters: Counters,
 }
@@ -339,6 +345,7 @@ impl Replica {
             unverified: BTreeMap::new(),
             evicted_by: (0, 0),
             behind_probe_at: 0,
+            transfer: None,
             counters: Counters::new(),
         };
         if fresh {
@@ -585,6 +592,13 @@ impl Replica {
                 self.on_request_prepares(from, first, last);
             }
             Message::RangeEvicted { from, oldest } => self.on_range_evicted(from, oldest),
+            Message::RequestSnapshot { from, offset } => self.on_request_snapshot(from, offset),
+            Message::SnapshotChunk {
+                from,
+                snapshot,
+                offset,
+                bytes,
+            } => self.on_snapshot_chunk(from, snapshot, offset, bytes),
             Message::Request {
                 client,
                 request,
@@ -614,8 +628,16 @@ impl Replica {
         // it (a prepare's op never appended, say) would desynchronise the log: stop.
         let expected = match (pending, &outcome) {
             (Pending::Prepare, Outcome::Prepared { .. } | Outcome::Refused(_))
-            | (Pending::Commit(_), Outcome::Committed { .. }) => true,
-            (Pending::Prepare | Pending::Commit(_), _) => false,
+            | (Pending::Commit(_), Outcome::Committed { .. })
+            | (Pending::SnapshotChunk(..), Outcome::Done | Outcome::Refused(_))
+            | (Pending::Install(_), Outcome::Installed { .. } | Outcome::Refused(_)) => true,
+            (
+                Pending::Prepare
+                | Pending::Commit(_)
+                | Pending::SnapshotChunk(..)
+                | Pending::Install(_),
+                _,
+            ) => false,
             (_, outcome) => *outcome == Outcome::Done,
         };
         if !expected {
@@ -650,6 +672,16 @@ impl Replica {
                 {
                     starting.published = true;
                 }
+            }
+            Pending::SnapshotChunk(snapshot, offset) => {
+                self.on_chunk_staged(snapshot, offset, outcome == Outcome::Done);
+            }
+            Pending::Install(snapshot) => {
+                let clients = match outcome {
+                    Outcome::Installed { clients } => Some(clients),
+                    _ => None,
+                };
+                self.on_installed(snapshot, clients);
             }
             Pending::Commit(through) => {
                 self.committing = None;

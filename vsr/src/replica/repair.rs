@@ -50,6 +50,7 @@ impl Replica {
         matches!(self.phase(), Phase::Backup | Phase::Merging)
             && self.needs_repair()
             && !self.behind_ring()
+            && self.transfer.is_none()
     }
 
     /// Whether it asked every peer for ops they no longer hold (a state transfer's case).
@@ -71,6 +72,11 @@ impl Replica {
     /// Repair on a tick: a round when due and the ration permits it, or, behind every peer's
     /// ring, a probe of one peer when due.
     pub(super) fn repair_tick(&mut self) {
+        if self.transfer.is_some() || (self.behind_ring() && self.transfers_snapshots()) {
+            // Behind every peer's log: the snapshot, not ops no one holds.
+            self.transfer_tick();
+            return;
+        }
         if self.ticks < self.repair_at {
             return;
         }
@@ -206,7 +212,7 @@ impl Replica {
 
     /// Who to ask: the view's primary first (a backup), the replicas that announced the bodies
     /// (the new primary), rotating on every retry.
-    fn repair_source_for(&mut self, op: u64) -> u8 {
+    pub(super) fn repair_source_for(&mut self, op: u64) -> u8 {
         let replicas = self.id.replicas;
         let candidates: Vec<u8> = if self.is_primary() {
             let mask = self.view_change.sources.get(&op).copied().unwrap_or(0);

@@ -366,7 +366,13 @@ pub fn request(request: u64) -> Message {
 /// crates refuse.
 fn execute(node: &mut Node, effect: Effect) -> Outcome {
     match effect {
-        Effect::Send { .. } | Effect::ReadPrepares { .. } => Outcome::Done,
+        Effect::Send { .. } | Effect::ReadPrepares { .. } | Effect::ReadSnapshot { .. } => {
+            Outcome::Done
+        }
+        // This harness keeps no snapshots (its groups are configured without them).
+        Effect::WriteSnapshotChunk { .. } | Effect::InstallSnapshot { .. } => {
+            Outcome::Refused("no snapshots here".into())
+        }
         Effect::WriteSuperblock { durable, .. } => {
             node.superblock = durable;
             Outcome::Done
