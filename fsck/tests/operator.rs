@@ -173,6 +173,39 @@ fn an_unfinished_creation_and_leftover_temp_files_are_planned_and_repaired() {
     );
 }
 
+/// A metadata snapshot install that crashed after its commit point (the superblock names the
+/// installed checkpoint, the snapshot is still staged as `snapshot.bin.receiving`; issue #33) is
+/// reported as an unfinished install, not as a leftover to remove (which would leave a
+/// superblock naming a checkpoint with no snapshot), and `--repair` finishes it.
+#[test]
+fn an_unfinished_snapshot_install_is_finished_not_swept() {
+    let (_temp, node) = node_of("clean");
+    let storage = OsStorage::open(&node).unwrap();
+    storage
+        .rename("metadata/snapshot.bin", "metadata/snapshot.bin.receiving")
+        .unwrap();
+    let (code, report) = json(&node);
+    assert_eq!(code, 1, "{report}");
+    let unfinished = findings(&report, "install-unfinished");
+    assert_eq!(unfinished.len(), 1, "{report}");
+    assert_eq!(unfinished[0]["file"], "metadata/snapshot.bin");
+    assert_eq!(unfinished[0]["action"], "finish-install");
+    assert!(
+        unfinished[0]["what"]
+            .as_str()
+            .unwrap()
+            .contains("checkpoint 10"),
+        "{report}"
+    );
+    assert!(findings(&report, "leftover-temp").is_empty(), "{report}");
+    let (code, _, err) = fsck_all(&[node.to_str().unwrap(), "--repair", "--yes"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(storage.exists("metadata/snapshot.bin").unwrap());
+    assert!(!storage.exists("metadata/snapshot.bin.receiving").unwrap());
+    let (code, report) = json(&node);
+    assert_eq!(code, 0, "{report}");
+}
+
 /// Item 3: The node is checked against its own metadata: partitions the metadata lists whose
 /// directories are gone (a volume that failed to mount) need repair from peers; a directory the
 /// metadata never created is refused; one whose topic the metadata deleted is left alone. The

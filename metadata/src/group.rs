@@ -89,6 +89,15 @@ pub enum GroupError {
     },
     #[error("{dir}: the superblock exists but the WAL does not")]
     LogMissing { dir: PathBuf },
+    #[error(
+        "{dir}: wal.superseded holds ops up to {head_op}, past the checkpoint {checkpoint_op}: not \
+         the log an install replaced"
+    )]
+    SupersededAhead {
+        dir: PathBuf,
+        head_op: u64,
+        checkpoint_op: u64,
+    },
     #[error("metadata op {op} in the WAL does not decode: {error}")]
     Decode { op: u64, error: DecodeError },
     #[error(transparent)]
@@ -397,6 +406,24 @@ fn plan<R: ReadStorage>(
     // An install whose superblock step was durable before its rename: the staged snapshot is
     // the checkpoint's.
     let checkpoint_op = record.state.checkpoint_op;
+    if let Some(aside) = &superseded_log
+        && let Some(superseded) = iggy_wal::boot::plan_verifying(
+            storage,
+            aside,
+            GROUP_ID,
+            iggy_wal::Naming::ByOp,
+            iggy_wal::boot::Verify::Sealed,
+        )?
+        && superseded.report().head_op >= checkpoint_op
+    {
+        // An install moves aside only a log that ends below its checkpoint: this one is not
+        // an install's leftover, and removing it could lose ops.
+        return Err(GroupError::SupersededAhead {
+            dir: dir.to_path_buf(),
+            head_op: superseded.report().head_op,
+            checkpoint_op,
+        });
+    }
     let mut snapshot = iggy_snapshot::read(storage, dir)?;
     let mut publish_staged = false;
     if checkpoint_op > 0

@@ -12,7 +12,7 @@ use std::path::Path;
 
 use iggy_format::{Header, PrepareMeta};
 use iggy_io::{
-    DirOrder, EnumerationConfig, ReadFile, ReadOnly, ReadStorage, SimStorage, enumerate,
+    DirOrder, EnumerationConfig, ReadFile, ReadOnly, ReadStorage, SimStorage, Storage, enumerate,
 };
 use iggy_metadata::codec;
 use iggy_metadata::group::{self, GROUP_ID, MetadataGroup, SUPERSEDED_WAL_DIR};
@@ -301,4 +301,40 @@ fn a_corrupted_chunk_is_refused_and_leaves_the_live_group_untouched() {
         *reopened.state(),
         executed(&prepared[..CHECKPOINT as usize])
     );
+}
+
+/// A `wal.superseded` that reaches the checkpoint is no install's leftover (an install moves
+/// aside only a log that ends below it): boot refuses rather than remove ops it may need.
+#[test]
+fn a_log_moved_aside_that_reaches_the_checkpoint_is_refused() {
+    let (prepared, id, checksum, bytes) = primary();
+    let storage = SimStorage::new(4);
+    let mut group = backup(&storage, &prepared);
+    stage(&mut group, id, &bytes);
+    group
+        .install_staged(id, CHECKPOINT, checksum)
+        .unwrap()
+        .unwrap();
+    for (header, body) in &prepared[CHECKPOINT as usize..] {
+        group.journal(header, body).unwrap();
+    }
+    drop(group);
+    storage
+        .rename(dir().join("wal"), dir().join(SUPERSEDED_WAL_DIR))
+        .unwrap();
+    let refused = MetadataGroup::open(storage.clone(), dir(), &BACKUP, wal_config())
+        .err()
+        .expect("refused");
+    assert!(
+        matches!(
+            refused,
+            group::GroupError::SupersededAhead {
+                head_op: HEAD,
+                checkpoint_op: CHECKPOINT,
+                ..
+            }
+        ),
+        "{refused}"
+    );
+    assert!(storage.exists(dir().join(SUPERSEDED_WAL_DIR)).unwrap());
 }
