@@ -6,7 +6,7 @@
 use std::collections::VecDeque;
 
 use iggy_format::operation;
-use iggy_io::{ReadStorage, SimStorage};
+use iggy_io::{ReadFile, ReadStorage, SimStorage};
 use iggy_metadata::{Durability, Op, Retention};
 use iggy_node::{GroupKind, Node, NodeConfig, Unobserved};
 use iggy_recovery::populate::FirstView;
@@ -97,6 +97,8 @@ struct Host {
     refused: Vec<(usize, String)>,
     /// How many snapshot chunks still to arrive with a byte flipped (a peer's rotten disk).
     rot_snapshot_chunks: usize,
+    /// Every snapshot chunk put on the wire.
+    snapshot_chunks: Vec<Message>,
 }
 
 impl Host {
@@ -123,6 +125,7 @@ impl Host {
             prepares: Vec::new(),
             refused: Vec::new(),
             rot_snapshot_chunks: 0,
+            snapshot_chunks: Vec::new(),
         };
         host.settle();
         host
@@ -131,6 +134,9 @@ impl Host {
     /// Puts `sends` of node `i`'s `group` on the wire.
     fn send(&mut self, i: usize, group: u128, sends: Vec<(Destination, Message)>, read: bool) {
         for (to, mut message) in sends {
+            if let Message::SnapshotChunk { .. } = &message {
+                self.snapshot_chunks.push(message.clone());
+            }
             if let Message::SnapshotChunk { bytes, .. } = &mut message
                 && self.rot_snapshot_chunks > 0
                 && let Some(byte) = bytes.last_mut()
@@ -769,4 +775,86 @@ fn a_metadata_replica_that_missed_three_checkpoints_installs_a_peers_snapshot() 
     assert!(metadata_checksum(&node).0 >= primary_op);
     assert_eq!(node.groups[&metadata].replica.head(), after.0);
     assert!(node.groups.contains_key(&partition_id(1, 2, 1)));
+}
+
+/// A peer with no snapshot yet answers a snapshot request saying so (a zero `SnapshotChunk`:
+/// its log starts at op 1, so the asker repairs instead); once it has one, with the chunk of its
+/// live snapshot, naming it (checkpoint op and checksum, trailer, length: what the asker
+/// verifies the whole against), byte for byte the file's; a request for an offset that is no
+/// chunk's is refused and counted.
+#[test]
+fn a_peer_answers_a_snapshot_request_with_its_live_snapshot() {
+    let storages: Vec<SimStorage> = (0..3).map(genesis).collect();
+    let mut host = Host::boot(&storages, 1);
+    let metadata = GroupKind::Metadata.id();
+    let ask = |host: &mut Host, offset: u64| {
+        let view = host.nodes[0].groups[&metadata].replica.view();
+        host.wire.push_back((
+            0,
+            metadata,
+            Message::RequestSnapshot {
+                from: iggy_vsr::From {
+                    cluster: CLUSTER,
+                    group: metadata,
+                    replica: 2,
+                    view,
+                },
+                offset,
+            },
+        ));
+        host.down = Some(2);
+        host.settle();
+        host.down = None;
+    };
+    // The genesis took no checkpoint: no snapshot.
+    ask(&mut host, 0);
+    assert_eq!(host.snapshot_chunks.len(), 1);
+    assert!(
+        matches!(&host.snapshot_chunks[0], Message::SnapshotChunk { snapshot, offset: 0, bytes, .. }
+            if *snapshot == iggy_vsr::SnapshotRef::default() && bytes.is_empty()),
+        "{:?}",
+        host.snapshot_chunks[0].summary()
+    );
+    let (id, checksum) = match &mut *host.nodes[0].groups[&metadata].store() {
+        iggy_node::Store::Metadata(m) => {
+            m.checkpoint().expect("checkpoint");
+            m.snapshot().expect("a snapshot now")
+        }
+        iggy_node::Store::Partition { .. } => unreachable!(),
+    };
+    ask(&mut host, 0);
+    assert_eq!(host.snapshot_chunks.len(), 2);
+    let Message::SnapshotChunk {
+        snapshot,
+        offset,
+        bytes,
+        ..
+    } = &host.snapshot_chunks[1]
+    else {
+        unreachable!()
+    };
+    assert_eq!(*offset, 0);
+    assert_eq!(
+        (
+            snapshot.op,
+            snapshot.checksum,
+            snapshot.trailer,
+            snapshot.length
+        ),
+        (id.checkpoint_op, checksum, id.trailer, id.length)
+    );
+    let file = storages[0]
+        .open_read("metadata/snapshot.bin")
+        .unwrap()
+        .read_all()
+        .unwrap();
+    assert_eq!(bytes, &file, "the chunk is the live file's bytes");
+    ask(&mut host, 7);
+    assert_eq!(
+        host.snapshot_chunks.len(),
+        2,
+        "an offset that is no chunk's is not served"
+    );
+    let counters = host.nodes[0].groups[&metadata].replica.counters();
+    assert_eq!(counters.get("snapshot_request_refused"), Some(&1));
 }

@@ -376,6 +376,88 @@ fn a_replica_behind_every_peers_ring_leaves_the_ration_and_probes_slowly() {
     assert!(cluster.replica(2).behind_ring());
 }
 
+/// Issue #33: behind every peer's log in a group that keeps snapshots, a replica asks a peer for
+/// its snapshot instead of probing for ops no one holds, and holds no ration slot meanwhile; a
+/// peer that answers it has none (its log would start at op 1) ends the transfer and repair
+/// resumes. With `snapshot-transfer` off it probes, as before.
+#[test]
+fn a_replica_behind_every_peers_log_asks_for_a_snapshot_and_a_peer_with_none_ends_it() {
+    for on in [true, false] {
+        let log = chain(0, 0, 300, 0, 1);
+        let config = Config {
+            ring_entries_max: 100,
+            snapshot_transfer: true,
+            ..Config::default()
+        };
+        let safeguards = Safeguards {
+            snapshot_transfer: on,
+            ..Safeguards::default()
+        };
+        let mut cluster = Cluster::with_config(
+            vec![log.clone(), log.clone(), log[..10].to_vec()],
+            new_group(),
+            298,
+            safeguards,
+            config,
+        );
+        cluster.nodes[0].retained_from = 200;
+        cluster.nodes[1].retained_from = 200;
+        cluster.settle_storage();
+        let (mut snapshot_asks, mut probes, mut source) = (0, 0, None);
+        cluster.run(1_000, |from, to, m| {
+            if from == 2 {
+                match m {
+                    Message::RequestSnapshot { .. } => {
+                        snapshot_asks += 1;
+                        source = Some(to);
+                    }
+                    Message::RequestPrepares { .. } => probes += 1,
+                    _ => {}
+                }
+            }
+            true
+        });
+        let behind = cluster.replica(2);
+        assert!(!behind.wants_repair(), "{}", behind.describe());
+        if !on {
+            assert_eq!(snapshot_asks, 0);
+            assert!(!behind.transferring());
+            continue;
+        }
+        // Asked once a second (no peer of this harness answers), of the peers in turn.
+        assert!(
+            (5..=11).contains(&snapshot_asks),
+            "asked {snapshot_asks} times"
+        );
+        assert!(behind.transferring(), "{}", behind.describe());
+        let source = source.unwrap();
+        let view = behind.view();
+        let asked_before = probes;
+        cluster.nodes[2].replica.on_message(Message::SnapshotChunk {
+            from: iggy_vsr::From {
+                cluster: CLUSTER,
+                group: GROUP,
+                replica: source,
+                view,
+            },
+            snapshot: iggy_vsr::SnapshotRef::default(),
+            offset: 0,
+            bytes: Vec::new(),
+        });
+        let behind = cluster.replica(2);
+        assert!(!behind.transferring(), "{}", behind.describe());
+        assert_eq!(behind.counters().get("snapshot_none"), Some(&1));
+        assert!(!behind.behind_ring() && behind.wants_repair());
+        cluster.run(100, |from, _, m| {
+            if from == 2 && matches!(m, Message::RequestPrepares { .. }) {
+                probes += 1;
+            }
+            true
+        });
+        assert!(probes > asked_before, "repair resumed");
+    }
+}
+
 /// A replica down while its peers' rings moved past it (ring of 100 entries, 288 ops missed)
 /// catches up by repair: the peers serve the rounds below their rings from their logs on disk.
 /// Without `repair-from-disk` the peers answer `RangeEvicted` and it stays behind the ring for
