@@ -175,26 +175,8 @@ fn commit_metadata<S: Storage + Clone>(
         {
             return failed(&e);
         }
-        let after = iggy_recovery::known_partitions(group.state());
-        changes.deleted = before.difference(&after).copied().collect();
-        for &key in after.difference(&before) {
-            let persisted = persisted(group.state(), key);
-            match iggy_recovery::create_partition(
-                &catalog.storage,
-                Path::new(""),
-                &catalog.boot,
-                catalog.identity,
-                group.state(),
-                key,
-                false,
-            ) {
-                Ok(partition) => changes.created.push(Created {
-                    key,
-                    persisted,
-                    partition,
-                }),
-                Err(e) => return failed(&format!("creating partition {}: {e}", key.dir_name())),
-            }
+        if let Err(e) = reconcile(catalog, group.state(), &before, &mut changes) {
+            return failed(&e);
         }
     }
     if group.checkpoint_due()
@@ -211,6 +193,37 @@ fn commit_metadata<S: Storage + Clone>(
         .map(|c| (c.op, c.reply))
         .collect();
     (Outcome::Committed { replies }, changes)
+}
+
+/// The node's partitions against the metadata `state` the node's were `before`: the ones it no
+/// longer lists go to `changes.deleted`, the ones it newly lists are created (each durable) into
+/// `changes.created`.
+fn reconcile<S: Storage + Clone>(
+    catalog: &Catalog<S>,
+    state: &iggy_metadata::State,
+    before: &std::collections::BTreeSet<PartitionKey>,
+    changes: &mut Changes<S>,
+) -> Result<(), String> {
+    let after = iggy_recovery::known_partitions(state);
+    changes.deleted = before.difference(&after).copied().collect();
+    for &key in after.difference(before) {
+        let partition = iggy_recovery::create_partition(
+            &catalog.storage,
+            Path::new(""),
+            &catalog.boot,
+            catalog.identity,
+            state,
+            key,
+            false,
+        )
+        .map_err(|e| format!("creating partition {}: {e}", key.dir_name()))?;
+        changes.created.push(Created {
+            key,
+            persisted: persisted(state, key),
+            partition,
+        });
+    }
+    Ok(())
 }
 
 /// The snapshot's identity in the snapshot crate's terms.
@@ -240,28 +253,10 @@ fn install_snapshot<S: Storage + Clone>(
         Err(e) => return failed(&e),
     }
     let mut changes = Changes::default();
-    if let Some(catalog) = catalog {
-        let after = iggy_recovery::known_partitions(group.state());
-        changes.deleted = before.difference(&after).copied().collect();
-        for &key in after.difference(&before) {
-            let persisted = persisted(group.state(), key);
-            match iggy_recovery::create_partition(
-                &catalog.storage,
-                Path::new(""),
-                &catalog.boot,
-                catalog.identity,
-                group.state(),
-                key,
-                false,
-            ) {
-                Ok(partition) => changes.created.push(Created {
-                    key,
-                    persisted,
-                    partition,
-                }),
-                Err(e) => return failed(&format!("creating partition {}: {e}", key.dir_name())),
-            }
-        }
+    if let Some(catalog) = catalog
+        && let Err(e) = reconcile(catalog, group.state(), &before, &mut changes)
+    {
+        return failed(&e);
     }
     if mirror {
         changes.mirror = Some(Arc::new(group.state().clone()));
