@@ -441,6 +441,24 @@ fn plan<R: ReadStorage>(
     let installed = snapshot
         .as_ref()
         .is_some_and(|(header, _)| checkpoint_op > 0 && header.checkpoint_op == checkpoint_op);
+    // The analysis of an install past its commit point whose log is made anew (`superseded`:
+    // what the old log held, if any is left).
+    let roll_forward = |superseded: Option<(u64, u64)>| {
+        let install = InstallRollForward {
+            checkpoint_op,
+            publish_staged,
+            reset_log: true,
+            superseded,
+        };
+        installed_checked(
+            identity,
+            snapshot.as_ref(),
+            superblock_repairs.clone(),
+            leftovers.clone(),
+            install,
+            superseded_log.clone(),
+        )
+    };
     let Some(wal) = iggy_wal::boot::plan_verifying(
         storage,
         &wal_dir,
@@ -472,21 +490,7 @@ fn plan<R: ReadStorage>(
         // one existed: the checkpoint holds everything, and the log is made anew after it. (A
         // log missing with nothing moved aside was lost: refused below.)
         if installed && superseded_log.is_some() {
-            let install = InstallRollForward {
-                checkpoint_op,
-                publish_staged,
-                reset_log: true,
-                superseded: None,
-            };
-            let checked = installed_checked(
-                identity,
-                snapshot.as_ref(),
-                superblock_repairs,
-                leftovers,
-                install,
-                superseded_log,
-            )?;
-            return Ok(Some((checked, None)));
+            return Ok(Some((roll_forward(None)?, None)));
         }
         return Err(GroupError::LogMissing {
             dir: dir.to_path_buf(),
@@ -496,21 +500,10 @@ fn plan<R: ReadStorage>(
     if installed && report.head_op < checkpoint_op {
         // The log ends below the installed checkpoint: an install stopped after its commit
         // point, before the log was made anew. Nothing of it is needed.
-        let install = InstallRollForward {
-            checkpoint_op,
-            publish_staged,
-            reset_log: true,
-            superseded: Some((report.first_op, report.head_op)),
-        };
-        let checked = installed_checked(
-            identity,
-            snapshot.as_ref(),
-            superblock_repairs,
-            leftovers,
-            install,
-            superseded_log,
-        )?;
-        return Ok(Some((checked, None)));
+        return Ok(Some((
+            roll_forward(Some((report.first_op, report.head_op)))?,
+            None,
+        )));
     }
     let log = Log {
         first_op: report.first_op,

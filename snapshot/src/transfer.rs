@@ -194,6 +194,11 @@ impl<S: Storage> Receiver<S> {
     /// (the metadata group's superblock) publishes it with [`publish_staged`]. Returns the
     /// header and the payload.
     pub fn stage(self) -> Result<(SnapshotHeader, Vec<u8>), TransferError> {
+        self.verify_and_sync()
+    }
+
+    /// The whole staged file verified against the id, then made durable (file and directory).
+    fn verify_and_sync(&self) -> Result<(SnapshotHeader, Vec<u8>), TransferError> {
         let missing = self.missing();
         if missing > 0 {
             return Err(TransferError::Incomplete { missing });
@@ -221,25 +226,11 @@ impl<S: Storage> Receiver<S> {
 
     /// Verifies the assembled snapshot against the id and installs it atomically.
     pub fn finish(self) -> Result<SnapshotHeader, TransferError> {
-        let missing = self.missing();
-        if missing > 0 {
-            return Err(TransferError::Incomplete { missing });
-        }
-        let path = self.dir.join(RECEIVING_FILE_NAME);
-        let bytes = read_all(&self.storage, &path)?;
-        let found = trailer(&bytes);
-        if found != self.id.trailer {
-            return Err(TransferError::Mismatch {
-                expected: self.id.trailer,
-                found,
-            });
-        }
-        let (header, _) = decode(&path.display().to_string(), &bytes)?;
+        let (header, _) = self.verify_and_sync()?;
         // The staging file already holds the verified bytes: durable, it becomes the snapshot
         // by rename, with no second copy written.
-        self.file.sync_data()?;
         drop(self.file);
-        publish(&self.storage, &self.dir, &path)?;
+        publish_staged(&self.storage, &self.dir)?;
         Ok(header)
     }
 }
