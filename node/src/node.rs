@@ -46,9 +46,9 @@ pub struct NodeConfig {
     pub replica: u8,
     pub replicas: u8,
     pub vsr: Config,
-    /// The metadata group's replicas' configuration, when it is not `vsr` (the simulator draws
-    /// the partitions' rings small and keeps the metadata's whole: a metadata replica below its
-    /// peers' checkpoints needs the snapshot transfer, not built yet; issue #33).
+    /// The metadata group's replicas' configuration, when it is not `vsr` (a host may size its
+    /// ring apart). Either way the node turns `snapshot_transfer` on for the metadata group and
+    /// off for partitions.
     pub metadata_vsr: Option<Config>,
     pub safeguards: Safeguards,
     /// Bytes a replicated partition appends before it publishes (its checkpoint; 128 MiB in

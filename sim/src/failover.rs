@@ -1256,7 +1256,7 @@ pub fn render_restart(report: &RestartReport) -> String {
         report.range_evicted,
         if report.behind_ring > 0 {
             format!(
-                "; {} groups behind every peer's ring (a state transfer's case: not built)",
+                "; {} groups behind every peer's ring (a partition state transfer's case: not built)",
                 report.behind_ring
             )
         } else {
