@@ -382,6 +382,76 @@ fn a_node_back_from_past_the_ring_catches_up_from_a_peers_disk() {
     assert_eq!(offsets[2], 152 * 4, "node 2 caught up: {offsets:?}");
 }
 
+/// Issue #33's metadata snapshot on the server's threads: node 2 is stopped while the metadata
+/// group commits past three checkpoints on nodes 0 and 1 (their logs then start after op 2,880),
+/// then boots again; node 1 stops, so the next metadata op commits only once node 2 has pulled
+/// node 0's snapshot (served by its read thread, staged and installed on node 2's lane) and
+/// repaired the ops after it. Without `snapshot-transfer` node 2 stays behind every peer's log and
+/// that op never commits (the wait for its reply fails after 60 s).
+#[test]
+fn a_metadata_node_back_from_past_three_checkpoints_installs_a_peers_snapshot() {
+    let (_dirs, storages) = three_new_nodes();
+    let vsr = Config {
+        ring_entries_max: 70,
+        ..Config::default()
+    };
+    let metadata = GroupKind::Metadata.id();
+    let mut cluster = Cluster::start_with(&storages, 1, Transport::Channels, &vsr);
+    let op = |request: u64, op: &Op| (request, iggy_metadata::codec::encode_op(op).expect("an op"));
+    let register = |request: u64| {
+        op(
+            request,
+            &Op::RegisterClient {
+                client: 0x77,
+                session: request,
+            },
+        )
+    };
+    let (request, body) = op(
+        1,
+        &Op::RegisterClient {
+            client: CLIENT,
+            session: 1,
+        },
+    );
+    let (first, _) = cluster.commit(metadata, request, operation::METADATA, &body);
+    // The metadata group starts in view 0: node 0 leads it.
+    let (request_no, body) = register(2);
+    cluster.commit_to(Some(0), metadata, request_no, operation::METADATA, &body);
+    cluster.stop_node(2);
+    let target = 3 * iggy_metadata::group::CHECKPOINT_INTERVAL_OPS + 20;
+    let mut request = 3;
+    loop {
+        let (request_no, body) = register(request);
+        let (committed, _) =
+            cluster.commit_to(Some(0), metadata, request_no, operation::METADATA, &body);
+        request += 1;
+        if committed >= first + target {
+            break;
+        }
+    }
+    cluster.restart_node(2, &storages[2], 2, &vsr);
+    cluster.stop_node(1);
+    let (request_no, body) = register(request);
+    let (last, _) = cluster.commit_to(Some(0), metadata, request_no, operation::METADATA, &body);
+    cluster.restart_node(1, &storages[1], 2, &vsr);
+    cluster.stop();
+    // Node 2's metadata, booted again: the installed checkpoint, and the op that needed it.
+    let (node, _) = Node::boot(storages[2].clone(), &node_config(2, 2 << 48 | 3)).expect("boot");
+    match &*node.groups[&metadata].store() {
+        iggy_node::Store::Metadata(m) => {
+            assert!(
+                m.vsr_state().checkpoint_op >= 3 * iggy_metadata::group::CHECKPOINT_INTERVAL_OPS,
+                "node 2 holds a checkpoint past the three it missed: {:?}",
+                m.vsr_state()
+            );
+            assert_eq!(m.head_op(), last, "node 2 journaled the op that needed it");
+        }
+        iggy_node::Store::Partition { .. } => unreachable!("the metadata group"),
+    }
+    node.shutdown().expect("shutdown");
+}
+
 #[test]
 fn three_threaded_nodes_commit_create_a_topic_at_run_time_and_stop_cleanly() {
     scenario(Transport::Channels);

@@ -64,6 +64,20 @@ impl Replica {
                 .all(|r| mask & bit(r) != 0)
     }
 
+    /// Whether a peer answered `RangeEvicted` at the storage head it has now, while it lacks
+    /// prepares: that peer's log starts after what it needs (the first such peer, if any).
+    pub(super) fn evicting_peer(&self) -> Option<u8> {
+        let (mask, head) = self.evicted_by;
+        if head != self.journal.storage_head || !self.needs_repair() {
+            return None;
+        }
+        (0..self.id.replicas).find(|r| *r != self.id.replica && mask & bit(*r) != 0)
+    }
+
+    fn evicted_by_a_peer(&self) -> bool {
+        self.evicting_peer().is_some()
+    }
+
     /// Sets whether the next ticks may ask peers for prepares (the node's ration decides).
     pub fn permit_repair(&mut self, permitted: bool) {
         self.repair_permitted = permitted;
@@ -72,8 +86,10 @@ impl Replica {
     /// Repair on a tick: a round when due and the ration permits it, or, behind every peer's
     /// ring, a probe of one peer when due.
     pub(super) fn repair_tick(&mut self) {
-        if self.transfer.is_some() || (self.behind_ring() && self.transfers_snapshots()) {
-            // Behind every peer's log: the snapshot, not ops no one holds.
+        if self.transfer.is_some() || (self.transfers_snapshots() && self.evicted_by_a_peer()) {
+            // Below a peer's log: its snapshot, not ops that peer no longer holds (another peer
+            // may be down, so waiting for every peer's answer could wait for ever; installing a
+            // snapshot is safe from any peer).
             self.transfer_tick();
             return;
         }

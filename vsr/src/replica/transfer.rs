@@ -1,8 +1,10 @@
-//! Snapshot transfer: a replica behind every peer's log (each answered its repair with
-//! `RangeEvicted`: their logs start after a checkpoint) pulls a peer's snapshot, when its group
-//! has them ([`crate::Config::snapshot_transfer`]), instead of probing for ops no one holds.
+//! Snapshot transfer: a replica below a peer's log (the peer answered its repair with
+//! `RangeEvicted` above its storage head: its log starts after a checkpoint) pulls that peer's
+//! snapshot, when its group has them ([`crate::Config::snapshot_transfer`]), instead of asking
+//! for ops that peer no longer holds. One peer's answer is enough: waiting for every peer's could
+//! wait for ever with one of them down, and a snapshot is safe to take from any peer.
 //!
-//! The asker asks one peer (its view's primary first) for chunks of at most
+//! The asker asks that peer for chunks of at most
 //! [`SNAPSHOT_CHUNK_BYTES_MAX`], [`CHUNKS_IN_FLIGHT`] at a time; the first answer names the
 //! snapshot (its checkpoint op and checksum, trailer and length). Each chunk is staged by the
 //! host (`Effect::WriteSnapshotChunk`: nothing live changes); once all are, the replica, a backup
@@ -80,7 +82,11 @@ impl Replica {
     /// chunk is staged.
     pub(super) fn transfer_tick(&mut self) {
         if self.transfer.is_none() {
-            let source = self.repair_source_for(self.journal.storage_head + 1);
+            // The peer whose log starts after what this replica needs has a snapshot past it.
+            let source = match self.evicting_peer() {
+                Some(peer) => peer,
+                None => self.repair_source_for(self.journal.storage_head + 1),
+            };
             self.count("snapshot_transfer_started");
             self.transfer = Some(Transfer {
                 source,
