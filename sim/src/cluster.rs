@@ -220,7 +220,7 @@ pub struct Report {
     pub disk_reads: u64,
     pub disk_read_prepares: u64,
     pub view_changes: u64,
-    /// Snapshots metadata replicas installed from a peer (behind every peer's log).
+    /// Snapshots metadata replicas installed from a peer (below that peer's log).
     pub snapshots_installed: u64,
     pub behind_ring: u64,
     /// Sends of the producers with an outcome.

@@ -385,7 +385,7 @@ fn main() -> ExitCode {
     say(&format!(
         "{seeds} seeds, {failed} failed, {behind} with a replica behind every peer's ring at the \
          end, {from_disk} with repair read from disk (a replica below a peer's ring), \
-         {installed} with a metadata snapshot installed (a replica below every peer's log); ops \
+         {installed} with a metadata snapshot installed (a replica below a peer's log); ops \
          committed per group: min {}, median {}, p90 {}, max {}; {:.0} simulated s per wall s\n",
         group_ops.first().copied().unwrap_or(0),
         quantile(1, 2),
