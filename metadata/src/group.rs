@@ -21,7 +21,7 @@
 //!   each with its own error;
 //! - a log that no longer reaches back to the snapshot: refused.
 //!
-//! Install order (a replica behind every peer's log takes a peer's snapshot,
+//! Install order (a replica below a peer's log takes that peer's snapshot,
 //! [`MetadataGroup::install_staged`]; each step durable before the next): the snapshot staged and
 //! verified as `snapshot.bin.receiving`, then the superblock's checkpoint (its op and checksum):
 //! the install's commit point; then the staged file renamed over `snapshot.bin`; then the log,
@@ -249,9 +249,9 @@ pub struct InstallRollForward {
     pub checkpoint_op: u64,
     /// `snapshot.bin.receiving` still holds it: renamed over `snapshot.bin`.
     pub publish_staged: bool,
-    /// The log ends below the checkpoint (its first and head op; `None`: no log left): a new
-    /// empty one is made after the checkpoint.
+    /// The log ends below the checkpoint, or is gone: a new empty one is made after it.
     pub reset_log: bool,
+    /// The first and head op of the log the checkpoint superseded (`None`: no log left).
     pub superseded: Option<(u64, u64)>,
 }
 
