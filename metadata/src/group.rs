@@ -34,6 +34,7 @@
 use std::path::{Path, PathBuf};
 
 use iggy_io::{ReadStorage, Storage};
+use iggy_snapshot::transfer::SnapshotId;
 use iggy_superblock::{Identity, RepairPolicy, Superblock, SuperblockError, VsrState};
 use iggy_wal::{Config, Wal, WalError};
 
@@ -133,16 +134,17 @@ impl From<SuperblockError> for GroupError {
     }
 }
 
-fn transfer_failed(dir: &Path, error: iggy_snapshot::transfer::TransferError) -> GroupError {
+impl From<iggy_io::Error> for GroupError {
+    fn from(error: iggy_io::Error) -> Self {
+        Self::Wal(Box::new(WalError::from(error)))
+    }
+}
+
+/// A transfer step's failure: a storage error, or the reason a chunk or a snapshot is refused.
+fn refusal(error: iggy_snapshot::transfer::TransferError) -> Result<String, GroupError> {
     match error {
-        iggy_snapshot::transfer::TransferError::Io(e) => {
-            GroupError::Wal(Box::new(WalError::from(e)))
-        }
-        other => GroupError::BadPrepare {
-            dir: dir.to_path_buf(),
-            op: 0,
-            reason: other.to_string(),
-        },
+        iggy_snapshot::transfer::TransferError::Io(e) => Err(e.into()),
+        refused => Ok(refused.to_string()),
     }
 }
 
@@ -231,6 +233,9 @@ pub struct Checked {
     pub head_op: u64,
     /// The state the restore yields (what a node's partitions are checked against).
     pub state: State,
+    /// The snapshot the restore starts from, once any unfinished install is finished (the one
+    /// a peer's transfer is served).
+    pub snapshot: Option<iggy_snapshot::SnapshotHeader>,
     /// An install a crash interrupted after its commit point, which open finishes.
     pub install: Option<InstallRollForward>,
     /// A `wal.superseded` an install left: open removes it.
@@ -266,13 +271,12 @@ fn reset_log<S: Storage + Clone>(
 ) -> Result<Wal<S>, GroupError> {
     let wal_dir = dir.join(WAL_DIR);
     let aside = dir.join(SUPERSEDED_WAL_DIR);
-    let io = |e: iggy_io::Error| GroupError::Wal(Box::new(WalError::from(e)));
-    if storage.exists(&wal_dir).map_err(io)? {
-        if storage.exists(&aside).map_err(io)? {
-            storage.remove_dir_all(&aside).map_err(io)?;
+    if storage.exists(&wal_dir)? {
+        if storage.exists(&aside)? {
+            storage.remove_dir_all(&aside)?;
         }
-        storage.rename(&wal_dir, &aside).map_err(io)?;
-        storage.sync_dir(dir).map_err(io)?;
+        storage.rename(&wal_dir, &aside)?;
+        storage.sync_dir(dir)?;
     }
     let wal = Wal::create(storage.clone(), &wal_dir, config, op + 1, checksum)?;
     remove_superseded(storage, dir)?;
@@ -281,11 +285,10 @@ fn reset_log<S: Storage + Clone>(
 
 /// Removes `wal.superseded`, durably, if an install left one.
 fn remove_superseded<S: Storage>(storage: &S, dir: &Path) -> Result<(), GroupError> {
-    let io = |e: iggy_io::Error| GroupError::Wal(Box::new(WalError::from(e)));
     let aside = dir.join(SUPERSEDED_WAL_DIR);
-    if storage.exists(&aside).map_err(io)? {
-        storage.remove_dir_all(&aside).map_err(io)?;
-        storage.sync_dir(dir).map_err(io)?;
+    if storage.exists(&aside)? {
+        storage.remove_dir_all(&aside)?;
+        storage.sync_dir(dir)?;
     }
     Ok(())
 }
@@ -398,10 +401,7 @@ fn plan<R: ReadStorage>(
     let wal_dir = dir.join(WAL_DIR);
     let superseded_log = {
         let aside = dir.join(SUPERSEDED_WAL_DIR);
-        storage
-            .exists(&aside)
-            .map_err(|e| GroupError::Wal(Box::new(WalError::from(e))))?
-            .then_some(aside)
+        storage.exists(&aside)?.then_some(aside)
     };
     // An install whose superblock step was durable before its rename: the staged snapshot is
     // the checkpoint's.
@@ -480,6 +480,7 @@ fn plan<R: ReadStorage>(
                 commit_op: 0,
                 head_op: 0,
                 state: State::new(identity.replica_count),
+                snapshot: None,
                 install: None,
                 superseded_log,
                 base_partitions: PartitionKeys::new(),
@@ -545,6 +546,7 @@ fn plan<R: ReadStorage>(
         commit_op,
         head_op: report.head_op,
         state,
+        snapshot: snapshot.as_ref().map(|(header, _)| *header),
         install: publish_staged.then_some(InstallRollForward {
             checkpoint_op,
             publish_staged,
@@ -580,6 +582,7 @@ fn installed_checked(
         commit_op: op,
         head_op: op,
         state,
+        snapshot: snapshot.map(|(header, _)| *header),
         install: Some(install),
         superseded_log,
         base_partitions,
@@ -614,7 +617,7 @@ pub struct MetadataGroup<S: Storage + Clone> {
     receiving: Option<iggy_snapshot::transfer::Receiver<S>>,
     /// The live snapshot's identity and checkpoint checksum (what a peer's transfer is
     /// served), `None` before the first checkpoint.
-    snapshot: Option<(iggy_snapshot::transfer::SnapshotId, u128)>,
+    snapshot: Option<(SnapshotId, u128)>,
 }
 
 impl<S: Storage + Clone> MetadataGroup<S> {
@@ -707,10 +710,10 @@ impl<S: Storage + Clone> MetadataGroup<S> {
             commit_op: checked.commit_op,
             wal_config,
             receiving: None,
-            snapshot: None,
+            snapshot: checked
+                .snapshot
+                .map(|h| (SnapshotId::of(&h), h.checkpoint_checksum)),
         };
-        let mut group = group;
-        group.snapshot = group.live_snapshot()?;
         Ok(Some((group, checked)))
     }
 
@@ -943,7 +946,7 @@ impl<S: Storage + Clone> MetadataGroup<S> {
             PAYLOAD_VERSION,
             &payload,
         )?;
-        let id = iggy_snapshot::transfer::SnapshotId {
+        let id = SnapshotId {
             checkpoint_op: op,
             trailer,
             length: (iggy_snapshot::HEADER_SIZE + payload.len() + iggy_snapshot::TRAILER_SIZE)
@@ -966,36 +969,33 @@ impl<S: Storage + Clone> MetadataGroup<S> {
     /// the inner one a chunk refused (it does not fit the snapshot).
     pub fn stage_chunk(
         &mut self,
-        id: iggy_snapshot::transfer::SnapshotId,
+        id: SnapshotId,
         offset: u64,
         bytes: &[u8],
     ) -> Result<Result<(), String>, GroupError> {
-        use iggy_snapshot::transfer::{Receiver, TransferError};
-        if self.receiving.as_ref().is_none_or(|r| r.id() != id) {
-            self.receiving = None;
-            let receiver = Receiver::start(self.storage.clone(), &self.dir, id)
-                .map_err(|e| transfer_failed(&self.dir, e))?;
-            self.receiving = Some(receiver);
-        }
-        let Some(receiver) = self.receiving.as_mut() else {
-            unreachable!("a receiver was just started");
+        use iggy_snapshot::transfer::Receiver;
+        let receiver = match self.receiving.take() {
+            Some(receiver) if receiver.id() == id => receiver,
+            _ => match Receiver::start(self.storage.clone(), &self.dir, id) {
+                Ok(receiver) => receiver,
+                Err(e) => return Ok(Err(refusal(e)?)),
+            },
         };
+        let receiver = self.receiving.insert(receiver);
         match receiver.accept(&id, offset, bytes) {
             Ok(()) => Ok(Ok(())),
-            Err(TransferError::Io(e)) => Err(GroupError::Wal(Box::new(WalError::from(e)))),
-            Err(refused) => Ok(Err(refused.to_string())),
+            Err(e) => Ok(Err(refusal(e)?)),
         }
     }
 
     /// Installs the staged snapshot `id`, which must hold checkpoint `op` whose prepare's
     /// checksum is `checksum` and be past the commit point (the module docs' install order).
-    /// Returns the partitions the installed state lists that the old one did not, and those it
-    /// no longer lists, for the node to reconcile. The outer error is a storage failure (the
+    /// The outer error is a storage failure (the
     /// group may be past the commit point: only a boot may go on from it); the inner one a
     /// refusal that left the group as it was (a snapshot that does not verify, or no use).
     pub fn install_staged(
         &mut self,
-        id: iggy_snapshot::transfer::SnapshotId,
+        id: SnapshotId,
         op: u64,
         checksum: u128,
     ) -> Result<Result<(), String>, GroupError> {
@@ -1010,10 +1010,7 @@ impl<S: Storage + Clone> MetadataGroup<S> {
         }
         let (header, payload) = match receiver.stage() {
             Ok(staged) => staged,
-            Err(iggy_snapshot::transfer::TransferError::Io(e)) => {
-                return Err(GroupError::Wal(Box::new(WalError::from(e))));
-            }
-            Err(refused) => return Ok(Err(refused.to_string())),
+            Err(e) => return Ok(Err(refusal(e)?)),
         };
         if header.checkpoint_op != op || header.checkpoint_checksum != checksum {
             return Ok(Err(format!(
@@ -1054,31 +1051,10 @@ impl<S: Storage + Clone> MetadataGroup<S> {
         Ok(Ok(()))
     }
 
-    /// The live snapshot's identity and checkpoint checksum, read and verified whole.
-    fn live_snapshot(
-        &self,
-    ) -> Result<Option<(iggy_snapshot::transfer::SnapshotId, u128)>, GroupError> {
-        let Some((header, payload)) = iggy_snapshot::read(&self.storage, &self.dir)? else {
-            return Ok(None);
-        };
-        let bytes = iggy_snapshot::encode(
-            header.checkpoint_op,
-            header.checkpoint_checksum,
-            header.payload_version,
-            &payload,
-        );
-        let id = iggy_snapshot::transfer::SnapshotId {
-            checkpoint_op: header.checkpoint_op,
-            trailer: iggy_snapshot::trailer(&bytes),
-            length: bytes.len() as u64,
-        };
-        Ok(Some((id, header.checkpoint_checksum)))
-    }
-
     /// The live snapshot a peer's transfer is served: its identity and checkpoint checksum
     /// (`None`: no checkpoint taken yet).
     #[must_use]
-    pub fn snapshot(&self) -> Option<(iggy_snapshot::transfer::SnapshotId, u128)> {
+    pub fn snapshot(&self) -> Option<(SnapshotId, u128)> {
         self.snapshot
     }
 
@@ -1087,7 +1063,7 @@ impl<S: Storage + Clone> MetadataGroup<S> {
     pub fn snapshot_chunk(
         &self,
         offset: u64,
-    ) -> Result<Option<(iggy_snapshot::transfer::SnapshotId, u128, Vec<u8>)>, String> {
+    ) -> Result<Option<(SnapshotId, u128, Vec<u8>)>, String> {
         let Some((id, checksum)) = self.snapshot else {
             return Ok(None);
         };

@@ -55,6 +55,9 @@ pub struct SnapshotHeader {
     /// The version of the payload's encoding (owned by the state machine).
     pub payload_version: u16,
     pub payload_length: u64,
+    /// The verified trailer: with the checkpoint and the length, the identity of this version
+    /// in a chunked transfer (`transfer::SnapshotId::of`).
+    pub trailer: Checksum,
 }
 
 /// Why bytes are not a valid snapshot. Each defect is distinct.
@@ -156,6 +159,7 @@ pub fn decode<'a>(
         checkpoint_checksum: le::u128_at(bytes, CHECKPOINT_CHECKSUM_OFFSET).unwrap_or_default(),
         payload_version: le::u16_at(bytes, PAYLOAD_VERSION_OFFSET).unwrap_or_default(),
         payload_length: declared,
+        trailer: trailer(bytes),
     };
     Ok((header, &body[HEADER_SIZE..]))
 }

@@ -27,6 +27,18 @@ pub struct SnapshotId {
     pub length: u64,
 }
 
+impl SnapshotId {
+    /// The identity of the snapshot `header` was decoded from.
+    #[must_use]
+    pub fn of(header: &SnapshotHeader) -> Self {
+        Self {
+            checkpoint_op: header.checkpoint_op,
+            trailer: header.trailer,
+            length: (HEADER_SIZE + TRAILER_SIZE) as u64 + header.payload_length,
+        }
+    }
+}
+
 /// Why a transfer step failed.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum TransferError {
@@ -64,11 +76,7 @@ pub fn current_id<R: ReadStorage>(
     }
     let bytes = read_all(storage, &path)?;
     let (header, _) = decode(&path.display().to_string(), &bytes)?;
-    Ok(Some(SnapshotId {
-        checkpoint_op: header.checkpoint_op,
-        trailer: trailer(&bytes),
-        length: bytes.len() as u64,
-    }))
+    Ok(Some(SnapshotId::of(&header)))
 }
 
 /// Serves `[offset, offset + len)` of the snapshot `id` from `dir` (the sender's side).
@@ -213,6 +221,9 @@ impl<S: Storage> Receiver<S> {
             });
         }
         let (header, payload) = decode(&path.display().to_string(), &bytes)?;
+        // Durable, name included, before the caller commits to it: the metadata group's install
+        // next writes a superblock naming this checkpoint, and boot finishes the install from
+        // this file.
         self.file.sync_data()?;
         self.storage.sync_dir(&self.dir)?;
         Ok((header, payload.to_vec()))
