@@ -117,6 +117,14 @@ impl<S: Storage + Clone> Group<S> {
     }
 }
 
+/// Queues a peer's read: a request asked again while its read still waits is the same read, and
+/// one past [`READS_QUEUED_MAX`] is dropped (its replica asks again).
+fn queue_read(reads: &mut VecDeque<Wanted>, wanted: Wanted) {
+    if reads.len() < READS_QUEUED_MAX && !reads.contains(&wanted) {
+        reads.push_back(wanted);
+    }
+}
+
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     // A storage thread that panicked mid-effect halts its replica (the completion never
     // comes); the store itself is whatever the storage crates left, as after a crash.
@@ -472,30 +480,29 @@ impl<S: Storage + Clone> Node<S> {
         for effect in g.replica.take_effects() {
             match effect {
                 Effect::Send { to, message } => drained.sends.push((to, message)),
-                Effect::ReadPrepares { .. } | Effect::ReadSnapshot { .. } => {
-                    let (to, from, asked) = match effect {
-                        Effect::ReadPrepares {
-                            to,
-                            from,
-                            first,
-                            last,
-                        } => (to, from, Asked::Prepares { first, last }),
-                        Effect::ReadSnapshot { to, from, offset } => {
-                            (to, from, Asked::SnapshotChunk { offset })
-                        }
-                        _ => unreachable!("matched above"),
-                    };
-                    let wanted = Wanted {
+                Effect::ReadPrepares {
+                    to,
+                    from,
+                    first,
+                    last,
+                } => queue_read(
+                    &mut self.reads,
+                    Wanted {
                         group,
                         to,
                         from,
-                        asked,
-                    };
-                    // A round asked again while its read still waits is the same read.
-                    if self.reads.len() < READS_QUEUED_MAX && !self.reads.contains(&wanted) {
-                        self.reads.push_back(wanted);
-                    }
-                }
+                        asked: Asked::Prepares { first, last },
+                    },
+                ),
+                Effect::ReadSnapshot { to, from, offset } => queue_read(
+                    &mut self.reads,
+                    Wanted {
+                        group,
+                        to,
+                        from,
+                        asked: Asked::SnapshotChunk { offset },
+                    },
+                ),
                 storage => {
                     g.lane.push_back(storage);
                     if !g.lane_busy {
