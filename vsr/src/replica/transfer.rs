@@ -98,47 +98,44 @@ impl Replica {
             });
         }
         let ticks = self.ticks;
-        let Some(transfer) = self.transfer.as_mut() else {
-            return;
+        let stalled = match &self.transfer {
+            Some(t) if !t.installing => t
+                .asked
+                .values()
+                .any(|asked| ticks >= asked + CHUNK_RETRY_TICKS),
+            _ => return,
         };
-        if transfer.installing {
-            return;
-        }
-        if transfer
-            .asked
-            .values()
-            .any(|asked| ticks >= asked + CHUNK_RETRY_TICKS)
-        {
+        if stalled {
             // The peer is slow, gone or partitioned away: the next one is asked.
-            transfer.asked.clear();
             let next = self.repair_source_for(self.journal.storage_head + 1);
             self.count("snapshot_chunk_retry");
             if let Some(transfer) = self.transfer.as_mut() {
+                transfer.asked.clear();
                 transfer.source = next;
             }
         }
         let Some(transfer) = self.transfer.as_mut() else {
             return;
         };
-        let mut wanted = Vec::new();
-        if transfer.snapshot.is_none() {
-            if transfer.asked.is_empty() {
-                wanted.push(0);
-            }
+        // Until a chunk names the snapshot, its first chunk; then the chunks neither asked nor
+        // staged, up to the bound in flight.
+        let room = CHUNKS_IN_FLIGHT.saturating_sub(transfer.asked.len());
+        let wanted: Vec<u64> = if transfer.snapshot.is_none() {
+            (transfer.asked.is_empty())
+                .then_some(0)
+                .into_iter()
+                .collect()
         } else {
-            let mut offset = 0;
-            while offset < transfer.chunks() * CHUNK
-                && transfer.asked.len() + wanted.len() < CHUNKS_IN_FLIGHT
-            {
-                if !transfer.asked.contains_key(&offset)
-                    && !transfer.staging.contains(&offset)
-                    && !transfer.staged.contains(&offset)
-                {
-                    wanted.push(offset);
-                }
-                offset += CHUNK;
-            }
-        }
+            (0..transfer.chunks())
+                .map(|k| k * CHUNK)
+                .filter(|o| {
+                    !transfer.asked.contains_key(o)
+                        && !transfer.staging.contains(o)
+                        && !transfer.staged.contains(o)
+                })
+                .take(room)
+                .collect()
+        };
         for &offset in &wanted {
             transfer.asked.insert(offset, ticks);
         }
