@@ -9,9 +9,12 @@
 //!   observer hooks a host's checkers use, clean shutdown;
 //! - [`store`]: a group's storage and the effect executor;
 //! - [`boot`]: what a booted group hands its replica;
-//! - [`serve`]: peers' repair rounds read back from disk, off the lanes.
+//! - [`serve`]: peers' repair rounds and transfer chunks read back from disk, and retention
+//!   passes, off the lanes;
+//! - [`image`]: partition state transfer: the image a peer serves, the staging and install.
 
 pub mod boot;
+pub mod image;
 pub mod node;
 pub mod serve;
 pub mod store;

@@ -17,6 +17,9 @@
 //!   partitions creates their directories (durably, before a checkpoint lists them) and their
 //!   groups, in the view the spread rule gives; one that deletes them drops their groups and
 //!   removes their directories ([`Node::take_retired`]);
+//! - a partition whose topic retains by age or size has retention run over it once a second,
+//!   off its lane under its store lock, except while it serves a peer's state transfer (the
+//!   image's segments stay while asked);
 //! - a clean shutdown records each replica's commit point, publishes every group with its log
 //!   synced, and only when every group succeeded writes the clean-shutdown marker.
 
@@ -25,6 +28,7 @@ use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use iggy_io::Storage;
+use iggy_metadata::Retention;
 use iggy_recovery::{BootConfig, Mode, NodeLock, PartitionKey, Report};
 use iggy_segments::Partition;
 use iggy_vsr::{
@@ -33,9 +37,18 @@ use iggy_vsr::{
 };
 
 use crate::boot::{metadata_boot, partition_boot, record_commit_point};
+use crate::image::Image;
 use crate::serve::{
-    Asked, READS_IN_FLIGHT_MAX, READS_PER_TICK, READS_QUEUED_MAX, Read, Source, Wanted,
+    Asked, READS_IN_FLIGHT_MAX, READS_PER_TICK, READS_QUEUED_MAX, Read, Source, Task, Wanted,
 };
+
+/// A node runs retention over its partitions once every this many ticks (1 s).
+pub const RETENTION_TICKS: u64 = 100;
+/// An image not asked for this long is dropped, and retention runs on its partition again (5 s).
+pub const IMAGE_IDLE_TICKS: u64 = 500;
+/// Partitions a node serves state transfers of at once; a transfer's first chunk asked beyond
+/// is not answered (the asker asks the next peer).
+pub const TRANSFERS_SERVED_MAX: usize = 2;
 use crate::store::{Catalog, Changes, GroupKind, Store, execute_with};
 
 /// How a node runs its groups.
@@ -47,8 +60,8 @@ pub struct NodeConfig {
     pub replicas: u8,
     pub vsr: Config,
     /// The metadata group's replicas' configuration, when it is not `vsr` (a host may size its
-    /// ring apart). Either way the node turns `snapshot_transfer` on for the metadata group and
-    /// off for partitions.
+    /// ring apart). Either way the node turns `snapshot_transfer` on for every group (the
+    /// metadata group ships its snapshot, a partition its settled segments).
     pub metadata_vsr: Option<Config>,
     pub safeguards: Safeguards,
     /// Bytes a replicated partition appends before it publishes (its checkpoint; 128 MiB in
@@ -87,6 +100,13 @@ pub struct Group<S: Storage + Clone> {
     pub lane: VecDeque<Effect>,
     /// Whether the host has the lane's head in hand (a run scheduled, or on a thread).
     pub lane_busy: bool,
+    /// A partition's topic's retention (zero: keeps everything), as the metadata said when
+    /// the group was hosted.
+    pub retention: Retention,
+    /// The image a partition serves peers' state transfers from, built at the first chunk
+    /// asked, and the node tick a chunk of it was last asked at.
+    image: Arc<Mutex<Option<Arc<Image>>>>,
+    image_asked: Option<u64>,
 }
 
 impl<S: Storage + Clone> Group<S> {
@@ -102,6 +122,9 @@ impl<S: Storage + Clone> Group<S> {
             partition,
             lane: VecDeque::new(),
             lane_busy: false,
+            retention: Retention::default(),
+            image: Arc::new(Mutex::new(None)),
+            image_asked: None,
         }
     }
 
@@ -274,6 +297,12 @@ pub struct Node<S: Storage + Clone> {
     /// Peers' repair rounds to serve from disk, oldest first, and how many reads are out.
     reads: VecDeque<Wanted>,
     reads_in_flight: usize,
+    /// Partitions whose retention pass is due, and the host's clock when it was queued.
+    retention: VecDeque<(u128, u64)>,
+    /// Ticks counted by [`Node::maintain`].
+    ticks: u64,
+    /// Transfers' first chunks not answered: the node served [`TRANSFERS_SERVED_MAX`] already.
+    pub transfers_turned_away: u64,
     /// Held for the node's life: no other process writes its directory meanwhile.
     _lock: NodeLock,
 }
@@ -328,12 +357,13 @@ impl<S: Storage + Clone> Node<S> {
         let mirror = config
             .mirror_metadata
             .then(|| Arc::new(metadata.state().clone()));
-        let partitions: Vec<(PartitionKey, Partition<S>, bool)> = state
+        let partitions: Vec<(PartitionKey, Partition<S>, bool, Retention)> = state
             .partitions
             .into_iter()
             .map(|(key, partition)| {
                 let persisted = crate::store::persisted(metadata.state(), key);
-                (key, partition, persisted)
+                let retention = crate::store::retention(metadata.state(), key);
+                (key, partition, persisted, retention)
             })
             .collect();
         let mut node = Self {
@@ -348,6 +378,9 @@ impl<S: Storage + Clone> Node<S> {
             retired: Vec::new(),
             reads: VecDeque::new(),
             reads_in_flight: 0,
+            retention: VecDeque::new(),
+            ticks: 0,
+            transfers_turned_away: 0,
             _lock: state.lock,
         };
         let recovered = started.elapsed();
@@ -357,8 +390,8 @@ impl<S: Storage + Clone> Node<S> {
             boot,
             Store::Metadata(Box::new(metadata)),
         );
-        for (key, partition, persisted) in partitions {
-            node.host_partition(key, partition, persisted)?;
+        for (key, partition, persisted, retention) in partitions {
+            node.host_partition(key, partition, persisted, retention)?;
         }
         let (tail_entries, tail_bytes) = node
             .groups
@@ -392,8 +425,9 @@ impl<S: Storage + Clone> Node<S> {
             _ => self.config.vsr.clone(),
         };
         let config = iggy_vsr::Config {
-            // The metadata group's storage keeps snapshots; a partition's does not.
-            snapshot_transfer: kind == GroupKind::Metadata,
+            // The metadata group ships its snapshot, a partition its settled segments
+            // (`crate::image`).
+            snapshot_transfer: true,
             ..config
         };
         let replica = Replica::new(
@@ -411,6 +445,7 @@ impl<S: Storage + Clone> Node<S> {
         key: PartitionKey,
         partition: Partition<S>,
         persisted: bool,
+        retention: Retention,
     ) -> Result<(), String> {
         let kind = GroupKind::Partition { key, persisted };
         let boot = partition_boot(&partition, persisted, self.config.boot.incarnation)?;
@@ -418,8 +453,12 @@ impl<S: Storage + Clone> Node<S> {
             partition: Arc::new(partition),
             persisted,
             replies: BTreeMap::new(),
+            staging: None,
         };
         self.host(kind, boot, store);
+        if let Some(group) = self.groups.get_mut(&kind.id()) {
+            group.retention = retention;
+        }
         Ok(())
     }
 
@@ -515,24 +554,88 @@ impl<S: Storage + Clone> Node<S> {
         drained
     }
 
-    /// The peers' repair rounds to read from disk this tick: at most [`READS_PER_TICK`], and no
-    /// more than [`READS_IN_FLIGHT_MAX`] handed out and not yet [`Node::served`]. A round of a
-    /// group gone since is dropped.
+    /// The node's own step on a tick (`now_us`: the host's clock), after the groups'
+    /// [`Node::ration_repair`]: every [`RETENTION_TICKS`], a retention pass is queued for each
+    /// partition whose topic retains by age or size and that serves no transfer (its image's
+    /// segments must stay while asked); an image not asked for [`IMAGE_IDLE_TICKS`] is dropped.
+    pub fn maintain(&mut self, now_us: u64) {
+        self.ticks += 1;
+        let ticks = self.ticks;
+        for group in self.groups.values_mut() {
+            if group
+                .image_asked
+                .is_some_and(|at| ticks >= at + IMAGE_IDLE_TICKS)
+            {
+                group.image_asked = None;
+                *lock(&group.image) = None;
+            }
+        }
+        if !ticks.is_multiple_of(RETENTION_TICKS) {
+            return;
+        }
+        for (id, group) in &self.groups {
+            let retains = group.retention.max_age_seconds > 0 || group.retention.max_bytes > 0;
+            if group.partition.is_some() && retains && group.image_asked.is_none() {
+                self.retention.push_back((*id, now_us));
+            }
+        }
+    }
+
+    /// The work to run off the lanes this tick: peers' repair rounds and transfer chunks to read
+    /// from disk, and retention passes. At most [`READS_PER_TICK`], and no more than
+    /// [`READS_IN_FLIGHT_MAX`] handed out and not yet [`Node::served`]. A round of a group gone
+    /// since is dropped, and so is a transfer's chunk of a partition beyond the
+    /// [`TRANSFERS_SERVED_MAX`] a node serves at once.
     pub fn take_reads(&mut self) -> Vec<Read<S>> {
         let mut reads = Vec::new();
         while reads.len() < READS_PER_TICK && self.reads_in_flight < READS_IN_FLIGHT_MAX {
+            if let Some((id, now_us)) = self.retention.pop_front() {
+                let Some(g) = self.groups.get(&id) else {
+                    continue;
+                };
+                let task = Task::Retain {
+                    now_us,
+                    retention: g.retention,
+                };
+                self.reads_in_flight += 1;
+                let source = Source::Locked(g.store.clone());
+                reads.push(Read::new(id, g.kind.label(), task, source, None));
+                continue;
+            }
             let Some(wanted) = self.reads.pop_front() else {
                 break;
             };
-            let Some(g) = self.groups.get(&wanted.group) else {
+            let serving = self
+                .groups
+                .iter()
+                .filter(|(id, g)| **id != wanted.group && g.image_asked.is_some())
+                .count();
+            let ticks = self.ticks;
+            let Some(g) = self.groups.get_mut(&wanted.group) else {
                 continue;
             };
+            let transfer = matches!(wanted.asked, Asked::SnapshotChunk { .. });
             let source = match &g.partition {
+                Some(partition) if transfer => {
+                    if g.image_asked.is_none() && serving >= TRANSFERS_SERVED_MAX {
+                        self.transfers_turned_away += 1;
+                        continue;
+                    }
+                    g.image_asked = Some(ticks);
+                    Source::Partition(partition.clone())
+                }
                 Some(partition) => Source::Partition(partition.clone()),
-                None => Source::Metadata(g.store.clone()),
+                None => Source::Locked(g.store.clone()),
             };
             self.reads_in_flight += 1;
-            reads.push(Read::new(wanted.group, g.kind.label(), wanted, source));
+            let image = transfer.then(|| g.image.clone());
+            reads.push(Read::new(
+                wanted.group,
+                g.kind.label(),
+                Task::Serve(wanted),
+                source,
+                image,
+            ));
         }
         reads
     }
@@ -617,6 +720,9 @@ impl<S: Storage + Clone> Node<S> {
             }
             observer.effect_completed(index, group, &g.replica, &ran);
         }
+        if let Some(installed) = &changes.installed {
+            g.partition = Some(installed.clone());
+        }
         if let Err(reason) = self.apply(changes) {
             // A created partition exists on disk but its group could not be hosted: the host
             // restarts the node as on any storage failure, and boot opens it.
@@ -631,6 +737,7 @@ impl<S: Storage + Clone> Node<S> {
             created,
             deleted,
             mirror,
+            installed: _,
         } = changes;
         if let Some(state) = mirror {
             self.metadata = Some(state);
@@ -650,7 +757,12 @@ impl<S: Storage + Clone> Node<S> {
             }
         }
         for created in created {
-            self.host_partition(created.key, created.partition, created.persisted)?;
+            self.host_partition(
+                created.key,
+                created.partition,
+                created.persisted,
+                created.retention,
+            )?;
         }
         Ok(())
     }

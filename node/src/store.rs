@@ -62,6 +62,8 @@ pub enum Store<S: Storage + Clone> {
         /// one), taken from its body while it was in memory: a commit need not read the entry
         /// back.
         replies: BTreeMap<u64, Option<Vec<u8>>>,
+        /// The peer's image whose chunks `transfer.staging` holds (partition state transfer).
+        staging: Option<iggy_vsr::SnapshotRef>,
     },
 }
 
@@ -77,6 +79,7 @@ pub struct Catalog<S: Storage + Clone> {
 pub struct Created<S: Storage + Clone> {
     pub key: PartitionKey,
     pub persisted: bool,
+    pub retention: iggy_metadata::Retention,
     pub partition: Partition<S>,
 }
 
@@ -89,6 +92,9 @@ pub struct Changes<S: Storage + Clone> {
     pub deleted: Vec<PartitionKey>,
     /// The committed metadata state, when the node mirrors it for readers.
     pub mirror: Option<Arc<iggy_metadata::State>>,
+    /// A partition state transfer installed: the partition booted on the installed files, for
+    /// readers (the store holds it already).
+    pub installed: Option<Arc<Partition<S>>>,
 }
 
 impl<S: Storage + Clone> Default for Changes<S> {
@@ -97,6 +103,7 @@ impl<S: Storage + Clone> Default for Changes<S> {
             created: Vec::new(),
             deleted: Vec::new(),
             mirror: None,
+            installed: None,
         }
     }
 }
@@ -132,6 +139,11 @@ pub fn execute_with<S: Storage + Clone>(
         (&mut *store, &effect)
     {
         return install_snapshot(group, *snapshot, catalog, mirror);
+    }
+    if let Effect::InstallSnapshot { snapshot, .. } = &effect
+        && let Store::Partition { .. } = store
+    {
+        return install_image(store, *snapshot);
     }
     (
         execute_effect(store, effect, now_us, checkpoint_bytes),
@@ -220,6 +232,7 @@ fn reconcile<S: Storage + Clone>(
         changes.created.push(Created {
             key,
             persisted: persisted(state, key),
+            retention: retention(state, key),
             partition,
         });
     }
@@ -265,6 +278,70 @@ fn install_snapshot<S: Storage + Clone>(
     (Outcome::Installed { clients }, changes)
 }
 
+/// Installs a partition's staged image (`crate::image::install`): the store's partition is
+/// replaced by the one booted on the installed files; its client table is the sessions the
+/// installed log holds.
+fn install_image<S: Storage + Clone>(
+    store: &mut Store<S>,
+    snapshot: iggy_vsr::SnapshotRef,
+) -> (Outcome, Changes<S>) {
+    let Store::Partition {
+        partition,
+        replies,
+        staging,
+        ..
+    } = store
+    else {
+        return (
+            Outcome::Refused("not a partition".into()),
+            Changes::default(),
+        );
+    };
+    *staging = None;
+    let installed = match crate::image::install(partition, snapshot) {
+        Ok(Ok(installed)) => installed,
+        Ok(Err(refused)) => {
+            tracing::warn!(dir = %partition.dir().display(), op = snapshot.op, %refused, "a peer's partition image refused: nothing installed");
+            return (Outcome::Refused(refused), Changes::default());
+        }
+        Err(e) => return (Outcome::Failed(e), Changes::default()),
+    };
+    let applied = installed.committed();
+    let clients = installed
+        .take_sessions()
+        .into_iter()
+        .filter(|s| s.op <= applied)
+        .map(|s| {
+            (
+                s.client,
+                iggy_vsr::Session {
+                    request: s.request,
+                    op: s.op,
+                    reply: s.reply(),
+                },
+            )
+        })
+        .collect();
+    replies.retain(|op, _| *op > snapshot.op);
+    *partition = Arc::new(installed);
+    let changes = Changes {
+        installed: Some(partition.clone()),
+        ..Changes::default()
+    };
+    (Outcome::Installed { clients }, changes)
+}
+
+/// Partition `key`'s topic's retention, by the metadata `state` (zero: keeps everything).
+#[must_use]
+pub fn retention(state: &iggy_metadata::State, key: PartitionKey) -> iggy_metadata::Retention {
+    state
+        .streams
+        .get(&key.stream)
+        .and_then(|s| s.topics.get(&key.topic))
+        .map(|t| t.retention)
+        .unwrap_or_default()
+}
+
 /// Whether partition `key`'s topic is persisted, by the metadata `state`.
 #[must_use]
 pub fn persisted(state: &iggy_metadata::State, key: PartitionKey) -> bool {
@@ -303,9 +380,30 @@ fn execute_effect<S: Storage + Clone>(
             install_snapshot(group, snapshot, None, false).0
         }
         (
-            Store::Partition { .. },
-            Effect::WriteSnapshotChunk { .. } | Effect::InstallSnapshot { .. },
-        ) => Outcome::Refused("a partition keeps no snapshots".into()),
+            Store::Partition {
+                partition, staging, ..
+            },
+            Effect::WriteSnapshotChunk {
+                snapshot,
+                offset,
+                bytes,
+                ..
+            },
+        ) => match crate::image::stage_chunk(
+            partition.wal().storage(),
+            partition.dir(),
+            staging,
+            snapshot,
+            offset,
+            &bytes,
+        ) {
+            Ok(Ok(())) => Outcome::Done,
+            Ok(Err(refused)) => Outcome::Refused(refused),
+            Err(e) => failed(&e),
+        },
+        (store @ Store::Partition { .. }, Effect::InstallSnapshot { snapshot, .. }) => {
+            install_image(store, snapshot).0
+        }
         (Store::Metadata(group), Effect::WriteSuperblock { durable, .. }) => {
             let current = group.vsr_state();
             let state = VsrState {
@@ -348,6 +446,7 @@ fn execute_effect<S: Storage + Clone>(
                 partition,
                 persisted,
                 replies,
+                ..
             },
             Effect::Prepare {
                 meta,
@@ -393,6 +492,7 @@ fn execute_effect<S: Storage + Clone>(
                 partition,
                 persisted,
                 replies,
+                ..
             },
             Effect::Journal { header, body, .. },
         ) => match partition.journal(&header, &body) {

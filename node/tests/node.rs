@@ -53,6 +53,11 @@ fn config_with(replica: u8, incarnation: u64, vsr: Config) -> NodeConfig {
 
 /// A new node's disk: the stream, a replicated topic of one partition.
 fn genesis(replica: u8) -> SimStorage {
+    genesis_with(replica, Retention::default())
+}
+
+/// [`genesis`], the topic retaining by `retention`.
+fn genesis_with(replica: u8, retention: Retention) -> SimStorage {
     let storage = SimStorage::new(u64::from(replica) + 1);
     let ops = [
         Op::CreateStream { name: "s".into() },
@@ -62,7 +67,7 @@ fn genesis(replica: u8) -> SimStorage {
             partitions: 1,
             durability: Durability::Replicated,
             segment_size_bytes: 64 << 10,
-            retention: Retention::default(),
+            retention,
             replication_factor: 3,
         },
     ];
@@ -212,6 +217,7 @@ impl Host {
                 }
                 let groups: Vec<u128> = node.groups.keys().copied().collect();
                 node.ration_repair();
+                node.maintain(0);
                 for group in groups {
                     node.tick(group);
                 }
@@ -857,4 +863,156 @@ fn a_peer_answers_a_snapshot_request_with_its_live_snapshot() {
     );
     let counters = host.nodes[0].groups[&metadata].replica.counters();
     assert_eq!(counters.get("snapshot_request_refused"), Some(&1));
+}
+
+/// What a partition's log holds from op `first` through its head, entry by entry.
+fn log_from(host: &Host, node: usize, first: u64) -> Vec<iggy_wal::Entry> {
+    let wal = host.partition(node).partition().expect("a partition").wal();
+    wal.read(first, wal.head().0).expect("read the log")
+}
+
+/// Issue #33, item 2: a replica down while retention deleted, on both peers, every op it lacks
+/// (their logs start past its head) learns so from repair's answers (`RangeEvicted`), pulls a
+/// peer's image of its settled segments and consumer offsets, installs it, repairs the ops after
+/// it and holds what the peers hold, entry for entry; the install survives its next restart.
+/// Without the `snapshot-transfer` safeguard it stays behind for good.
+#[test]
+fn a_replica_behind_what_retention_left_installs_a_peers_settled_segments() {
+    // 4 segments of 64 KiB kept at most.
+    let retention = Retention {
+        max_age_seconds: 0,
+        max_bytes: 256 << 10,
+    };
+    let storages: Vec<SimStorage> = (0..3).map(|r| genesis_with(r, retention)).collect();
+    let vsr = Config {
+        pipeline_max: 4,
+        ring_entries_max: 8,
+        ..Config::default()
+    };
+    let mut host = Host::boot_with(&storages, 1, &vsr);
+    let partition = partition_id(1, 1, 1);
+    host.down = Some(2);
+    let offset_store = |request: u64, offset: u64| {
+        let mut body = vec![0u8; 16];
+        body[0] = iggy_segments::offsets::ConsumerKind::Consumer.code();
+        body[4..8].copy_from_slice(&7u32.to_le_bytes());
+        body[8..16].copy_from_slice(&offset.to_le_bytes());
+        Message::Request {
+            cluster: CLUSTER,
+            group: partition,
+            client: CLIENT,
+            request,
+            operation: operation::CONSUMER_OFFSET,
+            body,
+        }
+    };
+    // About 800 KiB: twelve segments, of which retention keeps four.
+    for request in 1..=900 {
+        if request == 450 {
+            host.wire
+                .push_back((0, partition, offset_store(request, 1234)));
+        } else {
+            host.send_batch(0, partition, request, 5);
+        }
+        host.settle();
+        if request % 100 == 0 {
+            host.tick(100);
+        }
+    }
+    host.tick(200);
+    let first = |host: &Host, i: usize| {
+        host.partition(i)
+            .partition()
+            .expect("a partition")
+            .wal()
+            .first_op()
+    };
+    let peer_first = first(&host, 0);
+    assert!(
+        peer_first > 300,
+        "retention deleted the oldest ops: {peer_first}"
+    );
+    assert!(first(&host, 1) > 300);
+    let behind_head = host.partition(2).replica.head();
+    assert!(behind_head + 1 < peer_first, "the gap is gone on the peers");
+
+    host.down = None;
+    let head = host.partition(0).replica.head();
+    let mut ticks = 0;
+    while host.partition(2).replica.commit_min() < head {
+        host.tick(10);
+        ticks += 10;
+        assert!(
+            ticks < 3_000,
+            "not caught up: {}",
+            host.partition(2).replica.describe()
+        );
+    }
+    let counters = host.partition(2).replica.counters().clone();
+    assert_eq!(counters.get("snapshot_installed"), Some(&1), "{counters:?}");
+    assert_eq!(
+        counters.get("snapshot_transfer_started"),
+        Some(&1),
+        "one transfer, never started over: {counters:?}"
+    );
+    let installed = host.partition(2).partition().expect("a partition");
+    let start = installed.wal().first_op();
+    assert!(
+        start >= peer_first,
+        "the installed log starts where a peer's did"
+    );
+    assert_eq!(log_from(&host, 2, start), log_from(&host, 0, start));
+    assert_eq!(
+        installed.next_offset(),
+        host.partition(0)
+            .partition()
+            .expect("a partition")
+            .next_offset()
+    );
+    let stored = installed
+        .offsets()
+        .get(iggy_segments::offsets::ConsumerKind::Consumer, 7)
+        .expect("offset")
+        .map(|o| o.offset);
+    assert_eq!(
+        stored,
+        Some(1234),
+        "the consumer offset came with the image"
+    );
+    assert!(
+        !storages[2]
+            .exists(installed.dir().join(iggy_node::image::STAGING_FILE))
+            .expect("exists"),
+        "the staging file is gone"
+    );
+
+    // One more batch commits on all three: the installed log chains on.
+    host.send_batch(0, partition, 901, 5);
+    host.settle();
+    host.tick(200);
+    let head = host.partition(0).replica.head();
+    assert_eq!(host.partition(2).replica.commit_min(), head);
+    assert_eq!(log_from(&host, 2, start), log_from(&host, 0, start));
+
+    // The install is durable: a restart (a kill) boots to it, keeping what it published (a
+    // replicated partition publishes at its checkpoint: boot may discard a tail past it).
+    let published = host
+        .partition(2)
+        .partition()
+        .unwrap()
+        .wal()
+        .published()
+        .head_op;
+    let expected = log_from(&host, 0, start);
+    drop(host.nodes.remove(2));
+    let (node, _) = Node::boot(storages[2].clone(), &config_with(2, 2 << 48 | 2, vsr))
+        .expect("boot after the install");
+    let booted = node.groups[&partition]
+        .partition()
+        .expect("a partition")
+        .wal();
+    assert_eq!(booted.first_op(), start);
+    assert!(booted.head().0 >= published && published > start);
+    let entries = booted.read(start, booted.head().0).expect("read");
+    assert_eq!(entries[..], expected[..entries.len()]);
 }

@@ -317,6 +317,12 @@ impl<S: Storage + Clone> Install<S> {
         Ok(())
     }
 
+    /// The last entry received so far: its op and header checksum (`None`: no segment yet).
+    #[must_use]
+    pub fn head(&self) -> Option<(u64, Checksum)> {
+        self.segments.last().map(|s| (s.last_op, s.last_checksum))
+    }
+
     /// Receives the state artifact: the consumer offsets land in `offsets.staging/`.
     pub fn receive_state(&mut self, state: StateArtifact) -> Result<(), PartitionError> {
         let staging = self.dir.join(OFFSETS_STAGING_DIR);

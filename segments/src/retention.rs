@@ -6,7 +6,8 @@ use iggy_superblock::VsrState;
 
 use crate::error::PartitionError;
 use crate::index;
-use crate::partition::{Partition, Segment};
+use crate::partition::{Partition, Segment, State};
+use crate::report::SegmentInfo;
 
 impl<S: Storage + Clone> Partition<S> {
     /// Deletes whole sealed, published segments from the oldest: those whose newest batch is
@@ -15,30 +16,55 @@ impl<S: Storage + Clone> Partition<S> {
     /// holding an entry past the commit point of a replicated partition stays (a view change
     /// may still cut it). The superblock's offset frontier is raised past them first, so the
     /// next offset cannot go back.
+    /// The settled segments, oldest first: sealed, fully published and (on a replica)
+    /// committed, so that no boot discards and no view change cuts any of their entries. What
+    /// retention may delete, and what a peer's state transfer ships (`docs/vsr.md`, "Partition
+    /// state transfer"): their bytes never change while they exist.
+    pub fn settled_segments(&self) -> Vec<SegmentInfo> {
+        let state = self.lock();
+        let settled = self.settled(&state);
+        state.segments[..settled]
+            .iter()
+            .map(|s| s.info.clone())
+            .collect()
+    }
+
+    /// How many of the oldest segments are settled (see [`Partition::settled_segments`]).
+    fn settled(&self, state: &State<S::Reader>) -> usize {
+        let published = self.wal.published();
+        let replicated = self.config.replicated;
+        let committed = state.committed;
+        state.segments[..state.segments.len().saturating_sub(1)]
+            .iter()
+            .take_while(|segment| {
+                let info = &segment.info;
+                let last_op = info.first_op + info.entries - 1;
+                // Only fully published segments, and never the one the frontier names as
+                // holding the published head (the WAL keeps that file: see
+                // `Wal::drop_prefix`).
+                last_op <= published.head_op
+                    && info.first_op < published.head_file
+                    && (!replicated || last_op <= committed)
+            })
+            .count()
+    }
+
     pub fn apply_retention(
         &self,
         now_us: u64,
         max_age_us: Option<u64>,
         max_bytes: Option<u64>,
     ) -> Result<usize, PartitionError> {
-        let published = self.wal.published();
         let mut state = self.lock();
+        let settled = self.settled(&state);
         let mut total: u64 = state.segments.iter().map(|s| s.info.bytes).sum();
         let mut count = 0;
-        let replicated = self.config.replicated;
-        let committed = state.committed;
-        for segment in &state.segments[..state.segments.len().saturating_sub(1)] {
+        for segment in &state.segments[..settled] {
             let info = &segment.info;
-            let last_op = info.first_op + info.entries - 1;
             let expired =
                 max_age_us.is_some_and(|age| info.max_timestamp.saturating_add(age) < now_us);
             let oversize = max_bytes.is_some_and(|max| total > max);
-            // Only fully published segments, and never the one the frontier names as holding
-            // the published head (the WAL keeps that file: see `Wal::drop_prefix`).
-            let deletable = last_op <= published.head_op
-                && info.first_op < published.head_file
-                && (!replicated || last_op <= committed);
-            if !deletable || !(expired || oversize) {
+            if !(expired || oversize) {
                 break;
             }
             total -= info.bytes;

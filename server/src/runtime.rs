@@ -476,6 +476,11 @@ fn run<S: Storage + Clone>(
                     if ran.more {
                         dispatch(&mut node, group, jobs);
                     }
+                    if ran.name == "install_snapshot" && group != GroupKind::Metadata.id() {
+                        // A partition state transfer installed: readers poll the partition
+                        // booted on the installed files.
+                        views.refresh_metadata(&node);
+                    }
                 }
                 touched.push(group);
                 if group == GroupKind::Metadata.id() {
@@ -491,13 +496,18 @@ fn run<S: Storage + Clone>(
                     group,
                     sends,
                     refused,
+                    retained,
                 } = *served;
-                if let Some(reason) = refused {
-                    let label = node
-                        .groups
+                let label = || {
+                    node.groups
                         .get(&group)
-                        .map_or_else(|| format!("group {group:#x}"), |g| g.kind.label());
-                    tracing::warn!(node = node.index, group = %label, %reason, "a peer's repair round read from disk failed to verify: nothing of it sent");
+                        .map_or_else(|| format!("group {group:#x}"), |g| g.kind.label())
+                };
+                if let Some(reason) = refused {
+                    tracing::warn!(node = node.index, group = %label(), %reason, "a read off the lanes failed (a peer's repair round, a transfer chunk or a retention pass): nothing of it sent");
+                }
+                if retained > 0 {
+                    tracing::info!(node = node.index, group = %label(), segments = retained, "retention deleted the oldest segments");
                 }
                 send_all(sends, &mut outbox, views, true);
             }
@@ -508,6 +518,7 @@ fn run<S: Storage + Clone>(
         if Instant::now() >= next_tick {
             next_tick += TICK;
             node.ration_repair();
+            node.maintain(u64::try_from(now_unix_ms() * 1000).unwrap_or(u64::MAX));
             let groups: Vec<u128> = node.groups.keys().copied().collect();
             for group in &groups {
                 if let Some((before, after)) = node.tick(*group) {

@@ -715,8 +715,10 @@ impl Cluster {
                     return;
                 }
                 let groups: Vec<u128> = n.hosts().keys().copied().collect();
+                let now = self.now;
                 if let Some(inner) = self.nodes[usize::from(node)].node.as_mut() {
                     inner.ration_repair();
+                    inner.maintain(now);
                 }
                 self.repair_senders.clear();
                 for group in groups {
