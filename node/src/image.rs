@@ -2,8 +2,8 @@
 //! `docs/format.md`, "Partition transfer image"): what a peer ships a replica whose log ends
 //! before the oldest op retention left it, and how that replica installs it.
 //!
-//! The sender's image is its settled segments (sealed, published, committed: their bytes never
-//! change while they exist) behind a manifest that lists them and carries the partition's
+//! The sender's image is its sealed, committed segments (`Partition::committed_segments`: their
+//! bytes never change while they exist) behind a manifest that lists them and carries the partition's
 //! consumer offsets and next offset. The replica's core moves it like the metadata group's
 //! snapshot: chunks of `SNAPSHOT_CHUNK_BYTES_MAX`, named by a `SnapshotRef` whose op and checksum
 //! are the last shipped entry's and whose trailer is the manifest's checksum. The receiver
@@ -156,10 +156,12 @@ pub struct Image {
 }
 
 impl Image {
-    /// The image of `partition`'s settled segments, `None` when it has none (its log is one
-    /// segment: the asker repairs, or asks again once a segment sealed).
+    /// The image of `partition`'s sealed, committed segments, `None` when it has none (its log
+    /// is one segment: the asker repairs, or asks again once a segment sealed).
     pub fn build<S: Storage + Clone>(partition: &Partition<S>) -> Result<Option<Self>, String> {
-        let settled = partition.settled_segments();
+        let settled = partition
+            .committed_segments()
+            .map_err(|e| format!("the committed segments: {e}"))?;
         let Some(last) = settled.last() else {
             return Ok(None);
         };

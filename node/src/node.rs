@@ -44,8 +44,9 @@ use crate::serve::{
 
 /// A node runs retention over its partitions once every this many ticks (1 s).
 pub const RETENTION_TICKS: u64 = 100;
-/// An image not asked for this long is dropped, and retention runs on its partition again (5 s).
-pub const IMAGE_IDLE_TICKS: u64 = 500;
+/// An image not asked for this long is dropped, and retention runs on its partition again
+/// (1.5 s: an asker waiting on a chunk asks again within a second).
+pub const IMAGE_IDLE_TICKS: u64 = 150;
 /// Partitions a node serves state transfers of at once; a transfer's first chunk asked beyond
 /// is not answered (the asker asks the next peer).
 pub const TRANSFERS_SERVED_MAX: usize = 2;

@@ -29,6 +29,23 @@ impl<S: Storage + Clone> Partition<S> {
             .collect()
     }
 
+    /// The sealed segments whose every entry is committed, oldest first: what a peer's state
+    /// transfer ships (`docs/vsr.md`, "Repair"). Their entries are written out to the files
+    /// first (unsynced, as any read of the log does), so the files hold every byte the segments
+    /// count; a committed entry is never cut, so those bytes do not change while the segment
+    /// exists. Unlike [`Partition::settled_segments`] they need not be published: what the
+    /// cluster committed is what the receiver installs, whatever this replica's disk holds durably.
+    pub fn committed_segments(&self) -> Result<Vec<SegmentInfo>, PartitionError> {
+        self.wal.write_buffered()?;
+        let state = self.lock();
+        let committed = state.committed;
+        Ok(state.segments[..state.segments.len().saturating_sub(1)]
+            .iter()
+            .take_while(|s| s.info.entries > 0 && s.info.first_op + s.info.entries - 1 <= committed)
+            .map(|s| s.info.clone())
+            .collect())
+    }
+
     /// How many of the oldest segments are settled (see [`Partition::settled_segments`]).
     fn settled(&self, state: &State<S::Reader>) -> usize {
         let published = self.wal.published();

@@ -122,6 +122,9 @@ pub struct Options {
     /// partitions. The ring is drawn too ([`ring_entries`]). Off: `requests_per_client`,
     /// `think_us`, the workload and the ring as given.
     pub draw_history: bool,
+    /// Each partition keeps at most this many bytes (the nodes run retention: 0 keeps
+    /// everything); acknowledged batches below a node's oldest retained op are not checked on it.
+    pub retention_bytes: u64,
 }
 
 /// How much longer than given a seed's history is, drawn from the seed (`Options::draw_history`).
@@ -175,6 +178,7 @@ impl Options {
             workload: None,
             write_through: false,
             draw_history: true,
+            retention_bytes: 0,
         }
     }
 }
@@ -353,6 +357,10 @@ pub struct Cluster {
     /// first repair prepare, and how many `RangeEvicted` it was sent.
     repair_first: BTreeMap<(u8, u128), u64>,
     range_evicted: BTreeMap<u8, u64>,
+    /// When each (node, group) first installed a peer's state, and the `RangeEvicted` answers a
+    /// node got for a group after it installed (a transfer that did not catch it up).
+    installed_at: BTreeMap<(u8, u128), u64>,
+    evicted_after_install: BTreeMap<u8, u64>,
     /// The effects being drained answer a `RequestPrepares`.
     serving_repair: bool,
     /// The groups of the node ticking now that sent a `RequestPrepares` in this tick, and the
@@ -402,6 +410,10 @@ impl Cluster {
             checkpoint_bytes: options.checkpoint_bytes,
             repair_ration: options.repair_ration,
             metadata_vsr,
+            retention: iggy_metadata::Retention {
+                max_age_seconds: 0,
+                max_bytes: options.retention_bytes,
+            },
         };
         let mut disks = Stream::new(seed, "disks");
         let mut nodes = Vec::new();
@@ -498,6 +510,8 @@ impl Cluster {
             repair_bytes: BTreeMap::new(),
             repair_first: BTreeMap::new(),
             range_evicted: BTreeMap::new(),
+            installed_at: BTreeMap::new(),
+            evicted_after_install: BTreeMap::new(),
             serving_repair: false,
             repair_senders: std::collections::BTreeSet::new(),
             peak_repair_senders: vec![0; replicas],
@@ -861,6 +875,17 @@ impl Cluster {
             }
             if let (Message::RangeEvicted { .. }, Destination::Replica(r)) = (&message, to) {
                 *self.range_evicted.entry(r).or_default() += 1;
+                if self.installed_at.contains_key(&(r, group)) {
+                    *self.evicted_after_install.entry(r).or_default() += 1;
+                }
+            }
+            if self.serving_repair
+                && let (Message::SnapshotChunk { bytes, .. }, Destination::Replica(r)) =
+                    (&message, to)
+            {
+                // A transfer's bytes count as what repair shipped the replica.
+                *self.repair_bytes.entry((r, group)).or_default() += bytes.len() as u64;
+                self.repair_first.entry((r, group)).or_insert(self.now);
             }
             let slow = self.aim_at(node, to, &message);
             let bytes = match &last {
@@ -1109,6 +1134,7 @@ impl Cluster {
         };
         if installed(inner) > installed_before {
             self.snapshots_installed += 1;
+            self.installed_at.entry((node, group)).or_insert(self.now);
             self.note(format!(
                 "replica {node} group {group:#x}: installed a peer's snapshot"
             ));
@@ -1560,6 +1586,18 @@ impl Cluster {
     #[must_use]
     pub fn range_evicted_to(&self, node: u8) -> u64 {
         self.range_evicted.get(&node).copied().unwrap_or(0)
+    }
+
+    /// `RangeEvicted` answers `node` got for a group after it installed a peer's state.
+    #[must_use]
+    pub fn evicted_after_install(&self, node: u8) -> u64 {
+        self.evicted_after_install.get(&node).copied().unwrap_or(0)
+    }
+
+    /// When `node` first installed a peer's state of `group`.
+    #[must_use]
+    pub fn installed_at(&self, node: u8, group: u128) -> Option<u64> {
+        self.installed_at.get(&(node, group)).copied()
     }
 
     /// Peers' repair rounds read from disk so far, and the prepares they sent.

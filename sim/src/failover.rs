@@ -264,8 +264,12 @@ pub struct RestartReport {
     pub ring_bytes: Option<u64>,
     /// When the first repair prepare for node 0 left a peer after the restart.
     pub first_repair_us: Option<u64>,
-    /// `RangeEvicted` answers node 0 got after its restart (a peer no longer held the range).
+    /// `RangeEvicted` answers node 0 got after its restart (a peer no longer held the range),
+    /// and of them the ones for a group it had installed a peer's state of (a stale install).
     pub range_evicted: u64,
+    pub evicted_after_install: u64,
+    /// Per group, the transfers node 0 started and installed after its restart.
+    pub transfers: Vec<(String, u64, u64, Option<u64>)>,
     /// Repair rounds the peers read from disk after the restart, and the prepares they sent.
     pub disk_reads: (u64, u64),
     /// Per group (by the boot report's name): bytes boot discarded past the published frontier.
@@ -293,6 +297,10 @@ pub struct Recovered {
     /// The prepare bytes (header and body) of the ops it lacked after its boot, up to where it
     /// caught up: what it missed while down and what boot discarded. Repair need fetch no more.
     pub lacked_bytes: u64,
+    /// What it missed: the ops from its boot head to where it caught up, in bytes. Where
+    /// retention deleted some of them everywhere (`restart_past_retention`), estimated at the
+    /// mean prepare size of the log it holds over that range; otherwise `lacked_bytes`.
+    pub missed_bytes: u64,
 }
 
 fn failure_of(cluster: &Cluster) -> Result<(), String> {
@@ -507,8 +515,16 @@ pub fn check_acknowledged(cluster: &Cluster, nodes: &[u8]) -> Result<u64, String
                 }
                 op = last + 1;
             }
+            // With retention, what a node deleted below its oldest op is not checked on it.
+            let retained_from = if cluster.layout().retention == iggy_metadata::Retention::default()
+            {
+                0
+            } else {
+                wal.first_op()
+            };
             for send in &producer.sends {
                 match send.outcome {
+                    Outcome::Committed { op, .. } if op < retained_from => {}
                     Outcome::Committed { op, .. } => {
                         let canonical = history.and_then(|h| h.get(&op)).map(|c| c.checksum);
                         match held.get(&send.request) {
@@ -602,11 +618,37 @@ pub fn restart_past_ring(setup: Setup, scale: &Scale) -> Result<RestartReport, S
     restart_with(setup, scale, shape, Some(ring))
 }
 
+/// Issue #33's state transfer: `restart_past_ring` with retention on every partition (a
+/// fifth of what a partition takes while node 0 is down, publishing every 256 KiB), so the peers
+/// delete the range node 0 missed before it is back: each partition catches up by one transfer
+/// of a peer's settled segments, then repair after it.
+pub fn restart_past_retention(setup: Setup, scale: &Scale) -> Result<RestartReport, String> {
+    let shape = scale.restart_shape;
+    let batch = u64::from(shape.messages_per_batch) * (u64::from(shape.message_bytes) + 64);
+    let ring = u64::from(shape.batches_per_second) * batch * 32 / 10;
+    let missed = u64::from(shape.batches_per_second) * batch * scale.down_us / SECOND;
+    let retention = (missed / 5).max(256 << 10);
+    restart_with_options(setup, scale, shape, Some(ring), |options| {
+        options.retention_bytes = retention;
+        options.checkpoint_bytes = 256 << 10;
+    })
+}
+
 fn restart_with(
     setup: Setup,
     scale: &Scale,
     shape: Shape,
     ring_bytes: Option<u64>,
+) -> Result<RestartReport, String> {
+    restart_with_options(setup, scale, shape, ring_bytes, |_| {})
+}
+
+fn restart_with_options(
+    setup: Setup,
+    scale: &Scale,
+    shape: Shape,
+    ring_bytes: Option<u64>,
+    adjust: impl FnOnce(&mut Options),
 ) -> Result<RestartReport, String> {
     let started = Instant::now();
     let spread = setup.spread;
@@ -614,6 +656,7 @@ fn restart_with(
     if let Some(bytes) = ring_bytes {
         options.vsr.ring_bytes_max = bytes;
     }
+    adjust(&mut options);
     let mut cluster = Cluster::new(options)?;
     let kill = kill_in(
         &mut cluster,
@@ -686,6 +729,7 @@ fn restart_with(
                 caught_up_us: caught_up[i],
                 fetched_bytes: cluster.repair_bytes(0, kind.id()) - fetched_before[i],
                 lacked_bytes: prepare_bytes(&cluster, 0, *kind, boot_heads[i], caught_heads[i])?,
+                missed_bytes: missed_bytes(&cluster, *kind, boot_heads[i], caught_heads[i])?,
             })
         })
         .collect::<Result<Vec<Recovered>, String>>()?;
@@ -707,6 +751,24 @@ fn restart_with(
             .filter_map(|k| cluster.first_repair_at(0, k.id()))
             .min(),
         range_evicted: cluster.range_evicted_to(0),
+        evicted_after_install: cluster.evicted_after_install(0),
+        transfers: groups
+            .iter()
+            .map(|k| {
+                let counter = |name: &str| {
+                    cluster
+                        .replica(0, k.id())
+                        .and_then(|r| r.counters().get(name).copied())
+                        .unwrap_or(0)
+                };
+                (
+                    k.label(),
+                    counter("snapshot_transfer_started"),
+                    counter("snapshot_installed"),
+                    cluster.installed_at(0, k.id()),
+                )
+            })
+            .collect(),
         disk_reads: (
             cluster.disk_reads().0 - disk_before.0,
             cluster.disk_reads().1 - disk_before.1,
@@ -725,6 +787,30 @@ fn restart_with(
             .count(),
         integrity: check_acknowledged(&cluster, &[0, 1, 2]),
     })
+}
+
+/// Node 0's missed bytes of `kind` from op `after` (excluded) through `through`: exact while
+/// its log holds them all, else the ops missed times the mean prepare size of what it holds of
+/// them (retention deleted the rest everywhere).
+fn missed_bytes(
+    cluster: &Cluster,
+    kind: GroupKind,
+    after: u64,
+    through: u64,
+) -> Result<u64, String> {
+    let first = cluster.nodes()[0]
+        .hosts()
+        .get(&kind.id())
+        .and_then(|h| h.partition())
+        .map_or(1, |p| p.wal().first_op());
+    if first <= after + 1 || through <= after {
+        return prepare_bytes(cluster, 0, kind, after, through);
+    }
+    if through < first {
+        return Ok(0);
+    }
+    let held = prepare_bytes(cluster, 0, kind, first - 1, through)?;
+    Ok(held * (through - after) / (through - first + 1))
 }
 
 /// The prepare bytes (header and body) of `node`'s log of `kind` from op `after` (excluded)
@@ -1256,12 +1342,24 @@ pub fn render_restart(report: &RestartReport) -> String {
         report.range_evicted,
         if report.behind_ring > 0 {
             format!(
-                "; {} groups behind every peer's ring (a partition state transfer's case: not built)",
+                "; {} groups left behind every peer's ring",
                 report.behind_ring
             )
         } else {
-            "; no state transfer needed".into()
+            String::new()
         }
+    );
+    let started: u64 = report.transfers.iter().map(|t| t.1).sum();
+    let installed: u64 = report.transfers.iter().map(|t| t.2).sum();
+    let installs: Vec<u64> = report.transfers.iter().filter_map(|t| t.3).collect();
+    let _ = writeln!(
+        out,
+        "state transfer: {started} started, {installed} installed by {} groups (first at {} s, \
+         last at {} s); {} RangeEvicted after an install",
+        installs.len(),
+        after(installs.iter().min().copied()),
+        after(installs.iter().max().copied()),
+        report.evicted_after_install
     );
     for r in &report.recovered {
         let discarded = report
@@ -1269,10 +1367,19 @@ pub fn render_restart(report: &RestartReport) -> String {
             .get(&r.label.replace(" (persisted)", ""))
             .copied()
             .unwrap_or(0);
+        let missed = if r.missed_bytes == r.lacked_bytes {
+            String::new()
+        } else {
+            format!(
+                " (missed about {} B, fetched {} of it)",
+                r.missed_bytes,
+                ratio(r.fetched_bytes, r.missed_bytes)
+            )
+        };
         let _ = writeln!(
             out,
             "  {:<28} discarded {:>10} B; normal at {} s; caught up at {} s; lacked {} B, \
-             fetched {} B ({})",
+             fetched {} B ({}){missed}",
             r.label,
             discarded,
             after(r.adopted_us),

@@ -105,6 +105,9 @@ enum Case {
     /// Kill node 0 (the restart cases' load, rings of 3.2 s of it), restart it 30 s later: each
     /// partition misses about 9 times its ring and repairs from the peers' disks.
     RestartPastRing,
+    /// The same with retention deleting what node 0 missed on its peers: each partition
+    /// catches up by one state transfer of a peer's settled segments, then repair.
+    RestartPastRetention,
     /// Every node loses power at once (replicated partitions), and all boot together.
     PowerLoss,
     /// The same with persisted partitions.
@@ -167,6 +170,16 @@ fn failover(
                     && r.recovered.iter().all(|g| g.caught_up_us.is_some());
                 (failover::render_restart(&r), ok)
             }),
+        Case::RestartPastRetention => {
+            failover::restart_past_retention(article(seed, safeguards), &scale).map(|r| {
+                let ok = r.integrity.is_ok()
+                    && r.kill.integrity.is_ok()
+                    && r.evicted_after_install == 0
+                    && r.behind_ring == 0
+                    && r.recovered.iter().all(|g| g.caught_up_us.is_some());
+                (failover::render_restart(&r), ok)
+            })
+        }
         Case::RestartAll => failover::restart_all(
             failover::Setup {
                 spread: true,

@@ -38,6 +38,9 @@ pub struct Layout {
     pub repair_ration: bool,
     /// The metadata group's replicas' configuration when it is not `vsr`.
     pub metadata_vsr: Option<Config>,
+    /// Every topic's retention (zero: keeps everything): the nodes delete the oldest settled
+    /// segments past it.
+    pub retention: Retention,
 }
 
 impl Layout {
@@ -138,7 +141,7 @@ impl Node {
             partitions,
             durability,
             segment_size_bytes: layout.segment_size_bytes,
-            retention: Retention::default(),
+            retention: layout.retention,
             replication_factor: layout.replicas,
         };
         let genesis = [

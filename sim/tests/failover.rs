@@ -220,14 +220,67 @@ fn a_node_down_past_every_ring_catches_up_from_the_peers_disks() {
         "{text}"
     );
 
+    // Without it (and without the state transfer that otherwise stands in: a peer's
+    // `RangeEvicted` below its ring starts one) every partition stays behind the ring.
     let without = Setup {
-        safeguards: iggy_vsr::Safeguards::without("repair-from-disk").unwrap(),
+        safeguards: iggy_vsr::Safeguards {
+            snapshot_transfer: false,
+            ..iggy_vsr::Safeguards::without("repair-from-disk").unwrap()
+        },
         ..Setup::article(1)
     };
     let report = failover::restart_past_ring(without, &scale).unwrap();
     let text = failover::render_restart(&report);
     assert!(report.behind_ring > 0, "{text}");
     assert!(report.range_evicted > 0, "{text}");
+}
+
+/// Issue #33: the same outage with retention deleting, on both peers, the range node 0 missed
+/// (a fifth of it kept). Every partition learns so from one `RangeEvicted`, installs one image
+/// of a peer's committed segments, repairs after it and catches up: one transfer per partition,
+/// never started over, no `RangeEvicted` after an install, fewer bytes shipped than it missed,
+/// every acknowledged batch still held (above each node's retention) on all three. Without the
+/// transfer every partition stays behind the ring.
+#[test]
+fn a_node_down_past_retention_catches_up_by_one_transfer_per_partition() {
+    let scale = scale();
+    let report = failover::restart_past_retention(Setup::article(1), &scale).unwrap();
+    let text = failover::render_restart(&report);
+    // Checked above each survivor's retention (what it deleted is not checked on it).
+    assert!(matches!(report.kill.integrity, Ok(n) if n > 0), "{text}");
+    assert_eq!(report.behind_ring, 0, "{text}");
+    assert_eq!(report.evicted_after_install, 0, "{text}");
+    for (label, started, installed, _) in report.transfers.iter().filter(|t| t.0 != "metadata") {
+        assert_eq!((*started, *installed), (1, 1), "{label}:\n{text}");
+    }
+    for r in report.recovered.iter().filter(|r| r.label != "metadata") {
+        assert!(
+            r.caught_up_us.is_some(),
+            "{} never caught up:\n{text}",
+            r.label
+        );
+        // Retention deleted part of what it missed: what it holds is less.
+        assert!(r.missed_bytes > r.lacked_bytes, "{}:\n{text}", r.label);
+        assert!(
+            r.fetched_bytes * 10 <= r.missed_bytes * 12,
+            "{} shipped more than 1.2x what it missed:\n{text}",
+            r.label
+        );
+    }
+    assert!(matches!(report.integrity, Ok(n) if n > 0), "{text}");
+
+    let without = Setup {
+        safeguards: iggy_vsr::Safeguards::without("snapshot-transfer").unwrap(),
+        ..Setup::article(1)
+    };
+    let report = failover::restart_past_retention(without, &scale).unwrap();
+    let text = failover::render_restart(&report);
+    assert!(report.behind_ring > 0, "{text}");
+    assert_eq!(
+        report.transfers.iter().map(|t| t.1).sum::<u64>(),
+        0,
+        "{text}"
+    );
 }
 
 #[test]
