@@ -159,10 +159,10 @@ impl Image {
     /// The image of `partition`'s sealed, committed segments, `None` when it has none (its log
     /// is one segment: the asker repairs, or asks again once a segment sealed).
     pub fn build<S: Storage + Clone>(partition: &Partition<S>) -> Result<Option<Self>, String> {
-        let settled = partition
+        let segments = partition
             .committed_segments()
             .map_err(|e| format!("the committed segments: {e}"))?;
-        let Some(last) = settled.last() else {
+        let Some(last) = segments.last() else {
             return Ok(None);
         };
         let Some(head_checksum) = last.last_checksum else {
@@ -176,7 +176,7 @@ impl Image {
             op: last.first_op + last.entries - 1,
             checksum: head_checksum,
             next_offset: last.next_offset,
-            segments: settled.iter().map(|s| (s.start_offset, s.bytes)).collect(),
+            segments: segments.iter().map(|s| (s.start_offset, s.bytes)).collect(),
             offsets: scan
                 .offsets
                 .iter()
@@ -184,7 +184,7 @@ impl Image {
                 .collect(),
         };
         let bytes = manifest.encode();
-        let length = bytes.len() as u64 + settled.iter().map(|s| s.bytes).sum::<u64>();
+        let length = bytes.len() as u64 + segments.iter().map(|s| s.bytes).sum::<u64>();
         Ok(Some(Self {
             snapshot: SnapshotRef {
                 op: manifest.op,
@@ -193,7 +193,7 @@ impl Image {
                 length,
             },
             manifest: bytes,
-            segments: settled.into_iter().map(|s| (s.path, s.bytes)).collect(),
+            segments: segments.into_iter().map(|s| (s.path, s.bytes)).collect(),
         }))
     }
 

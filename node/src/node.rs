@@ -62,7 +62,7 @@ pub struct NodeConfig {
     pub vsr: Config,
     /// The metadata group's replicas' configuration, when it is not `vsr` (a host may size its
     /// ring apart). Either way the node turns `snapshot_transfer` on for every group (the
-    /// metadata group ships its snapshot, a partition its settled segments).
+    /// metadata group ships its snapshot, a partition its committed segments).
     pub metadata_vsr: Option<Config>,
     pub safeguards: Safeguards,
     /// Bytes a replicated partition appends before it publishes (its checkpoint; 128 MiB in

@@ -877,7 +877,7 @@ fn log_from(host: &Host, node: usize, first: u64) -> Vec<iggy_wal::Entry> {
 /// it and holds what the peers hold, entry for entry; the install survives its next restart.
 /// Without the `snapshot-transfer` safeguard it stays behind for good.
 #[test]
-fn a_replica_behind_what_retention_left_installs_a_peers_settled_segments() {
+fn a_replica_behind_what_retention_left_installs_a_peers_committed_segments() {
     // 4 segments of 64 KiB kept at most.
     let retention = Retention {
         max_age_seconds: 0,

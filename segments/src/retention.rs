@@ -16,24 +16,11 @@ impl<S: Storage + Clone> Partition<S> {
     /// holding an entry past the commit point of a replicated partition stays (a view change
     /// may still cut it). The superblock's offset frontier is raised past them first, so the
     /// next offset cannot go back.
-    /// The settled segments, oldest first: sealed, fully published and (on a replica)
-    /// committed, so that no boot discards and no view change cuts any of their entries. What
-    /// retention may delete, and what a peer's state transfer ships (`docs/vsr.md`, "Partition
-    /// state transfer"): their bytes never change while they exist.
-    pub fn settled_segments(&self) -> Vec<SegmentInfo> {
-        let state = self.lock();
-        let settled = self.settled(&state);
-        state.segments[..settled]
-            .iter()
-            .map(|s| s.info.clone())
-            .collect()
-    }
-
     /// The sealed segments whose every entry is committed, oldest first: what a peer's state
     /// transfer ships (`docs/vsr.md`, "Repair"). Their entries are written out to the files
     /// first (unsynced, as any read of the log does), so the files hold every byte the segments
     /// count; a committed entry is never cut, so those bytes do not change while the segment
-    /// exists. Unlike [`Partition::settled_segments`] they need not be published: what the
+    /// exists. Unlike the segments retention may delete they need not be published: what the
     /// cluster committed is what the receiver installs, whatever this replica's disk holds durably.
     pub fn committed_segments(&self) -> Result<Vec<SegmentInfo>, PartitionError> {
         self.wal.write_buffered()?;
@@ -46,7 +33,9 @@ impl<S: Storage + Clone> Partition<S> {
             .collect())
     }
 
-    /// How many of the oldest segments are settled (see [`Partition::settled_segments`]).
+    /// How many of the oldest segments are settled: sealed, fully published and (on a replica)
+    /// committed, so that no boot discards and no view change cuts any of their entries (what
+    /// retention may delete).
     fn settled(&self, state: &State<S::Reader>) -> usize {
         let published = self.wal.published();
         let replicated = self.config.replicated;

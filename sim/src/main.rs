@@ -35,6 +35,11 @@ struct Cli {
     /// group and a producer per partition (overrides --replicated, --persisted, --requests).
     #[arg(long)]
     many_groups: bool,
+    /// Every topic keeps at most this many bytes per partition: the nodes run retention, so a
+    /// replica down long enough comes back below its peers' logs and transfers their state
+    /// (0: keep everything).
+    #[arg(long, default_value_t = 0, value_name = "BYTES")]
+    retention_bytes: u64,
     /// Start every group at view 0, so node 0 leads them all (the article's cluster); by
     /// default each partition starts at its metadata leader's view, spreading the primaries.
     #[arg(long)]
@@ -321,6 +326,7 @@ fn main() -> ExitCode {
             safeguards,
             spread_primaries: !cli.no_spread,
             draw_history: cli.requests.is_none(),
+            retention_bytes: cli.retention_bytes,
             ..base
         };
         let report = run(options);
@@ -367,6 +373,11 @@ fn main() -> ExitCode {
             let requests = cli
                 .requests
                 .map_or(String::new(), |r| format!(" --requests {r}"));
+            let requests = if cli.retention_bytes > 0 {
+                format!("{requests} --retention-bytes {}", cli.retention_bytes)
+            } else {
+                requests
+            };
             let layout = if cli.many_groups {
                 format!(" --many-groups{requests}")
             } else {
@@ -398,7 +409,7 @@ fn main() -> ExitCode {
     say(&format!(
         "{seeds} seeds, {failed} failed, {behind} with a replica behind every peer's ring at the \
          end, {from_disk} with repair read from disk (a replica below a peer's ring), \
-         {installed} with a metadata snapshot installed (a replica below a peer's log); ops \
+         {installed} with a peer's state installed (a metadata snapshot or a partition's segments: a replica below a peer's log); ops \
          committed per group: min {}, median {}, p90 {}, max {}; {:.0} simulated s per wall s\n",
         group_ops.first().copied().unwrap_or(0),
         quantile(1, 2),

@@ -169,6 +169,34 @@ fn without_the_incarnation_echo_a_late_probe_answer_cuts_acknowledged_ops() {
     assert_eq!(checker, "held log", "seed {seed}");
 }
 
+/// Issue #33: many-groups seed 17 with every partition keeping at most 256 KiB (the nodes run
+/// retention): replicas down or cut off come back below both peers' logs (retention deleted what
+/// they lack) and install a peer's committed segments; the seed converges. With
+/// `snapshot-transfer` off a replica stays behind every peer's log and the liveness check fires.
+#[test]
+fn many_groups_with_retention_catch_up_by_partition_transfers() {
+    let options = || Options {
+        retention_bytes: 256 << 10,
+        ..Options::many_groups(17)
+    };
+    let report = run(options());
+    assert!(
+        report.failure.is_none(),
+        "{:?}",
+        report.failure.map(|f| f.render())
+    );
+    assert!(report.snapshots_installed >= 1, "seed 17 installed nothing");
+    assert_eq!(report.behind_ring, 0);
+    let without = run(Options {
+        safeguards: Safeguards::without("snapshot-transfer").unwrap(),
+        ..options()
+    });
+    assert_eq!(without.snapshots_installed, 0);
+    let failure = without.failure.expect("seed 17 fails without the transfer");
+    assert_eq!(failure.checker, "liveness");
+    assert!(without.behind_ring >= 1);
+}
+
 /// Issue #33: seed 35 leaves a metadata replica below both peers' checkpoints (it was down while
 /// they took two; their logs start after them). It installs a peer's snapshot and converges;
 /// with `snapshot-transfer` off it stays behind every peer's log and the liveness check fires.
