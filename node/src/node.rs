@@ -41,6 +41,7 @@ use crate::image::Image;
 use crate::serve::{
     Asked, READS_IN_FLIGHT_MAX, READS_PER_TICK, READS_QUEUED_MAX, Read, Source, Task, Wanted,
 };
+use crate::store::{Catalog, Changes, GroupKind, Store, execute_with};
 
 /// A node runs retention over its partitions once every this many ticks (1 s).
 pub const RETENTION_TICKS: u64 = 100;
@@ -50,7 +51,6 @@ pub const IMAGE_IDLE_TICKS: u64 = 150;
 /// Partitions a node serves state transfers of at once; a transfer's first chunk asked beyond
 /// is not answered (the asker asks the next peer).
 pub const TRANSFERS_SERVED_MAX: usize = 2;
-use crate::store::{Catalog, Changes, GroupKind, Store, execute_with};
 
 /// How a node runs its groups.
 #[derive(Clone, Debug)]
@@ -426,7 +426,7 @@ impl<S: Storage + Clone> Node<S> {
             _ => self.config.vsr.clone(),
         };
         let config = iggy_vsr::Config {
-            // The metadata group ships its snapshot, a partition its settled segments
+            // The metadata group ships its snapshot, a partition its committed segments
             // (`crate::image`).
             snapshot_transfer: true,
             ..config
@@ -556,9 +556,10 @@ impl<S: Storage + Clone> Node<S> {
     }
 
     /// The node's own step on a tick (`now_us`: the host's clock), after the groups'
-    /// [`Node::ration_repair`]: every [`RETENTION_TICKS`], a retention pass is queued for each
-    /// partition whose topic retains by age or size and that serves no transfer (its image's
-    /// segments must stay while asked); an image not asked for [`IMAGE_IDLE_TICKS`] is dropped.
+    /// [`Node::ration_repair`]: every [`RETENTION_TICKS`], once the last pass ran to its end, a
+    /// retention pass is queued for each partition whose topic retains by age or size and that
+    /// serves no transfer (its image's segments must stay while asked); an image not asked for
+    /// [`IMAGE_IDLE_TICKS`] is dropped.
     pub fn maintain(&mut self, now_us: u64) {
         self.ticks += 1;
         let ticks = self.ticks;
@@ -571,7 +572,9 @@ impl<S: Storage + Clone> Node<S> {
                 *lock(&group.image) = None;
             }
         }
-        if !ticks.is_multiple_of(RETENTION_TICKS) {
+        // A pass starts only once the last one ran to its end: the queue holds each partition
+        // at most once, however many there are.
+        if !ticks.is_multiple_of(RETENTION_TICKS) || !self.retention.is_empty() {
             return;
         }
         for (id, group) in &self.groups {
@@ -583,14 +586,19 @@ impl<S: Storage + Clone> Node<S> {
     }
 
     /// The work to run off the lanes this tick: peers' repair rounds and transfer chunks to read
-    /// from disk, and retention passes. At most [`READS_PER_TICK`], and no more than
-    /// [`READS_IN_FLIGHT_MAX`] handed out and not yet [`Node::served`]. A round of a group gone
+    /// from disk, and retention passes (at most half of them). At most [`READS_PER_TICK`], and
+    /// no more than [`READS_IN_FLIGHT_MAX`] handed out and not yet [`Node::served`]. A round of a group gone
     /// since is dropped, and so is a transfer's chunk of a partition beyond the
     /// [`TRANSFERS_SERVED_MAX`] a node serves at once.
     pub fn take_reads(&mut self) -> Vec<Read<S>> {
         let mut reads = Vec::new();
+        let mut retaining = 0;
         while reads.len() < READS_PER_TICK && self.reads_in_flight < READS_IN_FLIGHT_MAX {
-            if let Some((id, now_us)) = self.retention.pop_front() {
+            // Retention takes at most half a tick's reads: peers' repair is never starved.
+            if retaining < READS_PER_TICK / 2
+                && let Some((id, now_us)) = self.retention.pop_front()
+            {
+                retaining += 1;
                 let Some(g) = self.groups.get(&id) else {
                     continue;
                 };

@@ -206,6 +206,9 @@ fn image_chunk<S: Storage + Clone>(
         Some(image) => match image.chunk(partition.wal().storage(), offset) {
             Ok(bytes) => (image.snapshot, offset, bytes),
             Err(e) => {
+                // Built again at the next chunk asked (a segment gone since, a read that failed):
+                // the asker sees a new image and starts over.
+                *slot = None;
                 served.refused = Some(format!("transfer chunk at {offset}: {e}"));
                 return served;
             }
