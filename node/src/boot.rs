@@ -113,15 +113,13 @@ pub(crate) fn sessions(state: &iggy_metadata::State) -> Vec<(u128, iggy_vsr::Ses
         .collect()
 }
 
-pub(crate) fn partition_boot<S: Storage + Clone>(
+/// The committed client sessions the booted `partition`'s log holds (through `applied`), as the
+/// replica's client table takes them (handed over once: `Partition::take_sessions`).
+pub(crate) fn partition_sessions<S: Storage + Clone>(
     partition: &Partition<S>,
-    persisted: bool,
-    incarnation: u64,
-) -> Result<Boot, String> {
-    let durable = durable_of(&partition.vsr_state());
-    let applied = partition.committed();
-    let (head, head_checksum, entries) = entries_of(partition.wal(), applied)?;
-    let clients = partition
+    applied: u64,
+) -> Vec<(u128, iggy_vsr::Session)> {
+    partition
         .take_sessions()
         .into_iter()
         .filter(|s| s.op <= applied)
@@ -135,7 +133,18 @@ pub(crate) fn partition_boot<S: Storage + Clone>(
                 },
             )
         })
-        .collect();
+        .collect()
+}
+
+pub(crate) fn partition_boot<S: Storage + Clone>(
+    partition: &Partition<S>,
+    persisted: bool,
+    incarnation: u64,
+) -> Result<Boot, String> {
+    let durable = durable_of(&partition.vsr_state());
+    let applied = partition.committed();
+    let (head, head_checksum, entries) = entries_of(partition.wal(), applied)?;
+    let clients = partition_sessions(partition, applied);
     Ok(Boot {
         durable,
         applied,

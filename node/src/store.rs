@@ -306,22 +306,7 @@ fn install_image<S: Storage + Clone>(
         }
         Err(e) => return (Outcome::Failed(e), Changes::default()),
     };
-    let applied = installed.committed();
-    let clients = installed
-        .take_sessions()
-        .into_iter()
-        .filter(|s| s.op <= applied)
-        .map(|s| {
-            (
-                s.client,
-                iggy_vsr::Session {
-                    request: s.request,
-                    op: s.op,
-                    reply: s.reply(),
-                },
-            )
-        })
-        .collect();
+    let clients = crate::boot::partition_sessions(&installed, installed.committed());
     replies.retain(|op, _| *op > snapshot.op);
     *partition = Arc::new(installed);
     let changes = Changes {
