@@ -59,6 +59,12 @@ fn genesis(replica: u8) -> SimStorage {
 /// [`genesis`], the topic retaining by `retention`.
 fn genesis_with(replica: u8, retention: Retention) -> SimStorage {
     let storage = SimStorage::new(u64::from(replica) + 1);
+    genesis_on(&storage, replica, retention);
+    storage
+}
+
+/// [`genesis_with`] on `storage` (a recording disk, for a crash enumeration).
+fn genesis_on(storage: &SimStorage, replica: u8, retention: Retention) {
     let ops = [
         Op::CreateStream { name: "s".into() },
         Op::CreateTopic {
@@ -77,7 +83,7 @@ fn genesis_with(replica: u8, retention: Retention) -> SimStorage {
         replica_count: 3,
     };
     iggy_recovery::populate::genesis(
-        &storage,
+        storage,
         identity,
         &boot_config(0),
         &ops,
@@ -85,7 +91,6 @@ fn genesis_with(replica: u8, retention: Retention) -> SimStorage {
         FirstView::Zero,
     )
     .expect("genesis");
-    storage
 }
 
 /// The host: three nodes, a FIFO of messages in flight, the replies clients got.
@@ -871,27 +876,29 @@ fn log_from(host: &Host, node: usize, first: u64) -> Vec<iggy_wal::Entry> {
     wal.read(first, wal.head().0).expect("read the log")
 }
 
-/// Issue #33, item 2: a replica down while retention deleted, on both peers, every op it lacks
-/// (their logs start past its head) learns so from repair's answers (`RangeEvicted`), pulls a
-/// peer's image of its settled segments and consumer offsets, installs it, repairs the ops after
-/// it and holds what the peers hold, entry for entry; the install survives its next restart.
-/// Without the `snapshot-transfer` safeguard it stays behind for good.
-#[test]
-fn a_replica_behind_what_retention_left_installs_a_peers_committed_segments() {
-    // 4 segments of 64 KiB kept at most.
-    let retention = Retention {
-        max_age_seconds: 0,
-        max_bytes: 256 << 10,
-    };
-    let storages: Vec<SimStorage> = (0..3).map(|r| genesis_with(r, retention)).collect();
-    let vsr = Config {
+/// Four segments of 64 KiB kept at most.
+const KEEP_FOUR_SEGMENTS: Retention = Retention {
+    max_age_seconds: 0,
+    max_bytes: 256 << 10,
+};
+
+/// A ring of 8 prepares: a replica down for a few hundred ops comes back below it.
+fn small_ring() -> Config {
+    Config {
         pipeline_max: 4,
         ring_entries_max: 8,
         ..Config::default()
-    };
-    let mut host = Host::boot_with(&storages, 1, &vsr);
+    }
+}
+
+/// Boots three nodes on `storages` (their topic retaining [`KEEP_FOUR_SEGMENTS`]), commits
+/// `shared` batches on all three, then cuts node 2 off while about 800 KiB in all commit on the
+/// others (twelve segments, of which retention keeps four; consumer 7's offset stored at 1234
+/// halfway), until both peers' logs start past node 2's head. Returns the host, node 2 still
+/// cut off, and node 0's first op.
+fn down_past_retention(storages: &[SimStorage], vsr: &Config, shared: u64) -> (Host, u64) {
+    let mut host = Host::boot_with(storages, 1, vsr);
     let partition = partition_id(1, 1, 1);
-    host.down = Some(2);
     let offset_store = |request: u64, offset: u64| {
         let mut body = vec![0u8; 16];
         body[0] = iggy_segments::offsets::ConsumerKind::Consumer.code();
@@ -906,8 +913,11 @@ fn a_replica_behind_what_retention_left_installs_a_peers_committed_segments() {
             body,
         }
     };
-    // About 800 KiB: twelve segments, of which retention keeps four.
     for request in 1..=900 {
+        if request == shared + 1 {
+            host.tick(10);
+            host.down = Some(2);
+        }
         if request == 450 {
             host.wire
                 .push_back((0, partition, offset_store(request, 1234)));
@@ -935,7 +945,22 @@ fn a_replica_behind_what_retention_left_installs_a_peers_committed_segments() {
     assert!(first(&host, 1) > 300);
     let behind_head = host.partition(2).replica.head();
     assert!(behind_head + 1 < peer_first, "the gap is gone on the peers");
+    (host, peer_first)
+}
 
+/// Issue #33, item 2: a replica down while retention deleted, on both peers, every op it lacks
+/// (their logs start past its head) learns so from repair's answers (`RangeEvicted`), pulls a
+/// peer's image of its settled segments and consumer offsets, installs it, repairs the ops after
+/// it and holds what the peers hold, entry for entry; the install survives its next restart.
+/// Without the `snapshot-transfer` safeguard it stays behind for good.
+#[test]
+fn a_replica_behind_what_retention_left_installs_a_peers_committed_segments() {
+    let storages: Vec<SimStorage> = (0..3)
+        .map(|r| genesis_with(r, KEEP_FOUR_SEGMENTS))
+        .collect();
+    let vsr = small_ring();
+    let (mut host, peer_first) = down_past_retention(&storages, &vsr, 0);
+    let partition = partition_id(1, 1, 1);
     host.down = None;
     let head = host.partition(0).replica.head();
     let mut ticks = 0;
@@ -1015,4 +1040,160 @@ fn a_replica_behind_what_retention_left_installs_a_peers_committed_segments() {
     assert!(booted.head().0 >= published && published > start);
     let entries = booted.read(start, booted.head().0).expect("read");
     assert_eq!(entries[..], expected[..entries.len()]);
+}
+
+/// Issue #33's crash enumeration of a partition transfer's receiver (`docs/testing.md`): node 2
+/// of the case above records its disk from genesis, and every crash state from its heal until
+/// it caught up (the repair answered `RangeEvicted`, the chunks staged, the install, the
+/// reboot of the installed partition and the repair after it) is one `iggy-fsck` calls
+/// consistent, from which the node boots to the old log or the installed one, never a mix:
+/// - a log starting at the old first op is a prefix of the old log, and is booted only before
+///   the install returned;
+/// - any other log starts at the installed log's first op, holds the peer's entries from there
+///   and reaches the image's last op (the transfer's op);
+/// - no staging file and no retired tree is left in the partition's directory, and the booted
+///   disk checks clean.
+///
+/// 16 states a crash point (2 torn), both directory orders; `NODE_CRASH_FULL=1` takes up to 64
+/// (8 torn).
+#[test]
+fn every_crash_state_of_a_partition_transfer_boots_to_the_old_log_or_the_installed_one() {
+    let recording = SimStorage::recording(5);
+    genesis_on(&recording, 2, KEEP_FOUR_SEGMENTS);
+    let storages = vec![
+        genesis_with(0, KEEP_FOUR_SEGMENTS),
+        genesis_with(1, KEEP_FOUR_SEGMENTS),
+        recording.clone(),
+    ];
+    let vsr = small_ring();
+    let (mut host, _) = down_past_retention(&storages, &vsr, 40);
+    let old_first = host.partition(2).partition().unwrap().wal().first_op();
+    let old_log = log_from(&host, 2, old_first);
+    assert!(old_log.len() >= 30, "node 2 held {} ops", old_log.len());
+    recording.mark("heal");
+    host.down = None;
+    let head = host.partition(0).replica.head();
+    let installed = |host: &Host| {
+        host.partition(2)
+            .replica
+            .counters()
+            .get("snapshot_installed")
+            .copied()
+            .unwrap_or(0)
+    };
+    let mut ticks = 0;
+    while host.partition(2).replica.commit_min() < head {
+        let before = installed(&host);
+        host.tick(1);
+        if installed(&host) > before {
+            recording.mark("installed");
+        }
+        ticks += 1;
+        assert!(ticks < 3_000, "{}", host.partition(2).replica.describe());
+    }
+    recording.mark("caught-up");
+    assert_eq!(installed(&host), 1);
+    let trace = recording.trace();
+    let new_first = host.partition(2).partition().unwrap().wal().first_op();
+    assert!(new_first > old_log.last().unwrap().header.op + 1);
+    let peer_log = log_from(&host, 0, new_first);
+    let image_op = host
+        .snapshot_chunks
+        .iter()
+        .find_map(|m| match m {
+            Message::SnapshotChunk { snapshot, .. } => Some(snapshot.op),
+            _ => None,
+        })
+        .expect("a chunk was shipped");
+    let partition = partition_id(1, 1, 1);
+    drop(host);
+
+    let full = std::env::var_os("NODE_CRASH_FULL").is_some();
+    let (mut old_boots, mut new_boots, mut after_install) = (0, 0, 0);
+    for dir_order in [iggy_io::DirOrder::Ordered, iggy_io::DirOrder::Unordered] {
+        let enumeration = iggy_io::EnumerationConfig {
+            seed: 9,
+            max_states_per_point: if full { 64 } else { 16 },
+            torn_states_per_point: if full { 8 } else { 2 },
+            max_points: None,
+            start_at_mark: Some("heal".into()),
+            dir_order,
+        };
+        let counts = iggy_io::enumerate(&trace, &enumeration, |crash| {
+            let checked = iggy_recovery::check_with(
+                &iggy_io::ReadOnly::new(crash.storage.clone()),
+                std::path::Path::new(""),
+                &boot_config(0),
+                |_, _| {},
+            )
+            .map_err(|e| format!("check failed: {e}"))?;
+            if checked.exit_code() > 1 {
+                return Err(format!("not consistent:\n{}", checked.render()));
+            }
+            let config = config_with(2, 2 << 48 | 9, vsr.clone());
+            let (node, _) = Node::boot(crash.storage.clone(), &config)
+                .map_err(|e| format!("boot failed: {e}"))?;
+            let booted = node.groups[&partition].partition().ok_or("no partition")?;
+            let dir = booted.dir().to_path_buf();
+            let wal = booted.wal();
+            let (first, last) = (wal.first_op(), wal.head().0);
+            let entries = if last < first {
+                Vec::new()
+            } else {
+                wal.read(first, last).map_err(|e| e.to_string())?
+            };
+            let was_installed = crash.marks.iter().any(|m| m == "installed");
+            after_install += usize::from(was_installed);
+            if first == old_first {
+                if was_installed {
+                    return Err("the old log booted after the install returned".into());
+                }
+                if old_log.get(..entries.len()) != Some(&entries[..]) {
+                    return Err(format!("ops {first}..={last} are not the old log's"));
+                }
+                old_boots += 1;
+            } else {
+                if first != new_first || last < image_op {
+                    return Err(format!(
+                        "a log of ops {first}..={last}: neither the old log (from \
+                         {old_first}) nor the installed one ({new_first}..={image_op})"
+                    ));
+                }
+                if peer_log.get(..entries.len()) != Some(&entries[..]) {
+                    return Err(format!("ops {first}..={last} are not the peer's"));
+                }
+                new_boots += 1;
+            }
+            drop(node);
+            let left: Vec<String> = crash
+                .storage
+                .list_dir(&dir)
+                .map_err(|e| e.to_string())?
+                .into_iter()
+                .map(|e| e.name.to_string_lossy().into_owned())
+                .filter(|n| n.ends_with(".staging") || n == iggy_segments::install::RETIRED_DIR)
+                .collect();
+            if !left.is_empty() {
+                return Err(format!("left after boot in {}: {left:?}", dir.display()));
+            }
+            let after = iggy_recovery::check_with(
+                &iggy_io::ReadOnly::new(crash.storage.clone()),
+                std::path::Path::new(""),
+                &boot_config(0),
+                |_, _| {},
+            )
+            .map_err(|e| e.to_string())?;
+            if after.exit_code() != 0 {
+                return Err(format!("after boot:\n{}", after.render()));
+            }
+            Ok(())
+        })
+        .unwrap_or_else(|failure| panic!("{failure}"));
+        eprintln!("{dir_order:?}: {counts:?}");
+    }
+    eprintln!(
+        "booted to the old log {old_boots} times, to the installed one {new_boots} \
+         ({after_install} of them after the install returned)"
+    );
+    assert!(old_boots > 0 && new_boots > after_install && after_install > 0);
 }
