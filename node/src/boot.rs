@@ -87,6 +87,7 @@ pub(crate) fn metadata_boot<S: Storage + Clone>(
         entries,
         // Journaled and synced before it is acknowledged.
         forgot_acknowledged: false,
+        forgotten_through: None,
         incarnation,
         clients,
     })
@@ -145,6 +146,10 @@ pub(crate) fn partition_boot<S: Storage + Clone>(
     let applied = partition.committed();
     let (head, head_checksum, entries) = entries_of(partition.wal(), applied)?;
     let clients = partition_sessions(partition, applied);
+    // A partition rebuilt from its peers after damage lacks what its replica acknowledged
+    // before, whatever its durability.
+    let rebuilt = iggy_segments::rebuilt::read(partition.wal().storage(), partition.dir())
+        .map_err(|e| e.to_string())?;
     Ok(Boot {
         durable,
         applied,
@@ -154,6 +159,7 @@ pub(crate) fn partition_boot<S: Storage + Clone>(
         // Replicated durability acknowledges what the WAL queued; boot keeps only what it
         // published. Persisted publishes before it acknowledges.
         forgot_acknowledged: !persisted,
+        forgotten_through: rebuilt.map(|m| m.forgotten_through),
         incarnation,
         clients,
     })

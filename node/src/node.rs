@@ -318,6 +318,8 @@ impl<S: Storage + Clone> Node<S> {
         let config = &NodeConfig {
             boot: BootConfig {
                 consensus: true,
+                // A damaged partition is rebuilt from its peers rather than stopping the node.
+                rebuild_from_peers: true,
                 ..config.boot.clone()
             },
             ..config.clone()
@@ -337,6 +339,19 @@ impl<S: Storage + Clone> Node<S> {
                 refused.group,
                 refused.error.clone().unwrap_or_default()
             ));
+        }
+        for finding in report
+            .findings
+            .iter()
+            .filter(|f| f.action == iggy_recovery::Action::RebuildFromPeers)
+        {
+            tracing::warn!(
+                replica = index,
+                group = %finding.group,
+                "{}: {}",
+                finding.file.display(),
+                finding.what
+            );
         }
         let mut discarded = BTreeMap::new();
         for finding in &report.findings {

@@ -2,11 +2,15 @@
 //! once, every lane run to its end straight away. What the server's own host does with threads
 //! and sockets must come out the same: the groups elect, a client's batch commits on all three,
 //! a clean shutdown keeps it, and the nodes boot back to it.
+#![allow(
+    clippy::unwrap_used,
+    reason = "test code: a failed unwrap is a failed test"
+)]
 
 use std::collections::VecDeque;
 
 use iggy_format::operation;
-use iggy_io::{ReadFile, ReadStorage, SimStorage};
+use iggy_io::{ReadFile, ReadStorage, SimStorage, Storage};
 use iggy_metadata::{Durability, Op, Retention};
 use iggy_node::{GroupKind, Node, NodeConfig, Unobserved};
 use iggy_recovery::populate::FirstView;
@@ -65,13 +69,23 @@ fn genesis_with(replica: u8, retention: Retention) -> SimStorage {
 
 /// [`genesis_with`] on `storage` (a recording disk, for a crash enumeration).
 fn genesis_on(storage: &SimStorage, replica: u8, retention: Retention) {
+    genesis_durable(storage, replica, retention, Durability::Replicated);
+}
+
+/// [`genesis_on`], the topic of `durability`.
+fn genesis_durable(
+    storage: &SimStorage,
+    replica: u8,
+    retention: Retention,
+    durability: Durability,
+) {
     let ops = [
         Op::CreateStream { name: "s".into() },
         Op::CreateTopic {
             stream: 1,
             name: "t".into(),
             partitions: 1,
-            durability: Durability::Replicated,
+            durability,
             segment_size_bytes: 64 << 10,
             retention,
             replication_factor: 3,
@@ -117,11 +131,23 @@ impl Host {
     }
 
     fn boot_with(storages: &[SimStorage], life: u64, vsr: &Config) -> Self {
+        Self::boot_guarded(storages, life, vsr, Safeguards::default())
+    }
+
+    fn boot_guarded(
+        storages: &[SimStorage],
+        life: u64,
+        vsr: &Config,
+        safeguards: Safeguards,
+    ) -> Self {
         let nodes = storages
             .iter()
             .zip(0u8..)
             .map(|(storage, i)| {
-                let config = config_with(i, u64::from(i) << 48 | life, vsr.clone());
+                let config = NodeConfig {
+                    safeguards,
+                    ..config_with(i, u64::from(i) << 48 | life, vsr.clone())
+                };
                 let (node, _) = Node::boot(storage.clone(), &config).expect("boot");
                 node
             })
@@ -1196,4 +1222,310 @@ fn every_crash_state_of_a_partition_transfer_boots_to_the_old_log_or_the_install
          ({after_install} of them after the install returned)"
     );
     assert!(old_boots > 0 && new_boots > after_install && after_install > 0);
+}
+
+/// What [`damaged_partition_while_a_peer_dies`] saw.
+struct Rebuild {
+    host: Host,
+    storages: Vec<SimStorage>,
+    /// The head of the ops only nodes 0 and 2 acknowledged (node 1 was cut off).
+    acknowledged_head: u64,
+    /// Node 2's boot report over its damaged partition.
+    report: iggy_recovery::Report,
+    /// The entries node 0 acknowledged, from op 1 to `acknowledged_head`.
+    acknowledged: Vec<iggy_wal::Entry>,
+    /// Node 2's disk's operations until its boot returned, when it was recording.
+    trace: Vec<iggy_io::TraceOp>,
+}
+
+/// Three nodes of a persisted topic (each backup acknowledges what its log holds durably)
+/// commit 300 batches; node 1 is cut off while 20 more commit on nodes 0 and 2 alone; node 2
+/// stops and a sealed segment file of its partition is lost; node 0 dies as node 2 boots again,
+/// and node 1 is back. Nodes 1 and 2 are then alone for 30 s.
+/// `recording`: node 2's disk records its operations (for a crash enumeration), with the mark
+/// `rebuild` before its second boot.
+fn damaged_partition_while_a_peer_dies(safeguards: Safeguards, recording: bool) -> Rebuild {
+    let storages: Vec<SimStorage> = (0..3u8)
+        .map(|r| {
+            let storage = if recording && r == 2 {
+                SimStorage::recording(13)
+            } else {
+                SimStorage::new(u64::from(r) + 11)
+            };
+            genesis_durable(&storage, r, Retention::default(), Durability::Persisted);
+            storage
+        })
+        .collect();
+    let vsr = small_ring();
+    let mut host = Host::boot_guarded(&storages, 1, &vsr, safeguards);
+    let partition = partition_id(1, 1, 1);
+    for request in 1..=320 {
+        if request == 301 {
+            host.tick(10);
+            host.down = Some(1);
+        }
+        host.send_batch(0, partition, request, 5);
+        host.settle();
+        if request % 100 == 0 {
+            host.tick(100);
+        }
+    }
+    let acknowledged_head = host.partition(0).replica.head();
+    assert_eq!(host.partition(2).replica.head(), acknowledged_head);
+    assert!(host.partition(1).replica.head() + 20 <= acknowledged_head);
+    let acknowledged = log_from(&host, 0, 1);
+    // Node 2 stops; the second of its segment files (sealed, published) is lost.
+    let files = host.partition(2).partition().unwrap().wal().files();
+    assert!(files.len() >= 4, "{} segments", files.len());
+    let lost = files[1].path.clone();
+    drop(host.nodes.remove(2));
+    storages[2].unlink(&lost).expect("lose a segment");
+    storages[2]
+        .sync_dir(lost.parent().expect("its directory"))
+        .expect("lost for good");
+    // Node 0 dies as node 2 boots; node 1 is back.
+    host.down = Some(0);
+    let config = NodeConfig {
+        safeguards,
+        ..config_with(2, 2 << 48 | 2, vsr)
+    };
+    storages[2].mark("rebuild");
+    let (node, report) = Node::boot(storages[2].clone(), &config).expect("boots, rebuilding");
+    let trace = if recording {
+        storages[2].trace()
+    } else {
+        Vec::new()
+    };
+    host.nodes.push(node);
+    host.tick(3_000);
+    Rebuild {
+        host,
+        storages,
+        acknowledged_head,
+        report,
+        acknowledged,
+        trace,
+    }
+}
+
+/// Issue #33, the receiver's own log damaged: a node whose partition lost published data (a
+/// segment file gone) boots anyway. Its boot moves the partition's files into `.damaged-*` and
+/// creates it anew, empty, in its old views, behind a rebuild marker (`rebuild-from-peers` in
+/// the report), and its replica catches up from the peers' disks. Until then its empty log
+/// stands for no view-change quorum, though its topic is persisted (nothing forgotten on an
+/// ordinary restart): node 1 and the rebuilt node 2, alone after node 0 died, start no view
+/// without the 20 batches only nodes 0 and 2 acknowledged. Once node 0 is back every node holds
+/// them, and a later boot of node 2 rebuilds nothing.
+#[test]
+fn a_damaged_partition_is_rebuilt_from_its_peers_and_stands_for_no_quorum_until_it_has() {
+    let Rebuild {
+        mut host,
+        storages,
+        acknowledged_head,
+        report,
+        acknowledged,
+        ..
+    } = damaged_partition_while_a_peer_dies(Safeguards::default(), false);
+    let rebuilt: Vec<_> = report
+        .findings
+        .iter()
+        .filter(|f| f.action == iggy_recovery::Action::RebuildFromPeers)
+        .collect();
+    assert_eq!(rebuilt.len(), 1, "{}", report.render());
+    assert_eq!(rebuilt[0].group, "partition 1.1.1");
+    let dir = host.partition(2).partition().unwrap().dir().to_path_buf();
+    let names: Vec<String> = storages[2]
+        .list_dir(&dir)
+        .unwrap()
+        .into_iter()
+        .map(|e| e.name.to_string_lossy().into_owned())
+        .collect();
+    assert!(names.iter().any(|n| n == iggy_segments::rebuilt::FILE_NAME));
+    let damaged = names
+        .iter()
+        .find(|n| n.starts_with(iggy_segments::rebuilt::DAMAGED_PREFIX))
+        .expect("the damaged files are kept");
+    assert!(
+        storages[2].list_dir(dir.join(damaged)).unwrap().len() >= 4,
+        "the superblock and the segments that were left"
+    );
+    // Alone, nodes 1 and 2 start no view: node 2's log stands for no quorum.
+    for i in [1, 2] {
+        let replica = &host.partition(i).replica;
+        assert_ne!(replica.status(), Status::Normal, "{}", replica.describe());
+        assert!(replica.head() < acknowledged_head);
+    }
+    let waits = host
+        .partition(1)
+        .replica
+        .counters()
+        .get("merge_waits_for_a_holder")
+        .copied();
+    let waits2 = host
+        .partition(2)
+        .replica
+        .counters()
+        .get("merge_waits_for_a_holder")
+        .copied();
+    assert!(
+        waits.unwrap_or(0) + waits2.unwrap_or(0) > 0,
+        "the new primary waited for a log that holds its acknowledgments"
+    );
+
+    // Node 0 is back: the view starts with every acknowledged batch, and node 2 catches up.
+    host.down = None;
+    let mut ticks = 0;
+    while (0..3).any(|i| host.partition(i).replica.commit_min() < acknowledged_head) {
+        host.tick(10);
+        ticks += 10;
+        assert!(ticks < 5_000, "{}", host.partition(2).replica.describe());
+    }
+    for i in 0..3 {
+        assert_eq!(
+            log_from(&host, i, 1)[..acknowledged.len()],
+            acknowledged[..],
+            "node {i} holds every acknowledged batch"
+        );
+    }
+    // A later boot of node 2 opens the rebuilt partition: nothing is rebuilt again.
+    drop(host.nodes.remove(2));
+    let (_, report) = Node::boot(
+        storages[2].clone(),
+        &config_with(2, 2 << 48 | 3, small_ring()),
+    )
+    .expect("boots");
+    assert!(
+        report
+            .findings
+            .iter()
+            .all(|f| f.action != iggy_recovery::Action::RebuildFromPeers),
+        "{}",
+        report.render()
+    );
+}
+
+/// The same with the `forgotten-acknowledgments` safeguard off: the rebuilt node's empty log
+/// counts in node 1's view change, the view starts without the 20 batches nodes 0 and 2
+/// acknowledged, and the next batch takes the first one's op.
+#[test]
+fn without_forgotten_acknowledgments_a_rebuilt_partition_loses_acknowledged_batches() {
+    let safeguards = Safeguards {
+        forgotten_acknowledgments: false,
+        ..Safeguards::default()
+    };
+    let Rebuild {
+        mut host,
+        acknowledged_head,
+        acknowledged,
+        ..
+    } = damaged_partition_while_a_peer_dies(safeguards, false);
+    let started = (1..3).any(|i| host.partition(i).replica.status() == Status::Normal);
+    assert!(started, "a view started on nodes 1 and 2");
+    assert!(host.partition(1).replica.head() < acknowledged_head);
+    // The next batch takes the place of an acknowledged one in the view's log.
+    host.down = None;
+    host.send_batch(1, partition_id(1, 1, 1), 321, 5);
+    host.settle();
+    host.tick(500);
+    let next = acknowledged_head - 19;
+    let view_log = log_from(&host, 1, next);
+    assert_ne!(
+        view_log.first(),
+        acknowledged.get(usize::try_from(next - 1).unwrap()),
+        "op {next} is still the acknowledged batch"
+    );
+}
+
+/// Every crash state of a damaged partition's rebuild (the marker's write, the superblock moved
+/// aside, the other files after it, the new partition's creation, and the rest of the node's
+/// boot) boots again (`Node::boot`) to a rebuilt partition: empty, behind the same marker
+/// (the old replica's view and log_view), the old superblock kept in a `.damaged-*`
+/// directory, and the node checks clean with `iggy-fsck`'s check afterwards. Both directory
+/// orders, 16 states a crash point (2 torn); `NODE_CRASH_FULL=1` up to 64 (8 torn).
+#[test]
+fn every_crash_state_of_a_rebuild_boots_to_the_same_rebuilt_partition() {
+    let Rebuild {
+        host,
+        storages,
+        trace,
+        ..
+    } = damaged_partition_while_a_peer_dies(Safeguards::default(), true);
+    let dir = host.partition(2).partition().unwrap().dir().to_path_buf();
+    let expected = iggy_segments::rebuilt::read(&storages[2], &dir)
+        .unwrap()
+        .expect("a marker");
+    let partition = partition_id(1, 1, 1);
+    drop(host);
+    let full = std::env::var_os("NODE_CRASH_FULL").is_some();
+    let mut rebuilt_again = 0;
+    for dir_order in [iggy_io::DirOrder::Ordered, iggy_io::DirOrder::Unordered] {
+        let enumeration = iggy_io::EnumerationConfig {
+            seed: 11,
+            max_states_per_point: if full { 64 } else { 16 },
+            torn_states_per_point: if full { 8 } else { 2 },
+            max_points: None,
+            start_at_mark: Some("rebuild".into()),
+            dir_order,
+        };
+        let counts = iggy_io::enumerate(&trace, &enumeration, |crash| {
+            let config = config_with(2, 2 << 48 | 7, small_ring());
+            let (node, report) = Node::boot(crash.storage.clone(), &config)
+                .map_err(|e| format!("boot failed: {e}"))?;
+            rebuilt_again += usize::from(
+                report
+                    .findings
+                    .iter()
+                    .any(|f| f.action == iggy_recovery::Action::RebuildFromPeers),
+            );
+            let booted = node.groups[&partition].partition().ok_or("no partition")?;
+            let wal = booted.wal();
+            if wal.head().0 != 0 || booted.next_offset() != 0 {
+                return Err(format!("not empty: head {}", wal.head().0));
+            }
+            let marker =
+                iggy_segments::rebuilt::read(&crash.storage, &dir).map_err(|e| e.to_string())?;
+            if marker != Some(expected) {
+                return Err(format!("marker {marker:?}, expected {expected:?}"));
+            }
+            let vsr = booted.vsr_state();
+            if (vsr.view, vsr.log_view) < (expected.view, expected.forgotten_through) {
+                return Err(format!("views went back: {vsr:?}"));
+            }
+            drop(node);
+            let kept = crash
+                .storage
+                .list_dir(&dir)
+                .map_err(|e| e.to_string())?
+                .into_iter()
+                .filter(|e| {
+                    e.name
+                        .to_string_lossy()
+                        .starts_with(iggy_segments::rebuilt::DAMAGED_PREFIX)
+                })
+                .any(|e| {
+                    crash
+                        .storage
+                        .exists(dir.join(&e.name).join(iggy_superblock::FILE_NAME))
+                        .unwrap_or(false)
+                });
+            if !kept {
+                return Err("the old superblock is not kept".into());
+            }
+            let after = iggy_recovery::check_with(
+                &iggy_io::ReadOnly::new(crash.storage.clone()),
+                std::path::Path::new(""),
+                &boot_config(0),
+                |_, _| {},
+            )
+            .map_err(|e| e.to_string())?;
+            if after.exit_code() != 0 {
+                return Err(format!("after boot:\n{}", after.render()));
+            }
+            Ok(())
+        })
+        .unwrap_or_else(|failure| panic!("{failure}"));
+        eprintln!("{dir_order:?}: {counts:?}");
+    }
+    eprintln!("{rebuilt_again} crash states rebuilt again");
+    assert!(rebuilt_again > 0);
 }

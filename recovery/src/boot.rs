@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use iggy_io::{EntryKind, ErrorKind, FileLock, ReadFile, ReadStorage, Storage};
 use iggy_metadata::group::{self as metadata_group, GroupError, MetadataGroup};
-use iggy_segments::{Partition, PartitionError};
+use iggy_segments::{Partition, PartitionError, rebuilt};
 use iggy_superblock::copy::{self, Slot};
 use iggy_superblock::{Identity, SuperblockError};
 use iggy_wal::{Mode, WalError};
@@ -132,6 +132,15 @@ pub struct BootConfig {
     /// partitions counted a publication as a commit, and the replica's commit of a published op
     /// found nothing left to answer: its client never got a reply.
     pub consensus: bool,
+    /// A replicated partition whose published data is damaged (`NEEDS REPAIR FROM PEERS`) is
+    /// rebuilt by an `Open` boot instead of kept closed: its files are moved into a
+    /// `.damaged-*` directory in its own directory, and it is created anew, empty, in the
+    /// views its old superblock (or an earlier rebuild's marker) held, behind a rebuild marker
+    /// that makes its replica stand for no quorum until it has caught up
+    /// (`iggy_segments::rebuilt`). Set by the node; off for the tools, which never move a
+    /// partition's files. A partition whose views are unknown (no superblock copy decodes and
+    /// no marker) stays closed.
+    pub rebuild_from_peers: bool,
 }
 
 impl BootConfig {
@@ -154,6 +163,7 @@ impl BootConfig {
             commit_from_log: true,
             spread_primaries: true,
             consensus: false,
+            rebuild_from_peers: false,
         }
     }
 
@@ -443,8 +453,115 @@ pub enum RecoveryError {
         label: String,
         source: Box<PartitionError>,
     },
+    #[error("boot of {}: rebuilding damaged partition {label} from its peers: {source}", dir.display())]
+    RebuildPartition {
+        dir: PathBuf,
+        label: String,
+        source: Box<PartitionError>,
+    },
     #[error(transparent)]
     Io(#[from] iggy_io::Error),
+}
+
+/// Rebuilds the damaged replicated partition `key` ([`BootConfig::rebuild_from_peers`]): the
+/// views the old replica may have acknowledged in (from any superblock copy that decodes, and
+/// an earlier rebuild's marker), the marker written durably first, then the superblock moved
+/// into `.damaged-<incarnation>` (durably: from then on a crash boots to a directory without
+/// one, which is rebuilt again), then every other file of the partition, then the partition
+/// created anew, empty, in those views. `Ok(None)`: the views are unknown (no copy decodes, no
+/// marker, or a marker that does not verify), so nothing was touched. Returns the partition,
+/// the marker and the directory the damaged files went to.
+pub fn rebuild_partition<S: Storage + Clone>(
+    storage: &S,
+    data_dir: &Path,
+    config: &BootConfig,
+    identity: Identity,
+    state: &iggy_metadata::State,
+    key: PartitionKey,
+) -> Result<Option<(Partition<S>, rebuilt::Marker, PathBuf)>, PartitionError> {
+    let dir = data_dir.join(PARTITIONS_DIR).join(key.dir_name());
+    let Ok(existing) = rebuilt::read(storage, &dir) else {
+        return Ok(None);
+    };
+    let old = superblock_views(storage, &dir);
+    let marker = match (existing, old) {
+        (None, None) => return Ok(None),
+        (Some(m), None) => m,
+        (None, Some((view, log_view))) => rebuilt::Marker {
+            view,
+            forgotten_through: log_view,
+        },
+        (Some(m), Some((view, log_view))) => rebuilt::Marker {
+            view: m.view.max(view),
+            forgotten_through: m.forgotten_through.max(log_view),
+        },
+    };
+    // Views are known only from a superblock copy or a marker, so `dir` exists.
+    if existing != Some(marker) {
+        rebuilt::write(storage, &dir, marker)?;
+    }
+    let damaged = dir.join(format!(
+        "{}{:016x}",
+        rebuilt::DAMAGED_PREFIX,
+        config.incarnation
+    ));
+    let mut moving: Vec<String> = storage
+        .list_dir(&dir)?
+        .into_iter()
+        .map(|e| e.name.to_string_lossy().into_owned())
+        .filter(|name| !rebuilt::is_rebuild_entry(name))
+        .collect();
+    if !moving.is_empty() {
+        if !storage.exists(&damaged)? {
+            storage.create_dir(&damaged)?;
+            // Durable in the partition's directory before anything moves into it: a rename
+            // into a directory whose creation a power loss undid loses the file.
+            storage.sync_dir(&dir)?;
+        }
+        // The superblock first, durably: a crash after this boots to a directory without one
+        // (lost state, damage), which is rebuilt again with the marker's views.
+        moving.sort_by_key(|name| name != iggy_superblock::FILE_NAME);
+        for (i, name) in moving.iter().enumerate() {
+            storage.rename(dir.join(name), damaged.join(name))?;
+            if i == 0 {
+                storage.sync_dir(&damaged)?;
+                storage.sync_dir(&dir)?;
+            }
+        }
+        storage.sync_dir(&damaged)?;
+        storage.sync_dir(&dir)?;
+    }
+    let partition = iggy_segments::Config {
+        initial_incarnation: config.incarnation.max(1),
+        ..config.partition(identity, key, segment_size(Some(state), key))
+    };
+    let vsr = iggy_superblock::VsrState {
+        view: marker.view,
+        log_view: marker.forgotten_through,
+        incarnation: config.incarnation.max(1),
+        ..iggy_superblock::VsrState::default()
+    };
+    let created = Partition::create_rebuilt(storage.clone(), &dir, partition, vsr)?;
+    Ok(Some((created, marker, damaged)))
+}
+
+/// The highest view and log_view of any superblock copy in `dir` that decodes (the old
+/// replica promised at most these), `None` when none does.
+fn superblock_views<R: ReadStorage>(storage: &R, dir: &Path) -> Option<(u32, u32)> {
+    let path = dir.join(iggy_superblock::FILE_NAME);
+    let file = storage.open_read(&path).ok()?;
+    let len = usize::try_from(file.len().ok()?.min(copy::FILE_SIZE)).ok()?;
+    let mut bytes = vec![0u8; len];
+    file.read_exact_at(0, &mut bytes).ok()?;
+    Slot::ALL
+        .iter()
+        .filter_map(|slot| {
+            let from = usize::try_from(slot.offset()).ok()?;
+            copy::decode(bytes.get(from..)?, *slot)
+                .ok()
+                .map(|(record, _)| (record.state.view, record.state.log_view))
+        })
+        .reduce(|a, b| (a.0.max(b.0), a.1.max(b.1)))
 }
 
 /// Creates partition `key`, which `state` (the metadata) lists, in `data_dir/partitions`:
@@ -854,6 +971,39 @@ impl Builder {
                 None
             }
         }
+    }
+
+    /// Whether the last group recorded is `label`, needing repair from its peers.
+    fn needs_peers(&self, label: &str) -> bool {
+        self.report
+            .groups
+            .last()
+            .is_some_and(|g| g.group == label && g.status == Status::NeedsPeerRepair)
+    }
+
+    /// Records that boot rebuilt the last group recorded (`label`, which needed repair from its
+    /// peers): it is open, empty, and still needs its peers.
+    fn rebuilt(&mut self, label: &str, dir: &Path, marker: rebuilt::Marker, damaged: &Path) {
+        if let Some(group) = self.report.groups.last_mut() {
+            group.error = None;
+        }
+        self.report.findings.push(Finding {
+            component: Component::Node,
+            kind: "rebuilt-from-peers",
+            group: label.into(),
+            file: dir.join(rebuilt::FILE_NAME),
+            offset: 0,
+            what: format!(
+                "the damaged files were moved to {} and the partition created anew, empty, in \
+                 view {}; its replica catches up from its peers and stands for no quorum until \
+                 it has (it may have acknowledged ops through view {})",
+                damaged.display(),
+                marker.view,
+                marker.forgotten_through
+            ),
+            action: Action::RebuildFromPeers,
+            bytes: 0,
+        });
     }
 
     /// Records a partition whose directory is missing (the metadata lists it) or holds nothing:
@@ -1745,6 +1895,21 @@ pub fn boot_locked<S: Storage + Clone>(
                 source: Box::new(source),
             })?;
             partitions.insert(key, partition);
+        } else if config.rebuild_from_peers
+            && mode == Mode::Open
+            && walk.builder.needs_peers(&label)
+            && let (Some(state), Some(identity)) = (state, walk.identity)
+        {
+            let rebuilt = rebuild_partition(&storage, data_dir, config, identity, state, key)
+                .map_err(|source| RecoveryError::RebuildPartition {
+                    dir: data_dir.to_path_buf(),
+                    label: label.clone(),
+                    source: Box::new(source),
+                })?;
+            if let Some((partition, marker, damaged)) = rebuilt {
+                walk.builder.rebuilt(&label, &dir, marker, &damaged);
+                partitions.insert(key, partition);
+            }
         }
     }
     if config.defer_boot_syncs {

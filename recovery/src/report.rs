@@ -70,6 +70,10 @@ pub enum Action {
     /// Published data is damaged or missing in a replicated group: the group must be repaired
     /// from peers.
     NeedsPeerRepair,
+    /// The node's boot moved a damaged replicated partition's files aside (into `.damaged-*`
+    /// in its directory, kept for inspection) and created it anew, empty, in its old views,
+    /// behind a rebuild marker: its replica catches up from its peers.
+    RebuildFromPeers,
     /// Boot refuses the group.
     Refuse,
 }
@@ -107,6 +111,7 @@ impl Action {
             Self::RestoreCarried => "restore-carried",
             Self::ApplyCommitted => "apply-committed",
             Self::NeedsPeerRepair => "needs-peer-repair",
+            Self::RebuildFromPeers => "rebuild-from-peers",
             Self::Refuse => "refuse",
         }
     }
@@ -229,10 +234,13 @@ pub fn next_step(exit_code: u8) -> &'static str {
         }
         exit::NEEDS_PEER_REPAIR => {
             "the groups marked NEEDS REPAIR FROM PEERS lost or damaged published data that the \
-             other replicas hold. Boot keeps them closed and opens the rest; they must be \
-             rebuilt from a healthy replica (state transfer). Do not delete their files: \
-             `iggy-inspect` shows the damage. Check the disk (dmesg, SMART) and that every \
-             volume is mounted."
+             other replicas hold. Check the disk (dmesg, SMART) and that every volume is \
+             mounted, then start the node: it moves each such partition's files into \
+             `.damaged-<incarnation>` in the partition's directory (kept: `iggy-inspect` shows \
+             the damage; remove it once inspected) and rebuilds the partition from the other \
+             replicas. A partition with no readable superblock copy, and a damaged metadata \
+             group, cannot be rebuilt this way: the node refuses to start. Do not delete their \
+             files."
         }
         exit::REFUSE => {
             "boot will not open the groups marked BOOT REFUSES and changes none of their files. \

@@ -23,6 +23,10 @@ pub enum PartitionError {
     Offsets(#[from] OffsetError),
     #[error("{dir}: a partition already exists")]
     AlreadyExists { dir: PathBuf },
+    /// The marker of a rebuild from peers does not verify: the views the old replica may have
+    /// acknowledged in are unknown.
+    #[error("{path}: the rebuild marker does not verify: {reason}")]
+    Rebuilt { path: PathBuf, reason: String },
     #[error("invalid batch: {0}")]
     Batch(#[from] BatchError),
     #[error("{file}: the batch at byte {offset} is malformed: {error}")]

@@ -106,7 +106,10 @@ pub fn finish<S: Storage>(storage: &S, dir: &Path) -> Result<(), PartitionError>
 
 /// Whether a live top-level name is part of the partition's state (not install machinery).
 fn is_partition_file(name: &str) -> bool {
-    !name.starts_with('.') && !name.ends_with(STAGING_SUFFIX) && name != OFFSETS_STAGING_DIR
+    !name.starts_with('.')
+        && !name.ends_with(STAGING_SUFFIX)
+        && name != OFFSETS_STAGING_DIR
+        && !crate::rebuilt::is_rebuild_entry(name)
 }
 
 /// Restores the old partition from `.install-backup` (idempotent), then retires the backup.

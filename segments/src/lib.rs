@@ -18,6 +18,7 @@ pub mod install;
 pub mod offsets;
 pub mod partition;
 pub mod read;
+pub mod rebuilt;
 pub mod report;
 mod retention;
 pub mod sessions;

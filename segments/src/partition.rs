@@ -92,18 +92,53 @@ impl<S: Storage + Clone> Partition<S> {
     /// incarnation `config.initial_incarnation`): the superblock first (its rename is the moment
     /// the partition exists), then the WAL, whose first segment is `00000000000000000000.log`.
     pub fn create(storage: S, dir: &Path, config: Config) -> Result<Self, PartitionError> {
-        if storage.exists(dir)? && !storage.list_dir(dir)?.is_empty() {
-            return Err(PartitionError::AlreadyExists {
-                dir: dir.to_path_buf(),
-            });
-        }
         let state = VsrState {
             view: config.initial_view,
             log_view: config.initial_view,
             incarnation: config.initial_incarnation,
             ..VsrState::default()
         };
-        let superblock = Superblock::create(storage.clone(), dir, config.identity, state)?;
+        Self::create_with(storage, dir, config, state, &|_| false)
+    }
+
+    /// Creates an empty partition in `dir` whose superblock holds `state`, beside the entries
+    /// a rebuild from peers keeps there (its marker and the damaged files moved aside:
+    /// [`crate::rebuilt`]). `state` carries the old replica's view and log_view, which never go
+    /// back.
+    pub fn create_rebuilt(
+        storage: S,
+        dir: &Path,
+        config: Config,
+        state: VsrState,
+    ) -> Result<Self, PartitionError> {
+        Self::create_with(
+            storage,
+            dir,
+            config,
+            state,
+            &crate::rebuilt::is_rebuild_entry,
+        )
+    }
+
+    fn create_with(
+        storage: S,
+        dir: &Path,
+        config: Config,
+        state: VsrState,
+        beside: &dyn Fn(&str) -> bool,
+    ) -> Result<Self, PartitionError> {
+        if storage.exists(dir)?
+            && storage
+                .list_dir(dir)?
+                .iter()
+                .any(|e| !beside(&e.name.to_string_lossy()))
+        {
+            return Err(PartitionError::AlreadyExists {
+                dir: dir.to_path_buf(),
+            });
+        }
+        let superblock =
+            Superblock::create_beside(storage.clone(), dir, config.identity, state, beside)?;
         let wal = Wal::create_keyed(storage.clone(), dir, config.wal(), 1, 0, 0)?;
         let fresh = fresh_wal_report(dir, &config, Vec::new());
         let report = boot::analyze(&storage, dir, &config, fresh, &state)?;

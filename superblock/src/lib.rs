@@ -158,6 +158,17 @@ pub fn read<R: ReadStorage>(
     dir: &Path,
     expected: &Identity,
 ) -> Result<Opened, SuperblockError> {
+    read_beside(storage, dir, expected, &|_| false)
+}
+
+/// [`read`], where a directory without a superblock whose only entries are ones `beside` accepts
+/// (besides `superblock.tmp`) is fresh, not lost state.
+fn read_beside<R: ReadStorage>(
+    storage: &R,
+    dir: &Path,
+    expected: &Identity,
+    beside: &dyn Fn(&str) -> bool,
+) -> Result<Opened, SuperblockError> {
     let path = file_path(dir);
     if !storage.exists(&path)? {
         let files: Vec<String> = if storage.exists(dir)? {
@@ -165,7 +176,7 @@ pub fn read<R: ReadStorage>(
                 .list_dir(dir)?
                 .into_iter()
                 .map(|entry| entry.name.to_string_lossy().into_owned())
-                .filter(|name| name != TEMP_FILE_NAME)
+                .filter(|name| name != TEMP_FILE_NAME && !beside(name))
                 .collect()
         } else {
             Vec::new()
@@ -443,8 +454,20 @@ impl<S: Storage> Superblock<S> {
         identity: Identity,
         state: VsrState,
     ) -> Result<Self, SuperblockError> {
+        Self::create_beside(storage, dir, identity, state, &|_| false)
+    }
+
+    /// [`Superblock::create`] in a directory that may already hold entries `beside` accepts
+    /// (a partition rebuilt from its peers keeps its rebuild marker and damaged files there).
+    pub fn create_beside(
+        storage: S,
+        dir: &Path,
+        identity: Identity,
+        state: VsrState,
+        beside: &dyn Fn(&str) -> bool,
+    ) -> Result<Self, SuperblockError> {
         let path = file_path(dir);
-        match read(&storage, dir, &identity) {
+        match read_beside(&storage, dir, &identity, beside) {
             Ok(Opened::Fresh) => {}
             Ok(Opened::Present { .. }) => return Err(SuperblockError::AlreadyExists { path }),
             Err(error) => return Err(error),

@@ -122,6 +122,7 @@ fn effect_ids_of_two_lives_never_meet() {
         head_checksum: 0,
         entries: Vec::new(),
         forgot_acknowledged: false,
+        forgotten_through: None,
         incarnation,
         clients: Vec::new(),
     };
@@ -650,6 +651,7 @@ fn a_replay_after_a_restart_is_answered_from_the_table() {
             head_checksum: checksum,
             entries: log,
             forgot_acknowledged: false,
+            forgotten_through: None,
             incarnation: 6,
             clients: vec![(0xC1, session(5, 3, b"original"))],
         },
@@ -709,6 +711,7 @@ fn an_incarnation_of_0_is_refused() {
             head_checksum: 0,
             entries: Vec::new(),
             forgot_acknowledged: false,
+            forgotten_through: None,
             incarnation: 0,
             clients: Vec::new(),
         },

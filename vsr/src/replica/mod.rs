@@ -71,6 +71,11 @@ pub struct Boot {
     /// what was not published, and under replicated durability a backup acknowledges before
     /// the WAL publishes. (False for a group that publishes before it acknowledges.)
     pub forgot_acknowledged: bool,
+    /// Storage was rebuilt empty after damage (`docs/recovery.md`, "A damaged partition"): the
+    /// replica lacks whatever it acknowledged in this view and earlier ones, whatever its
+    /// durability. Its log stands for no quorum until it starts a later view or rejoins this
+    /// one, as after [`Boot::forgot_acknowledged`]. At most the superblock's log_view.
+    pub forgotten_through: Option<u32>,
     /// This boot's incarnation (never 0): a restarted replica's probes carry it, and the answer
     /// must echo it.
     pub incarnation: u64,
@@ -313,7 +318,9 @@ impl Replica {
             view: boot.durable.view,
             log_view: boot.durable.log_view,
             durable: boot.durable,
-            forgotten_view: (!fresh && boot.forgot_acknowledged).then_some(boot.durable.log_view),
+            forgotten_view: (!fresh && boot.forgot_acknowledged)
+                .then_some(boot.durable.log_view)
+                .max(boot.forgotten_through.map(|v| v.min(boot.durable.log_view))),
             rejoined_through: None,
             superblock: None,
             superblock_next: None,

@@ -346,6 +346,7 @@ fn boot_replica(
             head_checksum,
             entries: log.clone(),
             forgot_acknowledged,
+            forgotten_through: None,
             incarnation,
             clients: Vec::new(),
         },
