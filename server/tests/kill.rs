@@ -899,3 +899,116 @@ fn a_one_node_cluster_answers_every_write() {
     // iggy-fsck finds the one-node directory clean after the stop.
     assert_fsck_clean(&nodes[0].data);
 }
+
+/// The partition directories of a data directory, with their segment files (path, length),
+/// oldest first.
+fn segment_files(data: &Path) -> Vec<(PathBuf, Vec<(PathBuf, u64)>)> {
+    let mut partitions: Vec<_> = std::fs::read_dir(data.join("partitions"))
+        .expect("partitions")
+        .map(|e| e.expect("entry").path())
+        .collect();
+    partitions.sort();
+    partitions
+        .into_iter()
+        .map(|dir| {
+            let mut logs: Vec<(PathBuf, u64)> = std::fs::read_dir(&dir)
+                .expect("a partition")
+                .map(|e| e.expect("entry").path())
+                .filter(|p| p.extension().is_some_and(|x| x == "log"))
+                .map(|p| {
+                    let len = std::fs::metadata(&p).expect("metadata").len();
+                    (p, len)
+                })
+                .collect();
+            logs.sort();
+            (dir, logs)
+        })
+        .collect()
+}
+
+/// Issue #33, a node whose own partitions are damaged: three `iggy-server run` processes take a
+/// load; node 2 is killed (SIGKILL) and two of its partitions lose published data, one its head
+/// segment file, the other a flipped byte in its head segment's first entry. `iggy-fsck` (the
+/// process) exits 2 naming both. Node 2 then starts anyway (it used to refuse, and only wiping
+/// the node brought it back): its boot logs each partition rebuilt from its peers, and `verify`
+/// finds every acknowledged message on every node, node 2 included, from its own client port.
+/// After a clean stop `iggy-fsck --deep` exits 0 on node 2, the damaged files kept in
+/// `.damaged-*` beside the rebuilt partitions.
+#[test]
+fn a_node_whose_partitions_were_damaged_rebuilds_them_from_its_peers() {
+    let form = Form::chosen();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut nodes = cluster(dir.path());
+    for node in &mut nodes {
+        node.start();
+    }
+    let ledger = dir.path().join("load.ledger");
+    fault_free_load(&nodes, &form, true, Duration::from_secs(4), &ledger);
+    nodes[2].kill();
+
+    // Two partitions of node 2 lose published data: of the persisted topic (the load creates it
+    // second), whose segments are published before they are acknowledged.
+    let mut damaged = Vec::new();
+    for (partition, logs) in segment_files(&nodes[2].data) {
+        if !partition
+            .file_name()
+            .is_some_and(|n| n.to_string_lossy().starts_with("1.2."))
+        {
+            continue;
+        }
+        let Some((head, len)) = logs.last().cloned() else {
+            continue;
+        };
+        if len < 4096 {
+            continue;
+        }
+        if damaged.is_empty() {
+            std::fs::remove_file(&head).expect("lose the head segment");
+        } else {
+            let mut bytes = std::fs::read(&head).expect("read the head segment");
+            bytes[300] ^= 0x40;
+            std::fs::write(&head, bytes).expect("rot a byte");
+        }
+        damaged.push(partition);
+        if damaged.len() == 2 {
+            break;
+        }
+    }
+    assert_eq!(damaged.len(), 2, "two partitions held published data");
+    let fsck = Command::new(common::fsck_binary())
+        .arg(&nodes[2].data)
+        .output()
+        .expect("run iggy-fsck");
+    let report = String::from_utf8_lossy(&fsck.stdout).into_owned();
+    assert_eq!(fsck.status.code(), Some(2), "{report}");
+    let needs_peers: Vec<&str> = report
+        .lines()
+        .filter(|l| {
+            l.trim_start().starts_with("partition ") && l.ends_with("NEEDS REPAIR FROM PEERS")
+        })
+        .collect();
+    assert_eq!(needs_peers.len(), 2, "{report}");
+
+    nodes[2].start();
+    let log = std::fs::read_to_string(&nodes[2].log_path).expect("boot log");
+    assert_eq!(
+        log.matches("the damaged files were moved to").count(),
+        2,
+        "node 2 logs each rebuild:\n{log}"
+    );
+    let (code, _, output) = verify(&nodes, &ledger, "60s");
+    assert_eq!(code, 0, "verify after the rebuild: {output}");
+
+    for node in &mut nodes {
+        let status = node.stop();
+        assert!(status.success(), "node {}: {status}", node.index);
+    }
+    assert_fsck_clean(&nodes[2].data);
+    for partition in &damaged {
+        let kept = std::fs::read_dir(partition)
+            .expect("the rebuilt partition")
+            .filter_map(Result::ok)
+            .any(|e| e.file_name().to_string_lossy().starts_with(".damaged-"));
+        assert!(kept, "{}: the damaged files are kept", partition.display());
+    }
+}
