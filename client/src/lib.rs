@@ -240,11 +240,28 @@ impl Client {
         partitions: u32,
         durability: &str,
     ) -> Result<(), ClientError> {
+        self.create_topic_retaining(stream, name, partitions, durability, 0)
+    }
+
+    /// [`Client::create_topic`], each partition keeping at most `max_topic_size` bytes (the
+    /// topic's `max_topic_size` option; 0 keeps everything).
+    pub fn create_topic_retaining(
+        &mut self,
+        stream: &str,
+        name: &str,
+        partitions: u32,
+        durability: &str,
+        max_topic_size: u64,
+    ) -> Result<(), ClientError> {
+        let mut options = vec![OptionEntry::string("durability", durability)];
+        if max_topic_size > 0 {
+            options.push(OptionEntry::uint64("max_topic_size", max_topic_size));
+        }
         let body = self.call(&Request::CreateTopic {
             stream: Identifier::Name(stream.into()),
             partitions,
             name: name.into(),
-            options: vec![OptionEntry::string("durability", durability)],
+            options,
         })?;
         self.framed(iggy_protocol::code::CREATE_TOPIC, &body)
             .map(|_| ())

@@ -32,6 +32,10 @@ impl StoredBatch {
     }
 }
 
+/// Reads of a partition that retention overtook, started again from its new first offset,
+/// before a failure is returned ([`Partition::read_through`]).
+const RETENTION_RACE_RETRIES: usize = 3;
+
 /// One entry of a segment, read at a position.
 enum Read {
     /// The segment ends here (zeros or the end of the file).
@@ -69,7 +73,29 @@ impl<S: Storage + Clone> Partition<S> {
         self.read_until(offset, max_bytes, through)
     }
 
+    /// Reads from `offset`; a read that retention overtook is read again from the new first
+    /// offset. Retention retires a segment's file (the WAL may recycle it for a new segment)
+    /// while a reader that found it before may still be reading it: the entries there then
+    /// fail their checks, or the file is gone. A failure with the partition's first offset now
+    /// past `offset` is that race, not damage; the read starts again where the partition now
+    /// starts, as a read below the first offset does. A second failure there is returned.
     fn read_until(
+        &self,
+        offset: u64,
+        max_bytes: u64,
+        through: u64,
+    ) -> Result<Vec<StoredBatch>, PartitionError> {
+        let mut from = offset;
+        for _ in 0..RETENTION_RACE_RETRIES {
+            match self.read_until_once(from, max_bytes, through) {
+                Err(_) if self.first_offset() > from => from = self.first_offset(),
+                done => return done,
+            }
+        }
+        self.read_until_once(from, max_bytes, through)
+    }
+
+    fn read_until_once(
         &self,
         offset: u64,
         max_bytes: u64,
@@ -82,6 +108,12 @@ impl<S: Storage + Clone> Partition<S> {
             let Some((reader, map, start, bytes)) = self.locate_read(from)? else {
                 return Ok(out);
             };
+            if !out.is_empty() && start.offset > from {
+                // Retention deleted the segment holding `from` since this read began: what was
+                // read stands, and the next read starts at the new first offset. Reading on
+                // from there would put a gap inside one answer.
+                return Ok(out);
+            }
             let before = from;
             let mut position = start.position;
             let mut op = start.op;

@@ -489,3 +489,50 @@ fn a_read_stops_at_a_sealed_segments_last_entry_whatever_lies_past_it() {
     let (partition, _) = open(&storage);
     assert_eq!(read_all(&partition), expected);
 }
+
+/// Reads racing retention: one thread appends, publishes and deletes the oldest segments (the
+/// WAL recycles their files for new ones) while another reads from the partition's first
+/// offset over and over. A read whose segment retention retired under it is read again from
+/// the new first offset, so no read fails and every batch read is one that was appended, in
+/// offset order. Without the retry (`read_until`), reads here failed on retired files.
+#[test]
+fn reads_racing_retention_never_fail_and_serve_only_appended_batches() {
+    let root = tempfile::tempdir().unwrap();
+    let storage = iggy_io::OsStorage::open(root.path()).unwrap();
+    let partition = std::sync::Arc::new(Partition::create(storage, dir(), config()).unwrap());
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let reader = {
+        let partition = std::sync::Arc::clone(&partition);
+        let stop = std::sync::Arc::clone(&stop);
+        std::thread::spawn(move || {
+            let mut reads = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) || reads < 100 {
+                let batches = partition
+                    .read(0, 1 << 20)
+                    .unwrap_or_else(|e| panic!("read {reads} failed: {e}"));
+                for pair in batches.windows(2) {
+                    assert_eq!(pair[1].header.base_offset, pair[0].next_offset());
+                }
+                for batch in &batches {
+                    let seed = batch.header.base_offset;
+                    assert!(batch.header.message_count >= 1, "batch at {seed}");
+                }
+                reads += 1;
+            }
+            reads
+        })
+    };
+    let mut deleted = 0;
+    for i in 0..3_000u64 {
+        let mut batch = client_batch(i, 2);
+        partition.append(&mut batch, 1_000 + i).unwrap();
+        if i % 3 == 2 {
+            partition.publish().unwrap();
+            deleted += partition.apply_retention(0, None, Some(24_000)).unwrap();
+        }
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let reads = reader.join().expect("the reader never failed");
+    assert!(deleted > 100, "retention deleted {deleted} segments");
+    eprintln!("{reads} reads while retention deleted {deleted} segments");
+}

@@ -807,7 +807,15 @@ fn poll<S: Storage + Clone>(
     if start < next && count > 0 {
         let batches = partition
             .read_through(start, POLL_BYTES_MAX, partition.committed())
-            .map_err(|_| status::ERROR)?;
+            .map_err(|error| {
+                tracing::warn!(
+                    partition = %key.dir_name(),
+                    offset = start,
+                    %error,
+                    "a poll's read failed"
+                );
+                status::ERROR
+            })?;
         let mut bytes = Vec::new();
         for batch in batches {
             if messages >= count {

@@ -26,7 +26,8 @@
 //! reply_deadline_ms = 10000
 //! storage_threads = 4
 //! network_threads = 2
-//! checkpoint_bytes = 16777216     # at most half the prepare ring (64 MiB)
+//! checkpoint_bytes = 16777216     # at most half the prepare ring
+//! ring_bytes = 67108864           # each group's prepare ring (memory), 1 MiB to 256 MiB
 //! ```
 
 use std::net::SocketAddr;
@@ -132,6 +133,10 @@ pub struct Limits {
     pub storage_threads: usize,
     pub network_threads: usize,
     pub checkpoint_bytes: u64,
+    /// Each group's prepare ring: the prepares a node keeps in memory to serve its peers'
+    /// repair (below it repair reads the log on disk, and below retention a partition is
+    /// transferred). A node holds up to this much per group.
+    pub ring_bytes: u64,
 }
 
 impl Default for Limits {
@@ -142,6 +147,7 @@ impl Default for Limits {
             storage_threads: 4,
             network_threads: 2,
             checkpoint_bytes: CHECKPOINT_BYTES,
+            ring_bytes: iggy_vsr::Config::default().ring_bytes_max,
         }
     }
 }
@@ -194,7 +200,13 @@ impl FileConfig {
         if self.topics.segment_size_bytes == 0 {
             return Err("topics.segment_size_bytes must be positive".into());
         }
-        let ring = iggy_vsr::Config::default().ring_bytes_max;
+        let ring = self.limits.ring_bytes;
+        if !(1 << 20..=iggy_vsr::config::RING_BYTES_LIMIT).contains(&ring) {
+            return Err(format!(
+                "limits.ring_bytes = {ring}: 1 MiB to {} MiB",
+                iggy_vsr::config::RING_BYTES_LIMIT >> 20
+            ));
+        }
         if self.limits.checkpoint_bytes == 0 || self.limits.checkpoint_bytes > ring / 2 {
             return Err(format!(
                 "limits.checkpoint_bytes = {}: 1 to {} (half the {} MiB prepare ring a restarted node repairs its unpublished tail from)",

@@ -54,6 +54,9 @@ pub struct LoadConfig {
     pub duration: Duration,
     /// Also a consumer per partition (see [`ConsumerReport`]).
     pub consumers: bool,
+    /// Created topics keep at most this many bytes a partition (`max_topic_size`; 0 keeps
+    /// everything): the nodes run retention, and `verify --retained` reads what they kept.
+    pub max_topic_size: u64,
 }
 
 /// Ledger lines.
@@ -390,11 +393,12 @@ pub fn load(
             .map_err(|e| format!("creating stream {:?}: {e}", config.stream))?;
         for topic in &config.topics {
             client
-                .create_topic(
+                .create_topic_retaining(
                     &config.stream,
                     &topic.name,
                     topic.partitions,
                     &topic.durability,
+                    config.max_topic_size,
                 )
                 .map_err(|e| format!("creating topic {:?}: {e}", topic.name))?;
         }
@@ -644,8 +648,13 @@ pub struct PartitionCheck {
     pub acknowledged: u64,
     /// Messages the node serves for this partition (of this run or any other).
     pub served: u64,
-    /// Acknowledged messages the node does not serve.
+    /// Acknowledged messages the node does not serve (with `verify --retained`, only those at
+    /// or above the first offset it serves).
     pub missing: u64,
+    /// With `verify --retained`: acknowledged messages below the first offset the node serves,
+    /// which retention deleted.
+    #[serde(default)]
+    pub retained: u64,
     /// Messages of this run served more than once.
     pub duplicated: u64,
     /// Acknowledged messages served at another offset than their reply named.
@@ -777,13 +786,18 @@ pub fn read_ledger(
 /// Checks a ledger against every node in `nodes`: each partition is read from offset 0 on each
 /// node in turn. A node still catching up (a backup a heartbeat behind, a node just restarted) is
 /// read again until it serves every acknowledged message or `patience` (a budget per node) runs
-/// out.
+/// out. `retained`: the topics retain, so each node is held to the acknowledged messages from
+/// the first offset it serves on (those below are counted as `retained`, not missing); a read
+/// that skips ahead because retention deleted the rest of what it was reading meanwhile starts
+/// that partition's read again (a node whose first offset is not past the skip has a hole,
+/// counted as an offset gap).
 pub fn verify(
     ledger: &Path,
     nodes: &[SocketAddr],
     username: &str,
     password: &str,
     patience: Duration,
+    retained: bool,
 ) -> Result<Vec<PartitionCheck>, String> {
     let (header, expected) = read_ledger(ledger)?;
     let mut checks = Vec::new();
@@ -800,8 +814,19 @@ pub fn verify(
         for key in &keys {
             let messages = &expected[key];
             let mut served: Vec<iggy_client::Polled> = Vec::new();
-            let acknowledged = messages.values().filter(|m| m.acknowledged).count();
+            let kept_from = |served: &[iggy_client::Polled]| {
+                if retained {
+                    served.first().map_or(0, |m| m.offset)
+                } else {
+                    0
+                }
+            };
             loop {
+                let from = kept_from(&served);
+                let acknowledged = messages
+                    .values()
+                    .filter(|m| m.acknowledged && m.offset.is_none_or(|o| o >= from))
+                    .count();
                 let next = served.last().map_or(0, |m| m.offset + 1);
                 let page = client
                     .poll(&header.stream, &key.0, key.1, next, 1000)
@@ -811,6 +836,29 @@ pub fn verify(
                             header.stream, key.0, key.1
                         )
                     })?;
+                if retained
+                    && next > 0
+                    && let Some(jump) = page.first().map(|m| m.offset).filter(|&o| o > next)
+                {
+                    // A read that skips ahead: retention may have deleted what follows what was
+                    // read since this node's read began. If the node's first offset is now at
+                    // or past the skip, that is what happened: read it again from there. A
+                    // hole in its log (the first offset below the skip) stays a gap.
+                    let now_first = client
+                        .poll(&header.stream, &key.0, key.1, 0, 1)
+                        .map_err(|e| {
+                            format!(
+                                "node {address}: polling {}/{} partition {}: {e}",
+                                header.stream, key.0, key.1
+                            )
+                        })?
+                        .first()
+                        .map(|m| m.offset);
+                    if now_first.is_some_and(|first| first >= jump) {
+                        served.clear();
+                        continue;
+                    }
+                }
                 if !page.is_empty() {
                     served.extend(page);
                     continue;
@@ -830,18 +878,21 @@ pub fn verify(
                 messages,
                 &served,
                 header.message_size,
+                kept_from(&served),
             ));
         }
     }
     Ok(checks)
 }
 
+/// `kept_from`: acknowledged messages below this offset are `retained`, not missing.
 fn check_partition(
     node: &str,
     key: &(String, u32),
     messages: &HashMap<u128, Expected>,
     served: &[iggy_client::Polled],
     message_size: usize,
+    kept_from: u64,
 ) -> PartitionCheck {
     let mut check = PartitionCheck {
         node: node.to_string(),
@@ -920,6 +971,9 @@ fn check_partition(
         .filter(|(_, m)| m.acknowledged)
         .map(|(id, m)| (*id, seen.contains_key(id), m.offset.unwrap_or(0)))
         .collect();
+    let before = sent.len();
+    sent.retain(|&(_, present, offset)| present || offset >= kept_from);
+    check.retained = (before - sent.len()) as u64;
     sent.sort_unstable();
     let mut previous_present = true;
     for &(_, present, _) in &sent {
@@ -1168,7 +1222,14 @@ mod tests {
     }
 
     fn check(messages: &HashMap<u128, Expected>, log: &[(u64, u128)]) -> PartitionCheck {
-        check_partition("node", &("t".to_string(), 0), messages, &served(log), SIZE)
+        check_partition(
+            "node",
+            &("t".to_string(), 0),
+            messages,
+            &served(log),
+            SIZE,
+            0,
+        )
     }
 
     #[test]

@@ -112,6 +112,11 @@ enum Command {
         /// read their last acknowledged message (up to 30 s).
         #[arg(long)]
         consumers: bool,
+        /// With --create: each partition keeps at most this many bytes (the topics'
+        /// `max_topic_size`: the nodes delete the oldest segments past it). 0 keeps everything.
+        /// Verify such a run with `verify --retained`.
+        #[arg(long, default_value_t = 0)]
+        max_topic_size: u64,
     },
     /// Reads a `load` ledger and every node's partitions (through each node's client port) and
     /// reports, per node and partition, every acknowledged message missing, duplicated, at
@@ -129,6 +134,11 @@ enum Command {
         /// Print every partition's check as JSON lines instead of text.
         #[arg(long)]
         json: bool,
+        /// The topics retain (`load --max-topic-size`): each node is held to the acknowledged
+        /// messages from the first offset it serves on; those below it are counted as retained,
+        /// not missing. A read that retention overtakes starts again from the new first offset.
+        #[arg(long)]
+        retained: bool,
     },
 }
 
@@ -201,6 +211,7 @@ fn main() -> ExitCode {
             ledger,
             json,
             consumers,
+            max_topic_size,
         } => {
             let topics = [("replicated", replicated), ("persisted", persisted)]
                 .into_iter()
@@ -223,6 +234,7 @@ fn main() -> ExitCode {
                 message_size,
                 duration,
                 consumers,
+                max_topic_size,
             };
             run_load(&config, &ledger, json)
         }
@@ -231,7 +243,8 @@ fn main() -> ExitCode {
             ledger,
             patience,
             json,
-        } => run_verify(&cluster, &ledger, patience, json),
+            retained,
+        } => run_verify(&cluster, &ledger, patience, json, retained),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -296,7 +309,10 @@ fn run(path: &Path, data_dir: Option<PathBuf>, replica: Option<u8>) -> Result<()
         cluster,
         replica: config.replica,
         replicas,
-        vsr: iggy_vsr::Config::default(),
+        vsr: iggy_vsr::Config {
+            ring_bytes_max: config.limits.ring_bytes,
+            ..iggy_vsr::Config::default()
+        },
         safeguards: iggy_vsr::Safeguards::default(),
         checkpoint_bytes: config.limits.checkpoint_bytes,
         repair_ration: true,
@@ -770,6 +786,7 @@ fn run_verify(
     ledger: &Path,
     patience: Duration,
     json: bool,
+    retained: bool,
 ) -> Result<(), String> {
     let checks = load::verify(
         ledger,
@@ -777,6 +794,7 @@ fn run_verify(
         &cluster.username,
         &cluster.password,
         patience,
+        retained,
     )?;
     let mut bad = 0;
     for check in &checks {

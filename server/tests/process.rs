@@ -309,4 +309,15 @@ fn run_refuses_a_bad_configuration_naming_the_file_and_the_key() {
         stderr.contains("colour"),
         "an unknown key is named: {stderr}"
     );
+    // A ring too small for the default publication interval is refused, naming both.
+    let good = text.replace("replica = 3", "replica = 0");
+    let (code, stderr) = run(&format!("{good}\n[limits]\nring_bytes = 4194304\n"));
+    assert_eq!(code, Some(1));
+    assert!(
+        stderr.contains("node.toml") && stderr.contains("limits.checkpoint_bytes"),
+        "{stderr}"
+    );
+    let (code, stderr) = run(&format!("{good}\n[limits]\nring_bytes = 4096\n"));
+    assert_eq!(code, Some(1));
+    assert!(stderr.contains("limits.ring_bytes = 4096"), "{stderr}");
 }
