@@ -18,7 +18,9 @@
 //!   the transfer named, and the segments' lengths against the image's: a mismatch refuses the
 //!   install and nothing live changes;
 //! - the installed log starts at the sender's oldest retained op and ends at the transfer's op,
-//!   which the sender had committed.
+//!   which the sender had committed;
+//! - an install holds one entry in memory at a time (`Install::receive_segment_from`), never a
+//!   segment.
 
 use std::path::{Path, PathBuf};
 
@@ -316,10 +318,16 @@ pub fn install<S: Storage + Clone>(
     let mut install = Install::new(storage.clone(), &dir, partition.config().clone());
     let mut at = manifest_len as u64;
     for &(start, len) in &manifest.segments {
-        // One segment in memory at a time: the install verifies it whole as it lands.
-        let mut segment = vec![0u8; usize::try_from(len).map_err(|e| io(&e))?];
-        file.read_exact_at(at, &mut segment).map_err(|e| io(&e))?;
-        if let Err(e) = install.receive_segment(start, &segment) {
+        // Entry by entry from the staged file: one entry in memory, verified as it lands.
+        let base = at;
+        let mut read = |offset: u64, buf: &mut [u8]| -> Result<(), String> {
+            if offset + buf.len() as u64 > len {
+                return Err(format!("past the segment's {len} bytes"));
+            }
+            file.read_exact_at(base + offset, buf)
+                .map_err(|e| e.to_string())
+        };
+        if let Err(e) = install.receive_segment_from(start, len, &mut read) {
             return Ok(Err(format!("segment {start} of the image: {e}")));
         }
         at += len;

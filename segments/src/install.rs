@@ -188,6 +188,10 @@ pub struct Install<S: Storage> {
     state: Option<StateArtifact>,
 }
 
+/// Fills `buf` with a received segment's bytes from `at` (its own offset); `Err` says why it
+/// could not ([`Install::receive_segment_from`]).
+pub type ReadAt<'a> = dyn FnMut(u64, &mut [u8]) -> Result<(), String> + 'a;
+
 impl<S: Storage + Clone> Install<S> {
     /// Starts an install; any earlier one's leftovers must have been recovered.
     pub fn new(storage: S, dir: &Path, config: Config) -> Self {
@@ -211,6 +215,28 @@ impl<S: Storage + Clone> Install<S> {
         start_offset: u64,
         bytes: &[u8],
     ) -> Result<(), PartitionError> {
+        let mut read = |at: u64, buf: &mut [u8]| -> Result<(), String> {
+            let from = usize::try_from(at).map_err(|e| e.to_string())?;
+            let piece = bytes
+                .get(from..from + buf.len())
+                .ok_or_else(|| "past the segment's end".to_string())?;
+            buf.copy_from_slice(piece);
+            Ok(())
+        };
+        self.receive_segment_from(start_offset, bytes.len() as u64, &mut read)
+    }
+
+    /// [`Install::receive_segment`] of a segment of `len` bytes that `read(at, buf)` fills
+    /// piece by piece (a staged transfer image on disk): one entry in memory at a time, so an
+    /// install of 1 GiB segments holds at most the largest prepare, not a segment. Each entry
+    /// is verified before it is written to the staged file. `read`'s error is the reason the
+    /// bytes could not be had (reported as an I/O failure of the staged file).
+    pub fn receive_segment_from(
+        &mut self,
+        start_offset: u64,
+        len: u64,
+        read: &mut ReadAt<'_>,
+    ) -> Result<(), PartitionError> {
         let path = self.dir.join(format!(
             "{}{STAGING_SUFFIX}",
             Naming::ByKey.file_name(start_offset)
@@ -232,19 +258,32 @@ impl<S: Storage + Clone> Install<S> {
                 found: start_offset,
             });
         }
-        let mut position = 0usize;
+        // Opened at the first verified entry: a segment refused at its first entry touches
+        // nothing.
+        let mut file = None;
+        let mut position = 0u64;
         let mut first_op = None;
         let mut last_checksum = 0;
-        while position < bytes.len() {
-            let at = position as u64;
-            let header_bytes = bytes
-                .get(position..position + HEADER_SIZE)
-                .ok_or_else(|| bad(at, "truncated header".into()))?;
-            let header = Header::decode(header_bytes).map_err(|e| bad(at, e.to_string()))?;
-            let size = usize::try_from(header.size).unwrap_or(usize::MAX);
-            let body = bytes
-                .get(position + HEADER_SIZE..position + size)
-                .ok_or_else(|| bad(at, "entry runs past the end".into()))?;
+        let mut entry = Vec::new();
+        while position < len {
+            let at = position;
+            if len - position < HEADER_SIZE as u64 {
+                return Err(bad(at, "truncated header".into()));
+            }
+            entry.resize(HEADER_SIZE, 0);
+            read(at, &mut entry).map_err(|e| bad(at, format!("reading the header: {e}")))?;
+            let header = Header::decode(&entry).map_err(|e| bad(at, e.to_string()))?;
+            let size = u64::from(header.size);
+            if size < HEADER_SIZE as u64
+                || size > HEADER_SIZE as u64 + crate::PREPARE_BYTES_MAX
+                || size > len - position
+            {
+                return Err(bad(at, "entry runs past the end".into()));
+            }
+            entry.resize(usize::try_from(size).unwrap_or(usize::MAX), 0);
+            read(at + HEADER_SIZE as u64, &mut entry[HEADER_SIZE..])
+                .map_err(|e| bad(at, format!("reading the body: {e}")))?;
+            let body = &entry[HEADER_SIZE..];
             if !header.body_matches(body) {
                 return Err(bad(at, "body checksum mismatch".into()));
             }
@@ -300,22 +339,30 @@ impl<S: Storage + Clone> Install<S> {
             last_checksum = header.checksum();
             op = Some(header.op + 1);
             parent = Some(last_checksum);
+            // Verified: written (unsynced) where it stands in the segment.
+            let staged = match &mut file {
+                Some(staged) => staged,
+                None => {
+                    let staged = self.storage.open(&path, OpenMode::Create)?;
+                    staged.set_len(0)?;
+                    file.insert(staged)
+                }
+            };
+            staged.write_all_at(at, &entry)?;
             position += size;
         }
-        let (Some(first_op), Some(next_op)) = (first_op, op) else {
+        let (Some(first_op), Some(next_op), Some(file)) = (first_op, op, file) else {
             return Err(PartitionError::EmptySegment { file: path });
         };
-        let file = self.storage.open(&path, OpenMode::Create)?;
-        file.set_len(0)?;
         // Durable before the commit renames it into place.
-        file.write_all_and_sync_data(0, bytes)?;
+        file.sync_data()?;
         self.segments.push(Staged {
             start_offset,
             next_offset,
             first_op,
             last_op: next_op - 1,
             last_checksum,
-            len: bytes.len() as u64,
+            len,
         });
         Ok(())
     }

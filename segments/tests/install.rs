@@ -577,3 +577,56 @@ fn a_finished_install_leaves_no_retired_tree_after_a_power_loss() {
     storage.power_loss_durable_only();
     assert!(!storage.exists(dir().join(RETIRED_DIR)).unwrap());
 }
+
+/// An install from a reader (`Install::receive_segment_from`, how a node installs a transfer
+/// image staged on disk) asks for one entry's header, then its body, never more: memory is
+/// bounded by the largest prepare, not a segment. The installed partition is the one the
+/// whole-segment path installs, and a reader that fails is refused with the segment's name.
+#[test]
+fn an_install_from_a_reader_holds_one_entry_at_a_time() {
+    let storage = SimStorage::new(41);
+    let (old, new, segments) = old_and_leader(&storage);
+    let mut install = Install::new(storage.clone(), dir(), config());
+    let mut largest_ask = 0usize;
+    let mut asked = 0u64;
+    for (start, bytes) in &segments {
+        let mut read = |at: u64, buf: &mut [u8]| -> Result<(), String> {
+            largest_ask = largest_ask.max(buf.len());
+            asked += buf.len() as u64;
+            let at = at as usize;
+            buf.copy_from_slice(&bytes[at..at + buf.len()]);
+            Ok(())
+        };
+        install
+            .receive_segment_from(*start, bytes.len() as u64, &mut read)
+            .unwrap();
+    }
+    let total: u64 = segments.iter().map(|(_, b)| b.len() as u64).sum();
+    let largest_segment = segments.iter().map(|(_, b)| b.len()).max().unwrap();
+    assert_eq!(asked, total, "every byte read once");
+    assert!(
+        largest_ask * 4 < largest_segment,
+        "asked {largest_ask} bytes at once of segments up to {largest_segment}"
+    );
+    install
+        .receive_state(StateArtifact {
+            next_offset: new.next_offset,
+            offsets: new.offsets.clone(),
+            dedup: Vec::new(),
+        })
+        .unwrap();
+    install.commit(VsrState::default()).unwrap();
+    install::finish(&storage, dir()).unwrap();
+    let (partition, report) = Partition::open(storage.clone(), dir(), config(), Mode::Open)
+        .unwrap()
+        .unwrap();
+    assert_eq!(content(&partition, &report), new);
+    assert_ne!(new, old);
+
+    let mut failing = |_: u64, _: &mut [u8]| -> Result<(), String> { Err("EIO".into()) };
+    let mut again = Install::new(storage, dir(), config());
+    let refused = again
+        .receive_segment_from(segments[0].0, segments[0].1.len() as u64, &mut failing)
+        .unwrap_err();
+    assert!(refused.to_string().contains("EIO"), "{refused}");
+}
