@@ -1389,11 +1389,12 @@ fn a_damaged_partition_is_rebuilt_from_its_peers_and_stands_for_no_quorum_until_
     }
     // A later boot of node 2 opens the rebuilt partition: nothing is rebuilt again.
     drop(host.nodes.remove(2));
-    let (_, report) = Node::boot(
+    let (node, report) = Node::boot(
         storages[2].clone(),
         &config_with(2, 2 << 48 | 3, small_ring()),
     )
     .expect("boots");
+    drop(node);
     assert!(
         report
             .findings
@@ -1402,6 +1403,38 @@ fn a_damaged_partition_is_rebuilt_from_its_peers_and_stands_for_no_quorum_until_
         "{}",
         report.render()
     );
+    // `iggy-fsck`'s check: clean, and it names the damaged files kept for the operator.
+    let check = |storage: &SimStorage| {
+        iggy_recovery::check_with(
+            &iggy_io::ReadOnly::new(storage.clone()),
+            std::path::Path::new(""),
+            &boot_config(0),
+            |_, _| {},
+        )
+        .unwrap()
+    };
+    let checked = check(&storages[2]);
+    assert_eq!(checked.exit_code(), 0, "{}", checked.render());
+    let note = checked
+        .findings
+        .iter()
+        .find(|f| f.kind == "rebuilt-partition")
+        .expect("the rebuild is reported");
+    assert!(note.what.contains(damaged.as_str()), "{}", note.what);
+    // A rotten marker: the views the replica forgot are unknown, so the check refuses and the
+    // node does not start.
+    storages[2]
+        .rot(dir.join(iggy_segments::rebuilt::FILE_NAME), 13, 0x01)
+        .unwrap();
+    let checked = check(&storages[2]);
+    assert_eq!(checked.exit_code(), 4, "{}", checked.render());
+    let refused = Node::boot(
+        storages[2].clone(),
+        &config_with(2, 2 << 48 | 4, small_ring()),
+    )
+    .err()
+    .expect("refused");
+    assert!(refused.contains("rebuild marker"), "{refused}");
 }
 
 /// The same with the `forgotten-acknowledgments` safeguard off: the rebuilt node's empty log

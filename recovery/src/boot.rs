@@ -973,6 +973,72 @@ impl Builder {
         }
     }
 
+    /// Notes a partition that an earlier boot rebuilt from its peers (its marker), naming the
+    /// damaged files kept beside it, which are the operator's to inspect and remove. A marker
+    /// that does not verify refuses the partition: the views its replica forgot are unknown.
+    /// Returns whether the partition may open.
+    fn rebuilt_before<R: ReadStorage>(
+        &mut self,
+        storage: &R,
+        label: &str,
+        dir: &Path,
+    ) -> Result<bool, iggy_io::Error> {
+        match rebuilt::read(storage, dir) {
+            Ok(None) => Ok(true),
+            Ok(Some(marker)) => {
+                let mut kept: Vec<String> = storage
+                    .list_dir(dir)?
+                    .into_iter()
+                    .map(|e| e.name.to_string_lossy().into_owned())
+                    .filter(|n| n.starts_with(rebuilt::DAMAGED_PREFIX))
+                    .collect();
+                kept.sort();
+                let what = if kept.is_empty() {
+                    String::new()
+                } else {
+                    format!(
+                        "; the damaged files are kept in {}: inspect them (iggy-inspect), then \
+                         remove them",
+                        kept.join(", ")
+                    )
+                };
+                self.report.findings.push(Finding {
+                    component: Component::Node,
+                    kind: "rebuilt-partition",
+                    group: label.into(),
+                    file: dir.join(rebuilt::FILE_NAME),
+                    offset: 0,
+                    what: format!(
+                        "rebuilt from its peers after damage (its replica forgot what it \
+                         acknowledged through view {}){what}",
+                        marker.forgotten_through
+                    ),
+                    action: Action::None,
+                    bytes: 0,
+                });
+                Ok(true)
+            }
+            Err(error) => {
+                let what = error.to_string();
+                self.report.findings.push(Finding {
+                    component: Component::Node,
+                    kind: "refused",
+                    group: label.into(),
+                    file: dir.join(rebuilt::FILE_NAME),
+                    offset: 0,
+                    what: what.clone(),
+                    action: Action::Refuse,
+                    bytes: 0,
+                });
+                if let Some(group) = self.report.groups.last_mut() {
+                    group.status = Status::Refuse;
+                    group.error = Some(what);
+                }
+                Ok(false)
+            }
+        }
+    }
+
     /// Whether the last group recorded is `label`, needing repair from its peers.
     fn needs_peers(&self, label: &str) -> bool {
         self.report
@@ -1748,7 +1814,13 @@ pub fn check_with<R: ReadStorage>(
                 let temp = iggy_superblock::leftover_temp(storage, &dir).ok().flatten();
                 let checked =
                     iggy_segments::check(storage, &dir, &partition).map(|r| r.map(|r| ((), r)));
-                walk.builder.partition(&label, &dir, temp, checked, pending);
+                if walk
+                    .builder
+                    .partition(&label, &dir, temp, checked, pending)
+                    .is_some()
+                {
+                    walk.builder.rebuilt_before(storage, &label, &dir)?;
+                }
             }
         }
         progress(done + 2, total);
@@ -1878,7 +1950,9 @@ pub fn boot_locked<S: Storage + Clone>(
                 let empty = matches!(outcome, Ok(None));
                 match walk.builder.partition(&label, &dir, temp, outcome, pending) {
                     Some(partition) => {
-                        partitions.insert(key, partition);
+                        if walk.builder.rebuilt_before(&storage, &label, &dir)? {
+                            partitions.insert(key, partition);
+                        }
                         false
                     }
                     None => pending && empty,
