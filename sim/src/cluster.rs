@@ -124,7 +124,20 @@ pub struct Options {
     pub draw_history: bool,
     /// Each partition keeps at most this many bytes (the nodes run retention: 0 keeps
     /// everything); acknowledged batches below a node's oldest retained op are not checked on it.
+    /// With `draw_history` and 0 here, the seed draws it ([`retention_bytes`]).
     pub retention_bytes: u64,
+}
+
+/// The retention a seed's partitions run, drawn from the seed with its history
+/// (`Options::draw_history`): three seeds in ten keep 256 KiB a partition (four segments of the
+/// simulator's 64 KiB), so a replica down long enough comes back below what its peers kept and
+/// catches up by a partition transfer; the rest keep everything.
+#[must_use]
+pub fn retention_bytes(seed: u64) -> u64 {
+    match Stream::new(seed, "retention").below(10) {
+        0..=6 => 0,
+        _ => 256 << 10,
+    }
 }
 
 /// How much longer than given a seed's history is, drawn from the seed (`Options::draw_history`).
@@ -226,6 +239,8 @@ pub struct Report {
     pub view_changes: u64,
     /// Snapshots metadata replicas installed from a peer (below that peer's log).
     pub snapshots_installed: u64,
+    /// Of them, partitions' state transfers (a peer's committed segments).
+    pub partitions_installed: u64,
     pub behind_ring: u64,
     /// Sends of the producers with an outcome.
     pub producer_sends: u64,
@@ -238,6 +253,8 @@ pub struct Report {
     pub history_factor: u64,
     /// The prepare ring's entries the partitions' replicas kept.
     pub ring_entries: usize,
+    /// What each partition kept at most (0: everything; drawn with the history).
+    pub retention_bytes: u64,
     /// The first checker that fired, what it found, and the state then.
     pub failure: Option<Failure>,
 }
@@ -343,6 +360,7 @@ pub struct Cluster {
     disk_reads: u64,
     disk_read_prepares: u64,
     snapshots_installed: u64,
+    partitions_installed: u64,
     view_changes: u64,
     restart_pending: Vec<bool>,
     storage_faulty: Vec<bool>,
@@ -397,6 +415,9 @@ impl Cluster {
             && let Some(entries) = ring_entries(seed)
         {
             options.vsr.ring_entries_max = entries;
+        }
+        if options.draw_history && options.retention_bytes == 0 {
+            options.retention_bytes = retention_bytes(seed);
         }
         let layout = Layout {
             cluster: 0x1667_0000 | u128::from(seed % 0xFFFF),
@@ -502,6 +523,7 @@ impl Cluster {
             disk_reads: 0,
             disk_read_prepares: 0,
             snapshots_installed: 0,
+            partitions_installed: 0,
             view_changes: 0,
             restart_pending: vec![false; replicas],
             storage_faulty: vec![false; replicas],
@@ -593,6 +615,7 @@ impl Cluster {
             disk_read_prepares: self.disk_read_prepares,
             view_changes: self.view_changes,
             snapshots_installed: self.snapshots_installed,
+            partitions_installed: self.partitions_installed,
             behind_ring: self
                 .nodes
                 .iter()
@@ -619,6 +642,7 @@ impl Cluster {
                 1
             },
             ring_entries: self.options.vsr.ring_entries_max,
+            retention_bytes: self.options.retention_bytes,
             failure,
         }
     }
@@ -1134,6 +1158,9 @@ impl Cluster {
         };
         if installed(inner) > installed_before {
             self.snapshots_installed += 1;
+            if group != iggy_metadata::group::GROUP_ID {
+                self.partitions_installed += 1;
+            }
             self.installed_at.entry((node, group)).or_insert(self.now);
             self.note(format!(
                 "replica {node} group {group:#x}: installed a peer's snapshot"
@@ -1782,6 +1809,7 @@ pub fn run(options: Options) -> Report {
             disk_read_prepares: 0,
             view_changes: 0,
             snapshots_installed: 0,
+            partitions_installed: 0,
             behind_ring: 0,
             producer_sends: 0,
             group_ops: Vec::new(),
@@ -1789,6 +1817,7 @@ pub fn run(options: Options) -> Report {
             stop_alls: 0,
             history_factor: 1,
             ring_entries: 0,
+            retention_bytes: 0,
             failure: Some(Failure {
                 checker: "setup".into(),
                 what: error,

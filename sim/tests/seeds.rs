@@ -29,9 +29,11 @@ fn every_seed_keeps_every_commit_and_reply_and_converges() {
     let (mut longest, mut two_node_crashes, mut stop_alls) = (0, 0, 0);
     let mut from_disk = 0;
     let mut installed = 0;
+    let mut transferred = 0;
     for seed in from..from + seeds {
         let report = run(Options::new(seed));
-        installed += u64::from(report.snapshots_installed > 0);
+        installed += u64::from(report.snapshots_installed > report.partitions_installed);
+        transferred += u64::from(report.partitions_installed > 0);
         longest = longest.max(report.group_ops.iter().max().copied().unwrap_or(0));
         from_disk += u64::from(report.disk_read_prepares > 0);
         two_node_crashes += report.two_node_crashes;
@@ -54,9 +56,10 @@ fn every_seed_keeps_every_commit_and_reply_and_converges() {
             );
         }
         assert!(report.committed_ops > 0, "seed {seed} committed nothing");
-        // Outages pass the drawn rings and repair reads from the peers' disks, or a metadata
-        // replica below every peer's log installs a snapshot; nothing leaves a replica behind
-        // them (retention does not run).
+        // Outages pass the drawn rings and repair reads from the peers' disks, a metadata
+        // replica below every peer's log installs a snapshot, and a partition replica below
+        // what its peers' retention kept (three seeds in ten retain) installs their segments;
+        // nothing leaves a replica behind them.
         assert_eq!(
             report.behind_ring, 0,
             "seed {seed}: a replica fell behind the ring"
@@ -66,7 +69,7 @@ fn every_seed_keeps_every_commit_and_reply_and_converges() {
         "{seeds} seeds from {from}: {:.0} simulated s in {:.1} wall s; longest group {longest} \
          ops; {two_node_crashes} two-node crashes, {stop_alls} clean stops of every node; \
          {from_disk} seeds repaired from the peers' disks, {installed} installed a metadata \
-         snapshot",
+         snapshot, {transferred} a partition's segments",
         simulated_us as f64 / 1e6,
         wall.as_secs_f64()
     );
@@ -78,6 +81,7 @@ fn every_seed_keeps_every_commit_and_reply_and_converges() {
         assert!(two_node_crashes > 0 && stop_alls > 0);
         assert!(from_disk > 0, "no seed repaired from the peers' disks");
         assert!(installed > 0, "no seed installed a metadata snapshot");
+        assert!(transferred > 0, "no seed transferred a partition");
     }
 }
 
@@ -92,6 +96,7 @@ fn every_seed_of_a_node_of_many_groups_keeps_every_acknowledged_batch_and_conver
     let mut expected = 0;
     let mut longest = 0;
     let mut from_disk = 0;
+    let mut transferred = 0;
     for seed in from..from + seeds {
         let report = run(Options::many_groups(seed));
         expected += 24 * 40 * report.history_factor;
@@ -110,6 +115,7 @@ fn every_seed_of_a_node_of_many_groups_keeps_every_acknowledged_batch_and_conver
         );
         sends += report.producer_sends;
         from_disk += u64::from(report.disk_read_prepares > 0);
+        transferred += u64::from(report.partitions_installed > 0);
     }
     // Every producer's batches (40, times the seed's history factor) reached an outcome (the
     // liveness phase waits for them).
@@ -117,6 +123,7 @@ fn every_seed_of_a_node_of_many_groups_keeps_every_acknowledged_batch_and_conver
     if seeds >= 20 {
         assert!(longest >= 1_000, "the longest group had {longest} ops");
         assert!(from_disk > 0, "no seed repaired from the peers' disks");
+        assert!(transferred > 0, "no seed transferred a partition");
     }
 }
 
