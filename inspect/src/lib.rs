@@ -93,6 +93,12 @@ pub enum Command {
         /// Path to a `.index` file.
         file: PathBuf,
     },
+    /// A partition's rebuild marker (`rebuilt-from-peers`): the views through which the replica
+    /// of a partition rebuilt from its peers after damage forgot what it acknowledged.
+    Rebuilt {
+        /// Path to a `rebuilt-from-peers` file.
+        file: PathBuf,
+    },
     /// A whole node directory: boot's verdict on every group (what `iggy-fsck` reports) and each
     /// partition's segments.
     Node {
@@ -249,6 +255,10 @@ pub fn sniff(bytes: &[u8]) -> Option<(&'static str, String)> {
     if magic_at(16, iggy_segments::offsets::MAGIC) {
         return named("offsets", 16, iggy_segments::offsets::MAGIC);
     }
+    let rebuilt = u64::from_le_bytes(*iggy_segments::rebuilt::MAGIC);
+    if magic_at(0, rebuilt) {
+        return named("rebuilt", 0, rebuilt);
+    }
     let header = bytes.get(..iggy_format::constants::HEADER_SIZE)?;
     iggy_format::Header::decode(header)
         .ok()
@@ -306,6 +316,7 @@ pub fn run(cli: &Cli, out: &mut dyn Write) -> Result<u8, String> {
         Command::Frontier { file } => frontier(file)?,
         Command::Wal { dir, entries } => wal(dir, *entries)?,
         Command::Snapshot { file } => snapshot(file)?,
+        Command::Rebuilt { file } => rebuilt(file)?,
         Command::Segment { file, messages } => partition::segment(file, *messages)?,
         Command::Index { file } => partition::index_file(file)?,
         Command::Node { dir } => partition::node(dir)?,
@@ -799,6 +810,44 @@ fn seal_of(storage: &ReadOnly<OsStorage>, path: &Path, decoded: &Value) -> Value
             "error": error.to_string(),
             "text": format!("seal unusable ({error}): boot scans the file"),
         }),
+    }
+}
+
+fn rebuilt(path: &Path) -> Result<Inspected, String> {
+    let bytes = read_file(path)?;
+    let mut text = format!(
+        "rebuild marker {} ({} bytes)\n",
+        path.display(),
+        bytes.len()
+    );
+    match iggy_segments::rebuilt::Marker::decode(&bytes) {
+        Ok(marker) => {
+            text.push_str(&format!(
+                "valid: a node's boot rebuilt this partition from its peers after damage, in view \
+                 {}; its replica forgot what it acknowledged through view {}, so its log stands \
+                 for no view-change quorum until it has started a later view or rejoined that one\n",
+                marker.view, marker.forgotten_through
+            ));
+            Ok(Inspected {
+                value: json!({
+                    "file": path.display().to_string(), "valid": true,
+                    "view": marker.view, "forgotten_through": marker.forgotten_through,
+                }),
+                text,
+                verdict: Verdict::Verified,
+            })
+        }
+        Err(error) => {
+            text.push_str(&format!("does not verify: {error}\n"));
+            let verdict = misread(&bytes, "rebuilt", &mut text);
+            Ok(Inspected {
+                value: json!({
+                    "file": path.display().to_string(), "valid": false, "error": error,
+                }),
+                text,
+                verdict,
+            })
+        }
     }
 }
 

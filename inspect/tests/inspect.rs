@@ -700,3 +700,48 @@ fn index_shows_the_client_sessions_of_its_segment() {
     assert_eq!(sessions.len(), 2, "{json}");
     assert_eq!(sessions[0]["operation"], "messages");
 }
+
+/// A rebuild marker (`rebuilt-from-peers`, written by a node that rebuilt a damaged partition
+/// from its peers) decodes with its views; a flipped bit is damage (exit 1), and another kind of
+/// file is named by its magic (exit 2), both ways.
+#[test]
+fn a_rebuild_marker_shows_the_views_its_replica_forgot() {
+    let dir = tempfile::tempdir().unwrap();
+    let marker = iggy_segments::rebuilt::Marker {
+        view: 9,
+        forgotten_through: 7,
+    };
+    let file = dir.path().join(iggy_segments::rebuilt::FILE_NAME);
+    #[allow(clippy::disallowed_methods)]
+    std::fs::write(&file, marker.encode()).unwrap();
+    let file = file.display().to_string();
+    let (code, text) = run_code(&["rebuilt", &file]);
+    assert_eq!(code, 0, "{text}");
+    assert!(
+        text.contains("in view 9") && text.contains("through view 7"),
+        "{text}"
+    );
+    let json = run(&["--json", "rebuilt", &file]);
+    assert!(json.contains("\"forgotten_through\": 7"), "{json}");
+
+    let mut rotten = marker.encode();
+    rotten[14] ^= 0x10;
+    #[allow(clippy::disallowed_methods)]
+    std::fs::write(&file, rotten).unwrap();
+    let (code, text) = run_code(&["rebuilt", &file]);
+    assert_eq!(code, 1, "{text}");
+    assert!(text.contains("does not verify"), "{text}");
+
+    let superblock = fixtures()
+        .join("clean/node/partitions/1.1.1/superblock")
+        .display()
+        .to_string();
+    let (code, text) = run_code(&["rebuilt", &superblock]);
+    assert_eq!(code, 2, "{text}");
+    assert!(text.contains("it looks like a superblock file"), "{text}");
+    #[allow(clippy::disallowed_methods)]
+    std::fs::write(dir.path().join("m"), marker.encode()).unwrap();
+    let (code, text) = run_code(&["superblock", &path(&dir, "m")]);
+    assert_eq!(code, 2, "{text}");
+    assert!(text.contains("it looks like a rebuilt file"), "{text}");
+}

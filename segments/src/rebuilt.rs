@@ -37,7 +37,8 @@ pub const FILE_NAME: &str = "rebuilt-from-peers";
 /// incarnation in hex).
 pub const DAMAGED_PREFIX: &str = ".damaged-";
 const TEMP_NAME: &str = "rebuilt-from-peers.tmp";
-const MAGIC: &[u8; 8] = b"IGREBILT";
+/// The marker's first 8 bytes.
+pub const MAGIC: &[u8; 8] = b"IGREBILT";
 const VERSION: u32 = 1;
 const SIZE: usize = 40;
 
