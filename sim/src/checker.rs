@@ -110,6 +110,17 @@ impl Checker {
         }
     }
 
+    /// Replica `node` of `group` was rebuilt empty from its peers after a fault destroyed its
+    /// storage (`Faults::damage`): what its superblock and log vouched for went with the
+    /// storage, by the fault's hand, not by a protocol bug. Its history here starts again; the
+    /// group's safety now rests on its rebuild marker (its log stands for no quorum until it
+    /// caught up), which the commit history, replies and acknowledged-batch checkers judge.
+    pub fn rebuilt(&mut self, node: u8, group: u128) {
+        self.durable.remove(&(node, group));
+        self.vouched.remove(&(node, group));
+        self.held.remove(&(node, group));
+    }
+
     /// Replica `node` of `group` holds `durable` in its superblock.
     pub fn durable(&mut self, node: u8, group: u128, durable: Durable) {
         if let Some(before) = self.durable.get(&(node, group))

@@ -32,7 +32,15 @@ pub struct Faults {
     /// `DoViewChange`, and a slow link under a `StartView` that answers a probe, with the prober
     /// restarting meanwhile.
     pub moments: bool,
+    /// While a node is down and the other two hold every committed op, one of its partitions
+    /// loses published data (its WAL frontier file), so the node's next boot rebuilds it empty
+    /// and it catches up from its peers (`docs/recovery.md`, "A damaged partition"). Not in
+    /// [`Faults::all`] yet: `iggy-sim --damage`.
+    pub damage: bool,
 }
+
+/// How often a restart finds one of the node's partitions damaged (with [`Faults::damage`]).
+const DAMAGE_AT_RESTART: f64 = 0.3;
 
 /// How often a `DoViewChange` is followed at once by its sender's crash.
 const CRASH_AFTER_DO_VIEW_CHANGE: f64 = 0.05;
@@ -48,6 +56,7 @@ impl Faults {
             storage: true,
             network: true,
             moments: true,
+            damage: false,
         }
     }
 
@@ -59,6 +68,7 @@ impl Faults {
             storage: false,
             network: false,
             moments: false,
+            damage: false,
         }
     }
 }
@@ -255,6 +265,8 @@ pub struct Report {
     pub ring_entries: usize,
     /// What each partition kept at most (0: everything; drawn with the history).
     pub retention_bytes: u64,
+    /// Partitions damaged at rest and rebuilt from their peers (`Faults::damage`).
+    pub rebuilt: u64,
     /// The first checker that fired, what it found, and the state then.
     pub failure: Option<Failure>,
 }
@@ -350,6 +362,10 @@ pub struct Cluster {
     network: Network,
     latency: Stream,
     faults: Stream,
+    /// Draws of [`Faults::damage`] (a stream of its own: runs without it draw as before).
+    damage: Stream,
+    /// Partitions damaged at rest and rebuilt from their peers by their node's boot.
+    pub(crate) rebuilt: u64,
     moments: Stream,
     partitions: Stream,
     workload: Stream,
@@ -504,6 +520,8 @@ impl Cluster {
             network: Network::new(options.network.clone(), Stream::new(seed, "network")),
             latency: Stream::new(seed, "storage-latency"),
             faults: Stream::new(seed, "faults"),
+            damage: Stream::new(seed, "damage"),
+            rebuilt: 0,
             moments: Stream::new(seed, "moments"),
             partitions: Stream::new(seed, "partitions"),
             workload: Stream::new(seed, "workload"),
@@ -643,6 +661,7 @@ impl Cluster {
             },
             ring_entries: self.options.vsr.ring_entries_max,
             retention_bytes: self.options.retention_bytes,
+            rebuilt: self.rebuilt,
             failure,
         }
     }
@@ -1316,6 +1335,35 @@ impl Cluster {
         true
     }
 
+    /// Whether every node but `down` is up, and each replica on them is normal and journaled
+    /// through its group's commit point: then they hold every committed op between them, and
+    /// `down`'s storage may be lost whole (one faulty replica, the fault model's bound).
+    fn healthy_besides(&self, down: u8) -> bool {
+        let others = || self.nodes.iter().filter(move |n| n.index != down);
+        if others().any(|n| !n.up)
+            || self
+                .restart_pending
+                .iter()
+                .enumerate()
+                .any(|(i, p)| *p && i != usize::from(down))
+        {
+            return false;
+        }
+        for kind in self.layout.groups() {
+            let replicas: Vec<&iggy_vsr::Replica> = others()
+                .filter_map(|n| n.hosts().get(&kind.id()).map(|h| &h.replica))
+                .collect();
+            let commit = replicas.iter().map(|r| r.commit_max()).max().unwrap_or(0);
+            if replicas
+                .iter()
+                .any(|r| r.status() != Status::Normal || r.journaled_head() < commit)
+            {
+                return false;
+            }
+        }
+        true
+    }
+
     fn fault(&mut self) {
         if self.healing {
             return;
@@ -1433,13 +1481,45 @@ impl Cluster {
         if faulty {
             n.storage.set_faults(FaultConfig::default());
         }
+        // Only while the other nodes hold everything: losing a second copy is beyond what
+        // three replicas promise to survive.
+        let may_damage = self.options.faults.damage && self.healthy_besides(node);
+        let n = &mut self.nodes[usize::from(node)];
+        let damaged = if may_damage && self.damage.chance(DAMAGE_AT_RESTART) {
+            damage_a_partition(&n.storage, &mut self.damage)
+        } else {
+            None
+        };
         if let Err(error) = n.boot(&self.layout) {
             self.checker.failure = Some(("boot".into(), error));
             return;
         }
+        let rebuilt_marker = damaged.as_ref().map(|(_, dir)| {
+            iggy_segments::rebuilt::read(&n.storage, dir)
+                .ok()
+                .flatten()
+                .is_some()
+        });
         if faulty && !self.healing {
             n.storage.set_faults(iggy_io::soak::faults());
         }
+        if let (Some((group, dir)), Some(rebuilt)) = (damaged, rebuilt_marker) {
+            // Rebuilt (its marker is there) unless the partition held no published data.
+            if rebuilt {
+                self.rebuilt += 1;
+                self.checker.rebuilt(node, group);
+            }
+            self.note(format!(
+                "node {node}: partition {} lost its WAL frontier while down{}",
+                dir.display(),
+                if rebuilt {
+                    "; rebuilt from its peers"
+                } else {
+                    ""
+                }
+            ));
+        }
+        let n = &self.nodes[usize::from(node)];
         let life = n.life;
         for (&group, host) in n.hosts() {
             let r = &host.replica;
@@ -1818,6 +1898,7 @@ pub fn run(options: Options) -> Report {
             history_factor: 1,
             ring_entries: 0,
             retention_bytes: 0,
+            rebuilt: 0,
             failure: Some(Failure {
                 checker: "setup".into(),
                 what: error,
@@ -1834,4 +1915,30 @@ fn outcome_name(outcome: &Outcome) -> String {
         Outcome::Refused(reason) => format!("refused ({reason})"),
         _ => "done".into(),
     }
+}
+
+/// Removes the WAL frontier file of one of the partitions in `storage` (durably), as a lost or
+/// corrupted file would: its log becomes history nothing vouches for. Returns its group and
+/// directory, `None` when the node has no partition.
+fn damage_a_partition(
+    storage: &SimStorage,
+    draws: &mut Stream,
+) -> Option<(u128, std::path::PathBuf)> {
+    use iggy_io::{ReadStorage, Storage};
+    let root = std::path::Path::new(iggy_recovery::PARTITIONS_DIR);
+    let mut keys: Vec<iggy_recovery::PartitionKey> = storage
+        .list_dir(root)
+        .ok()?
+        .into_iter()
+        .filter_map(|e| iggy_recovery::PartitionKey::parse(&e.name.to_string_lossy()))
+        .collect();
+    keys.sort_by_key(|k| k.group_id());
+    let key = *keys.get(usize::try_from(draws.below(keys.len() as u64)).ok()?)?;
+    let dir = root.join(key.dir_name());
+    let frontier = dir.join("frontier");
+    if storage.exists(&frontier).ok()? {
+        storage.unlink(&frontier).ok()?;
+        storage.sync_dir(&dir).ok()?;
+    }
+    Some((key.group_id(), dir))
 }

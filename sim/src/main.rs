@@ -41,6 +41,10 @@ struct Cli {
     /// rest everything; `--requests` turns the draws off and keeps everything).
     #[arg(long, default_value_t = 0, value_name = "BYTES")]
     retention_bytes: u64,
+    /// Also damage partitions at rest: a restart finds one of the node's partitions without its
+    /// WAL frontier three times in ten, and the node's boot rebuilds it from the peers.
+    #[arg(long)]
+    damage: bool,
     /// Start every group at view 0, so node 0 leads them all (the article's cluster); by
     /// default each partition starts at its metadata leader's view, spreading the primaries.
     #[arg(long)]
@@ -328,6 +332,10 @@ fn main() -> ExitCode {
             spread_primaries: !cli.no_spread,
             draw_history: cli.requests.is_none(),
             retention_bytes: cli.retention_bytes,
+            faults: iggy_sim::Faults {
+                damage: cli.damage,
+                ..base.faults
+            },
             ..base
         };
         let report = run(options);
@@ -341,7 +349,7 @@ fn main() -> ExitCode {
             "seed {seed}: {} simulated s in {:.2} wall s; {} ops committed ({} to {} a group, \
              history x{}, ring {}, retention {}), {} replies, {} unknown outcomes, {} crashes, {} view changes, {} \
              repair rounds read from disk ({} prepares), {} snapshots installed ({} of \
-             partitions), {} behind the ring: {}",
+             partitions), {} rebuilt, {} behind the ring: {}",
             report.simulated_us / 1_000_000,
             report.wall.as_secs_f64(),
             report.committed_ops,
@@ -362,6 +370,7 @@ fn main() -> ExitCode {
             report.disk_read_prepares,
             report.snapshots_installed,
             report.partitions_installed,
+            report.rebuilt,
             report.behind_ring,
             if report.failure.is_some() {
                 "FAILED"
@@ -382,6 +391,11 @@ fn main() -> ExitCode {
                 .map_or(String::new(), |r| format!(" --requests {r}"));
             let requests = if cli.retention_bytes > 0 {
                 format!("{requests} --retention-bytes {}", cli.retention_bytes)
+            } else {
+                requests
+            };
+            let requests = if cli.damage {
+                format!("{requests} --damage")
             } else {
                 requests
             };
