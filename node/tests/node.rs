@@ -896,6 +896,17 @@ fn a_peer_answers_a_snapshot_request_with_its_live_snapshot() {
     assert_eq!(counters.get("snapshot_request_refused"), Some(&1));
 }
 
+/// What `iggy-fsck` reports on the node in `storage` (its check, with the nodes' boot
+/// configuration).
+fn fsck_check(storage: &SimStorage) -> Result<iggy_recovery::Report, iggy_recovery::RecoveryError> {
+    iggy_recovery::check_with(
+        &iggy_io::ReadOnly::new(storage.clone()),
+        std::path::Path::new(""),
+        &boot_config(0),
+        |_, _| {},
+    )
+}
+
 /// What a partition's log holds from op `first` through its head, entry by entry.
 fn log_from(host: &Host, node: usize, first: u64) -> Vec<iggy_wal::Entry> {
     let wal = host.partition(node).partition().expect("a partition").wal();
@@ -1146,13 +1157,7 @@ fn every_crash_state_of_a_partition_transfer_boots_to_the_old_log_or_the_install
             dir_order,
         };
         let counts = iggy_io::enumerate(&trace, &enumeration, |crash| {
-            let checked = iggy_recovery::check_with(
-                &iggy_io::ReadOnly::new(crash.storage.clone()),
-                std::path::Path::new(""),
-                &boot_config(0),
-                |_, _| {},
-            )
-            .map_err(|e| format!("check failed: {e}"))?;
+            let checked = fsck_check(&crash.storage).map_err(|e| format!("check failed: {e}"))?;
             if checked.exit_code() > 1 {
                 return Err(format!("not consistent:\n{}", checked.render()));
             }
@@ -1202,13 +1207,7 @@ fn every_crash_state_of_a_partition_transfer_boots_to_the_old_log_or_the_install
             if !left.is_empty() {
                 return Err(format!("left after boot in {}: {left:?}", dir.display()));
             }
-            let after = iggy_recovery::check_with(
-                &iggy_io::ReadOnly::new(crash.storage.clone()),
-                std::path::Path::new(""),
-                &boot_config(0),
-                |_, _| {},
-            )
-            .map_err(|e| e.to_string())?;
+            let after = fsck_check(&crash.storage).map_err(|e| e.to_string())?;
             if after.exit_code() != 0 {
                 return Err(format!("after boot:\n{}", after.render()));
             }
@@ -1404,15 +1403,7 @@ fn a_damaged_partition_is_rebuilt_from_its_peers_and_stands_for_no_quorum_until_
         report.render()
     );
     // `iggy-fsck`'s check: clean, and it names the damaged files kept for the operator.
-    let check = |storage: &SimStorage| {
-        iggy_recovery::check_with(
-            &iggy_io::ReadOnly::new(storage.clone()),
-            std::path::Path::new(""),
-            &boot_config(0),
-            |_, _| {},
-        )
-        .unwrap()
-    };
+    let check = |storage: &SimStorage| fsck_check(storage).unwrap();
     let checked = check(&storages[2]);
     assert_eq!(checked.exit_code(), 0, "{}", checked.render());
     let note = checked
@@ -1544,13 +1535,7 @@ fn every_crash_state_of_a_rebuild_boots_to_the_same_rebuilt_partition() {
             if !kept {
                 return Err("the old superblock is not kept".into());
             }
-            let after = iggy_recovery::check_with(
-                &iggy_io::ReadOnly::new(crash.storage.clone()),
-                std::path::Path::new(""),
-                &boot_config(0),
-                |_, _| {},
-            )
-            .map_err(|e| e.to_string())?;
+            let after = fsck_check(&crash.storage).map_err(|e| e.to_string())?;
             if after.exit_code() != 0 {
                 return Err(format!("after boot:\n{}", after.render()));
             }

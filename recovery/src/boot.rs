@@ -548,19 +548,9 @@ pub fn rebuild_partition<S: Storage + Clone>(
 /// The highest view and log_view of any superblock copy in `dir` that decodes (the old
 /// replica promised at most these), `None` when none does.
 fn superblock_views<R: ReadStorage>(storage: &R, dir: &Path) -> Option<(u32, u32)> {
-    let path = dir.join(iggy_superblock::FILE_NAME);
-    let file = storage.open_read(&path).ok()?;
-    let len = usize::try_from(file.len().ok()?.min(copy::FILE_SIZE)).ok()?;
-    let mut bytes = vec![0u8; len];
-    file.read_exact_at(0, &mut bytes).ok()?;
-    Slot::ALL
-        .iter()
-        .filter_map(|slot| {
-            let from = usize::try_from(slot.offset()).ok()?;
-            copy::decode(bytes.get(from..)?, *slot)
-                .ok()
-                .map(|(record, _)| (record.state.view, record.state.log_view))
-        })
+    decoded_copies(storage, dir)
+        .into_iter()
+        .map(|record| (record.state.view, record.state.log_view))
         .reduce(|a, b| (a.0.max(b.0), a.1.max(b.1)))
 }
 
@@ -642,17 +632,38 @@ const UNKNOWN_IDENTITY: Identity = Identity {
 
 /// The identity recorded in the first copy that decodes of `dir/superblock`, if any.
 fn discover_identity<R: ReadStorage>(storage: &R, dir: &Path) -> Option<Identity> {
+    decoded_copies(storage, dir)
+        .first()
+        .map(|record| record.identity)
+}
+
+/// The records of the copies of `dir/superblock` that decode, in slot order (none when the file
+/// cannot be read): what is known of a group whose superblock `read` refuses.
+fn decoded_copies<R: ReadStorage>(storage: &R, dir: &Path) -> Vec<copy::Record> {
     let path = dir.join(iggy_superblock::FILE_NAME);
-    let file = storage.open_read(&path).ok()?;
-    let len = usize::try_from(file.len().ok()?.min(copy::FILE_SIZE)).ok()?;
+    let Ok(file) = storage.open_read(&path) else {
+        return Vec::new();
+    };
+    let Some(len) = file
+        .len()
+        .ok()
+        .and_then(|l| usize::try_from(l.min(copy::FILE_SIZE)).ok())
+    else {
+        return Vec::new();
+    };
     let mut bytes = vec![0u8; len];
-    file.read_exact_at(0, &mut bytes).ok()?;
-    Slot::ALL.iter().find_map(|slot| {
-        let from = usize::try_from(slot.offset()).ok()?;
-        copy::decode(bytes.get(from..)?, *slot)
-            .ok()
-            .map(|(record, _)| record.identity)
-    })
+    if file.read_exact_at(0, &mut bytes).is_err() {
+        return Vec::new();
+    }
+    Slot::ALL
+        .iter()
+        .filter_map(|slot| {
+            let from = usize::try_from(slot.offset()).ok()?;
+            copy::decode(bytes.get(from..)?, *slot)
+                .ok()
+                .map(|(record, _)| record)
+        })
+        .collect()
 }
 
 /// The partition directories under `data_dir/partitions` (canonical names of directories), and

@@ -1318,10 +1318,17 @@ impl Cluster {
             // may fail at any moment, view changes included.
             return true;
         }
+        self.caught_up(None)
+    }
+
+    /// Whether every replica of every group, on every node but `skip`, is normal and journaled
+    /// through the highest commit point among them.
+    fn caught_up(&self, skip: Option<u8>) -> bool {
         for kind in self.layout.groups() {
             let replicas: Vec<&iggy_vsr::Replica> = self
                 .nodes
                 .iter()
+                .filter(|n| Some(n.index) != skip)
                 .filter_map(|n| n.hosts().get(&kind.id()).map(|h| &h.replica))
                 .collect();
             let commit = replicas.iter().map(|r| r.commit_max()).max().unwrap_or(0);
@@ -1339,29 +1346,12 @@ impl Cluster {
     /// through its group's commit point: then they hold every committed op between them, and
     /// `down`'s storage may be lost whole (one faulty replica, the fault model's bound).
     fn healthy_besides(&self, down: u8) -> bool {
-        let others = || self.nodes.iter().filter(move |n| n.index != down);
-        if others().any(|n| !n.up)
-            || self
-                .restart_pending
-                .iter()
-                .enumerate()
-                .any(|(i, p)| *p && i != usize::from(down))
-        {
-            return false;
-        }
-        for kind in self.layout.groups() {
-            let replicas: Vec<&iggy_vsr::Replica> = others()
-                .filter_map(|n| n.hosts().get(&kind.id()).map(|h| &h.replica))
-                .collect();
-            let commit = replicas.iter().map(|r| r.commit_max()).max().unwrap_or(0);
-            if replicas
-                .iter()
-                .any(|r| r.status() != Status::Normal || r.journaled_head() < commit)
-            {
-                return false;
-            }
-        }
-        true
+        let others_up = self
+            .nodes
+            .iter()
+            .filter(|n| n.index != down)
+            .all(|n| n.up && !self.restart_pending[usize::from(n.index)]);
+        others_up && self.caught_up(Some(down))
     }
 
     fn fault(&mut self) {
