@@ -161,6 +161,9 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 pub struct Drained {
     pub sends: Vec<(Destination, Message)>,
     pub lane_started: bool,
+    /// Answers to the host's reads ([`Node::read`]): the token, and whether it may serve it
+    /// from this node's storage now.
+    pub reads: Vec<(u64, bool)>,
 }
 
 /// What running a lane's head did.
@@ -525,6 +528,13 @@ impl<S: Storage + Clone> Node<S> {
         Some((before, (g.replica.status(), g.replica.view())))
     }
 
+    /// Asks `group`'s replica for a read barrier (`iggy_vsr::Replica::read`): its answer comes
+    /// out of [`Node::drain`] as `(token, ready)`. `None`: the group is not hosted here.
+    pub fn read(&mut self, group: u128, token: u64) -> Option<()> {
+        self.groups.get_mut(&group)?.replica.read(token);
+        Some(())
+    }
+
     /// Takes `group`'s new effects: sends are returned in the order emitted, storage effects
     /// join its lane.
     pub fn drain(&mut self, group: u128) -> Drained {
@@ -535,6 +545,7 @@ impl<S: Storage + Clone> Node<S> {
         for effect in g.replica.take_effects() {
             match effect {
                 Effect::Send { to, message } => drained.sends.push((to, message)),
+                Effect::ReadBarrier { token, ready } => drained.reads.push((token, ready)),
                 Effect::ReadPrepares {
                     to,
                     from,

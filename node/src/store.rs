@@ -345,9 +345,13 @@ fn execute_effect<S: Storage + Clone>(
 ) -> Outcome {
     let failed = |e: &dyn std::fmt::Display| Outcome::Failed(e.to_string());
     match (store, effect) {
-        (_, Effect::Send { .. } | Effect::ReadPrepares { .. } | Effect::ReadSnapshot { .. }) => {
-            Outcome::Done
-        }
+        (
+            _,
+            Effect::Send { .. }
+            | Effect::ReadPrepares { .. }
+            | Effect::ReadSnapshot { .. }
+            | Effect::ReadBarrier { .. },
+        ) => Outcome::Done,
         (
             Store::Metadata(group),
             Effect::WriteSnapshotChunk {

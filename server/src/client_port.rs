@@ -19,7 +19,10 @@
 //! deadline is
 //! `TransientNotCommitted` (57: the SDK replays the same request on the same session, which the
 //! group's client table answers if it did commit). Reads (streams, topics, polls, stored offsets)
-//! are served from the runtime's views: the committed metadata and the partitions.
+//! are served from the runtime's views, the committed metadata and the partitions, once a read
+//! barrier on their group says this node has executed through a read index its group's primary
+//! proved current: a read reflects every write acknowledged before it, on any node
+//! (`docs/vsr.md`, "Linearizable reads").
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -408,9 +411,11 @@ async fn answer<S: Storage + Clone + Send + Sync + 'static>(
             store_offset(shared, current, key, header.request, body).await
         }
         Route::DeleteOffset { key, kind, id } => {
-            // Only a consumer with a stored offset has one to delete (as Iggy answers). What
-            // this node has executed may trail the primary by a heartbeat: a delete right after
-            // a store through another node can be answered as not found.
+            // Only a consumer with a stored offset has one to delete (as Iggy answers), read
+            // after a barrier: a store acknowledged through another node an instant ago counts.
+            if let Err(code) = read_barrier(shared, key.group_id()).await {
+                return error(code);
+            }
             let views = shared.views.clone();
             let stored = tokio::task::spawn_blocking(move || {
                 views
@@ -438,6 +443,9 @@ async fn answer<S: Storage + Clone + Send + Sync + 'static>(
             count,
             auto_commit,
         } => {
+            if let Err(code) = read_barrier(shared, key.group_id()).await {
+                return error(code);
+            }
             let views = shared.views.clone();
             let polled =
                 tokio::task::spawn_blocking(move || poll(&views, key, consumer, strategy, count))
@@ -477,6 +485,9 @@ async fn answer<S: Storage + Clone + Send + Sync + 'static>(
             }
         }
         Route::GetOffset { key, consumer } => {
+            if let Err(code) = read_barrier(shared, key.group_id()).await {
+                return error(code);
+            }
             let views = shared.views.clone();
             tokio::task::spawn_blocking(move || stored_offset(&views, key, consumer))
                 .await
@@ -522,39 +533,53 @@ const NOT_FOUND: [u32; 5] = [
     status::PARTITION_NOT_FOUND,
 ];
 
-/// Routes `request` by this node's committed metadata. On a node that does not lead the
-/// metadata group, a stream, topic or partition it does not know may have been created an
-/// instant ago (a backup executes a metadata commit when the primary's next message tells it,
-/// within a heartbeat): it waits up to a second for its metadata to move on and routes again,
-/// so a client that created a topic on one node can use it on another straight away.
+/// Routes `request` by this node's committed metadata, made current first where the answer
+/// depends on it: a metadata read (a listing, a stream or topic) and a name or id this node
+/// does not know are routed again after a read barrier on the metadata group, so they reflect
+/// every metadata write acknowledged before the request arrived, whichever node took it (a
+/// topic created through another node an instant ago is found; a deleted one is gone).
 async fn route_when_known<S: Storage + Clone + Send + Sync + 'static>(
     shared: &Arc<Shared<S>>,
     request: &Request,
     balanced: &mut u32,
 ) -> Route {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(1);
+    let state = shared.views.metadata();
+    let route = translate::route(request, &state, &shared.config.topic_defaults, balanced);
+    let current = match &route {
+        Route::Refuse(code) => !NOT_FOUND.contains(code),
+        Route::Answer(_) => false,
+        _ => true,
+    };
+    if current {
+        return route;
+    }
+    if let Err(code) = read_barrier(shared, GroupKind::Metadata.id()).await {
+        return Route::Refuse(code);
+    }
+    let state = shared.views.metadata();
+    translate::route(request, &state, &shared.config.topic_defaults, balanced)
+}
+
+/// Waits until this node's replica of `group` has executed through a read index its primary
+/// proved current (`iggy_vsr::Replica::read`): what this node then reads of the group reflects
+/// every write acknowledged before. A refusal (a view change, no primary yet) is asked again
+/// until the reply deadline, then answered `TransientNotAccepted` (nothing was read: the client
+/// may ask again anywhere).
+async fn read_barrier<S: Storage + Clone + Send + Sync + 'static>(
+    shared: &Arc<Shared<S>>,
+    group: u128,
+) -> Result<(), u32> {
+    let deadline = tokio::time::Instant::now() + shared.config.reply_deadline;
     loop {
-        // Registered before the state is read, so a replacement in between is not missed.
-        let changed = shared.views.metadata_changed.notified();
-        tokio::pin!(changed);
-        changed.as_mut().enable();
-        let state = shared.views.metadata();
-        let route = translate::route(request, &state, &shared.config.topic_defaults, balanced);
-        let unknown = match &route {
-            Route::Refuse(code) => NOT_FOUND.contains(code),
-            Route::Answer(body) => {
-                body.is_empty()
-                    && matches!(
-                        request,
-                        Request::GetStream { .. } | Request::GetTopic { .. }
-                    )
-            }
-            _ => false,
-        };
-        let leads = shared.views.leader(GroupKind::Metadata.id()) == Some(shared.config.replica);
-        if !unknown || leads || tokio::time::timeout_at(deadline, changed).await.is_err() {
-            return route;
+        if shared.views.read_barrier(&shared.inbox, group).await {
+            return Ok(());
         }
+        shared.views.metrics.read_barrier_refused();
+        if tokio::time::Instant::now() >= deadline {
+            return Err(status::TRANSIENT_NOT_ACCEPTED);
+        }
+        // A view change takes tens of milliseconds: ask again shortly.
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
 

@@ -37,6 +37,9 @@ pub struct NodeMetrics {
     /// The replicas' own event counters (`iggy_vsr::Replica::counters`), summed over this
     /// node's groups, refreshed once a second.
     pub replica_events: std::sync::Mutex<std::collections::BTreeMap<&'static str, u64>>,
+    /// Read barriers this node's replicas refused (a view change, no primary, no answer in
+    /// time): each was asked again, up to the reply deadline.
+    pub read_barriers_refused: AtomicU64,
     /// Commit latency of client writes, from the request reaching this node to its reply.
     latency_buckets: [AtomicU64; LATENCY_BUCKETS_US.len()],
     latency_count: AtomicU64,
@@ -47,6 +50,10 @@ impl NodeMetrics {
     pub fn observe_repair_sent(&self, to: u8, bytes: u64) {
         let slot = usize::from(to).min(self.repair_sent_bytes.len() - 1);
         self.repair_sent_bytes[slot].fetch_add(bytes, Ordering::Relaxed);
+    }
+
+    pub fn read_barrier_refused(&self) {
+        self.read_barriers_refused.fetch_add(1, Ordering::Relaxed);
     }
 
     pub fn observe_commit(&self, latency: Duration) {
@@ -115,6 +122,13 @@ pub fn render(node: &NodeMetrics, bus: &BusCounters, port: &PortCounters) -> Str
             "iggy_replica_events_total{{event=\"{event}\"}} {count}"
         );
     }
+    counter(
+        &mut out,
+        "iggy_read_barriers_refused_total",
+        "Read barriers this node's replicas refused (a view change, no primary, no answer in time); each is asked again up to the reply deadline.",
+        "counter",
+        load(&node.read_barriers_refused),
+    );
     counter(
         &mut out,
         "iggy_groups",

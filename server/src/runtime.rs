@@ -25,6 +25,10 @@ use iggy_vsr::{Destination, Message, Status};
 /// The replicas' tick: 10 ms, as the simulator's.
 pub const TICK: Duration = Duration::from_millis(10);
 
+/// The longest a read waits for its barrier's answer: past the replica's own read timeout
+/// (2 s), so a replica's refusal normally comes first.
+const READ_BARRIER_WAIT: Duration = Duration::from_secs(3);
+
 /// Where a node's replicas' messages go.
 pub trait Outbox: Send + 'static {
     /// A message for another node's replica of `message.group()`.
@@ -44,6 +48,9 @@ pub struct Views<S: Storage + Clone> {
     pub metrics: crate::metrics::NodeMetrics,
     /// Woken each time `metadata` is replaced.
     pub metadata_changed: tokio::sync::Notify,
+    /// Reads waiting for their group's read barrier ([`Views::read_barrier`]), by token.
+    reads: Mutex<std::collections::HashMap<u64, tokio::sync::oneshot::Sender<bool>>>,
+    read_tokens: std::sync::atomic::AtomicU64,
 }
 
 impl<S: Storage + Clone> Views<S> {
@@ -55,7 +62,50 @@ impl<S: Storage + Clone> Views<S> {
             leaders: RwLock::new(BTreeMap::new()),
             metrics: crate::metrics::NodeMetrics::default(),
             metadata_changed: tokio::sync::Notify::new(),
+            reads: Mutex::new(std::collections::HashMap::new()),
+            read_tokens: std::sync::atomic::AtomicU64::new(1),
         })
+    }
+
+    /// Asks this node's replica of `group` for a read barrier (`iggy_vsr::Replica::read`) over
+    /// `inbox`: `true` once the replica has executed through a read index its group's primary
+    /// proved current after the ask, so what this node's storage and views hold now reflects
+    /// every write acknowledged before it; `false` when it refused (no primary, a view change,
+    /// no answer within its timeout) or the runtime is gone.
+    pub async fn read_barrier(&self, inbox: &Mutex<Sender<Input<S>>>, group: u128) -> bool {
+        let token = self
+            .read_tokens
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let (answer, ready) = tokio::sync::oneshot::channel();
+        self.reads
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(token, answer);
+        let sent = inbox
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .send(Input::Read { group, token });
+        let ready = sent.is_ok()
+            && tokio::time::timeout(READ_BARRIER_WAIT, ready)
+                .await
+                .is_ok_and(|answer| answer.unwrap_or(false));
+        self.reads
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(&token);
+        ready
+    }
+
+    /// Hands the replica's answer to the read `token` to whoever waits for it.
+    fn answer_read(&self, token: u64, ready: bool) {
+        let waiting = self
+            .reads
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(&token);
+        if let Some(answer) = waiting {
+            let _ = answer.send(ready);
+        }
     }
 
     pub fn metadata(&self) -> Arc<iggy_metadata::State> {
@@ -158,6 +208,8 @@ pub enum Input<S: Storage + Clone> {
     Done(Box<Done<S>>),
     /// The read thread read back a peer's repair round from disk.
     Served(Box<Served>),
+    /// A read barrier for `group` ([`Views::read_barrier`]), answered under `token`.
+    Read { group: u128, token: u64 },
     /// A clean stop: shut the node down (publish, commit points, clean marker) and return.
     Stop,
 }
@@ -396,6 +448,9 @@ fn flush<S: Storage + Clone>(
     repair: bool,
 ) {
     let drained = node.drain(group);
+    for (token, ready) in drained.reads {
+        views.answer_read(token, ready);
+    }
     send_all(drained.sends, outbox, views, repair);
     if drained.lane_started {
         dispatch(node, group, jobs);
@@ -510,6 +565,13 @@ fn run<S: Storage + Clone>(
                     tracing::info!(node = node.index, group = %label(), segments = retained, "retention deleted the oldest segments");
                 }
                 send_all(sends, &mut outbox, views, true);
+            }
+            Ok(Input::Read { group, token }) => {
+                if node.read(group, token).is_some() {
+                    touched.push(group);
+                } else {
+                    views.answer_read(token, false);
+                }
             }
             Ok(Input::Stop) => return stop(node, inputs, jobs),
             Err(RecvTimeoutError::Timeout) => {}

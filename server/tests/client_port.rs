@@ -431,3 +431,116 @@ fn a_client_on_the_sdks_wire_creates_sends_polls_and_stores_offsets() {
         node.stop().expect("a clean stop");
     }
 }
+
+/// Linearizable reads (`docs/vsr.md`, "Linearizable reads"): a message acknowledged to one
+/// client is returned by the next poll any client sends to any node, and a stored offset by the
+/// next offset read, whichever node took the write and whichever leads the partition. A backup
+/// serving from what it executed trails the primary by up to a heartbeat (500 ms); each poll
+/// here goes out the instant the send's reply is read.
+#[test]
+fn every_acknowledged_write_is_read_by_the_next_poll_through_any_node() {
+    let cluster = start_cluster();
+    let addresses: Vec<SocketAddr> = cluster.nodes.iter().map(|n| n.client_address).collect();
+    let mut sessions: Vec<Client> = Vec::new();
+    for (i, address) in addresses.iter().enumerate() {
+        let mut c = Client::connect(*address, 0x200 + i as u128);
+        assert!(matches!(c.login("iggy"), Answer::Reply(..)));
+        sessions.push(c);
+    }
+    let (code, _) = sessions[0].ask_until_accepted(&Request::CreateStream {
+        name: "reads".into(),
+        options: vec![],
+    });
+    assert_eq!(code, 0);
+    // Created through node 0, found at once through node 2 (a metadata read after a barrier).
+    let (code, body) = sessions[2].ask_until_accepted(&Request::CreateTopic {
+        stream: Identifier::Name("reads".into()),
+        partitions: 3,
+        name: "t".into(),
+        options: vec![],
+    });
+    assert_eq!(
+        (code, split_result(&body).map(|r| r.is_ok())),
+        (0, Ok(true))
+    );
+    for session in &mut sessions {
+        let (code, body) = session.ask(&Request::GetTopic {
+            stream: Identifier::Name("reads".into()),
+            topic: Identifier::Name("t".into()),
+        });
+        assert_eq!(code, 0);
+        let (topic, _) = read_topic_details(&body).expect("the topic, not an empty answer");
+        assert_eq!(topic.name, "t");
+    }
+    let mut stale = Vec::new();
+    for round in 0..12u32 {
+        for partition in 0..3u32 {
+            let via = ((round + partition) % 3) as usize;
+            let payload = format!("{round}-{partition}");
+            let (code, body) = sessions[via].ask_until_accepted(&Request::SendMessages {
+                stream: Identifier::Name("reads".into()),
+                topic: Identifier::Name("t".into()),
+                partitioning: Partitioning::PartitionId(partition),
+                count: 1,
+                batch: batch(&[payload.as_bytes()]),
+            });
+            assert_eq!(code, 0);
+            let offset = read_send_confirmations(&body).expect("confirmation")[0].base_offset;
+            assert_eq!(offset, u64::from(round));
+            for (node, session) in sessions.iter_mut().enumerate() {
+                let (code, body) = session.ask(&Request::PollMessages {
+                    consumer: Consumer {
+                        group: false,
+                        id: Identifier::Numeric(9),
+                    },
+                    stream: Identifier::Name("reads".into()),
+                    topic: Identifier::Name("t".into()),
+                    partition: Some(partition),
+                    strategy: PollingStrategy::Offset(offset),
+                    count: 1,
+                    auto_commit: false,
+                });
+                assert_eq!(code, 0);
+                let (header, batches) = PollHeader::read(&body).expect("poll");
+                let read = (header.messages_count > 0)
+                    .then(|| iggy_format::batch::decode(batches).expect("a stored batch"))
+                    .and_then(|b| b.messages().next().map(|m| m.payload.to_vec()));
+                if read.as_deref() != Some(payload.as_bytes()) {
+                    stale.push((round, partition, via, node, read));
+                }
+            }
+            // An offset stored through one node is read back through the next.
+            let consumer = Consumer {
+                group: false,
+                id: Identifier::Numeric(round + 1),
+            };
+            let (code, _) = sessions[via].ask_until_accepted(&Request::StoreConsumerOffset {
+                consumer: consumer.clone(),
+                stream: Identifier::Name("reads".into()),
+                topic: Identifier::Name("t".into()),
+                partition: Some(partition),
+                offset,
+                ack: 1,
+            });
+            assert_eq!(code, 0);
+            let other = (via + 1) % 3;
+            let (code, body) = sessions[other].ask(&Request::GetConsumerOffset {
+                consumer,
+                stream: Identifier::Name("reads".into()),
+                topic: Identifier::Name("t".into()),
+                partition: Some(partition),
+            });
+            assert_eq!(code, 0);
+            let stored = ConsumerOffsetInfo::read(&body)
+                .expect("offset")
+                .map(|o| o.stored_offset);
+            if stored != Some(offset) {
+                stale.push((round, partition, via, other, None));
+            }
+        }
+    }
+    assert!(
+        stale.is_empty(),
+        "reads that missed an acknowledged write (round, partition, written via, read via, read): {stale:?}"
+    );
+}

@@ -1792,9 +1792,10 @@ impl iggy_node::Observer for Watcher<'_> {
                 Effect::InstallSnapshot { snapshot, .. } => {
                     format!("replica {node}: install snapshot {}", snapshot.op)
                 }
-                Effect::Send { .. } | Effect::ReadPrepares { .. } | Effect::ReadSnapshot { .. } => {
-                    String::new()
-                }
+                Effect::Send { .. }
+                | Effect::ReadPrepares { .. }
+                | Effect::ReadSnapshot { .. }
+                | Effect::ReadBarrier { .. } => String::new(),
             });
         }
     }

@@ -47,6 +47,9 @@ pub struct Config {
     /// The group's storage keeps snapshots (the metadata group's checkpoints): a replica behind
     /// every peer's log pulls one (`replica/transfer.rs`) instead of probing.
     pub snapshot_transfer: bool,
+    /// A read waiting for its read index is refused after this long (2 s): the host asks again
+    /// or elsewhere (`replica/read.rs`).
+    pub read_timeout_ticks: u64,
 }
 
 impl Default for Config {
@@ -66,6 +69,7 @@ impl Default for Config {
             ring_bytes_max: 64 << 20,
             clients_max: 16_384,
             snapshot_transfer: false,
+            read_timeout_ticks: 200,
         }
     }
 }

@@ -93,6 +93,11 @@ pub enum Effect {
     /// commit point). [`Outcome::Installed`] gives the client table the snapshot holds;
     /// [`Outcome::Refused`] leaves the group as it was (a staged file that does not verify).
     InstallSnapshot { id: EffectId, snapshot: SnapshotRef },
+    /// The answer to the host's read `token` (`Replica::read`): `ready`, the replica has
+    /// executed through a read index proved current, so what its storage holds now reflects
+    /// every write acknowledged before the read was asked; not ready, refused (no primary, a
+    /// view change, no answer in time): ask again, here or elsewhere. No completion.
+    ReadBarrier { token: u64, ready: bool },
 }
 
 impl Effect {
@@ -100,7 +105,10 @@ impl Effect {
     #[must_use]
     pub fn id(&self) -> Option<EffectId> {
         match self {
-            Self::Send { .. } | Self::ReadPrepares { .. } | Self::ReadSnapshot { .. } => None,
+            Self::Send { .. }
+            | Self::ReadPrepares { .. }
+            | Self::ReadSnapshot { .. }
+            | Self::ReadBarrier { .. } => None,
             Self::WriteSnapshotChunk { id, .. }
             | Self::InstallSnapshot { id, .. }
             | Self::WriteSuperblock { id, .. }
@@ -127,6 +135,7 @@ impl Effect {
             Self::ReadSnapshot { .. } => "read_snapshot",
             Self::WriteSnapshotChunk { .. } => "write_snapshot_chunk",
             Self::InstallSnapshot { .. } => "install_snapshot",
+            Self::ReadBarrier { .. } => "read_barrier",
         }
     }
 }

@@ -61,11 +61,18 @@ pub struct Safeguards {
     /// peer's snapshot and installs it, then repairs from the op after it, instead of probing
     /// for ops no peer holds any more.
     pub snapshot_transfer: bool,
+    /// A primary serves a read (or names a backup's read index) only once a quorum showed it
+    /// was still in its view after the read arrived: a primary a later view superseded without
+    /// its knowing never answers from a log that lacks what the later view acknowledged.
+    pub read_confirmation: bool,
+    /// A read index is at least the highest op a new primary's log holds from an earlier view
+    /// (committed again in this view only later): the old primary may have acknowledged it.
+    pub read_index_earlier_views: bool,
 }
 
 impl Safeguards {
     /// The names of the safeguards, as `without` takes them.
-    pub const NAMES: [&'static str; 15] = [
+    pub const NAMES: [&'static str; 17] = [
         "durable-view-gate",
         "publish-before-log-view",
         "nack-header-without-body",
@@ -81,6 +88,8 @@ impl Safeguards {
         "rejoin-restores-acknowledgments",
         "repair-from-disk",
         "snapshot-transfer",
+        "read-confirmation",
+        "read-index-earlier-views",
     ];
 
     /// Every safeguard but the one named `name` (`None` for a name that is none of them).
@@ -103,6 +112,8 @@ impl Safeguards {
             "rejoin-restores-acknowledgments" => s.rejoin_restores_acknowledgments = false,
             "repair-from-disk" => s.repair_from_disk = false,
             "snapshot-transfer" => s.snapshot_transfer = false,
+            "read-confirmation" => s.read_confirmation = false,
+            "read-index-earlier-views" => s.read_index_earlier_views = false,
             _ => return None,
         }
         Some(s)
@@ -127,6 +138,8 @@ impl Default for Safeguards {
             rejoin_restores_acknowledgments: true,
             repair_from_disk: true,
             snapshot_transfer: true,
+            read_confirmation: true,
+            read_index_earlier_views: true,
         }
     }
 }

@@ -120,6 +120,24 @@ fn every_kind() -> Vec<Message> {
             offset: 0,
             bytes: Vec::new(),
         },
+        Message::ReadIndex {
+            from: from(2, 4),
+            nonce: 0x51,
+        },
+        Message::ReadIndexOk {
+            from: from(1, 4),
+            nonce: 0x51,
+            commit: 30,
+            checksum: 0xC0FFEE,
+        },
+        Message::ReadRound {
+            from: from(1, 4),
+            nonce: 9,
+        },
+        Message::ReadRoundOk {
+            from: from(0, 4),
+            nonce: 9,
+        },
         Message::Request {
             cluster: 0xC1,
             group: 0,

@@ -242,6 +242,36 @@ fn decode_fields(f: &Fields, body: &[u8]) -> Result<Message, DecodeError> {
                 bytes: body.to_vec(),
             }
         }
+        command::READ_INDEX => {
+            empty(body)?;
+            Message::ReadIndex {
+                from,
+                nonce: f.nonce,
+            }
+        }
+        command::READ_INDEX_OK => {
+            empty(body)?;
+            Message::ReadIndexOk {
+                from,
+                nonce: f.nonce,
+                commit: f.commit,
+                checksum: f.context,
+            }
+        }
+        command::READ_ROUND => {
+            empty(body)?;
+            Message::ReadRound {
+                from,
+                nonce: f.nonce,
+            }
+        }
+        command::READ_ROUND_OK => {
+            empty(body)?;
+            Message::ReadRoundOk {
+                from,
+                nonce: f.nonce,
+            }
+        }
         command::REQUEST => Message::Request {
             cluster: f.cluster,
             group: f.group,

@@ -68,6 +68,10 @@ pub mod command {
     pub const REPLY: u8 = 11;
     pub const REQUEST_SNAPSHOT: u8 = 12;
     pub const SNAPSHOT_CHUNK: u8 = 13;
+    pub const READ_INDEX: u8 = 14;
+    pub const READ_INDEX_OK: u8 = 15;
+    pub const READ_ROUND: u8 = 16;
+    pub const READ_ROUND_OK: u8 = 17;
 }
 
 /// Largest chunk of a snapshot a `SnapshotChunk` carries (the snapshot crate's transfer unit).
@@ -206,6 +210,22 @@ pub enum Message {
         offset: u64,
         bytes: Vec<u8>,
     },
+    /// A replica serving a read asks the primary of `from.view` for a read index: the commit
+    /// point through which it must have executed to answer (`nonce` names the read).
+    ReadIndex { from: From, nonce: u64 },
+    /// The primary's read index for the read `nonce`: its commit point (and the checksum of the
+    /// entry there), taken once a quorum confirmed the primary's view after the read arrived.
+    ReadIndexOk {
+        from: From,
+        nonce: u64,
+        commit: u64,
+        checksum: Checksum,
+    },
+    /// The primary asks its backups to confirm they are still in its view (round `nonce`):
+    /// reads that arrived before it was sent wait for a quorum of answers.
+    ReadRound { from: From, nonce: u64 },
+    /// A backup in normal status in `from.view` answers round `nonce`.
+    ReadRoundOk { from: From, nonce: u64 },
     /// A client's request.
     Request {
         cluster: u128,
@@ -357,6 +377,10 @@ impl Message {
             Self::Reply { .. } => command::REPLY,
             Self::RequestSnapshot { .. } => command::REQUEST_SNAPSHOT,
             Self::SnapshotChunk { .. } => command::SNAPSHOT_CHUNK,
+            Self::ReadIndex { .. } => command::READ_INDEX,
+            Self::ReadIndexOk { .. } => command::READ_INDEX_OK,
+            Self::ReadRound { .. } => command::READ_ROUND,
+            Self::ReadRoundOk { .. } => command::READ_ROUND_OK,
         }
     }
 
@@ -377,6 +401,10 @@ impl Message {
             Self::Reply { .. } => "reply",
             Self::RequestSnapshot { .. } => "request_snapshot",
             Self::SnapshotChunk { .. } => "snapshot_chunk",
+            Self::ReadIndex { .. } => "read_index",
+            Self::ReadIndexOk { .. } => "read_index_ok",
+            Self::ReadRound { .. } => "read_round",
+            Self::ReadRoundOk { .. } => "read_round_ok",
         }
     }
 
@@ -482,6 +510,27 @@ impl Message {
                 snapshot.length,
                 from.replica
             ),
+            Self::ReadIndex { from, nonce } => format!(
+                "read_index nonce {nonce} from {} view {}",
+                from.replica, from.view
+            ),
+            Self::ReadIndexOk {
+                from,
+                nonce,
+                commit,
+                ..
+            } => format!(
+                "read_index_ok nonce {nonce} commit {commit} from {} view {}",
+                from.replica, from.view
+            ),
+            Self::ReadRound { from, nonce } => format!(
+                "read_round {nonce} from {} view {}",
+                from.replica, from.view
+            ),
+            Self::ReadRoundOk { from, nonce } => format!(
+                "read_round_ok {nonce} from {} view {}",
+                from.replica, from.view
+            ),
         }
     }
 
@@ -501,6 +550,10 @@ impl Message {
             | Self::RangeEvicted { from, .. }
             | Self::RequestSnapshot { from, .. }
             | Self::SnapshotChunk { from, .. }
+            | Self::ReadIndex { from, .. }
+            | Self::ReadIndexOk { from, .. }
+            | Self::ReadRound { from, .. }
+            | Self::ReadRoundOk { from, .. }
             | Self::Reply { from, .. } => Some(*from),
         }
     }
@@ -662,6 +715,41 @@ impl Message {
                     ..Fields::from(command::SNAPSHOT_CHUNK, from)
                 };
                 seal(&fields, bytes)
+            }
+            Self::ReadIndex { from, nonce } => {
+                let fields = Fields {
+                    nonce: *nonce,
+                    ..Fields::from(command::READ_INDEX, from)
+                };
+                seal(&fields, &[])
+            }
+            Self::ReadIndexOk {
+                from,
+                nonce,
+                commit,
+                checksum,
+            } => {
+                let fields = Fields {
+                    nonce: *nonce,
+                    commit: *commit,
+                    context: *checksum,
+                    ..Fields::from(command::READ_INDEX_OK, from)
+                };
+                seal(&fields, &[])
+            }
+            Self::ReadRound { from, nonce } => {
+                let fields = Fields {
+                    nonce: *nonce,
+                    ..Fields::from(command::READ_ROUND, from)
+                };
+                seal(&fields, &[])
+            }
+            Self::ReadRoundOk { from, nonce } => {
+                let fields = Fields {
+                    nonce: *nonce,
+                    ..Fields::from(command::READ_ROUND_OK, from)
+                };
+                seal(&fields, &[])
             }
             Self::Request {
                 cluster,

@@ -23,6 +23,7 @@ mod chain;
 mod commit;
 mod observe;
 mod primary;
+mod read;
 mod recovery;
 mod repair;
 mod transfer;
@@ -258,6 +259,8 @@ pub struct Replica {
     transfer: Option<transfer::Transfer>,
     clients: ClientTable,
     counters: Counters,
+    /// Reads waiting for their read index (`read.rs`).
+    reads: read::Reads,
 }
 
 pub(crate) fn bit(replica: u8) -> u64 {
@@ -354,6 +357,7 @@ impl Replica {
             behind_probe_at: 0,
             transfer: None,
             counters: Counters::new(),
+            reads: read::Reads::default(),
         };
         if fresh {
             // Recorded before anything is sent: a restart after this boot recovers.
@@ -539,6 +543,7 @@ impl Replica {
             Phase::ViewChange | Phase::Merging => self.view_change_tick(),
             Phase::Recovering => self.recovering_tick(),
         }
+        self.reads_tick();
         self.drive();
     }
 
@@ -613,6 +618,15 @@ impl Replica {
                 body,
                 ..
             } => self.on_request(client, request, operation, body),
+            Message::ReadIndex { from, nonce } => self.on_read_index(from, nonce),
+            Message::ReadIndexOk {
+                from,
+                nonce,
+                commit,
+                checksum,
+            } => self.on_read_index_ok(from, nonce, commit, checksum),
+            Message::ReadRound { from, nonce } => self.on_read_round(from, nonce),
+            Message::ReadRoundOk { from, nonce } => self.on_read_round_ok(from, nonce),
             Message::Reply { .. } => self.count("reply_to_replica"),
         }
         self.drive();
@@ -727,6 +741,7 @@ impl Replica {
         self.acknowledge();
         self.restore_acknowledgments();
         self.commit();
+        self.progress_reads();
         self.journal.evict(
             self.commit_min,
             self.config.ring_entries_max,

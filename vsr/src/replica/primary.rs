@@ -210,6 +210,7 @@ impl Replica {
             self.count("prepare_ok_mismatch");
             return;
         }
+        self.read_prepare_ok(from.replica, op);
         // A backup journals in order: its acknowledgment of `op` covers every op before it.
         for (_, inflight) in self.pipeline.range_mut(..=op) {
             inflight.acks |= bit(from.replica);

@@ -37,6 +37,9 @@ pub struct Node {
     /// The oldest op its log still holds for a peer's repair read from disk (retention deleted
     /// the ones below): 1 keeps everything.
     pub retained_from: u64,
+    /// The answers to the host's reads: (token, ready, the op storage had executed through
+    /// when the answer came).
+    pub reads: Vec<(u64, bool, u64)>,
 }
 
 impl Node {
@@ -145,6 +148,7 @@ impl Cluster {
                     lane: VecDeque::new(),
                     refused: Vec::new(),
                     retained_from: 1,
+                    reads: Vec::new(),
                 }
             })
             .collect();
@@ -226,6 +230,10 @@ impl Cluster {
                 }
                 // This harness keeps no snapshots: a peer's chunk read never comes back.
                 Effect::ReadSnapshot { .. } => {}
+                Effect::ReadBarrier { token, ready } => {
+                    let executed = self.nodes[i].executed;
+                    self.nodes[i].reads.push((token, ready, executed));
+                }
                 storage => self.nodes[i].lane.push_back(storage),
             }
         }
@@ -369,9 +377,10 @@ pub fn request(request: u64) -> Message {
 /// crates refuse.
 fn execute(node: &mut Node, effect: Effect) -> Outcome {
     match effect {
-        Effect::Send { .. } | Effect::ReadPrepares { .. } | Effect::ReadSnapshot { .. } => {
-            Outcome::Done
-        }
+        Effect::Send { .. }
+        | Effect::ReadPrepares { .. }
+        | Effect::ReadSnapshot { .. }
+        | Effect::ReadBarrier { .. } => Outcome::Done,
         // This harness keeps no snapshots (its groups are configured without them).
         Effect::WriteSnapshotChunk { .. } | Effect::InstallSnapshot { .. } => {
             Outcome::Refused("no snapshots here".into())
