@@ -2,10 +2,12 @@
 //! for our own tools (`iggy-server dev --demo`, load and verify) and tests. One connection, one
 //! request at a time, as the SDK.
 //!
-//! Retries follow the SDK's rules: `TransientNotAccepted` (the request was never admitted) is
-//! sent again as a new request; `TransientNotCommitted` (the outcome is unknown) is replayed under
-//! the same request number on the same session, so the group's client table answers it if it
-//! did commit, and it is never applied twice.
+//! Retries follow the SDK's rules, with one rule stricter: every try of a request carries the
+//! same request number on the same session. `TransientNotCommitted` (the outcome is unknown) is
+//! replayed under it, so the group's client table answers it if it did commit, and it is never
+//! applied twice. `TransientNotAccepted` (this try was never admitted) is sent again under it
+//! too: an earlier try of the same request may have been admitted (a `TransientNotCommitted`
+//! before it, whose op a view change may keep), and under a new number both could commit.
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -145,22 +147,22 @@ impl Client {
         Ok((reply, reply_body))
     }
 
-    /// Sends `request` with the SDK's retries and returns the reply body of status 0.
+    /// Sends `request` with the SDK's retries and returns the reply body of status 0. Every try
+    /// carries the same request number (see the module's doc).
     pub fn call(&mut self, request: &Request) -> Result<Vec<u8>, ClientError> {
         let (code, body) = request.encode();
         let operation = Operation::for_code(code);
         let deadline = Instant::now() + self.patience;
-        let mut number = self.next_number(operation);
+        let number = self.next_number(operation);
         loop {
             let (reply, reply_body) = self.exchange(code, &body, number)?;
             match reply.status {
                 0 => return Ok(reply_body),
-                status::TRANSIENT_NOT_ACCEPTED if Instant::now() < deadline => {
-                    std::thread::sleep(Duration::from_millis(50));
-                    number = self.next_number(operation);
-                }
-                // Same number, same session: the client table answers it if it committed.
-                status::TRANSIENT_NOT_COMMITTED if Instant::now() < deadline => {
+                // Same number, same session: the client table answers it if an earlier try
+                // committed, and a try never admitted commits once.
+                status::TRANSIENT_NOT_ACCEPTED | status::TRANSIENT_NOT_COMMITTED
+                    if Instant::now() < deadline =>
+                {
                     std::thread::sleep(Duration::from_millis(50));
                 }
                 status => {

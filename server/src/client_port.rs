@@ -164,7 +164,11 @@ pub async fn start<S: Storage + Clone + Send + Sync + 'static>(
 
 /// A connection's session.
 struct Session {
+    /// The client id on the wire (every request's header echoes it).
     client: u128,
+    /// The id this session's requests carry in the groups' client tables
+    /// ([`session_client`]): a new one at every login.
+    internal: u128,
     session: u64,
     /// The request number of this session's latest auto-commit (see [`auto_commit_client`]).
     auto_commits: u64,
@@ -286,7 +290,7 @@ async fn serve<S: Storage + Clone + Send + Sync + 'static>(
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         // Only this connection's entries: the same client may have logged in again on another.
-        for client in [session.client, auto_commit_client(session.client)] {
+        for client in [session.internal, auto_commit_client(session.internal)] {
             if clients
                 .get(&client)
                 .is_some_and(|sender| sender.same_channel(&session.sender))
@@ -373,6 +377,14 @@ async fn answer<S: Storage + Clone + Send + Sync + 'static>(
             let Ok(decoded) = iggy_metadata::codec::decode_reply(&reply) else {
                 return error(status::ERROR);
             };
+            // The reply describes what the op created from this node's state: a node that does
+            // not lead the metadata group executes the commit a moment after the primary's
+            // reply, so it first reads through a barrier (the commit is acknowledged: the
+            // barrier's index covers it). Without it, a stream created through a backup was
+            // answered with an empty body.
+            if shared.views.leader(GroupKind::Metadata.id()) != Some(shared.config.replica) {
+                let _ = read_barrier(shared, GroupKind::Metadata.id()).await;
+            }
             Answer::Reply {
                 status: 0,
                 body: translate::metadata_reply(&op, &decoded, &shared.views.metadata()),
@@ -468,7 +480,7 @@ async fn answer<S: Storage + Clone + Send + Sync + 'static>(
                     if let Err(code) = submit_as(
                         shared,
                         current,
-                        auto_commit_client(current.client),
+                        auto_commit_client(current.internal),
                         key.group_id(),
                         request,
                         operation::CONSUMER_OFFSET,
@@ -601,26 +613,29 @@ async fn login<S: Storage + Clone + Send + Sync + 'static>(
         return Answer::Evict(EvictionReason::InvalidCredentials);
     }
     let (sender, replies) = mpsc::unbounded_channel();
-    shared
-        .clients
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-        .insert(header.client, sender.clone());
     let number = shared.clock.now_us();
-    shared
-        .clients
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-        .insert(auto_commit_client(header.client), sender.clone());
+    let internal = session_client(header.client, number);
+    {
+        let mut clients = shared
+            .clients
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        clients.insert(internal, sender.clone());
+        clients.insert(auto_commit_client(internal), sender.clone());
+    }
     let mut fresh = Session {
         client: header.client,
+        internal,
         session: number,
         auto_commits: 0,
         replies,
         sender,
     };
+    // Registered under the session's own id: the metadata group's table then takes this
+    // session's requests (numbered from the login's 0 again), whatever an earlier login of the
+    // same wire id left there.
     let op = Op::RegisterClient {
-        client: header.client,
+        client: internal,
         session: number,
     };
     let Ok(encoded) = iggy_metadata::codec::encode_op(&op) else {
@@ -673,8 +688,21 @@ async fn submit<S: Storage + Clone + Send + Sync + 'static>(
     operation: u32,
     body: Vec<u8>,
 ) -> Result<(u64, Vec<u8>), u32> {
-    let client = session.client;
+    let client = session.internal;
     submit_as(shared, session, client, group, request, operation, body).await
+}
+
+/// The client id a session's requests carry in the groups' client tables: the wire's client id
+/// and the session (the server's clock at login, so never the same twice), hashed. Each login
+/// starts with no entry in any group's table, so a client that logs in again under the same
+/// id (its request numbers start over, its login is request 0) is never taken for a replay or
+/// dropped as stale. A replay within one session (the SDK's rule for `TransientNotCommitted`)
+/// keeps its id and is answered from the table.
+fn session_client(client: u128, session: u64) -> u128 {
+    let mut input = [0u8; 24];
+    input[..16].copy_from_slice(&client.to_le_bytes());
+    input[16..].copy_from_slice(&session.to_le_bytes());
+    twox_hash::XxHash3_128::oneshot(&input).max(1)
 }
 
 /// The client id a session's auto-commits are requested under. A poll is not replicated, so it

@@ -472,6 +472,28 @@ fn every_acknowledged_write_is_read_by_the_next_poll_through_any_node() {
         let (topic, _) = read_topic_details(&body).expect("the topic, not an empty answer");
         assert_eq!(topic.name, "t");
     }
+    // The same client id logs in again on a new connection (its login is request 0, its next
+    // write request 1 again): a new session, neither dropped as stale nor answered from the
+    // first session's table.
+    let mut again = Client::connect(addresses[1], 0x200);
+    let Answer::Reply(header, _) = again.login("iggy") else {
+        panic!("evicted")
+    };
+    assert_eq!(header.status, 0, "a second login under the same id");
+    assert_ne!(again.session, sessions[0].session);
+    let (code, body) = again.ask_until_accepted(&Request::CreateStream {
+        name: "again".into(),
+        options: vec![],
+    });
+    assert_eq!(code, 0);
+    let (stream, _) =
+        read_stream_details(split_result(&body).expect("framed").expect("a new stream"))
+            .expect("stream");
+    assert_eq!(
+        stream.name, "again",
+        "applied, not the first session's reply"
+    );
+
     let mut stale = Vec::new();
     for round in 0..12u32 {
         for partition in 0..3u32 {
