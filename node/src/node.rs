@@ -166,6 +166,9 @@ pub struct Drained {
     pub reads: Vec<(u64, bool)>,
 }
 
+/// A replica's status and view, before or after an input.
+pub type StatusView = (Status, u32);
+
 /// What running a lane's head did.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Ran {
@@ -368,6 +371,12 @@ impl<S: Storage + Clone> Node<S> {
         let identity = state
             .identity
             .ok_or_else(|| format!("node {index}: no identity"))?;
+        // After a clean shutdown every group published what it appended (the marker is written
+        // only once all of them did): boot discarded nothing a replica acknowledged, so a
+        // replicated partition's replica boots holding its acknowledgments, as a persisted
+        // one always does, and stands for quorums at once.
+        let clean =
+            state.previous_shutdown_clean && config.safeguards.clean_shutdown_keeps_acknowledgments;
         let catalog = Arc::new(Catalog {
             storage: storage.clone(),
             boot: config.boot.clone(),
@@ -410,7 +419,7 @@ impl<S: Storage + Clone> Node<S> {
             Store::Metadata(Box::new(metadata)),
         );
         for (key, partition, persisted, retention) in partitions {
-            node.host_partition(key, partition, persisted, retention)?;
+            node.host_partition(key, partition, persisted, retention, clean)?;
         }
         let (tail_entries, tail_bytes) = node
             .groups
@@ -459,15 +468,22 @@ impl<S: Storage + Clone> Node<S> {
             .insert(kind.id(), Group::new(kind, replica, store));
     }
 
+    /// Hosts a booted partition; `kept_acknowledged`: its log holds everything its replica
+    /// acknowledged whatever its durability (a boot after a clean shutdown).
     fn host_partition(
         &mut self,
         key: PartitionKey,
         partition: Partition<S>,
         persisted: bool,
         retention: Retention,
+        kept_acknowledged: bool,
     ) -> Result<(), String> {
         let kind = GroupKind::Partition { key, persisted };
-        let boot = partition_boot(&partition, persisted, self.config.boot.incarnation)?;
+        let boot = partition_boot(
+            &partition,
+            persisted || kept_acknowledged,
+            self.config.boot.incarnation,
+        )?;
         let store = Store::Partition {
             partition: Arc::new(partition),
             persisted,
@@ -526,6 +542,22 @@ impl<S: Storage + Clone> Node<S> {
         let before = (g.replica.status(), g.replica.view());
         g.replica.on_message(message);
         Some((before, (g.replica.status(), g.replica.view())))
+    }
+
+    /// The host saw the connection from peer `replica` close: every group this node backs up
+    /// under that peer starts a view change at once (`iggy_vsr::Replica::peer_connection_closed`).
+    /// Returns the groups whose (status, view) changed, with both.
+    pub fn peer_connection_closed(&mut self, replica: u8) -> Vec<(u128, StatusView, StatusView)> {
+        let mut changed = Vec::new();
+        for (id, g) in &mut self.groups {
+            let before = (g.replica.status(), g.replica.view());
+            g.replica.peer_connection_closed(replica);
+            let after = (g.replica.status(), g.replica.view());
+            if before != after {
+                changed.push((*id, before, after));
+            }
+        }
+        changed
     }
 
     /// Asks `group`'s replica for a read barrier (`iggy_vsr::Replica::read`): its answer comes
@@ -797,6 +829,7 @@ impl<S: Storage + Clone> Node<S> {
                 created.partition,
                 created.persisted,
                 created.retention,
+                false,
             )?;
         }
         Ok(())

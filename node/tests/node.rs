@@ -1547,3 +1547,64 @@ fn every_crash_state_of_a_rebuild_boots_to_the_same_rebuilt_partition() {
     eprintln!("{rebuilt_again} crash states rebuilt again");
     assert!(rebuilt_again > 0);
 }
+
+/// Issue #45, a clean shutdown boots non-forgetful (safeguard
+/// `clean-shutdown-keeps-acknowledgments`): node 2 stops cleanly (a rolling restart) and boots
+/// again; before its replicated partition's replica has rejoined, node 0, the primary, dies.
+/// Node 2's clean shutdown published everything it acknowledged, so its log stands for a
+/// quorum: nodes 1 and 2 start a view at node 2's fourth unanswered probe and commit the next
+/// batch. Without the rule node 2 boots forgetful, and nodes 1 and 2 wait for node 0.
+#[test]
+fn a_node_back_from_a_clean_shutdown_stands_for_a_quorum_before_it_rejoined() {
+    for rule in [true, false] {
+        let safeguards = Safeguards {
+            clean_shutdown_keeps_acknowledgments: rule,
+            ..Safeguards::default()
+        };
+        let storages: Vec<SimStorage> = (0..3).map(genesis).collect();
+        let mut host = Host::boot_guarded(&storages, 1, &Config::default(), safeguards);
+        let partition = partition_id(1, 1, 1);
+        for request in 1..=10 {
+            host.send_batch(0, partition, request, 5);
+            host.settle();
+        }
+        host.tick(60);
+        host.nodes.remove(2).shutdown().expect("a clean shutdown");
+        let config = NodeConfig {
+            safeguards,
+            ..config(2, 2 << 48 | 2)
+        };
+        let (node, _) = Node::boot(storages[2].clone(), &config).expect("boots");
+        host.nodes.push(node);
+        assert_eq!(host.partition(2).replica.status(), Status::Recovering);
+        host.down = Some(0);
+        host.tick(1_200);
+        let leaders: Vec<Option<u8>> = (1..3).map(|i| host.partition(i).replica.leader()).collect();
+        if !rule {
+            assert_eq!(leaders, vec![None, None], "the bug: no view without node 0");
+            continue;
+        }
+        let leader = leaders[0].expect("a view started without node 0");
+        assert_eq!(leaders, vec![Some(leader), Some(leader)]);
+        host.send_batch(leader, partition, 11, 5);
+        host.settle();
+        let committed = host.replies.iter().any(|m| {
+            matches!(
+                m,
+                Message::Reply {
+                    request: 11,
+                    status: ReplyStatus::Committed,
+                    ..
+                }
+            )
+        });
+        assert!(
+            committed,
+            "the batch after the kill commits on nodes 1 and 2"
+        );
+        assert_eq!(
+            host.partition(2).partition().expect("hosted").next_offset(),
+            55
+        );
+    }
+}

@@ -18,6 +18,10 @@
 //!   peer is slow or away) a new message is dropped and counted: the protocol resends what
 //!   matters (prepares every 200 ms, heartbeats every 500 ms, repair on demand), and memory stays
 //!   bounded through a repair burst of 128 prepares a round.
+//! - **A closed connection is evidence.** When a peer's connection ends from its side (its
+//!   process exited: the kernel closes its sockets at once), the node is told
+//!   ([`start_with_close`]) and every group whose primary is that peer starts its view change
+//!   without waiting out the 5 s heartbeat window.
 //! - **Reconnects** back off from 50 ms to 2 s, doubling, with a log line on the first failure
 //!   of a run and on recovery, not on every try.
 
@@ -134,11 +138,25 @@ pub async fn start(
     deliver: impl Fn(u8, Message) + Send + Sync + 'static,
     counters: Arc<BusCounters>,
 ) -> std::io::Result<(BusSender, SocketAddr)> {
+    start_with_close(config, deliver, |_| {}, counters).await
+}
+
+/// [`start`], and `closed` is called with a peer's index when its connection to this node
+/// ends from the peer's side (end of stream or a read error after the handshake: its process
+/// exited, or the network ended the connection), not when this node closes it over a bad frame.
+/// The server makes it evidence for the replicas that the peer's primaryships are over.
+pub async fn start_with_close(
+    config: BusConfig,
+    deliver: impl Fn(u8, Message) + Send + Sync + 'static,
+    closed: impl Fn(u8) + Send + Sync + 'static,
+    counters: Arc<BusCounters>,
+) -> std::io::Result<(BusSender, SocketAddr)> {
     let own = config.peers[usize::from(config.replica)];
     let listener = TcpListener::bind(own).await?;
     let bound = listener.local_addr()?;
     let config = Arc::new(config);
     let deliver = Arc::new(deliver);
+    let closed = Arc::new(closed);
     {
         let config = config.clone();
         let counters = counters.clone();
@@ -152,7 +170,7 @@ pub async fn start(
                     stream,
                     address,
                     config.clone(),
-                    deliver.clone(),
+                    (deliver.clone(), closed.clone()),
                     counters.clone(),
                 ));
             }
@@ -181,7 +199,10 @@ async fn serve_peer(
     mut stream: TcpStream,
     address: SocketAddr,
     config: Arc<BusConfig>,
-    deliver: Arc<impl Fn(u8, Message) + Send + Sync + 'static>,
+    (deliver, closed): (
+        Arc<impl Fn(u8, Message) + Send + Sync + 'static>,
+        Arc<impl Fn(u8) + Send + Sync + 'static>,
+    ),
     counters: Arc<BusCounters>,
 ) {
     let mut handshake = [0u8; HANDSHAKE_BYTES];
@@ -206,6 +227,7 @@ async fn serve_peer(
     let mut header = [0u8; FRAME_HEADER];
     loop {
         if stream.read_exact(&mut header).await.is_err() {
+            closed(peer);
             return;
         }
         let size = u32::from_le_bytes(
@@ -221,6 +243,7 @@ async fn serve_peer(
         let mut frame = vec![0u8; size];
         frame[..FRAME_HEADER].copy_from_slice(&header);
         if stream.read_exact(&mut frame[FRAME_HEADER..]).await.is_err() {
+            closed(peer);
             return;
         }
         match Message::decode(&frame) {

@@ -9,7 +9,7 @@ use iggy_node::{Node, NodeConfig};
 
 use crate::bus::{self, BusConfig, BusCounters};
 use crate::client_port::{self, Clients, Forwarded, PortConfig, PortCounters, ServerOutbox};
-use crate::runtime::{Runtime, Views};
+use crate::runtime::{Input, Runtime, Views};
 
 /// A running node.
 pub struct ServerNode<S: Storage + Clone + Send + Sync + 'static> {
@@ -70,8 +70,19 @@ impl<S: Storage + Clone + Send + Sync + 'static> ServerNode<S> {
                 client_port::deliver_from_bus(peer, message, &inbox, &clients, &forwarded);
             }
         };
+        let closed = {
+            let inbox = inbox.clone();
+            move |peer| {
+                let _ = inbox.send(Input::PeerClosed(peer));
+            }
+        };
         let (bus, replica_address) = tokio
-            .block_on(bus::start(bus_config, deliver, bus_counters.clone()))
+            .block_on(bus::start_with_close(
+                bus_config,
+                deliver,
+                closed,
+                bus_counters.clone(),
+            ))
             .map_err(|e| format!("the replica bus: {e}"))?;
         let outbox = ServerOutbox {
             bus: bus.clone(),

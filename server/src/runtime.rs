@@ -208,6 +208,8 @@ pub enum Input<S: Storage + Clone> {
     Done(Box<Done<S>>),
     /// The read thread read back a peer's repair round from disk.
     Served(Box<Served>),
+    /// The bus saw a peer's connection close: the groups it leads change view at once.
+    PeerClosed(u8),
     /// A read barrier for `group` ([`Views::read_barrier`]), answered under `token`.
     Read { group: u128, token: u64 },
     /// A clean stop: shut the node down (publish, commit points, clean marker) and return.
@@ -565,6 +567,21 @@ fn run<S: Storage + Clone>(
                     tracing::info!(node = node.index, group = %label(), segments = retained, "retention deleted the oldest segments");
                 }
                 send_all(sends, &mut outbox, views, true);
+            }
+            Ok(Input::PeerClosed(peer)) => {
+                let changed = node.peer_connection_closed(peer);
+                if !changed.is_empty() {
+                    tracing::info!(
+                        node = node.index,
+                        peer,
+                        groups = changed.len(),
+                        "a peer's replica connection closed: the groups it led change view now"
+                    );
+                }
+                for (group, before, after) in changed {
+                    watch.changed(&node, views, group, before, after);
+                    touched.push(group);
+                }
             }
             Ok(Input::Read { group, token }) => {
                 if node.read(group, token).is_some() {

@@ -160,3 +160,70 @@ fn bad_peers_and_bad_frames_close_their_connection_and_the_node_goes_on() {
         assert_eq!(counters.frames_in.load(Ordering::Relaxed), 1);
     });
 }
+
+/// A peer's connection that ends from its side is reported (`bus::start_with_close`), once per
+/// connection; one this node closes over a bad frame, or a stranger's refused handshake, is not.
+#[test]
+fn a_peers_closed_connection_is_reported_and_a_refused_one_is_not() {
+    let tokio = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("tokio");
+    tokio.block_on(async {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let own = listener.local_addr().expect("address");
+        drop(listener);
+        let peers = vec![
+            own,
+            "127.0.0.1:9".parse().expect("a"),
+            "127.0.0.1:9".parse().expect("a"),
+        ];
+        let (reported, closes) = channel();
+        let (_bus, bound) = bus::start_with_close(
+            config(0, &peers, b"key"),
+            |_peer, _message| {},
+            move |peer| {
+                let _ = reported.send(peer);
+            },
+            Arc::new(BusCounters::default()),
+        )
+        .await
+        .expect("the bus starts");
+        let mut answer = [0u8; 64];
+
+        // A stranger: refused, not reported.
+        let mut stranger = TcpStream::connect(bound).await.expect("connect");
+        stranger
+            .write_all(&handshake_bytes(&config(1, &peers, b"guess")))
+            .await
+            .expect("write");
+        assert!(closed(&mut stranger).await);
+        // Peer 1 sends a bad frame: this node closes it, not reported.
+        let mut peer = TcpStream::connect(bound).await.expect("connect");
+        peer.write_all(&handshake_bytes(&config(1, &peers, b"key")))
+            .await
+            .expect("write");
+        peer.read_exact(&mut answer).await.expect("answer");
+        let mut garbage = [0xa5u8; 256];
+        garbage[92..96].copy_from_slice(&u32::MAX.to_le_bytes());
+        peer.write_all(&garbage).await.expect("write");
+        assert!(closed(&mut peer).await);
+        // Peer 2 connects and goes away: reported as 2.
+        let mut peer = TcpStream::connect(bound).await.expect("connect");
+        peer.write_all(&handshake_bytes(&config(2, &peers, b"key")))
+            .await
+            .expect("write");
+        peer.read_exact(&mut answer).await.expect("answer");
+        drop(peer);
+        // Both refusals ended (their connections closed) before peer 2 connected: had either
+        // been reported, as 1, it would come first.
+        let heard = tokio::task::spawn_blocking(move || {
+            let first = closes.recv_timeout(Duration::from_secs(10));
+            (first, closes.try_recv())
+        })
+        .await
+        .expect("join");
+        assert_eq!(heard.0, Ok(2), "peer 2's close reported, and nothing before it");
+        assert!(heard.1.is_err(), "reported once: {:?}", heard.1);
+    });
+}

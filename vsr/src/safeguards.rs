@@ -68,11 +68,16 @@ pub struct Safeguards {
     /// A read index is at least the highest op a new primary's log holds from an earlier view
     /// (committed again in this view only later): the old primary may have acknowledged it.
     pub read_index_earlier_views: bool,
+    /// A node that boots after a clean shutdown (every group published what it appended before
+    /// the marker was written) hands its replicated partitions' replicas their logs as holding
+    /// every acknowledgment: they stand for quorums at once instead of only after rejoining a
+    /// view (the node applies it; the replica takes `Boot::forgot_acknowledged` as given).
+    pub clean_shutdown_keeps_acknowledgments: bool,
 }
 
 impl Safeguards {
     /// The names of the safeguards, as `without` takes them.
-    pub const NAMES: [&'static str; 17] = [
+    pub const NAMES: [&'static str; 18] = [
         "durable-view-gate",
         "publish-before-log-view",
         "nack-header-without-body",
@@ -90,6 +95,7 @@ impl Safeguards {
         "snapshot-transfer",
         "read-confirmation",
         "read-index-earlier-views",
+        "clean-shutdown-keeps-acknowledgments",
     ];
 
     /// Every safeguard but the one named `name` (`None` for a name that is none of them).
@@ -114,6 +120,9 @@ impl Safeguards {
             "snapshot-transfer" => s.snapshot_transfer = false,
             "read-confirmation" => s.read_confirmation = false,
             "read-index-earlier-views" => s.read_index_earlier_views = false,
+            "clean-shutdown-keeps-acknowledgments" => {
+                s.clean_shutdown_keeps_acknowledgments = false;
+            }
             _ => return None,
         }
         Some(s)
@@ -140,6 +149,7 @@ impl Default for Safeguards {
             snapshot_transfer: true,
             read_confirmation: true,
             read_index_earlier_views: true,
+            clean_shutdown_keeps_acknowledgments: true,
         }
     }
 }

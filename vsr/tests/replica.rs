@@ -919,3 +919,45 @@ fn a_forgetful_replica_that_rejoined_its_view_counts_in_the_next_quorum() {
         }
     }
 }
+
+/// A backup told that its primary's connection closed (the process exited) starts the view
+/// change at once instead of waiting out the 5 s heartbeat window; the survivors elect the next
+/// primary within a few ticks. A closed connection of another backup changes nothing.
+#[test]
+fn a_closed_connection_of_the_primary_starts_the_view_change_at_once() {
+    let log = chain(0, 0, 3, 0, 1);
+    let mut cluster = Cluster::new(
+        vec![log.clone(), log.clone(), log],
+        new_group(),
+        3,
+        Safeguards::default(),
+    );
+    cluster.settle_storage();
+    cluster.run(10, |_, _, _| true);
+    cluster.nodes[1].replica.peer_connection_closed(2);
+    assert_eq!(
+        cluster.replica(1).status(),
+        Status::Normal,
+        "a backup closed: nothing"
+    );
+    for i in 1..3 {
+        cluster.nodes[i].replica.peer_connection_closed(0);
+        cluster.collect(i);
+    }
+    assert_eq!(
+        (cluster.replica(1).status(), cluster.replica(1).view()),
+        (Status::ViewChange, 1)
+    );
+    cluster.run_some(5, 1..3, |from, to, _| from != 0 && to != 0);
+    assert_eq!(
+        cluster.replica(1).leader(),
+        Some(1),
+        "elected within 5 ticks: {}",
+        cluster.replica(1).describe()
+    );
+    assert_eq!(cluster.replica(2).leader(), Some(1));
+    assert_eq!(
+        cluster.replica(1).counters()["primary_connection_closed"],
+        1
+    );
+}

@@ -147,4 +147,22 @@ impl Replica {
             self.anchor = Some((commit, checksum));
         }
     }
+
+    /// The host saw the connection from `replica` close (its process exited, or the network
+    /// ended the connection): evidence the primary is gone that need not wait out the
+    /// heartbeat window. A backup (or one adopting a `StartView`) of a view whose primary is
+    /// `replica` starts the view change at once, as its heartbeat timeout would; anything else
+    /// ignores it. A view change is always safe; one started on a closed connection of a live
+    /// primary costs an election, as a lost heartbeat would (safeguard-free: liveness only).
+    pub fn peer_connection_closed(&mut self, replica: u8) {
+        if !matches!(self.phase(), Phase::Backup | Phase::Adopting)
+            || replica != self.primary_of(self.view)
+            || replica == self.id.replica
+        {
+            return;
+        }
+        self.count("primary_connection_closed");
+        self.start_view_change(self.view + 1);
+        self.drive();
+    }
 }
