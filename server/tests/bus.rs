@@ -223,7 +223,11 @@ fn a_peers_closed_connection_is_reported_and_a_refused_one_is_not() {
         })
         .await
         .expect("join");
-        assert_eq!(heard.0, Ok(2), "peer 2's close reported, and nothing before it");
+        assert_eq!(
+            heard.0,
+            Ok(2),
+            "peer 2's close reported, and nothing before it"
+        );
         assert!(heard.1.is_err(), "reported once: {:?}", heard.1);
     });
 }

@@ -32,6 +32,9 @@ pub struct Checker {
     held: BTreeMap<(u8, u128), (u32, u64)>,
     /// The first failure, with the checker that found it.
     pub failure: Option<(String, String)>,
+    /// Per group, the highest op a client was told committed so far: a read asked after it
+    /// must be served from a replica that executed through it (checker `linearizable`).
+    pub acknowledged_max: BTreeMap<u128, u64>,
 }
 
 impl Checker {
@@ -44,6 +47,27 @@ impl Checker {
     /// A consumer read something the group never committed, or read an offset two ways.
     pub fn fail_consumer(&mut self, what: String) {
         self.fail("consumer", what);
+    }
+
+    /// A read served after its barrier by replica `node` of `group`, which had executed through
+    /// `executed`, was asked when op `acknowledged` had been acknowledged to a client: the read
+    /// must reflect it.
+    pub fn read_served(
+        &mut self,
+        node: u8,
+        group: u128,
+        executed: u64,
+        acknowledged: u64,
+        asked_us: u64,
+    ) {
+        if executed < acknowledged {
+            let what = format!(
+                "a read of group {group:#x} asked at {asked_us} us was served by node {node}, \
+                 which had executed through op {executed}; op {acknowledged} had been \
+                 acknowledged before the read was asked"
+            );
+            self.fail("linearizable", what);
+        }
     }
 
     /// Replica `node` of `group` executed `op` whose entry is `committed`.
@@ -84,6 +108,8 @@ impl Checker {
 
     /// A client received the committed reply `(op, body)` for `request`.
     pub fn reply(&mut self, group: u128, client: u128, request: u64, op: u64, body: &[u8]) {
+        let highest = self.acknowledged_max.entry(group).or_default();
+        *highest = (*highest).max(op);
         match self.replies.get(&(client, request)) {
             None => {
                 self.replies

@@ -267,6 +267,9 @@ pub struct Report {
     pub retention_bytes: u64,
     /// Partitions damaged at rest and rebuilt from their peers (`Faults::damage`).
     pub rebuilt: u64,
+    /// Consumers' polls served after their read barrier, and refused by it.
+    pub reads_served: u64,
+    pub reads_refused: u64,
     /// The first checker that fired, what it found, and the state then.
     pub failure: Option<Failure>,
 }
@@ -349,6 +352,21 @@ enum Event {
 }
 
 /// A running cluster.
+/// A consumer's read waiting for its node's barrier (`iggy_node::Node::read`).
+#[derive(Clone, Copy, Debug)]
+struct PendingRead {
+    consumer: usize,
+    node: u8,
+    group: u128,
+    /// The highest op acknowledged to a client of the group when the read was asked.
+    acknowledged: u64,
+    asked_us: u64,
+}
+
+/// A consumer waits this long for its read's barrier before it asks again (past the replica's
+/// own 2 s read timeout: a crash dropped the question).
+const READ_PATIENCE_US: u64 = 3_000_000;
+
 pub struct Cluster {
     options: Options,
     layout: Layout,
@@ -359,6 +377,12 @@ pub struct Cluster {
     clients: Vec<Client>,
     producers: Vec<Producer>,
     consumers: Vec<Consumer>,
+    /// Consumers' reads waiting for their barrier, by token (see [`Cluster::consumer`]).
+    pending_reads: BTreeMap<u64, PendingRead>,
+    read_tokens: u64,
+    /// Reads served after their barrier, and refused by it.
+    pub(crate) reads_served: u64,
+    pub(crate) reads_refused: u64,
     network: Network,
     latency: Stream,
     faults: Stream,
@@ -535,6 +559,10 @@ impl Cluster {
             clients,
             producers,
             consumers,
+            pending_reads: BTreeMap::new(),
+            read_tokens: 0,
+            reads_served: 0,
+            reads_refused: 0,
             checker: Checker::default(),
             healing: false,
             crashes: 0,
@@ -662,6 +690,8 @@ impl Cluster {
             ring_entries: self.options.vsr.ring_entries_max,
             retention_bytes: self.options.retention_bytes,
             rebuilt: self.rebuilt,
+            reads_served: self.reads_served,
+            reads_refused: self.reads_refused,
             failure,
         }
     }
@@ -869,6 +899,9 @@ impl Cluster {
             let latency = self.latency.between(20, 2_000);
             self.schedule(latency, Event::Lane { node, life, group });
         }
+        for (token, ready) in drained.reads {
+            self.read_answered(node, token, ready);
+        }
     }
 
     /// Serves the peers' repair rounds `node` reads from disk this tick (the node's bound),
@@ -1069,8 +1102,10 @@ impl Cluster {
         }
     }
 
-    /// A consumer's turn: a poll of its partition's primary, then an offset store when one is
-    /// due.
+    /// A consumer's turn: a poll of its partition through the node it is connected to (after a
+    /// read barrier on that node's replica: `iggy_node::Node::read`), then an offset store
+    /// through the primary when one is due. A poll asked while the last one still waits for its
+    /// barrier is skipped.
     fn consumer(&mut self, index: usize) {
         let now = self.now;
         if now < self.consumers[index].wake_us {
@@ -1083,42 +1118,101 @@ impl Cluster {
         let Some(target) = self.consumers[index].target(&routing) else {
             return;
         };
-        let next_offset = self.consumers[index].next_offset;
-        let node = &self.nodes[usize::from(target)];
-        let polled = match node.hosts().get(&group) {
-            Some(host) if node.up && host.replica.leader() == Some(target) => {
-                host.partition().map(|partition| {
-                    partition.read_through(
-                        next_offset,
-                        consumer::POLL_BYTES,
-                        host.replica.commit_min(),
-                    )
-                })
+        if let Some(token) = self.consumers[index].reading {
+            let waiting = self.pending_reads.get(&token).is_some_and(|read| {
+                now < read.asked_us + READ_PATIENCE_US && self.nodes[usize::from(read.node)].up
+            });
+            if !waiting {
+                self.pending_reads.remove(&token);
+                self.consumers[index].reading = None;
             }
-            // Not the primary (or down): the poll is refused; the next one asks again.
-            _ => None,
+        }
+        if self.consumers[index].reading.is_none() {
+            // `target` moved the connection to a live node if its own is down.
+            let node = self.consumers[index].connected;
+            let n = &mut self.nodes[usize::from(node)];
+            if let Some(inner) = n.node.as_mut().filter(|_| n.up) {
+                self.read_tokens += 1;
+                let token = self.read_tokens;
+                if inner.read(group, token).is_some() {
+                    let acknowledged = self
+                        .checker
+                        .acknowledged_max
+                        .get(&group)
+                        .copied()
+                        .unwrap_or(0);
+                    self.pending_reads.insert(
+                        token,
+                        PendingRead {
+                            consumer: index,
+                            node,
+                            group,
+                            acknowledged,
+                            asked_us: now,
+                        },
+                    );
+                    self.consumers[index].reading = Some(token);
+                    self.drain(node, group);
+                }
+            }
+        }
+        if let Some(message) = self.consumers[index].store_message(now, target) {
+            let bytes = std::sync::Arc::new(message.encode());
+            self.send_bytes(Endpoint::Consumer(index), Endpoint::Node(target), &bytes, 0);
+        }
+    }
+
+    /// A read barrier answered on `node`: a ready read is served there at once, from what the
+    /// replica executed, and checked (checker `linearizable`: it reflects every write
+    /// acknowledged before it was asked; checker `consumer`: what the consumer reads).
+    fn read_answered(&mut self, node: u8, token: u64, ready: bool) {
+        let Some(read) = self.pending_reads.remove(&token) else {
+            return;
         };
+        if self.consumers[read.consumer].reading == Some(token) {
+            self.consumers[read.consumer].reading = None;
+        }
+        if !ready || read.node != node {
+            self.reads_refused += 1;
+            return;
+        }
+        let n = &self.nodes[usize::from(node)];
+        let Some(host) = n.hosts().get(&read.group).filter(|_| n.up) else {
+            return;
+        };
+        let executed = host.replica.commit_min();
+        let first = host.partition().map_or(0, |p| p.first_offset());
+        if first > self.consumers[read.consumer].next_offset {
+            // Retention deleted what the consumer had not read yet, on this node (nodes retain
+            // on their own, and a node that installed a peer's segments starts where that peer
+            // did): it reads on from this node's first offset.
+            self.consumers[read.consumer].next_offset = first;
+        }
+        let next_offset = self.consumers[read.consumer].next_offset;
+        let polled = host
+            .partition()
+            .map(|partition| partition.read_through(next_offset, consumer::POLL_BYTES, executed));
+        self.reads_served += 1;
+        self.checker
+            .read_served(node, read.group, executed, read.acknowledged, read.asked_us);
         match polled {
             Some(Ok(batches)) => {
                 let batches: Vec<(u64, u32, u64)> = batches
                     .iter()
                     .map(|b| (b.header.base_offset, b.header.message_count, b.op))
                     .collect();
-                let history = self.checker.history.get(&group);
-                let result = self.consumers[index]
+                let history = self.checker.history.get(&read.group);
+                let result = self.consumers[read.consumer]
                     .polled(&batches, |op| history.is_some_and(|h| h.contains_key(&op)));
                 if let Err(what) = result {
                     self.checker.fail_consumer(what);
                 }
             }
             Some(Err(error)) => self.note(format!(
-                "consumer {index}: poll of node {target} failed: {error}"
+                "consumer {}: poll of node {node} failed: {error}",
+                read.consumer
             )),
             None => {}
-        }
-        if let Some(message) = self.consumers[index].store_message(now, target) {
-            let bytes = std::sync::Arc::new(message.encode());
-            self.send_bytes(Endpoint::Consumer(index), Endpoint::Node(target), &bytes, 0);
         }
     }
 
@@ -1443,6 +1537,12 @@ impl Cluster {
     fn crash(&mut self, node: u8, power_loss: bool) {
         self.crashes += 1;
         self.nodes[usize::from(node)].crash(power_loss);
+        if power_loss && self.nodes.iter().all(|n| !n.up) {
+            // Every node lost power: under replicated durability what no node had published is
+            // gone by design (the failover cases count it exactly), so reads after this are held
+            // only to what is acknowledged from now on.
+            self.checker.acknowledged_max.clear();
+        }
         if !self.producers.is_empty() {
             self.death_unnoticed[usize::from(node)] = true;
             self.schedule(
@@ -1890,6 +1990,8 @@ pub fn run(options: Options) -> Report {
             ring_entries: 0,
             retention_bytes: 0,
             rebuilt: 0,
+            reads_served: 0,
+            reads_refused: 0,
             failure: Some(Failure {
                 checker: "setup".into(),
                 what: error,

@@ -2,9 +2,11 @@
 //! names) and, every few polls, stores its offset through the partition's group, as the
 //! article's consumers send polls and offset commits to the partition's primary.
 //!
-//! A poll is served by the primary's storage when the consumer acts (the simulator does not put
-//! polls on the network): batches from the consumer's next offset up to what the primary has
-//! executed. The consumer checks what it reads: batches follow each other without a gap or an
+//! A poll goes to the node the consumer is connected to (the simulator does not put polls on the
+//! network): that node's replica is asked for a read barrier (`iggy_node::Node::read`), and once
+//! it answers ready the poll is served from that node's storage, batches from the consumer's
+//! next offset up to what its replica has executed, and checked against every write
+//! acknowledged before it was asked (checker `linearizable`). The consumer checks what it reads: batches follow each other without a gap or an
 //! overlap, each is an op the group committed, and an offset read twice (again after a failover,
 //! from another primary) is the same op. An offset store is a request like a producer's
 //! (resent every 50 ms when refused, every 300 ms when unanswered, never given up: a later store
@@ -58,6 +60,8 @@ pub struct Consumer {
     /// Every offset store acknowledged: (request, offset, the op that stored it, when).
     pub stored: Vec<(u64, u64, u64, u64)>,
     pub wake_us: u64,
+    /// The token of its read waiting for a barrier, if any.
+    pub reading: Option<u64>,
 }
 
 /// What a poll found wrong.
@@ -87,6 +91,7 @@ impl Consumer {
             store: None,
             stored: Vec::new(),
             wake_us: start_us,
+            reading: None,
         }
     }
 

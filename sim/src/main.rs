@@ -349,7 +349,7 @@ fn main() -> ExitCode {
             "seed {seed}: {} simulated s in {:.2} wall s; {} ops committed ({} to {} a group, \
              history x{}, ring {}, retention {}), {} replies, {} unknown outcomes, {} crashes, {} view changes, {} \
              repair rounds read from disk ({} prepares), {} snapshots installed ({} of \
-             partitions), {} rebuilt, {} behind the ring: {}",
+             partitions), {} rebuilt, {} behind the ring{}: {}",
             report.simulated_us / 1_000_000,
             report.wall.as_secs_f64(),
             report.committed_ops,
@@ -372,6 +372,14 @@ fn main() -> ExitCode {
             report.partitions_installed,
             report.rebuilt,
             report.behind_ring,
+            if report.reads_served + report.reads_refused > 0 {
+                format!(
+                    ", {} polls read after their barrier ({} refused)",
+                    report.reads_served, report.reads_refused
+                )
+            } else {
+                String::new()
+            },
             if report.failure.is_some() {
                 "FAILED"
             } else {

@@ -73,11 +73,15 @@ pub struct Safeguards {
     /// every acknowledgment: they stand for quorums at once instead of only after rejoining a
     /// view (the node applies it; the replica takes `Boot::forgot_acknowledged` as given).
     pub clean_shutdown_keeps_acknowledgments: bool,
+    /// A backup whose adoption of a `StartView` a view change interrupts after the superblock
+    /// write naming the view as log_view went out keeps that view's headers: the log its
+    /// `DoViewChange` offers under that log_view is the view's log, not what it held before.
+    pub abandoned_adoption_keeps_log: bool,
 }
 
 impl Safeguards {
     /// The names of the safeguards, as `without` takes them.
-    pub const NAMES: [&'static str; 18] = [
+    pub const NAMES: [&'static str; 19] = [
         "durable-view-gate",
         "publish-before-log-view",
         "nack-header-without-body",
@@ -96,6 +100,7 @@ impl Safeguards {
         "read-confirmation",
         "read-index-earlier-views",
         "clean-shutdown-keeps-acknowledgments",
+        "abandoned-adoption-keeps-log",
     ];
 
     /// Every safeguard but the one named `name` (`None` for a name that is none of them).
@@ -123,6 +128,7 @@ impl Safeguards {
             "clean-shutdown-keeps-acknowledgments" => {
                 s.clean_shutdown_keeps_acknowledgments = false;
             }
+            "abandoned-adoption-keeps-log" => s.abandoned_adoption_keeps_log = false,
             _ => return None,
         }
         Some(s)
@@ -150,6 +156,7 @@ impl Default for Safeguards {
             read_confirmation: true,
             read_index_earlier_views: true,
             clean_shutdown_keeps_acknowledgments: true,
+            abandoned_adoption_keeps_log: true,
         }
     }
 }

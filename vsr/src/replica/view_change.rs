@@ -49,7 +49,20 @@ impl Replica {
             started_at: self.ticks,
             ..ViewChange::default()
         };
-        self.starting = None;
+        if let Some(starting) = self.starting.take()
+            && !starting.primary
+            && self.log_view == starting.view
+            && self.safeguards.abandoned_adoption_keeps_log
+        {
+            // An adoption interrupted after its superblock write naming the view as log_view
+            // went out: the superblock names that log_view (now, or once the write lands), so
+            // the log this replica offers in its `DoViewChange` must be that view's. Its headers
+            // (and the bodies held) go into memory as a finished adoption's would; dropping
+            // them offered an empty log under the later log_view, which a merge took as the
+            // authority and cut a committed op (many-groups seed 198).
+            self.count("abandoned_adoption_kept_log");
+            self.take_adopted_log(starting);
+        }
         self.pipeline.clear();
         self.unverified.clear();
         self.write_superblock();

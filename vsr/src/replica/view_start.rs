@@ -123,22 +123,27 @@ impl Replica {
             self.broadcast(&message);
             self.advance_commit();
         } else {
-            for header in &starting.headers {
-                if header.op > self.commit_min {
-                    self.learn_commit(header);
-                    self.journal.insert(*header, None);
-                }
-            }
-            for (header, body) in starting.held {
-                if header.op > self.commit_min {
-                    self.journal.insert(header, Some(body));
-                }
-            }
-            if starting.commit > self.commit_min && self.journal.checksum(starting.commit).is_none()
-            {
-                self.anchor = Some((starting.commit, starting.commit_checksum));
-            }
+            self.take_adopted_log(starting);
             self.acked_through = self.commit_max;
+        }
+    }
+
+    /// A backup's adopted view log goes into memory: the `StartView`'s headers above what
+    /// executed, with the bodies this replica held of them, and the commit point as the anchor.
+    pub(super) fn take_adopted_log(&mut self, starting: Starting) {
+        for header in &starting.headers {
+            if header.op > self.commit_min {
+                self.learn_commit(header);
+                self.journal.insert(*header, None);
+            }
+        }
+        for (header, body) in starting.held {
+            if header.op > self.commit_min {
+                self.journal.insert(header, Some(body));
+            }
+        }
+        if starting.commit > self.commit_min && self.journal.checksum(starting.commit).is_none() {
+            self.anchor = Some((starting.commit, starting.commit_checksum));
         }
     }
 
