@@ -83,6 +83,10 @@ pub struct LedgerBatch {
     pub latency_us: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// When the outcome came back, in wall-clock milliseconds since the Unix epoch: the fault
+    /// harness measures write gaps from it (`scripts/fault-harness.sh`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub at_ms: Option<u64>,
 }
 
 #[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
@@ -594,6 +598,10 @@ fn produce(
             offset: None,
             latency_us: Some(u64::try_from(latency.as_micros()).unwrap_or(u64::MAX)),
             error: None,
+            at_ms: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .ok()
+                .and_then(|d| u64::try_from(d.as_millis()).ok()),
         };
         match outcome {
             Ok(offset) => {

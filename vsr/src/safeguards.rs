@@ -77,11 +77,15 @@ pub struct Safeguards {
     /// write naming the view as log_view went out keeps that view's headers: the log its
     /// `DoViewChange` offers under that log_view is the view's log, not what it held before.
     pub abandoned_adoption_keeps_log: bool,
+    /// A recovering replica that sees a `StartViewChange` or `DoViewChange` of a later view than
+    /// its own joins that view change at once (offering the log it recovered, as its unanswered
+    /// probes would have made it do about five seconds later).
+    pub recovering_joins_view_change: bool,
 }
 
 impl Safeguards {
     /// The names of the safeguards, as `without` takes them.
-    pub const NAMES: [&'static str; 19] = [
+    pub const NAMES: [&'static str; 20] = [
         "durable-view-gate",
         "publish-before-log-view",
         "nack-header-without-body",
@@ -101,6 +105,7 @@ impl Safeguards {
         "read-index-earlier-views",
         "clean-shutdown-keeps-acknowledgments",
         "abandoned-adoption-keeps-log",
+        "recovering-joins-view-change",
     ];
 
     /// Every safeguard but the one named `name` (`None` for a name that is none of them).
@@ -129,6 +134,7 @@ impl Safeguards {
                 s.clean_shutdown_keeps_acknowledgments = false;
             }
             "abandoned-adoption-keeps-log" => s.abandoned_adoption_keeps_log = false,
+            "recovering-joins-view-change" => s.recovering_joins_view_change = false,
             _ => return None,
         }
         Some(s)
@@ -157,6 +163,7 @@ impl Default for Safeguards {
             read_index_earlier_views: true,
             clean_shutdown_keeps_acknowledgments: true,
             abandoned_adoption_keeps_log: true,
+            recovering_joins_view_change: true,
         }
     }
 }

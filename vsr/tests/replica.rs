@@ -961,3 +961,41 @@ fn a_closed_connection_of_the_primary_starts_the_view_change_at_once() {
         1
     );
 }
+
+/// Issue #45, safeguard `recovering-joins-view-change`: the primary is gone and replica 1 has
+/// been changing view alone (replica 2 was down too). Replica 2 restarts, recovering; replica
+/// 1's resent `StartViewChange` makes it join at once, and the view starts within a second.
+/// Without the rule it ignores it and waits out its four probes (about five seconds).
+#[test]
+fn a_recovering_replica_joins_a_view_change_under_way() {
+    for rule in [true, false] {
+        let safeguards = Safeguards {
+            recovering_joins_view_change: rule,
+            ..Safeguards::default()
+        };
+        let log = chain(0, 0, 10, 0, 1);
+        let mut cluster = Cluster::new(
+            vec![log.clone(), log.clone(), log],
+            new_group(),
+            10,
+            safeguards,
+        );
+        cluster.settle_storage();
+        cluster.run(10, |_, _, _| true);
+        // Replicas 0 and 2 go down; replica 1 times out and changes view alone.
+        cluster.run_some(600, 1..2, |from, to, _| from == 1 && to == 1);
+        assert_eq!(cluster.replica(1).status(), Status::ViewChange);
+        cluster.restart(2, 10, false, safeguards);
+        assert_eq!(cluster.replica(2).status(), Status::Recovering);
+        cluster.run_some(100, 1..3, |from, to, _| from != 0 && to != 0);
+        let (one, two) = (cluster.replica(1), cluster.replica(2));
+        if rule {
+            assert_eq!(one.status(), Status::Normal, "{}", one.describe());
+            assert_eq!(two.status(), Status::Normal, "{}", two.describe());
+            assert_eq!(one.leader(), two.leader());
+            assert!(one.leader().is_some());
+        } else {
+            assert_eq!(two.status(), Status::Recovering, "{}", two.describe());
+        }
+    }
+}

@@ -4,7 +4,11 @@
 //! (`RequestStartView` with its incarnation), every second; only the primary of a started view
 //! answers, echoing the incarnation (`view_start.rs`). After four unanswered probes it starts an
 //! ordinary view change into the next view, offering the log it recovered: how a cluster whose
-//! nodes all restarted together starts again.
+//! nodes all restarted together starts again. A `StartViewChange` or `DoViewChange` of a later
+//! view than its own makes it join that view change at once instead (safeguard
+//! `recovering-joins-view-change`): its `DoViewChange` is the one its fourth unanswered probe
+//! would have sent, saying what it forgot, so waiting out the probes bought nothing but time,
+//! and a group whose other replicas were changing view waited about five seconds for it.
 //!
 //! A replica whose boot lost acknowledged entries (replicated durability) stands for no quorum
 //! of a merge until it starts a later view (`crate::merge`), or until it has rejoined the view

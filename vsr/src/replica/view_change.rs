@@ -98,7 +98,9 @@ impl Replica {
     }
 
     pub(super) fn on_start_view_change(&mut self, from: From) {
-        if self.phase() == Phase::Recovering {
+        if self.phase() == Phase::Recovering
+            && !(self.safeguards.recovering_joins_view_change && from.view > self.view)
+        {
             return;
         }
         if from.view > self.view {
@@ -114,7 +116,10 @@ impl Replica {
     }
 
     pub(super) fn on_do_view_change(&mut self, from: From, dvc: Dvc) {
-        if self.phase() == Phase::Recovering || self.primary_of(from.view) != self.id.replica {
+        if (self.phase() == Phase::Recovering
+            && !(self.safeguards.recovering_joins_view_change && from.view > self.view))
+            || self.primary_of(from.view) != self.id.replica
+        {
             return;
         }
         if from.view > self.view {
