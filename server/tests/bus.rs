@@ -61,22 +61,30 @@ async fn closed(stream: &mut TcpStream) -> bool {
     }
 }
 
-#[test]
-fn bad_peers_and_bad_frames_close_their_connection_and_the_node_goes_on() {
-    let tokio = tokio::runtime::Builder::new_current_thread()
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .expect("tokio");
-    tokio.block_on(async {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-        let own = listener.local_addr().expect("address");
-        drop(listener);
-        // Peers 1 and 2 are never up: their dialers back off quietly.
-        let peers = vec![
-            own,
-            "127.0.0.1:9".parse().expect("a"),
-            "127.0.0.1:9".parse().expect("a"),
-        ];
+        .expect("tokio")
+}
+
+/// A roster whose node 0 gets a free loopback port and whose peers 1 and 2 are never up (their
+/// dialers back off quietly).
+fn lone_node_peers() -> Vec<SocketAddr> {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let own = listener.local_addr().expect("address");
+    drop(listener);
+    vec![
+        own,
+        "127.0.0.1:9".parse().expect("a"),
+        "127.0.0.1:9".parse().expect("a"),
+    ]
+}
+
+#[test]
+fn bad_peers_and_bad_frames_close_their_connection_and_the_node_goes_on() {
+    runtime().block_on(async {
+        let peers = lone_node_peers();
         let counters = Arc::new(BusCounters::default());
         let (delivered, heard) = channel();
         let (_bus, bound) = bus::start(
@@ -165,19 +173,8 @@ fn bad_peers_and_bad_frames_close_their_connection_and_the_node_goes_on() {
 /// connection; one this node closes over a bad frame, or a stranger's refused handshake, is not.
 #[test]
 fn a_peers_closed_connection_is_reported_and_a_refused_one_is_not() {
-    let tokio = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("tokio");
-    tokio.block_on(async {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-        let own = listener.local_addr().expect("address");
-        drop(listener);
-        let peers = vec![
-            own,
-            "127.0.0.1:9".parse().expect("a"),
-            "127.0.0.1:9".parse().expect("a"),
-        ];
+    runtime().block_on(async {
+        let peers = lone_node_peers();
         let (reported, closes) = channel();
         let (_bus, bound) = bus::start_with_close(
             config(0, &peers, b"key"),

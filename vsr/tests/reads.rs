@@ -28,6 +28,20 @@ fn committed(ops: u64, safeguards: Safeguards) -> Cluster {
     cluster
 }
 
+/// Three replicas of a new group in view 0, each holding the same `ops` prepares of view 0 and
+/// having executed `executed` of them, their storage settled.
+fn holding(ops: u64, executed: u64, safeguards: Safeguards) -> Cluster {
+    let log = chain(0, 0, ops, 0, 1);
+    let mut cluster = Cluster::new(
+        vec![log.clone(), log.clone(), log],
+        Durable::default(),
+        executed,
+        safeguards,
+    );
+    cluster.settle_storage();
+    cluster
+}
+
 #[test]
 fn a_read_at_the_primary_waits_for_a_quorum_that_answered_after_it_arrived() {
     let mut cluster = committed(2, Safeguards::default());
@@ -114,14 +128,7 @@ fn a_superseded_primary_never_serves_a_read_that_misses_the_later_views_writes()
             read_confirmation: confirmation,
             ..Safeguards::default()
         };
-        let log = chain(0, 0, 1, 0, 1);
-        let mut cluster = Cluster::new(
-            vec![log.clone(), log.clone(), log],
-            Durable::default(),
-            1,
-            safeguards,
-        );
-        cluster.settle_storage();
+        let mut cluster = holding(1, 1, safeguards);
         let cut_off = |from: u8, to: u8, _: &Message| from != 0 && to != 0;
         cluster.run_some(600, 1..3, cut_off);
         assert_eq!(
@@ -183,14 +190,7 @@ fn a_new_primary_serves_a_read_only_after_the_earlier_views_ops_committed_again(
             read_index_earlier_views: rule,
             ..Safeguards::default()
         };
-        let log = chain(0, 0, 2, 0, 1);
-        let mut cluster = Cluster::new(
-            vec![log.clone(), log.clone(), log],
-            Durable::default(),
-            1,
-            safeguards,
-        );
-        cluster.settle_storage();
+        let mut cluster = holding(2, 1, safeguards);
         let without_acks = |from: u8, to: u8, m: &Message| {
             from != 0 && to != 0 && !matches!(m, Message::PrepareOk { .. })
         };
