@@ -52,6 +52,8 @@ settled() {
     done
     echo "the cluster did not settle within 60 s" >&2
 }
+# Whether process $1 has exited (a node `dev` started stays a zombie until `dev` ends).
+gone() { [ "$(ps -o stat= -p "$1" 2>/dev/null | cut -c1)" = Z ] || ! kill -0 "$1" 2>/dev/null; }
 wait_up() { for _ in $(seq 1 600); do up "$1" && return 0; sleep 0.05; done; echo "node $1 did not come back" >&2; return 1; }
 cleanup() {
     for i in 0 1 2; do p=$(pid_of $i); [ -n "$p" ] && kill -CONT $p 2>/dev/null; [ -n "$p" ] && kill $p 2>/dev/null; done
@@ -100,7 +102,7 @@ while [ "$(now_ms)" -lt "$end" ]; do
             record "$kind:$a:${ms}ms" "$t0" 0 $((ms < 5000 ? ms : 5000)) ;;
         rolling)
             for i in 0 1 2; do
-                p=$(pid_of $i); kill "$p"; while kill -0 "$p" 2>/dev/null; do sleep 0.05; done
+                p=$(pid_of $i); kill "$p"; until gone "$p"; do sleep 0.05; done
                 start_node $i; wait_up $i; sleep 1
             done
             record "$kind" "$t0" 0 100 ;;
