@@ -20,6 +20,7 @@
 #   scripts/fault-harness.sh                 # seed 1, 180 s
 #   SEED=7 DURATION=1800 scripts/fault-harness.sh   # the long form: 30 minutes
 #   SHORT=1 scripts/fault-harness.sh         # CI's form: 45 s, three faults
+#   NOFAULTS=1 DURATION=1800 scripts/fault-harness.sh   # no faults: the view changes must be 0
 #
 # Not yet in the schedule: network partitions (a node cut off, one way or both). Uses ports
 # 8590-8592, 9590-9592 and 10590-10592 on loopback and a directory under /tmp.
@@ -80,7 +81,7 @@ kinds=(kill kill2 kill-boot pause rolling)
 count=0
 sleep 8
 settled
-while [ "$(now_ms)" -lt "$end" ]; do
+while [ -z "${NOFAULTS:-}" ] && [ "$(now_ms)" -lt "$end" ]; do
     if [ -n "${SHORT:-}" ]; then kind=${kinds[$((count % 3))]}; else kind=${kinds[$((RANDOM % 5))]}; fi
     a=$((RANDOM % 3)); b=$(((a + 1 + RANDOM % 2) % 3))
     t0=$(now_ms)
@@ -113,6 +114,12 @@ while [ "$(now_ms)" -lt "$end" ]; do
     sleep $((3 + RANDOM % 4))
 done
 wait "$load" || true
+# Views the replicas entered over the run (a fault-free run must count none).
+for i in 0 1 2; do
+    v=$( (exec 3<>"/dev/tcp/127.0.0.1/$((base + 2000 + i))" && printf 'GET /metrics HTTP/1.0\r\n\r\n' >&3 && cat <&3) 2>/dev/null \
+        | awk '/^iggy_view_changes_total / { print $2 }')
+    echo "node $i: ${v:-?} view changes since its last start"
+done
 echo "load: $(cat "$dir/load.json")"
 grep -a "consumers read" "$dir/load.err" || true
 # Per fault: the longest interval between two consecutive acknowledgments of one producer that
