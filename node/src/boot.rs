@@ -137,12 +137,9 @@ pub(crate) fn partition_sessions<S: Storage + Clone>(
         .collect()
 }
 
-/// What the booted `partition` hands its replica. `kept_acknowledged`: its log holds everything
-/// the replica acknowledged (a persisted topic publishes before it acknowledges; any topic after
-/// a clean shutdown, which published every group).
 pub(crate) fn partition_boot<S: Storage + Clone>(
     partition: &Partition<S>,
-    kept_acknowledged: bool,
+    persisted: bool,
     incarnation: u64,
 ) -> Result<Boot, String> {
     let durable = durable_of(&partition.vsr_state());
@@ -160,8 +157,8 @@ pub(crate) fn partition_boot<S: Storage + Clone>(
         head_checksum,
         entries,
         // Replicated durability acknowledges what the WAL queued; boot keeps only what it
-        // published. Persisted publishes before it acknowledges; a clean shutdown published all.
-        forgot_acknowledged: !kept_acknowledged,
+        // published. Persisted publishes before it acknowledges.
+        forgot_acknowledged: !persisted,
         forgotten_through: rebuilt.map(|m| m.forgotten_through),
         incarnation,
         clients,

@@ -371,12 +371,6 @@ impl<S: Storage + Clone> Node<S> {
         let identity = state
             .identity
             .ok_or_else(|| format!("node {index}: no identity"))?;
-        // After a clean shutdown every group published what it appended (the marker is written
-        // only once all of them did): boot discarded nothing a replica acknowledged, so a
-        // replicated partition's replica boots holding its acknowledgments, as a persisted
-        // one always does, and stands for quorums at once.
-        let clean =
-            state.previous_shutdown_clean && config.safeguards.clean_shutdown_keeps_acknowledgments;
         let catalog = Arc::new(Catalog {
             storage: storage.clone(),
             boot: config.boot.clone(),
@@ -419,7 +413,7 @@ impl<S: Storage + Clone> Node<S> {
             Store::Metadata(Box::new(metadata)),
         );
         for (key, partition, persisted, retention) in partitions {
-            node.host_partition(key, partition, persisted, retention, clean)?;
+            node.host_partition(key, partition, persisted, retention)?;
         }
         let (tail_entries, tail_bytes) = node
             .groups
@@ -468,22 +462,15 @@ impl<S: Storage + Clone> Node<S> {
             .insert(kind.id(), Group::new(kind, replica, store));
     }
 
-    /// Hosts a booted partition; `kept_acknowledged`: its log holds everything its replica
-    /// acknowledged whatever its durability (a boot after a clean shutdown).
     fn host_partition(
         &mut self,
         key: PartitionKey,
         partition: Partition<S>,
         persisted: bool,
         retention: Retention,
-        kept_acknowledged: bool,
     ) -> Result<(), String> {
         let kind = GroupKind::Partition { key, persisted };
-        let boot = partition_boot(
-            &partition,
-            persisted || kept_acknowledged,
-            self.config.boot.incarnation,
-        )?;
+        let boot = partition_boot(&partition, persisted, self.config.boot.incarnation)?;
         let store = Store::Partition {
             partition: Arc::new(partition),
             persisted,
@@ -829,7 +816,6 @@ impl<S: Storage + Clone> Node<S> {
                 created.partition,
                 created.persisted,
                 created.retention,
-                false,
             )?;
         }
         Ok(())

@@ -243,10 +243,6 @@ pub struct NodeState<S: Storage + Clone> {
     pub metadata: Option<MetadataGroup<S>>,
     pub partitions: BTreeMap<PartitionKey, Partition<S>>,
     pub lock: NodeLock,
-    /// The previous process shut down cleanly (this boot found and consumed its marker): every
-    /// group had published everything it appended, so boot discarded nothing any replica had
-    /// acknowledged.
-    pub previous_shutdown_clean: bool,
 }
 
 impl<S: Storage + Clone> NodeState<S> {
@@ -2026,7 +2022,6 @@ pub fn boot_locked<S: Storage + Clone>(
             metadata,
             partitions,
             lock,
-            previous_shutdown_clean: config.previous_shutdown_clean,
         },
         report,
     ))

@@ -267,53 +267,28 @@ fn many_groups_with_retention_catch_up_by_partition_transfers() {
     assert!(without.behind_ring >= 1);
 }
 
-/// Issue #33: seed 35 leaves a metadata replica below both peers' checkpoints (it was down while
-/// they took two; their logs start after them). It installs a peer's snapshot and converges;
-/// with `snapshot-transfer` off it stays behind every peer's log and the liveness check fires.
+/// Issue #33: seed 9 (35 until session 49's recovering replicas joined view changes at once,
+/// which moved the seeds' timings) leaves a metadata replica below both peers' checkpoints
+/// (their logs start after them). It installs a peer's snapshot and converges; with
+/// `snapshot-transfer` off it stays behind every peer's log and the liveness check fires.
 #[test]
 fn a_metadata_replica_below_every_peers_checkpoint_installs_a_snapshot() {
-    let report = run(Options::new(35));
+    let report = run(Options::new(9));
     assert!(
         report.failure.is_none(),
         "{:?}",
         report.failure.map(|f| f.render())
     );
     assert!(
-        report.snapshots_installed >= 1,
-        "seed 35 installed no snapshot"
+        report.snapshots_installed > report.partitions_installed,
+        "seed 9 installed no metadata snapshot"
     );
     let without = run(Options {
         safeguards: Safeguards::without("snapshot-transfer").unwrap(),
-        ..Options::new(35)
+        ..Options::new(9)
     });
     assert_eq!(without.snapshots_installed, 0);
-    let failure = without.failure.expect("seed 35 fails without the transfer");
+    let failure = without.failure.expect("seed 9 fails without the transfer");
     assert_eq!(failure.checker, "liveness");
     assert!(without.behind_ring >= 1);
-}
-
-/// Found by the read checker of issue #45: many-groups seed 198. Replica 2, back from a crash
-/// with nothing of its log (replicated durability, view 2), adopts view 3's `StartView`; a
-/// `StartViewChange` for view 4 interrupts it after its superblock write naming log_view 3 went
-/// out. It dropped the adopted headers and offered an empty log under log_view 3; replica 1's
-/// merge for view 4 took that as the authority and cut op 77, committed in view 2 and
-/// acknowledged. With `abandoned-adoption-keeps-log` it offers view 3's headers, and op 77 stays.
-#[test]
-fn an_interrupted_adoption_offers_the_adopted_log_and_keeps_a_committed_op() {
-    let report = run(Options::many_groups(198));
-    assert!(
-        report.failure.is_none(),
-        "{:?}",
-        report.failure.map(|f| f.render())
-    );
-    let without = run(Options {
-        safeguards: Safeguards::without("abandoned-adoption-keeps-log").unwrap(),
-        ..Options::many_groups(198)
-    });
-    let failure = without.failure.expect("seed 198 fails without the rule");
-    assert!(
-        ["linearizable", "commit history", "replies"].contains(&failure.checker.as_str()),
-        "{}",
-        failure.render()
-    );
 }

@@ -68,11 +68,6 @@ pub struct Safeguards {
     /// A read index is at least the highest op a new primary's log holds from an earlier view
     /// (committed again in this view only later): the old primary may have acknowledged it.
     pub read_index_earlier_views: bool,
-    /// A node that boots after a clean shutdown (every group published what it appended before
-    /// the marker was written) hands its replicated partitions' replicas their logs as holding
-    /// every acknowledgment: they stand for quorums at once instead of only after rejoining a
-    /// view (the node applies it; the replica takes `Boot::forgot_acknowledged` as given).
-    pub clean_shutdown_keeps_acknowledgments: bool,
     /// A backup whose adoption of a `StartView` a view change interrupts after the superblock
     /// write naming the view as log_view went out keeps that view's headers: the log its
     /// `DoViewChange` offers under that log_view is the view's log, not what it held before.
@@ -85,7 +80,7 @@ pub struct Safeguards {
 
 impl Safeguards {
     /// The names of the safeguards, as `without` takes them.
-    pub const NAMES: [&'static str; 20] = [
+    pub const NAMES: [&'static str; 19] = [
         "durable-view-gate",
         "publish-before-log-view",
         "nack-header-without-body",
@@ -103,7 +98,6 @@ impl Safeguards {
         "snapshot-transfer",
         "read-confirmation",
         "read-index-earlier-views",
-        "clean-shutdown-keeps-acknowledgments",
         "abandoned-adoption-keeps-log",
         "recovering-joins-view-change",
     ];
@@ -130,9 +124,6 @@ impl Safeguards {
             "snapshot-transfer" => s.snapshot_transfer = false,
             "read-confirmation" => s.read_confirmation = false,
             "read-index-earlier-views" => s.read_index_earlier_views = false,
-            "clean-shutdown-keeps-acknowledgments" => {
-                s.clean_shutdown_keeps_acknowledgments = false;
-            }
             "abandoned-adoption-keeps-log" => s.abandoned_adoption_keeps_log = false,
             "recovering-joins-view-change" => s.recovering_joins_view_change = false,
             _ => return None,
@@ -161,7 +152,6 @@ impl Default for Safeguards {
             snapshot_transfer: true,
             read_confirmation: true,
             read_index_earlier_views: true,
-            clean_shutdown_keeps_acknowledgments: true,
             abandoned_adoption_keeps_log: true,
             recovering_joins_view_change: true,
         }

@@ -999,3 +999,83 @@ fn a_recovering_replica_joins_a_view_change_under_way() {
         }
     }
 }
+
+/// Issue #45, safeguard `abandoned-adoption-keeps-log` (found as many-groups seed 198 by the
+/// read checker, and by `commit history` with it off): replica 2, back with nothing of its log,
+/// adopts view 1's `StartView` (ops 1 to 3, commit point 1); once its publish is done the
+/// superblock write naming log_view 1 goes out, and a `StartViewChange` for view 3 interrupts
+/// the adoption. The superblock will name log_view 1, so the `DoViewChange` it sends view 3's
+/// primary must offer view 1's log: ops 2 and 3 as headers. Without the rule it offered an empty
+/// log under log_view 1, which a merge takes as the authority (the latest log_view) and ends
+/// the log before ops that view 1's primary may have committed.
+#[test]
+fn an_adoption_interrupted_after_its_log_view_write_offers_the_adopted_log() {
+    for rule in [true, false] {
+        let safeguards = Safeguards {
+            abandoned_adoption_keeps_log: rule,
+            ..Safeguards::default()
+        };
+        let mut cluster = Cluster::new(vec![Vec::new(); 3], restarted(0), 0, safeguards);
+        cluster.settle_storage();
+        cluster.restart(2, 0, true, safeguards);
+        let log = chain(0, 0, 3, 1, 1);
+        cluster.nodes[2].replica.on_message(Message::StartView {
+            from: from(1, 1),
+            op: 3,
+            commit: 1,
+            commit_checksum: log[0].0.checksum(),
+            nonce: 0,
+            headers: log[1..].iter().map(|(h, _)| *h).collect(),
+        });
+        cluster.collect(2);
+        // The publish completes; the superblock write naming log_view 1 is issued, not done.
+        while !matches!(
+            cluster.nodes[2].lane.front(),
+            Some(Effect::WriteSuperblock { durable, .. }) if durable.log_view == 1
+        ) {
+            assert!(
+                cluster.complete_one(2),
+                "the write naming log_view 1 is never issued"
+            );
+        }
+        assert!(
+            matches!(
+                cluster.nodes[2].lane.front(),
+                Some(Effect::WriteSuperblock { durable, .. }) if durable.log_view == 1
+            ),
+            "{:?}",
+            cluster.nodes[2].lane
+        );
+        cluster.nodes[2]
+            .replica
+            .on_message(Message::StartViewChange { from: from(1, 3) });
+        cluster.collect(2);
+        cluster.settle_storage();
+        let dvc = cluster.outbox.iter().find_map(|(f, _, m)| match m {
+            Message::DoViewChange {
+                log_view,
+                op,
+                headers,
+                ..
+            } if *f == 2 => Some((
+                *log_view,
+                *op,
+                headers.iter().map(|h| h.header.op).collect::<Vec<_>>(),
+            )),
+            _ => None,
+        });
+        if rule {
+            assert_eq!(
+                dvc,
+                Some((1, 3, vec![2, 3])),
+                "view 1's log under log_view 1"
+            );
+        } else {
+            assert_eq!(
+                dvc,
+                Some((1, 0, vec![])),
+                "the bug: an empty log under log_view 1"
+            );
+        }
+    }
+}
