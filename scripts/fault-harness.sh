@@ -38,7 +38,8 @@ nodes=127.0.0.1:8590,127.0.0.1:8591,127.0.0.1:8592
 now_ms() { date +%s%3N; }
 pid_of() { pgrep -f "$dir/cluster/node-$1.toml" || true; }
 up() { (exec 3<>"/dev/tcp/127.0.0.1/$((base + $1))") 2>/dev/null; }
-start_node() { "$S" run --config "$dir/cluster/node-$1.toml" >> "$dir/node-$1.out" 2>> "$dir/node-$1.err" & }
+# In a subshell, so that the shell does not report each later kill -9 of it as a killed job.
+start_node() { ( "$S" run --config "$dir/cluster/node-$1.toml" >> "$dir/node-$1.out" 2>> "$dir/node-$1.err" & ) }
 # Every node up and every group of every node with a primary (the nodes' own gauge), or 60 s.
 settled() {
     for _ in $(seq 1 600); do

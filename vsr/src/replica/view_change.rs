@@ -59,7 +59,8 @@ impl Replica {
             // the log this replica offers in its `DoViewChange` must be that view's. Its headers
             // (and the bodies held) go into memory as a finished adoption's would; dropping
             // them offered an empty log under the later log_view, which a merge took as the
-            // authority and cut a committed op (many-groups seed 198).
+            // authority and cut a committed op (many-groups seed 198; `replica.rs`
+            // `an_adoption_interrupted_after_its_log_view_write_offers_the_adopted_log`).
             self.count("abandoned_adoption_kept_log");
             self.take_adopted_log(starting);
         }
