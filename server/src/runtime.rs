@@ -46,8 +46,6 @@ pub struct Views<S: Storage + Clone> {
     pub leaders: RwLock<BTreeMap<u128, u8>>,
     /// What the runtime and the client port count, for the metrics endpoint.
     pub metrics: crate::metrics::NodeMetrics,
-    /// Woken each time `metadata` is replaced.
-    pub metadata_changed: tokio::sync::Notify,
     /// Reads waiting for their group's read barrier ([`Views::read_barrier`]), by token.
     reads: Mutex<std::collections::HashMap<u64, tokio::sync::oneshot::Sender<bool>>>,
     read_tokens: std::sync::atomic::AtomicU64,
@@ -61,7 +59,6 @@ impl<S: Storage + Clone> Views<S> {
             partitions: RwLock::new(BTreeMap::new()),
             leaders: RwLock::new(BTreeMap::new()),
             metrics: crate::metrics::NodeMetrics::default(),
-            metadata_changed: tokio::sync::Notify::new(),
             reads: Mutex::new(std::collections::HashMap::new()),
             read_tokens: std::sync::atomic::AtomicU64::new(1),
         })
@@ -143,7 +140,6 @@ impl<S: Storage + Clone> Views<S> {
                 .metadata
                 .write()
                 .unwrap_or_else(std::sync::PoisonError::into_inner) = state.clone();
-            self.metadata_changed.notify_waiters();
         }
         let partitions = node
             .groups

@@ -357,7 +357,7 @@ impl Replica {
             behind_probe_at: 0,
             transfer: None,
             counters: Counters::new(),
-            reads: read::Reads::default(),
+            reads: read::Reads::new(id.replicas),
         };
         if fresh {
             // Recorded before anything is sent: a restart after this boot recovers.

@@ -65,7 +65,7 @@ struct Asked {
 }
 
 /// The reads of one replica.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub(crate) struct Reads {
     /// The view the state below holds for (all of it is dropped when the view moves).
     view: u32,
@@ -78,6 +78,21 @@ pub(crate) struct Reads {
     /// Per replica, in `view`: the newest round it confirmed and the newest op it acknowledged.
     confirmed_round: Vec<u64>,
     acknowledged_op: Vec<u64>,
+}
+
+impl Reads {
+    /// No read yet, for a group of `replicas`.
+    pub(crate) fn new(replicas: u8) -> Self {
+        Self {
+            view: 0,
+            waiting: Vec::new(),
+            asked: BTreeMap::new(),
+            round_next: 0,
+            round_sent: None,
+            confirmed_round: vec![0; usize::from(replicas)],
+            acknowledged_op: vec![0; usize::from(replicas)],
+        }
+    }
 }
 
 impl Replica {
@@ -151,12 +166,12 @@ impl Replica {
         };
         self.reads.round_next = waiting.round;
         self.reads.waiting.push(waiting);
-        self.send_read_round(false);
+        self.send_read_round();
     }
 
     /// Sends the next round if a read waits for it and none is in flight (or the one in flight
-    /// went unanswered for a retransmit interval, or `force`).
-    fn send_read_round(&mut self, force: bool) {
+    /// went unanswered for a retransmit interval).
+    fn send_read_round(&mut self) {
         let needed = self
             .reads
             .waiting
@@ -170,7 +185,7 @@ impl Replica {
                 < replication_quorum(self.id.replicas)
                 && self.ticks < sent_at + self.config.prepare_retransmit_ticks
         });
-        if in_flight && !force {
+        if in_flight {
             return;
         }
         let nonce = self.reads.round_next;
@@ -192,11 +207,6 @@ impl Replica {
 
     /// Drops every read of another view or role: none of them may be answered from here now.
     fn reads_follow_view(&mut self) {
-        let replicas = usize::from(self.id.replicas);
-        if self.reads.confirmed_round.len() != replicas {
-            self.reads.confirmed_round = vec![0; replicas];
-            self.reads.acknowledged_op = vec![0; replicas];
-        }
         let phase = self.phase();
         let stale = self.reads.view != self.view;
         if stale || phase != Phase::Primary {
@@ -290,7 +300,7 @@ impl Replica {
                 self.read_answer(token, false);
             }
         }
-        self.send_read_round(false);
+        self.send_read_round();
         let expired: Vec<u64> = self
             .reads
             .asked
@@ -386,7 +396,7 @@ impl Replica {
         let r = usize::from(from.replica);
         self.reads.confirmed_round[r] = self.reads.confirmed_round[r].max(nonce);
         // The next round goes out at once for the reads that arrived after this one was sent.
-        self.send_read_round(false);
+        self.send_read_round();
     }
 
     /// A backup's `PrepareOk` in this view of `op`: it proves the view for every read that
