@@ -42,6 +42,7 @@ pub(crate) fn durable_of(state: &VsrState) -> Durable {
         log_view: state.log_view,
         commit_max: state.commit_max,
         incarnation: state.incarnation,
+        ack_bound: state.ack_bound,
     }
 }
 

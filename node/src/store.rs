@@ -5,7 +5,7 @@
 //!
 //! When a partition publishes: a persisted one publishes each journaled entry before the
 //! replica may acknowledge it; a replicated one once `checkpoint_bytes` are unpublished, on a
-//! new log_view (the `Publish` effect) and at a clean shutdown. Committed entries are written
+//! new log_view and every 100 ms (the replica's `Publish` effects), and at a clean shutdown. Committed entries are written
 //! out to the segment files unsynced, where consumers read them.
 
 use std::collections::BTreeMap;
@@ -401,6 +401,7 @@ fn execute_effect<S: Storage + Clone>(
                 // Never below what a commit that created or removed partitions made durable.
                 commit_max: durable.commit_max.max(current.commit_max),
                 incarnation: durable.incarnation,
+                ack_bound: durable.ack_bound.max(current.ack_bound),
                 ..current
             };
             group
@@ -408,12 +409,17 @@ fn execute_effect<S: Storage + Clone>(
                 .map_or_else(|e| failed(&e), |()| Outcome::Done)
         }
         (Store::Partition { partition, .. }, Effect::WriteSuperblock { durable, .. }) => {
+            let current = partition.vsr_state();
             let state = VsrState {
                 view: durable.view,
                 log_view: durable.log_view,
-                commit_max: durable.commit_max,
+                // Never below what a state transfer's install recorded (the replica's own
+                // record of it may be older: a write that only raises the acknowledgment
+                // bound carries the commit point it last wrote).
+                commit_max: durable.commit_max.max(current.commit_max),
                 incarnation: durable.incarnation,
-                ..partition.vsr_state()
+                ack_bound: durable.ack_bound.max(current.ack_bound),
+                ..current
             };
             partition
                 .write_vsr(state)

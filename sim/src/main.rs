@@ -49,6 +49,11 @@ struct Cli {
     /// default each partition starts at its metadata leader's view, spreading the primaries.
     #[arg(long)]
     no_spread: bool,
+    /// Replicated partitions' replicas also publish what they journaled this often, as the
+    /// server's do every 100 ms (0, the default: only by size, every 256 KiB here, which
+    /// leaves restarts longer tails to forget and repair).
+    #[arg(long, default_value_t = 0)]
+    publish_interval_ms: u64,
     /// Requests each client sends (default: 40, or for most seeds more, drawn from the seed:
     /// a history 5 or 25 times longer, with producers' batches to match).
     #[arg(long)]
@@ -64,7 +69,8 @@ struct Cli {
     /// hole-check-lower-bound, incarnation-echo, same-view-keeps-log,
     /// forgotten-acknowledgments, durable-commit-point, keep-durable-log, start-view-resend,
     /// publish-on-view-change, rejoin-restores-acknowledgments, repair-from-disk,
-    /// snapshot-transfer.
+    /// snapshot-transfer, read-confirmation, read-index-earlier-views,
+    /// abandoned-adoption-keeps-log, recovering-joins-view-change, acknowledgment-bound.
     /// Also for a failover case (`iggy-sim --without NAME failover CASE`).
     #[arg(long)]
     without: Option<String>,
@@ -325,6 +331,10 @@ fn main() -> ExitCode {
             }
         };
         let options = Options {
+            vsr: iggy_vsr::Config {
+                publish_interval_ticks: cli.publish_interval_ms / iggy_vsr::TICK_MS,
+                ..base.vsr.clone()
+            },
             fault_phase_us: cli.fault_seconds * 1_000_000,
             trace_events: cli.trace,
             watch: cli.watch,
@@ -404,6 +414,14 @@ fn main() -> ExitCode {
             };
             let requests = if cli.damage {
                 format!("{requests} --damage")
+            } else {
+                requests
+            };
+            let requests = if cli.publish_interval_ms > 0 {
+                format!(
+                    "{requests} --publish-interval-ms {}",
+                    cli.publish_interval_ms
+                )
             } else {
                 requests
             };

@@ -20,7 +20,8 @@
 //!  120  offset_frontier      u64
 //!  128  checkpoint_checksum  u128
 //!  144  incarnation          u64
-//!  152  zero                 3944 B (reserved for growth)
+//!  152  ack_bound            u64   (version 2; zero in version 1, read as unbounded)
+//!  160  zero                 3936 B (reserved for growth)
 //! ```
 //!
 //! Invariants checked on decode (after the checksum): magic, version, zero bytes, `copy` equal to
@@ -36,7 +37,12 @@ pub const COPIES: usize = 2;
 /// Size of the superblock file.
 pub const FILE_SIZE: u64 = (COPY_SIZE * COPIES) as u64;
 pub const MAGIC: u64 = u64::from_le_bytes(*b"IGGYSUPB");
-pub const VERSION: u16 = 1;
+pub const VERSION: u16 = 2;
+/// The version before `ack_bound`: still read (its bound is unknown, so [`ACK_BOUND_UNKNOWN`]).
+pub const VERSION_1: u16 = 1;
+/// The `ack_bound` of a record written before the field existed: the replica may have
+/// acknowledged any op.
+pub const ACK_BOUND_UNKNOWN: u64 = u64::MAX;
 
 pub const CHECKSUM_OFFSET: usize = 0;
 pub const COPY_OFFSET: usize = 16;
@@ -55,7 +61,8 @@ pub const CHECKPOINT_OP_OFFSET: usize = COMMIT_MAX_OFFSET + 8;
 pub const OFFSET_FRONTIER_OFFSET: usize = CHECKPOINT_OP_OFFSET + 8;
 pub const CHECKPOINT_CHECKSUM_OFFSET: usize = OFFSET_FRONTIER_OFFSET + 8;
 pub const INCARNATION_OFFSET: usize = CHECKPOINT_CHECKSUM_OFFSET + 16;
-pub const RESERVED_OFFSET: usize = INCARNATION_OFFSET + 8;
+pub const ACK_BOUND_OFFSET: usize = INCARNATION_OFFSET + 8;
+pub const RESERVED_OFFSET: usize = ACK_BOUND_OFFSET + 8;
 
 /// Byte ranges that must be zero: `[start, end)`.
 const ZERO_RANGES: [(usize, usize); 4] = [
@@ -70,7 +77,8 @@ const _: () = assert!(REPLICA_COUNT_OFFSET == 43);
 const _: () = assert!(VIEW_OFFSET == 96);
 const _: () = assert!(CHECKPOINT_CHECKSUM_OFFSET == 128);
 const _: () = assert!(INCARNATION_OFFSET == 144);
-const _: () = assert!(RESERVED_OFFSET == 152);
+const _: () = assert!(ACK_BOUND_OFFSET == 152);
+const _: () = assert!(RESERVED_OFFSET == 160);
 const _: () = assert!(RESERVED_OFFSET < COPY_SIZE);
 
 /// Which copy: A at offset 0, B at offset 4096. A is always written (and synced) first.
@@ -132,6 +140,11 @@ pub struct VsrState {
     pub offset_frontier: u64,
     /// Boot incarnation of the replica (never decreases).
     pub incarnation: u64,
+    /// The highest op this replica may acknowledge (never decreases): under replicated
+    /// durability a replica acknowledges what its WAL has not published yet, and after a crash
+    /// this bound says how far what it forgot can reach (`docs/vsr.md`, "The acknowledgment
+    /// bound"). [`ACK_BOUND_UNKNOWN`] for a record of version 1.
+    pub ack_bound: u64,
 }
 
 /// One decoded, verified superblock record (the same in both copies when all is well).
@@ -149,7 +162,7 @@ pub struct Record {
 pub enum CopyError {
     #[error("copy is damaged: {0}")]
     Damaged(Damage),
-    #[error("unknown superblock version {version} (this build reads {VERSION})")]
+    #[error("unknown superblock version {version} (this build reads {VERSION_1} and {VERSION})")]
     UnknownVersion { version: u16 },
     #[error("invariant broken on disk: {0}")]
     InvariantBroken(&'static str),
@@ -211,6 +224,9 @@ pub fn encode_with_version(record: &Record, slot: Slot, version: u16) -> [u8; CO
         state.checkpoint_checksum,
     );
     le::put_u64(&mut bytes, INCARNATION_OFFSET, state.incarnation);
+    if version != VERSION_1 {
+        le::put_u64(&mut bytes, ACK_BOUND_OFFSET, state.ack_bound);
+    }
     let sum = checksum(&bytes[CHECKSUMMED_OFFSET..]);
     le::put_u128(&mut bytes, CHECKSUM_OFFSET, sum);
     bytes
@@ -245,9 +261,21 @@ pub fn decode(bytes: &[u8], slot: Slot) -> Result<(Record, Checksum), CopyError>
         });
     }
     let version = le::u16_at(bytes, VERSION_OFFSET).unwrap_or_default();
-    if version != VERSION {
-        return Err(CopyError::UnknownVersion { version });
-    }
+    let ack_bound = match version {
+        VERSION => field_u64(ACK_BOUND_OFFSET),
+        VERSION_1 => {
+            if let Some(offset) =
+                le::first_nonzero_in(bytes, &[(ACK_BOUND_OFFSET, RESERVED_OFFSET)])
+            {
+                return damaged(Damage::NonZero {
+                    offset,
+                    value: bytes[offset],
+                });
+            }
+            ACK_BOUND_UNKNOWN
+        }
+        _ => return Err(CopyError::UnknownVersion { version }),
+    };
     let record = Record {
         sequence: field_u64(SEQUENCE_OFFSET),
         parent: field(PARENT_OFFSET),
@@ -264,6 +292,7 @@ pub fn decode(bytes: &[u8], slot: Slot) -> Result<(Record, Checksum), CopyError>
             checkpoint_checksum: field(CHECKPOINT_CHECKSUM_OFFSET),
             offset_frontier: field_u64(OFFSET_FRONTIER_OFFSET),
             incarnation: field_u64(INCARNATION_OFFSET),
+            ack_bound,
         },
     };
     check_invariants(&record).map_err(CopyError::InvariantBroken)?;
@@ -307,6 +336,32 @@ mod tests {
                 ..VsrState::default()
             },
         }
+    }
+
+    /// A version 1 copy (written before the acknowledgment bound) still reads, its bound
+    /// unknown; a version 1 copy with a bound's bytes set is damaged, and version 2 keeps it.
+    #[test]
+    fn a_version_1_copy_reads_with_an_unknown_acknowledgment_bound() {
+        let mut r = record();
+        r.state.ack_bound = 77;
+        let v1 = encode_with_version(&r, Slot::A, VERSION_1);
+        assert_eq!(v1[ACK_BOUND_OFFSET..RESERVED_OFFSET], [0; 8]);
+        let (read, _) = decode(&v1, Slot::A).unwrap();
+        assert_eq!(read.state.ack_bound, ACK_BOUND_UNKNOWN);
+        assert_eq!(read.state.view, 2);
+        let v2 = encode(&r, Slot::A);
+        assert_eq!(decode(&v2, Slot::A).unwrap().0.state.ack_bound, 77);
+        let mut forged = v2;
+        forged[VERSION_OFFSET..VERSION_OFFSET + 2].copy_from_slice(&VERSION_1.to_le_bytes());
+        let sum = checksum(&forged[CHECKSUMMED_OFFSET..]);
+        le::put_u128(&mut forged, CHECKSUM_OFFSET, sum);
+        assert_eq!(
+            decode(&forged, Slot::A),
+            Err(CopyError::Damaged(Damage::NonZero {
+                offset: ACK_BOUND_OFFSET,
+                value: 77
+            }))
+        );
     }
 
     #[test]

@@ -5,8 +5,9 @@
 //! - a record's `sequence` is its parent's plus one, and `parent` is its parent's checksum;
 //! - `log_view <= view` and `checkpoint_op <= commit_max` in every record, checked before writing
 //!   and after reading;
-//! - `view`, `log_view`, `commit_max`, `offset_frontier` and `incarnation` never decrease across
-//!   records; `checkpoint_op` decreases only through [`Superblock::write_state_transfer`];
+//! - `view`, `log_view`, `commit_max`, `offset_frontier`, `incarnation` and `ack_bound` never
+//!   decrease across records; `checkpoint_op` decreases only through
+//!   [`Superblock::write_state_transfer`];
 //! - an update writes and syncs copy A, then copy B; [`Superblock::state`] changes only after
 //!   both are durable, so nothing is acted on (or sent) before it is;
 //! - after a failed write or sync the handle is poisoned and refuses every later write;
@@ -356,6 +357,7 @@ fn regression(
         ),
         ("commit_max", older.commit_max, newer.commit_max),
         ("incarnation", older.incarnation, newer.incarnation),
+        ("ack_bound", older.ack_bound, newer.ack_bound),
         (
             "offset_frontier",
             older.offset_frontier,
@@ -364,7 +366,7 @@ fn regression(
         ("checkpoint_op", older.checkpoint_op, newer.checkpoint_op),
     ];
     let checked = if state_transfer {
-        &fields[..4]
+        &fields[..5]
     } else {
         &fields[..]
     };
@@ -541,6 +543,12 @@ impl<S: Storage> Superblock<S> {
             checksum,
             poisoned: false,
         };
+        if policy != RepairPolicy::ReportOnly {
+            for repair in &repairs {
+                // What the check reports as `repair-copy`, in the boot's log too.
+                tracing::warn!(file = %superblock.path.display(), %repair, "repairing a superblock copy");
+            }
+        }
         if matches!(policy, RepairPolicy::Repair | RepairPolicy::RepairUnsynced) {
             // Every copy is written from the chosen record: the reported repairs, and the copies
             // that read as good. A good copy may be in the page cache only, written by an update

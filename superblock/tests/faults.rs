@@ -339,14 +339,14 @@ fn log_view_above_view_on_disk_refuses() {
 #[test]
 fn an_unknown_version_refuses_even_beside_a_valid_copy() {
     let good = record(2, 1, 3);
-    let future = copy::encode_with_version(&good, Slot::A, 2);
+    let future = copy::encode_with_version(&good, Slot::A, 3);
     let storage = with_copies(&future, &copy::encode(&good, Slot::B));
     let error = read(&storage, dir(), &ID).unwrap_err();
     assert!(
         matches!(
             error,
             SuperblockError::UnknownVersion {
-                version: 2,
+                version: 3,
                 slot: Slot::A,
                 ..
             }

@@ -56,6 +56,7 @@ fn any_record() -> impl Strategy<Value = Record> {
                                     checkpoint_checksum,
                                     offset_frontier: offset,
                                     incarnation: inc,
+                                    ack_bound: offset ^ inc,
                                 },
                             }
                         },

@@ -50,6 +50,10 @@ pub struct Config {
     /// A read waiting for its read index is refused after this long (2 s): the host asks again
     /// or elsewhere (`replica/read.rs`).
     pub read_timeout_ticks: u64,
+    /// A replica of replicated durability publishes what it journaled this often, besides its
+    /// host's publications (0, the default: only the host's). The server sets 100 ms: a crash
+    /// then forgets at most that much of the log (`replica/ack_bound.rs`).
+    pub publish_interval_ticks: u64,
 }
 
 impl Default for Config {
@@ -70,6 +74,7 @@ impl Default for Config {
             clients_max: 16_384,
             snapshot_transfer: false,
             read_timeout_ticks: 200,
+            publish_interval_ticks: 0,
         }
     }
 }

@@ -28,7 +28,14 @@ pub struct Durable {
     pub commit_max: u64,
     /// The incarnation of the group's first boot; 0 until that boot recorded it (a new group).
     pub incarnation: u64,
+    /// The highest op this replica may acknowledge, raised ahead of what it journals (never
+    /// lowered); [`ACK_BOUND_UNKNOWN`] when no bound was ever kept (`docs/vsr.md`, "The
+    /// acknowledgment bound").
+    pub ack_bound: u64,
 }
+
+/// A [`Durable::ack_bound`] that bounds nothing: the superblock predates the bound.
+pub const ACK_BOUND_UNKNOWN: u64 = u64::MAX;
 
 /// One thing for the host to do.
 #[derive(Clone, Debug, PartialEq, Eq)]

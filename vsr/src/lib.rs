@@ -30,7 +30,7 @@ pub mod safeguards;
 
 pub use clients::Session;
 pub use config::{Config, TICK_MS, nack_quorum, replication_quorum, view_change_quorum};
-pub use effect::{Destination, Durable, Effect, EffectId, Outcome};
+pub use effect::{ACK_BOUND_UNKNOWN, Destination, Durable, Effect, EffectId, Outcome};
 pub use message::{
     DecodeError, From, Message, ReplyStatus, SNAPSHOT_CHUNK_BYTES_MAX, SnapshotRef, ViewHeader,
 };

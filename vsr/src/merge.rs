@@ -27,6 +27,9 @@ pub(crate) struct Dvc {
     pub commit_checksum: Checksum,
     pub headers: BTreeMap<u64, ViewHeader>,
     pub forgotten_view: Option<u32>,
+    /// With a forgotten view: the highest op the sender may have acknowledged (`None`:
+    /// unbounded).
+    pub forgotten_bound: Option<u64>,
 }
 
 impl Dvc {
@@ -36,9 +39,21 @@ impl Dvc {
         self.forgotten_view.is_none_or(|v| self.log_view > v)
     }
 
-    /// Whether the sender lacking `header` proves it never acknowledged it.
+    /// Whether what the sender may have forgotten is known to the merge anyway: every op it may
+    /// have acknowledged (through its bound) is at or below `reach`, the higher of the merged
+    /// commit point and the longest log of the latest log_view heard. Such an op, if it
+    /// committed, is in the latest log_view's log (an earlier view's commit is in every later
+    /// view's log; one of that view, in the view's own log, which every replica of it holds
+    /// as a prefix), so the merge knows its header whoever else forgot it.
+    pub fn forgot_below(&self, reach: u64) -> bool {
+        self.forgotten_bound.is_some_and(|b| b <= reach)
+    }
+
+    /// Whether the sender lacking `header` proves it never acknowledged it: it forgot nothing
+    /// of the header's view, or the header's op is above the highest op it ever acknowledged.
     pub fn nacks_by_absence(&self, header: &Header) -> bool {
         self.forgotten_view.is_none_or(|v| header.view > v)
+            || self.forgotten_bound.is_some_and(|b| header.op > b)
     }
 
     /// The lowest op whose header the sender would have sent: its headers cover the commit
@@ -87,14 +102,8 @@ pub(crate) fn merge(
     // copy of every op that may have committed (each committed op is on a quorum of logs, and an
     // absent replica or a forgetful one may be where it is). With every replica heard, the best
     // log that survived wins (all of them restarted: what was acknowledged after the last
-    // publication is gone from all of them).
-    let holding = dvcs
-        .values()
-        .filter(|d| d.holds_its_acknowledgments())
-        .count();
-    if holding < view_change_quorum(replicas) && !everyone {
-        return Merge::Wait("merge_waits_for_a_holder");
-    }
+    // publication is gone from all of them). A forgetful log whose acknowledgment bound the
+    // others' logs reach stands again: what it forgot, the merge knows from them.
     let log_view = dvcs.values().map(|d| d.log_view).max().unwrap_or(0);
     let (commit, commit_checksum) = dvcs
         .values()
@@ -103,6 +112,23 @@ pub(crate) fn merge(
         .unwrap_or((0, 0));
     let authority: Vec<&Dvc> = dvcs.values().filter(|d| d.log_view == log_view).collect();
     let authority_head = authority.iter().map(|d| d.op).max().unwrap_or(commit);
+    let reach = commit.max(authority_head);
+    let holding = dvcs
+        .values()
+        .filter(|d| d.holds_its_acknowledgments() || d.forgot_below(reach))
+        .count();
+    if holding < view_change_quorum(replicas) && !everyone {
+        // Named apart: a log that forgot without a bound, or one whose bound the others'
+        // logs have not reached yet.
+        let unbounded = dvcs
+            .values()
+            .any(|d| !d.holds_its_acknowledgments() && d.forgotten_bound.is_none());
+        return Merge::Wait(if unbounded {
+            "merge_waits_for_a_holder"
+        } else {
+            "merge_waits_for_a_holder_past_a_bound"
+        });
+    }
     let mut head = commit;
     let mut headers = Vec::new();
     let mut sources = BTreeMap::new();
@@ -318,6 +344,7 @@ mod tests {
                 })
                 .collect(),
             forgotten_view: None,
+            forgotten_bound: None,
         }
     }
 
@@ -424,6 +451,41 @@ mod tests {
             .into_iter()
             .collect();
         assert_eq!(merged(merge(&dvcs, 3, true)).head, 30);
+    }
+
+    /// The acknowledgment bound: a forgetful log stands once the other logs reach its bound
+    /// (what it may have forgotten, they hold), and its absence above the bound is a nack.
+    #[test]
+    fn a_forgetful_replica_whose_bound_the_other_log_reaches_stands_for_the_quorum() {
+        let log = chain(0, 0, 30, 1);
+        let mut forgetful = dvc(&log[..22], 22, 20, 1);
+        forgetful.forgotten_view = Some(1);
+        // It may have acknowledged up to op 31: the holder's log ends at 30, so op 31 may be
+        // an acknowledged op nobody heard here holds. Wait.
+        forgetful.forgotten_bound = Some(31);
+        let holder = dvc(&log, 30, 20, 1);
+        let pair = |f: &Dvc| -> BTreeMap<u8, Dvc> {
+            [(0, f.clone()), (1, holder.clone())].into_iter().collect()
+        };
+        assert_eq!(
+            merge(&pair(&forgetful), 3, true),
+            Merge::Wait("merge_waits_for_a_holder_past_a_bound")
+        );
+        // Bounded at 26: everything it may have forgotten is in the holder's log.
+        forgetful.forgotten_bound = Some(26);
+        let m = merged(merge(&pair(&forgetful), 3, true));
+        assert_eq!((m.head, m.headers.len()), (30, 10));
+        // Its absence above the bound is a nack: with the other's bodies of 28..30 missing (a
+        // header held without its body nacks too), those ops end the log.
+        let short = dvc(&log, 27, 20, 1);
+        let dvcs: BTreeMap<u8, Dvc> = [(0, forgetful.clone()), (1, short.clone())]
+            .into_iter()
+            .collect();
+        assert_eq!(merged(merge(&dvcs, 3, true)).head, 27);
+        // At or below the bound, its absence is no nack: 23..=26 stay.
+        forgetful.forgotten_bound = Some(30);
+        let dvcs: BTreeMap<u8, Dvc> = [(0, forgetful), (1, short)].into_iter().collect();
+        assert_eq!(merge(&dvcs, 3, true), Merge::Wait("merge_waits_for_a_copy"));
     }
 
     #[test]

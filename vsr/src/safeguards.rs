@@ -76,11 +76,15 @@ pub struct Safeguards {
     /// its own joins that view change at once (offering the log it recovered, as its unanswered
     /// probes would have made it do about five seconds later).
     pub recovering_joins_view_change: bool,
+    /// Under replicated durability a replica acknowledges (or, as primary, counts for itself)
+    /// no op above the acknowledgment bound its superblock holds: the bound its `DoViewChange`
+    /// names after a crash covers everything it may have forgotten.
+    pub acknowledgment_bound: bool,
 }
 
 impl Safeguards {
     /// The names of the safeguards, as `without` takes them.
-    pub const NAMES: [&'static str; 19] = [
+    pub const NAMES: [&'static str; 20] = [
         "durable-view-gate",
         "publish-before-log-view",
         "nack-header-without-body",
@@ -100,6 +104,7 @@ impl Safeguards {
         "read-index-earlier-views",
         "abandoned-adoption-keeps-log",
         "recovering-joins-view-change",
+        "acknowledgment-bound",
     ];
 
     /// Every safeguard but the one named `name` (`None` for a name that is none of them).
@@ -126,6 +131,7 @@ impl Safeguards {
             "read-index-earlier-views" => s.read_index_earlier_views = false,
             "abandoned-adoption-keeps-log" => s.abandoned_adoption_keeps_log = false,
             "recovering-joins-view-change" => s.recovering_joins_view_change = false,
+            "acknowledgment-bound" => s.acknowledgment_bound = false,
             _ => return None,
         }
         Some(s)
@@ -154,6 +160,7 @@ impl Default for Safeguards {
             read_index_earlier_views: true,
             abandoned_adoption_keeps_log: true,
             recovering_joins_view_change: true,
+            acknowledgment_bound: true,
         }
     }
 }

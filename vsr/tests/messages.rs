@@ -77,6 +77,7 @@ fn every_kind() -> Vec<Message> {
                 })
                 .collect(),
             forgotten_view: Some(2),
+            forgotten_bound: Some(11),
         },
         Message::StartView {
             from: from(1, 4),
@@ -251,6 +252,7 @@ fn each_refusal_has_its_reason() {
         commit_checksum: 0,
         headers: Vec::new(),
         forgotten_view: Some(3),
+        forgotten_bound: None,
     };
     let mut later = dvc.encode();
     assert_eq!(Message::decode(&later), Ok(dvc));
@@ -259,6 +261,25 @@ fn each_refusal_has_its_reason() {
         Message::decode(&reseal(later)),
         Err(DecodeError::Invalid(
             "a forgotten view after the log_view of a view change"
+        ))
+    );
+    // An acknowledgment bound (request, byte 80) with nothing forgotten.
+    let mut unforgetting = Message::DoViewChange {
+        from: from(1, 5),
+        log_view: 3,
+        op: 0,
+        commit: 0,
+        commit_checksum: 0,
+        headers: Vec::new(),
+        forgotten_view: None,
+        forgotten_bound: None,
+    }
+    .encode();
+    unforgetting[80] = 9;
+    assert_eq!(
+        Message::decode(&reseal(unforgetting)),
+        Err(DecodeError::Invalid(
+            "an acknowledgment bound without a forgotten view"
         ))
     );
 }

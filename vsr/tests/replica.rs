@@ -10,7 +10,8 @@ mod common;
 
 use common::{CLUSTER, Cluster, GROUP, chain, request, session};
 use iggy_vsr::{
-    Boot, Config, Durable, Effect, From, Identity, Message, Outcome, Replica, Safeguards, Status,
+    ACK_BOUND_UNKNOWN, Boot, Config, Destination, Durable, Effect, From, Identity, Message,
+    Outcome, Replica, Safeguards, Status,
 };
 
 fn new_group() -> Durable {
@@ -23,6 +24,7 @@ fn restarted(view: u32) -> Durable {
         log_view: view,
         commit_max: 0,
         incarnation: 1,
+        ack_bound: ACK_BOUND_UNKNOWN,
     }
 }
 
@@ -828,6 +830,7 @@ fn a_backup_acknowledges_an_op_it_executed_to_a_primary_that_has_not() {
         log_view: 1,
         commit_max,
         incarnation: 0,
+        ack_bound: 0,
     };
     let boots = vec![
         (log.clone(), durable(5), 5),
@@ -1076,6 +1079,147 @@ fn an_adoption_interrupted_after_its_log_view_write_offers_the_adopted_log() {
                 Some((1, 0, vec![])),
                 "the bug: an empty log under log_view 1"
             );
+        }
+    }
+}
+
+/// Issue #45, the acknowledgment bound (`docs/vsr.md`, "The acknowledgment bound"): a replica of
+/// replicated durability crashes (its unpublished ops 7 to 10 gone) and, before it has
+/// rejoined, the primary dies too. The survivor's log reaches the restarted replica's bound,
+/// so everything the restarted replica may have forgotten is in the survivor's log: their two
+/// logs start view 1 without the dead primary. Without a bound (a superblock that never kept
+/// one) the merge waits for the primary's log, as it must.
+#[test]
+fn a_forgetful_replica_whose_bound_the_survivor_passed_starts_a_view_with_it() {
+    for bounded in [true, false] {
+        let safeguards = Safeguards::default();
+        let mut cluster = Cluster::replicated(3, safeguards);
+        cluster.settle_storage();
+        // One request every 100 ms: the bound stays about an op ahead.
+        for r in 1..=10 {
+            cluster.nodes[0].replica.on_message(request(r));
+            cluster.collect(0);
+            cluster.deliver_all();
+            cluster.run(10, |_, _, _| true);
+        }
+        assert_eq!(cluster.replica(1).journaled_head(), 10);
+        let bound = cluster.nodes[1].superblock.ack_bound;
+        assert!((10..=12).contains(&bound), "bound {bound}");
+        if !bounded {
+            cluster.nodes[1].forgets = false;
+        }
+        cluster.restart(1, 6, true, safeguards);
+        assert_eq!(cluster.replica(1).status(), Status::Recovering);
+        // The primary and replica 2 commit ten more while replica 1 hears nothing.
+        for r in 11..=20 {
+            cluster.nodes[0].replica.on_message(request(r));
+            cluster.collect(0);
+            cluster.deliver_where(|from, to, _| from != 1 && to != 1);
+        }
+        assert_eq!(cluster.replica(0).commit_max(), 20);
+        // The primary dies; replica 2 sees its connection close.
+        cluster.nodes[2].replica.peer_connection_closed(0);
+        cluster.collect(2);
+        cluster.run_some(100, 1..3, |from, to, _| from != 0 && to != 0);
+        let (one, two) = (cluster.replica(1), cluster.replica(2));
+        if bounded {
+            assert_eq!(
+                (one.status(), one.view(), one.is_primary()),
+                (Status::Normal, 1, true),
+                "{}",
+                one.describe()
+            );
+            assert_eq!(two.status(), Status::Normal, "{}", two.describe());
+            assert_eq!(one.commit_max(), 20);
+            assert_eq!(one.journaled_head(), 20);
+        } else {
+            assert_ne!(two.status(), Status::Normal, "{}", two.describe());
+            assert!(
+                one.counters().contains_key("merge_waits_for_a_holder"),
+                "{}",
+                one.describe()
+            );
+        }
+    }
+}
+
+/// Issue #45, safeguard `acknowledgment-bound`: the primary (replicated durability) prepares
+/// ops 11 to 13 in one burst, so the superblock write raising its bound past 11 is queued
+/// behind their journal writes and still out when they complete. Replica 1 journals all three
+/// and acknowledges; replica 2 gets only op 11. With the rule the primary counts itself only
+/// through its durable bound (11), so ops 12 and 13 do not commit; without it they commit on
+/// its own count and replica 1's. Then the primary crashes before its bound is written (ops 11
+/// to 13 unpublished) and replica 1 is cut off: the restarted primary's bound (11) is within
+/// replica 2's log, so the two start view 2 without replica 1, and the new log ends at op 11.
+/// Without the rule that lost ops 12 and 13, which had committed.
+#[test]
+fn without_the_acknowledgment_bound_a_burst_the_primary_counted_for_itself_is_lost() {
+    /// Delivers what `keep` accepts, settling every lane but the primary's (its bound's write
+    /// stays out).
+    fn deliver(cluster: &mut Cluster, keep: impl Fn(u8, u8, &Message) -> bool) {
+        while let Some((from, to, message)) = cluster.outbox.pop_front() {
+            let Destination::Replica(to) = to else {
+                continue;
+            };
+            if !keep(from, to, &message) {
+                continue;
+            }
+            let i = usize::from(to);
+            cluster.nodes[i].replica.on_message(message);
+            cluster.collect(i);
+            for other in 1..3 {
+                while cluster.complete_one(other) {}
+            }
+        }
+    }
+    for rule in [true, false] {
+        let safeguards = Safeguards {
+            acknowledgment_bound: rule,
+            ..Safeguards::default()
+        };
+        let mut cluster = Cluster::replicated(3, safeguards);
+        cluster.settle_storage();
+        for r in 1..=10 {
+            cluster.nodes[0].replica.on_message(request(r));
+            cluster.collect(0);
+            cluster.deliver_all();
+            cluster.run(10, |_, _, _| true);
+        }
+        assert_eq!(cluster.replica(0).commit_max(), 10);
+        assert_eq!(cluster.nodes[0].superblock.ack_bound, 11);
+        for r in 11..=13 {
+            cluster.nodes[0].replica.on_message(request(r));
+            cluster.collect(0);
+        }
+        // The three prepares complete; the bound's write (queued behind them) does not.
+        for _ in 0..3 {
+            assert!(matches!(
+                cluster.nodes[0].lane.front(),
+                Some(Effect::Prepare { .. })
+            ));
+            assert!(cluster.complete_one(0));
+        }
+        assert_eq!(cluster.nodes[0].superblock.ack_bound, 11);
+        deliver(&mut cluster, |_, to, message| {
+            to != 2 || matches!(message, Message::Prepare { header, .. } if header.op <= 11)
+        });
+        let acknowledged = cluster.replica(0).commit_max();
+        assert_eq!(acknowledged, if rule { 11 } else { 13 });
+        // The primary crashes (its unpublished ops and the bound's write gone); replica 1 is
+        // cut off.
+        cluster.restart(0, 10, true, safeguards);
+        cluster.run(2_000, |from, to, _| from != 1 && to != 1);
+        let two = cluster.replica(2);
+        assert_eq!(
+            (two.status(), two.view(), two.is_primary()),
+            (Status::Normal, 2, true),
+            "{}",
+            two.describe()
+        );
+        if rule {
+            assert!(two.head() >= acknowledged, "{}", two.describe());
+        } else {
+            assert_eq!(two.head(), 11, "{}", two.describe());
         }
     }
 }

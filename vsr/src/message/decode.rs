@@ -150,8 +150,18 @@ fn decode_fields(f: &Fields, body: &[u8]) -> Result<Message, DecodeError> {
                     }
                 },
             };
+            let forgotten_bound = match f.request {
+                0 => None,
+                _ if forgotten_view.is_none() => {
+                    return Err(DecodeError::Invalid(
+                        "an acknowledgment bound without a forgotten view",
+                    ));
+                }
+                n => Some(n - 1),
+            };
             Message::DoViewChange {
                 forgotten_view,
+                forgotten_bound,
                 from,
                 log_view: f.log_view,
                 op: f.op,

@@ -180,6 +180,10 @@ pub enum Message {
         /// (replicated durability) in the views up to this one: it cannot say it never saw an
         /// op of those views, and until it starts a later view its log stands for no one else's.
         forgotten_view: Option<u32>,
+        /// With a forgotten view, the highest op the sender may have acknowledged and forgotten
+        /// (its superblock's acknowledgment bound, `docs/vsr.md`, "The acknowledgment bound");
+        /// `None`: unbounded (or nothing forgotten).
+        forgotten_bound: Option<u64>,
     },
     /// The new view's log: head, commit point (and the checksum of the entry there) and the
     /// headers after it; `nonce` echoes a restarted replica's probe (0 for the broadcast that
@@ -442,6 +446,7 @@ impl Message {
                 commit,
                 headers,
                 forgotten_view,
+                forgotten_bound,
                 ..
             } => {
                 let flags: String = headers
@@ -453,9 +458,10 @@ impl Message {
                     })
                     .collect();
                 let forgot = forgotten_view.map_or(String::new(), |v| format!(" forgot {v}"));
+                let bound = forgotten_bound.map_or(String::new(), |b| format!(" through op {b}"));
                 format!(
                     "do_view_change view {} from {} log_view {log_view} op {op} commit {commit} \
-                     headers [{flags}]{forgot}",
+                     headers [{flags}]{forgot}{bound}",
                     from.view, from.replica
                 )
             }
@@ -616,6 +622,7 @@ impl Message {
                 commit_checksum,
                 headers,
                 forgotten_view,
+                forgotten_bound,
             } => {
                 assert!(
                     headers.len() <= HEADERS_MAX,
@@ -641,6 +648,7 @@ impl Message {
                     context: *commit_checksum,
                     count: u32::try_from(count).unwrap_or(u32::MAX),
                     nonce: forgotten_view.map_or(0, |v| u64::from(v) + 1),
+                    request: forgotten_bound.map_or(0, |b| b.saturating_add(1)),
                     ..Fields::from(command::DO_VIEW_CHANGE, from)
                 };
                 seal(&fields, &body)

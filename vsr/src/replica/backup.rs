@@ -62,6 +62,7 @@ impl Replica {
             }
             self.commit_max = self.commit_max.max(header.commit.min(op - 1));
             self.journal.insert(header, Some(body));
+            self.prepare_arrived();
             return;
         }
         if op > self.commit_min
@@ -89,8 +90,12 @@ impl Replica {
         {
             return;
         }
-        let through = self.journal.journaled_head;
+        // Never above the acknowledgment bound the superblock holds (`ack_bound.rs`).
+        let through = self.journal.journaled_head.min(self.ack_limit());
         let from = self.acked_through + 1;
+        if through < self.journal.journaled_head && self.journal.journaled_head >= from {
+            self.count("acknowledgment_waits_for_bound");
+        }
         if through < from {
             return;
         }

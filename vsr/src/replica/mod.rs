@@ -18,6 +18,7 @@
 //! [`on_completion`]: Replica::on_completion
 //! [`take_effects`]: Replica::take_effects
 
+mod ack_bound;
 mod backup;
 mod chain;
 mod commit;
@@ -36,7 +37,7 @@ use iggy_format::{Checksum, Header};
 
 use crate::clients::{ClientTable, Session};
 use crate::config::Config;
-use crate::effect::{Destination, Durable, Effect, EffectId, Outcome};
+use crate::effect::{ACK_BOUND_UNKNOWN, Destination, Durable, Effect, EffectId, Outcome};
 use crate::journal::Journal;
 use crate::merge::Dvc;
 use crate::message::{From, Message, SnapshotRef};
@@ -204,6 +205,15 @@ pub struct Replica {
     /// The log_view this replica booted with when the boot lost acknowledged entries: it may
     /// have acknowledged any op of the views up to this one and no longer hold it.
     forgotten_view: Option<u32>,
+    /// With a forgotten view: the highest op the replica may have acknowledged in its earlier
+    /// lives (its superblock's acknowledgment bound at boot); `None`: unbounded.
+    forgotten_bound: Option<u64>,
+    /// The group acknowledges what its WAL has not published (replicated durability), so it
+    /// keeps an acknowledgment bound (`ack_bound.rs`).
+    forgets: bool,
+    /// The acknowledgment bound asked for (written, or to be).
+    ack_bound_wanted: u64,
+    ack_rate: ack_bound::AckRate,
     /// The head named by the `StartView` that answered this life's probe in the view it forgot
     /// (`recovery.rs`): journaled through it, the replica holds every op it acknowledged there.
     rejoined_through: Option<u64>,
@@ -324,6 +334,13 @@ impl Replica {
             forgotten_view: (!fresh && boot.forgot_acknowledged)
                 .then_some(boot.durable.log_view)
                 .max(boot.forgotten_through.map(|v| v.min(boot.durable.log_view))),
+            // A rebuilt partition forgot everything it held, bound or not.
+            forgotten_bound: (boot.forgotten_through.is_none()
+                && boot.durable.ack_bound != ACK_BOUND_UNKNOWN)
+                .then_some(boot.durable.ack_bound),
+            forgets: boot.forgot_acknowledged,
+            ack_bound_wanted: boot.durable.ack_bound,
+            ack_rate: ack_bound::AckRate::default(),
             rejoined_through: None,
             superblock: None,
             superblock_next: None,
@@ -472,16 +489,30 @@ impl Replica {
     /// Asks for `durable` to be written (after the write in flight, if any; a newer request
     /// replaces an older one not yet issued).
     fn write_superblock(&mut self) {
+        // The commit point goes to the superblock with a view's steps, whose publications keep
+        // it within the durable log. A write that only raises the acknowledgment bound (the
+        // same view and log_view) leaves it: written with every raise, it ran ahead of what
+        // the WAL had published, and after every node was killed (replicated durability then
+        // loses the suffix nobody published) a boot's commit point named ops no log held any
+        // more: reads waited on a read index past the log (`server/tests/kill.rs`).
+        let same_view = self.marked()
+            && self.view == self.durable.view
+            && self.log_view == self.durable.log_view;
         let wanted = Durable {
             view: self.view,
             log_view: self.log_view,
-            commit_max: self.commit_max.max(self.durable.commit_max),
+            commit_max: if same_view {
+                self.durable.commit_max
+            } else {
+                self.commit_max.max(self.durable.commit_max)
+            },
             // The first boot's, once recorded: it marks a group that has booted.
             incarnation: if self.marked() {
                 self.durable.incarnation
             } else {
                 self.incarnation
             },
+            ack_bound: self.ack_bound_wanted.max(self.durable.ack_bound),
         };
         if self.superblock.is_some() {
             self.superblock_next = Some(wanted);
@@ -544,6 +575,8 @@ impl Replica {
             Phase::Recovering => self.recovering_tick(),
         }
         self.reads_tick();
+        self.ack_rate_tick();
+        self.publish_tick();
         self.drive();
     }
 
@@ -580,6 +613,7 @@ impl Replica {
                 commit_checksum,
                 headers,
                 forgotten_view,
+                forgotten_bound,
             } => self.on_do_view_change(
                 from,
                 Dvc {
@@ -589,6 +623,7 @@ impl Replica {
                     commit_checksum,
                     headers: headers.into_iter().map(|h| (h.header.op, h)).collect(),
                     forgotten_view,
+                    forgotten_bound,
                 },
             ),
             Message::StartView {
@@ -670,6 +705,7 @@ impl Replica {
             Pending::Superblock(written) => {
                 self.superblock = None;
                 self.durable = written;
+                self.ack_bound_written();
                 if self.superblock_next.take().is_some() {
                     self.write_superblock();
                 }
@@ -738,6 +774,7 @@ impl Replica {
         self.journal_bodies();
         self.progress_view_change();
         self.progress_start();
+        self.raise_ack_bound();
         self.acknowledge();
         self.restore_acknowledgments();
         self.commit();

@@ -163,6 +163,7 @@ impl Replica {
         }
         self.journal.insert(header, Some(body.clone()));
         self.journal.journaled_head = op;
+        self.prepare_arrived();
         if self.phase() != Phase::Primary || header.view != self.view {
             // The view moved on while storage prepared it: it stays in the log, uncommitted.
             return;
@@ -229,7 +230,7 @@ impl Replica {
             self.pipeline.pop_first();
         }
         while let Some((&op, inflight)) = self.pipeline.first_key_value() {
-            let self_acked = op <= self.journal.journaled_head;
+            let self_acked = op <= self.journal.journaled_head.min(self.ack_limit());
             let acks = (inflight.acks & !bit(self.id.replica)).count_ones() as usize
                 + usize::from(self_acked);
             if op != self.commit_max + 1 || acks < quorum {

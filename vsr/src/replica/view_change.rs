@@ -156,13 +156,15 @@ impl Replica {
         let forgotten_view = self
             .forgotten_view
             .filter(|_| self.safeguards.forgotten_acknowledgments);
+        let forgotten_bound = self.forgotten_bound.filter(|_| forgotten_view.is_some());
         let headers = (from_op..=head)
             .filter_map(|op| {
                 let slot = self.journal.slot(op)?;
                 let present = slot.body.is_some();
                 // Journaled before acknowledged: a header held but not journaled is an op this
                 // replica never acknowledged, unless it is of a view it forgot.
-                let forgot = forgotten_view.is_some_and(|v| slot.header.view <= v);
+                let forgot = forgotten_view.is_some_and(|v| slot.header.view <= v)
+                    && forgotten_bound.is_none_or(|b| op <= b);
                 Some(ViewHeader {
                     header: slot.header,
                     present,
@@ -183,6 +185,7 @@ impl Replica {
             commit_checksum,
             headers,
             forgotten_view,
+            forgotten_bound,
         };
         self.view_change.dvc = Some(message.clone());
         message
@@ -215,6 +218,7 @@ impl Replica {
                     commit_checksum,
                     headers,
                     forgotten_view,
+                    forgotten_bound,
                     ..
                 } = dvc
                 {
@@ -227,6 +231,7 @@ impl Replica {
                             commit_checksum,
                             headers: headers.into_iter().map(|h| (h.header.op, h)).collect(),
                             forgotten_view,
+                            forgotten_bound,
                         },
                     );
                 }
@@ -256,6 +261,15 @@ impl Replica {
             }
             Merge::Log(merged) => merged,
         };
+        if self
+            .view_change
+            .dvcs
+            .values()
+            .any(|d| !d.holds_its_acknowledgments() && d.forgotten_bound.is_some())
+        {
+            // A forgetful log stood in this merge (or could have) on its acknowledgment bound.
+            self.count("merge_heard_a_bounded_forgetful_log");
+        }
         let commit = merged.commit;
         let commit_checksum = merged.commit_checksum;
         let mut head = merged.head;

@@ -13,8 +13,8 @@ use std::collections::VecDeque;
 
 use iggy_format::{Checksum, Header, Position, PrepareMeta, operation};
 use iggy_vsr::{
-    Boot, Config, Destination, Durable, Effect, Identity, Message, Outcome, Replica, Safeguards,
-    Session,
+    ACK_BOUND_UNKNOWN, Boot, Config, Destination, Durable, Effect, Identity, Message, Outcome,
+    Replica, Safeguards, Session,
 };
 
 pub const CLUSTER: u128 = 7;
@@ -40,6 +40,8 @@ pub struct Node {
     /// The answers to the host's reads: (token, ready, the op storage had executed through
     /// when the answer came).
     pub reads: Vec<(u64, bool, u64)>,
+    /// Booted as a group of replicated durability (it keeps an acknowledgment bound).
+    pub forgets: bool,
 }
 
 impl Node {
@@ -149,6 +151,7 @@ impl Cluster {
                     refused: Vec::new(),
                     retained_from: 1,
                     reads: Vec::new(),
+                    forgets: false,
                 }
             })
             .collect();
@@ -158,6 +161,31 @@ impl Cluster {
             config,
         };
         for i in 0..cluster.nodes.len() {
+            cluster.collect(i);
+        }
+        cluster
+    }
+
+    /// A new group of `replicas` empty replicas of replicated durability: each acknowledges what
+    /// its storage has only queued, and so keeps an acknowledgment bound.
+    pub fn replicated(replicas: usize, safeguards: Safeguards) -> Self {
+        let boots = vec![(Vec::new(), Durable::default(), 0); replicas];
+        let mut cluster = Self::with_boots(boots, safeguards, Config::default());
+        cluster.outbox.clear();
+        let count = u8::try_from(replicas).unwrap();
+        for i in 0..replicas {
+            let node = &mut cluster.nodes[i];
+            node.lane.clear();
+            node.forgets = true;
+            node.replica = boot_replica(
+                &cluster.config,
+                safeguards,
+                (u8::try_from(i).unwrap(), count),
+                &node.log,
+                (node.superblock, 0),
+                true,
+                100 + u64::try_from(i).unwrap(),
+            );
             cluster.collect(i);
         }
         cluster
@@ -179,6 +207,11 @@ impl Cluster {
         let node = &mut self.nodes[i];
         node.log.truncate(keep);
         node.lane.clear();
+        if forgot_acknowledged && !node.forgets {
+            // It never kept an acknowledgment bound: what it forgot is unbounded.
+            node.superblock.ack_bound = ACK_BOUND_UNKNOWN;
+        }
+        node.forgets = forgot_acknowledged;
         node.executed = node.executed.min(u64::try_from(keep).unwrap());
         node.replica = boot_replica(
             &self.config,
