@@ -24,6 +24,7 @@
 # keeps, so 30 minutes at 10 would need 65 GB of disk; RATE=2 needs 13 GB).
 #   SHORT=1 scripts/fault-harness.sh         # CI's form: 45 s, three faults
 #   NOFAULTS=1 DURATION=1800 RATE=2 scripts/fault-harness.sh   # no faults: no view change
+#   KINDS="kill-boot kill2" scripts/fault-harness.sh   # only these kinds, drawn at random
 #
 # Not yet in the schedule: network partitions (a node cut off, one way or both). Uses ports
 # 8590-8592, 9590-9592 and 10590-10592 on loopback and a directory under /tmp.
@@ -81,12 +82,12 @@ end=$((started + duration * 1000 - 15000))
 # One fault: its kind, when it began and ended, and for how long fewer than two nodes were up
 # (and the detection the bound allows), appended to $dir/faults.
 record() { echo "$1 $2 $(now_ms) $3 $4" >> "$dir/faults"; }
-kinds=(kill kill2 kill-boot pause rolling)
+read -r -a kinds <<< "${KINDS:-kill kill2 kill-boot pause rolling}"
 count=0
 sleep 8
 settled
 while [ -z "${NOFAULTS:-}" ] && [ "$(now_ms)" -lt "$end" ]; do
-    if [ -n "${SHORT:-}" ]; then kind=${kinds[$((count % 3))]}; else kind=${kinds[$((RANDOM % 5))]}; fi
+    if [ -n "${SHORT:-}" ]; then kind=${kinds[$((count % 3))]}; else kind=${kinds[$((RANDOM % ${#kinds[@]}))]}; fi
     a=$((RANDOM % 3)); b=$(((a + 1 + RANDOM % 2) % 3))
     t0=$(now_ms)
     case $kind in
@@ -115,13 +116,20 @@ while [ -z "${NOFAULTS:-}" ] && [ "$(now_ms)" -lt "$end" ]; do
     count=$((count + 1))
     # The next fault only once the cluster recovered from this one (each fault's gap is its own).
     settled
+    # Each node's metrics after each fault, for a look at its replicas' events (KEEP=1).
+    for i in 0 1 2; do
+        (exec 3<>"/dev/tcp/127.0.0.1/$((base + 2000 + i))" && printf 'GET /metrics HTTP/1.0\r\n\r\n' >&3 && cat <&3) \
+            > "$dir/metrics-$i.after-$count" 2>/dev/null || true
+    done
     sleep $((3 + RANDOM % 4))
 done
 wait "$load" || true
 # Views the replicas entered over the run (a fault-free run must count none).
+# Each node's metrics are kept beside its logs (with KEEP=1, for a look at its replicas' events).
 for i in 0 1 2; do
-    v=$( (exec 3<>"/dev/tcp/127.0.0.1/$((base + 2000 + i))" && printf 'GET /metrics HTTP/1.0\r\n\r\n' >&3 && cat <&3) 2>/dev/null \
-        | awk '/^iggy_view_changes_total / { print $2 }')
+    (exec 3<>"/dev/tcp/127.0.0.1/$((base + 2000 + i))" && printf 'GET /metrics HTTP/1.0\r\n\r\n' >&3 && cat <&3) \
+        > "$dir/metrics-$i" 2>/dev/null || true
+    v=$(awk '/^iggy_view_changes_total / { print $2 }' "$dir/metrics-$i")
     echo "node $i: ${v:-?} view changes since its last start"
 done
 echo "load: $(cat "$dir/load.json")"

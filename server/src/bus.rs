@@ -33,7 +33,7 @@ use std::time::Duration;
 use iggy_vsr::Message;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::mpsc;
+use tokio::sync::{Notify, mpsc};
 
 const MAGIC: &[u8; 8] = b"IGGYBUS1";
 const HANDSHAKE_BYTES: usize = 64;
@@ -157,9 +157,16 @@ pub async fn start_with_close(
     let config = Arc::new(config);
     let deliver = Arc::new(deliver);
     let closed = Arc::new(closed);
+    // A peer that connects to this node is up: its dialer stops waiting out its backoff.
+    let up: Arc<Vec<Arc<Notify>>> = Arc::new(
+        (0..config.peers.len())
+            .map(|_| Arc::new(Notify::new()))
+            .collect(),
+    );
     {
         let config = config.clone();
         let counters = counters.clone();
+        let up = up.clone();
         tokio::spawn(async move {
             loop {
                 let Ok((stream, address)) = listener.accept().await else {
@@ -171,7 +178,7 @@ pub async fn start_with_close(
                     address,
                     config.clone(),
                     (deliver.clone(), closed.clone()),
-                    counters.clone(),
+                    (counters.clone(), up.clone()),
                 ));
             }
         });
@@ -188,7 +195,7 @@ pub async fn start_with_close(
             index,
             config.clone(),
             receiver,
-            counters.clone(),
+            (counters.clone(), up[index].clone()),
         ));
         queues.push(Some(sender));
     }
@@ -203,7 +210,7 @@ async fn serve_peer(
         Arc<impl Fn(u8, Message) + Send + Sync + 'static>,
         Arc<impl Fn(u8) + Send + Sync + 'static>,
     ),
-    counters: Arc<BusCounters>,
+    (counters, up): (Arc<BusCounters>, Arc<Vec<Arc<Notify>>>),
 ) {
     let mut handshake = [0u8; HANDSHAKE_BYTES];
     let peer = match tokio::time::timeout(Duration::from_secs(5), stream.read_exact(&mut handshake))
@@ -223,6 +230,12 @@ async fn serve_peer(
     };
     if stream.write_all(&handshake_bytes(&config)).await.is_err() {
         return;
+    }
+    // The peer is back: this node's connection to it (in backoff while it was down, up to 2 s)
+    // is made now, so its first messages to the peer do not wait out the backoff (about 1 s
+    // of every write gap after a node restarted while another failed).
+    if let Some(up) = up.get(usize::from(peer)) {
+        up.notify_one();
     }
     let mut header = [0u8; FRAME_HEADER];
     loop {
@@ -273,7 +286,7 @@ async fn dial_peer(
     index: usize,
     config: Arc<BusConfig>,
     mut queue: mpsc::Receiver<Message>,
-    counters: Arc<BusCounters>,
+    (counters, up): (Arc<BusCounters>, Arc<Notify>),
 ) {
     let mut backoff = Duration::from_millis(50);
     let mut failing = false;
@@ -303,8 +316,12 @@ async fn dial_peer(
                 failing = true;
                 // What queued meanwhile is stale by the time the peer is back: drop it.
                 while queue.try_recv().is_ok() {}
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(Duration::from_secs(2));
+                tokio::select! {
+                    () = tokio::time::sleep(backoff) => {
+                        backoff = (backoff * 2).min(Duration::from_secs(2));
+                    }
+                    () = up.notified() => backoff = Duration::from_millis(50),
+                }
             }
         }
     }

@@ -27,6 +27,7 @@
 //! storage_threads = 4
 //! network_threads = 2
 //! checkpoint_bytes = 16777216     # at most half the prepare ring
+//! publish_interval_ms = 100       # replicated partitions also publish this often; 0: by size only
 //! ring_bytes = 67108864           # each group's prepare ring (memory), 1 MiB to 256 MiB
 //! ```
 
@@ -133,6 +134,9 @@ pub struct Limits {
     pub storage_threads: usize,
     pub network_threads: usize,
     pub checkpoint_bytes: u64,
+    /// A replicated partition's replica also publishes what it journaled this often (0: only
+    /// every `checkpoint_bytes`): a kill forgets at most this long of its log.
+    pub publish_interval_ms: u64,
     /// Each group's prepare ring: the prepares a node keeps in memory to serve its peers'
     /// repair (below it repair reads the log on disk, and below retention a partition is
     /// transferred). A node holds up to this much per group.
@@ -147,6 +151,7 @@ impl Default for Limits {
             storage_threads: 4,
             network_threads: 2,
             checkpoint_bytes: CHECKPOINT_BYTES,
+            publish_interval_ms: 100,
             ring_bytes: iggy_vsr::Config::default().ring_bytes_max,
         }
     }
@@ -213,6 +218,13 @@ impl FileConfig {
                 self.limits.checkpoint_bytes,
                 ring / 2,
                 ring >> 20
+            ));
+        }
+        let interval = self.limits.publish_interval_ms;
+        if interval != 0 && !(iggy_vsr::TICK_MS..=60_000).contains(&interval) {
+            return Err(format!(
+                "limits.publish_interval_ms = {interval}: 0 (only every checkpoint_bytes) or {} to 60000",
+                iggy_vsr::TICK_MS
             ));
         }
         if self.limits.max_request_bytes < 256 {

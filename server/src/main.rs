@@ -311,6 +311,7 @@ fn run(path: &Path, data_dir: Option<PathBuf>, replica: Option<u8>) -> Result<()
         replicas,
         vsr: iggy_vsr::Config {
             ring_bytes_max: config.limits.ring_bytes,
+            publish_interval_ticks: config.limits.publish_interval_ms / iggy_vsr::TICK_MS,
             ..iggy_vsr::Config::default()
         },
         safeguards: iggy_vsr::Safeguards::default(),
