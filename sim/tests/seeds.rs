@@ -290,7 +290,9 @@ fn a_metadata_replica_below_every_peers_checkpoint_installs_a_snapshot() {
         ..Options::new(158)
     });
     assert_eq!(without.snapshots_installed, 0);
-    let failure = without.failure.expect("seed 158 fails without the transfer");
+    let failure = without
+        .failure
+        .expect("seed 158 fails without the transfer");
     assert_eq!(failure.checker, "liveness");
     assert!(without.behind_ring >= 1);
 }
