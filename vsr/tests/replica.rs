@@ -1223,3 +1223,41 @@ fn without_the_acknowledgment_bound_a_burst_the_primary_counted_for_itself_is_lo
         }
     }
 }
+
+/// Issue #45: every replica restarts with ops 7 to 10 gone from every log (replicated
+/// durability loses what no node published when every node fails) while its superblock still
+/// names commit point 10 (a view change's write records the commit point before the
+/// publication it covers). The view the three start ends at op 6. The new primary's next
+/// request takes op 7, which no backup has acknowledged yet: it must not commit. Without the
+/// clamp the stale commit point counted op 7 (and every op up to 10) as committed on the
+/// primary's word alone, and the primary executed it.
+#[test]
+fn a_commit_point_past_every_log_commits_nothing_the_new_view_prepares() {
+    let safeguards = Safeguards::default();
+    let log = chain(0, 0, 6, 0, 1);
+    let stale = Durable {
+        view: 0,
+        log_view: 0,
+        commit_max: 10,
+        incarnation: 1,
+        ack_bound: ACK_BOUND_UNKNOWN,
+    };
+    let mut cluster = Cluster::new(vec![log.clone(), log.clone(), log], stale, 6, safeguards);
+    cluster.settle_storage();
+    // Probes go unanswered; after four the replicas change view together.
+    cluster.run(800, |_, _, _| true);
+    let primary = (0..3)
+        .find(|&i| cluster.replica(i).is_primary())
+        .unwrap_or_else(|| panic!("no view started: {}", cluster.replica(0).describe()));
+    assert_eq!(cluster.replica(primary).head(), 6);
+    cluster.nodes[primary].replica.on_message(request(1));
+    cluster.collect(primary);
+    // The prepare goes out; no acknowledgment comes back.
+    cluster.deliver_where(|from, _, message| {
+        !(usize::from(from) != primary && matches!(message, Message::PrepareOk { .. }))
+    });
+    let p = cluster.replica(primary);
+    assert_eq!(p.head(), 7, "{}", p.describe());
+    assert!(p.commit_max() <= 6, "{}", p.describe());
+    assert_eq!(p.commit_min(), 6, "{}", p.describe());
+}

@@ -93,6 +93,16 @@ impl Replica {
             self.commit_max = self.commit_max.max(starting.commit);
             self.write_superblock();
         }
+        // Every op known committed is in the view's log (a quorum held it, and the merge heard a
+        // quorum), so the view's head bounds the commit point. One past it names ops no log held
+        // any more: every copy was lost (every node of a replicated group failed with them
+        // unpublished, the superblock's commit point written before the publication it
+        // covered). Kept, it made the view's new ops at those numbers count as committed on the
+        // primary's word alone (`replica.rs`
+        // `a_commit_point_past_every_log_commits_nothing_the_new_view_prepares`). On a rejoin
+        // of the same view too: the superblock's stale commit point never decreases there, and
+        // every boot reads it back.
+        self.commit_max = self.commit_max.min(starting.head.max(self.commit_min));
         if !self.durable_in(starting.view, true) {
             return;
         }
