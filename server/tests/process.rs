@@ -320,4 +320,11 @@ fn run_refuses_a_bad_configuration_naming_the_file_and_the_key() {
     let (code, stderr) = run(&format!("{good}\n[limits]\nring_bytes = 4096\n"));
     assert_eq!(code, Some(1));
     assert!(stderr.contains("limits.ring_bytes = 4096"), "{stderr}");
+    // A publication interval below the replica's 10 ms tick is refused, naming its range.
+    let (code, stderr) = run(&format!("{good}\n[limits]\npublish_interval_ms = 5\n"));
+    assert_eq!(code, Some(1));
+    assert!(
+        stderr.contains("limits.publish_interval_ms = 5") && stderr.contains("10 to 60000"),
+        "{stderr}"
+    );
 }
