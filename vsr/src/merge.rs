@@ -482,7 +482,8 @@ mod tests {
             .into_iter()
             .collect();
         assert_eq!(merged(merge(&dvcs, 3, true)).head, 27);
-        // At or below the bound, its absence is no nack: 23..=26 stay.
+        // Bounded at 30, its absence at op 28 is no nack: with one nack and no body heard, op
+        // 28 waits for another DoViewChange.
         forgetful.forgotten_bound = Some(30);
         let dvcs: BTreeMap<u8, Dvc> = [(0, forgetful), (1, short)].into_iter().collect();
         assert_eq!(merge(&dvcs, 3, true), Merge::Wait("merge_waits_for_a_copy"));

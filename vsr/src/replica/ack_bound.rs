@@ -79,6 +79,11 @@ impl Replica {
         if head + lookahead <= wanted {
             return;
         }
+        if head > wanted {
+            // Ops already held pass every bound asked for: their acknowledgments wait for this
+            // write (once per write, not per step that finds them waiting).
+            self.count("acknowledgment_waits_for_bound");
+        }
         self.ack_bound_wanted = head + lookahead;
         self.count("ack_bound_raised");
         self.write_superblock();
@@ -113,7 +118,9 @@ impl Replica {
         }
         self.ack_rate.publish_at = self.ticks + every;
         let through = self.journal.journaled_head;
-        if through <= self.ack_rate.published {
+        // Not `<=`: after a view start cut the log below the last periodic publication, the
+        // ops journaled again below it are still unpublished.
+        if through == self.ack_rate.published {
             return;
         }
         self.ack_rate.published = through;

@@ -93,9 +93,6 @@ impl Replica {
         // Never above the acknowledgment bound the superblock holds (`ack_bound.rs`).
         let through = self.journal.journaled_head.min(self.ack_limit());
         let from = self.acked_through + 1;
-        if through < self.journal.journaled_head && self.journal.journaled_head >= from {
-            self.count("acknowledgment_waits_for_bound");
-        }
         if through < from {
             return;
         }
