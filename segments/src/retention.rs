@@ -84,12 +84,24 @@ impl<S: Storage + Clone> Partition<S> {
         let last_op = last.first_op + last.entries - 1;
         {
             let mut superblock = self.lock_superblock();
-            if superblock.state().offset_frontier < frontier {
+            let current = *superblock.state();
+            // On a replica the deleted entries are committed (`settled`), and the durable
+            // commit point must cover them: a boot whose commit point stayed below them would
+            // hold a log that starts above its commit point, and the first view that cuts that
+            // log back to the commit point would ask for a cut below the first retained op.
+            let commit_max = if self.config.replicated {
+                current.commit_max.max(last_op)
+            } else {
+                current.commit_max
+            };
+            if current.offset_frontier < frontier || current.commit_max < commit_max {
                 let next = VsrState {
-                    offset_frontier: frontier,
-                    ..*superblock.state()
+                    offset_frontier: current.offset_frontier.max(frontier),
+                    commit_max,
+                    ..current
                 };
-                // Durable before any segment goes: boot's next offset never falls below it.
+                // Durable before any segment goes: boot's next offset never falls below it,
+                // nor its commit point below what retention deleted.
                 superblock.write(next)?;
             }
         }

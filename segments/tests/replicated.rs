@@ -662,3 +662,48 @@ fn an_install_refuses_another_groups_segment() {
         other => panic!("{other:?}"),
     }
 }
+
+/// Retention on a replica deletes committed segments only, and makes the commit point durable
+/// through them before they go: a crash right after leaves a log whose first op is at most one
+/// past the durable commit point, so the next view may cut the log back to that commit point.
+/// Before, the superblock kept an older commit point: the boot's commit point fell below the
+/// first retained op and the view's cut was refused as a storage failure (simulator seed 20965:
+/// both restarted replicas halted at every boot).
+#[test]
+fn retention_makes_the_commit_point_durable_through_what_it_deletes() {
+    let storage = SimStorage::new(12);
+    let partition = Partition::create(storage.clone(), dir(), config()).unwrap();
+    let mut last = 0;
+    for i in 0..40u64 {
+        let mut batch = client_batch(i, 4);
+        last = partition
+            .prepare(Request::Messages(&mut batch), &meta(0, 0, 10 + i))
+            .unwrap()
+            .appended
+            .op;
+    }
+    partition.publish().unwrap();
+    // The cluster committed everything; the superblock still names commit point 0 (it is
+    // written at view changes and by the publication, not at every commit).
+    partition.commit(last).unwrap();
+    assert_eq!(partition.vsr_state().commit_max, 0);
+    let deleted = partition.apply_retention(u64::MAX, Some(1), None).unwrap();
+    assert!(deleted >= 2, "{deleted}");
+    let first_retained = partition.wal().files()[0].first_op;
+    assert!(first_retained > 1);
+    assert!(
+        partition.vsr_state().commit_max + 1 >= first_retained,
+        "commit point {} durable, first retained op {first_retained}",
+        partition.vsr_state().commit_max
+    );
+    drop(partition);
+    storage.crash_process();
+    let (partition, _) = Partition::open(storage.clone(), dir(), config(), Mode::Open)
+        .unwrap()
+        .unwrap();
+    let commit = partition.vsr_state().commit_max;
+    assert_eq!(commit + 1, first_retained);
+    // A view that cuts everything after the commit point: allowed, the first file stays empty.
+    partition.truncate_after(commit).unwrap();
+    assert_eq!(partition.wal().head().0, commit);
+}
