@@ -15,13 +15,14 @@ use crate::{
     REPLY_BYTES_MAX, Retention, State, Stream, Topic,
 };
 
-/// The payload version this build writes and reads.
-pub const PAYLOAD_VERSION: u16 = 2;
+/// The payload version this build writes (it reads it and version 2, whose client sessions
+/// lack the request checksum).
+pub const PAYLOAD_VERSION: u16 = 3;
 
 /// Why bytes are not a valid metadata payload.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum DecodeError {
-    #[error("unknown metadata payload version {0} (this build reads {PAYLOAD_VERSION})")]
+    #[error("unknown metadata payload version {0} (this build reads 2 and {PAYLOAD_VERSION})")]
     UnknownVersion(u16),
     #[error("at byte {offset}: {reason}")]
     Invalid { offset: usize, reason: String },
@@ -107,6 +108,7 @@ pub fn encode(state: &State) -> Vec<u8> {
         w.u64(session.last_request);
         w.u64(session.last_op);
         w.bytes(&session.reply);
+        w.u128(session.request_checksum);
     }
     w.0
 }
@@ -211,7 +213,7 @@ fn insert_ordered<T>(
 
 /// Decodes a payload of `version`.
 pub fn decode(version: u16, bytes: &[u8]) -> Result<State, DecodeError> {
-    if version != PAYLOAD_VERSION {
+    if version != PAYLOAD_VERSION && version != 2 {
         return Err(DecodeError::UnknownVersion(version));
     }
     let mut r = Reader { bytes, at: 0 };
@@ -264,7 +266,8 @@ pub fn decode(version: u16, bytes: &[u8]) -> Result<State, DecodeError> {
         return r.fail("more partitions than the limit");
     }
     let mut last_client = None;
-    for _ in 0..r.count(42, crate::CLIENTS_MAX)? {
+    let client_bytes = if version >= 3 { 58 } else { 42 };
+    for _ in 0..r.count(client_bytes, crate::CLIENTS_MAX)? {
         let client = r.u128()?;
         if last_client.is_some_and(|last| last >= client) {
             return r.fail("client ids out of order or repeated");
@@ -275,6 +278,7 @@ pub fn decode(version: u16, bytes: &[u8]) -> Result<State, DecodeError> {
             last_request: r.u64()?,
             last_op: r.u64()?,
             reply: r.bytes()?,
+            request_checksum: if version >= 3 { r.u128()? } else { 0 },
         };
         state.clients.insert(client, session);
     }

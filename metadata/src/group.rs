@@ -342,8 +342,7 @@ fn execute(state: &mut State, entry: &iggy_wal::Entry) -> Result<Executed, Group
     Ok(state.execute_in_view(
         header.view,
         header.op,
-        header.client,
-        header.request,
+        (header.client, header.request, header.request_checksum),
         &decoded,
     ))
 }

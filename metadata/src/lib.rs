@@ -93,6 +93,9 @@ pub struct ClientSession {
     pub last_op: u64,
     /// The reply to the last request, as sent ([`codec::encode_reply`]).
     pub reply: Vec<u8>,
+    /// The checksum of the last request as its prepare recorded it (0: unknown, a session
+    /// read from a payload of version 2).
+    pub request_checksum: u128,
 }
 
 /// Partitions as `(stream, topic, partition)`, in order.
@@ -507,6 +510,7 @@ impl State {
                     last_request: 0,
                     last_op: 0,
                     reply: Vec::new(),
+                    request_checksum: 0,
                 };
                 self.clients.insert(*client, entry);
                 Ok(Applied::Client)
@@ -534,17 +538,17 @@ impl State {
     /// Executing and recording the reply are one step, so a replica that executed a request
     /// also remembers its reply.
     pub fn execute(&mut self, op_number: u64, client: u128, request: u64, op: &Op) -> Executed {
-        self.execute_in_view(0, op_number, client, request, op)
+        self.execute_in_view(0, op_number, (client, request, 0), op)
     }
 
     /// [`State::execute`] of a prepare of the metadata group's `view` (which places new
-    /// partitions' primaries, [`State::apply_in_view`]).
+    /// partitions' primaries, [`State::apply_in_view`]), whose header names `(client, request,
+    /// request_checksum)`; the session keeps the checksum (0: unknown).
     pub fn execute_in_view(
         &mut self,
         view: u32,
         op_number: u64,
-        client: u128,
-        request: u64,
+        (client, request, request_checksum): (u128, u64, u128),
         op: &Op,
     ) -> Executed {
         let executed = |result: Result<Applied, ApplyError>| Executed {
@@ -567,6 +571,7 @@ impl State {
                 session.last_request = request;
                 session.last_op = op_number;
                 session.reply.clone_from(&done.reply);
+                session.request_checksum = request_checksum;
             }
             return done;
         }
@@ -592,6 +597,7 @@ impl State {
             session.last_request = request;
             session.last_op = op_number;
             session.reply.clone_from(&done.reply);
+            session.request_checksum = request_checksum;
         }
         done
     }

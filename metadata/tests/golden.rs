@@ -1,7 +1,9 @@
-//! A golden `snapshot.bin` holding a real metadata state, format version 1 with payload
-//! version 2: it must decode to the state below and re-encode byte for byte, so changing the
-//! container or the state encoding without a version bump breaks this test.
-//! Regenerate (only with a version bump): `IGGY_REGENERATE_GOLDEN=1 cargo test -p iggy-metadata --test golden`.
+//! Golden snapshots holding a real metadata state, container version 1: `snapshot-v1.bin` with
+//! payload version 2 must still decode to the state below (its client session without a request
+//! checksum), and `snapshot-v1-payload-3.bin` (payload version 3) must decode to it and
+//! re-encode byte for byte, so changing the container or the state encoding without a version
+//! bump breaks these tests.
+//! Regenerate the newest (only with a version bump): `IGGY_REGENERATE_GOLDEN=1 cargo test -p iggy-metadata --test golden`.
 #![allow(
     clippy::unwrap_used,
     reason = "test code: a failed unwrap is a failed test"
@@ -10,7 +12,9 @@
 use iggy_metadata::codec::{self, PAYLOAD_VERSION};
 use iggy_metadata::{Durability, Op, Retention, State};
 
-fn golden_state() -> State {
+/// The golden state; the session's last request has the request checksum `request_checksum`
+/// (0: unknown, as payload version 2 reads it).
+fn golden_state(request_checksum: u128) -> State {
     let mut state = State::new(3);
     let ops = [
         Op::CreateStream {
@@ -81,7 +85,7 @@ fn golden_state() -> State {
     };
     assert!(
         state
-            .execute(7, client, 3, &request)
+            .execute_in_view(0, 7, (client, 3, request_checksum), &request)
             .result
             .unwrap()
             .is_ok()
@@ -89,39 +93,54 @@ fn golden_state() -> State {
     state
 }
 
+const REQUEST_CHECKSUM: u128 = 0x0005_EC0D_0000_0000_0000_0000_0000_0003;
+
 const CHECKPOINT_OP: u64 = 7;
 const CHECKPOINT_CHECKSUM: u128 = 0x00C0_FFEE_0000_0000_0000_0000_0000_0007;
 
 #[test]
 fn the_golden_metadata_snapshot_decodes_and_re_encodes_byte_for_byte() {
-    let payload = codec::encode(&golden_state());
+    let payload = codec::encode(&golden_state(REQUEST_CHECKSUM));
     let bytes = iggy_snapshot::encode(
         CHECKPOINT_OP,
         CHECKPOINT_CHECKSUM,
         PAYLOAD_VERSION,
         &payload,
     );
+    let name = "snapshot-v1-payload-3.bin";
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
     if std::env::var_os("IGGY_REGENERATE_GOLDEN").is_some() {
         let root = iggy_io::OsStorage::open(&path).unwrap();
-        let file =
-            iggy_io::Storage::open(&root, "snapshot-v1.bin", iggy_io::OpenMode::Create).unwrap();
+        let file = iggy_io::Storage::open(&root, name, iggy_io::OpenMode::Create).unwrap();
         iggy_io::WriteFile::set_len(&file, 0).unwrap();
         iggy_io::WriteFile::write_all_at(&file, 0, &bytes).unwrap();
         iggy_io::WriteFile::sync_data(&file).unwrap();
     }
-    let golden = include_bytes!("fixtures/snapshot-v1.bin");
-    let (header, body) = iggy_snapshot::decode("snapshot-v1.bin", golden).unwrap();
+    let golden = include_bytes!("fixtures/snapshot-v1-payload-3.bin");
+    let (header, body) = iggy_snapshot::decode(name, golden).unwrap();
     assert_eq!(header.checkpoint_op, CHECKPOINT_OP);
     assert_eq!(header.checkpoint_checksum, CHECKPOINT_CHECKSUM);
-    assert_eq!(header.payload_version, 2);
+    assert_eq!(header.payload_version, 3);
     assert_eq!(
         codec::decode(header.payload_version, body).unwrap(),
-        golden_state()
+        golden_state(REQUEST_CHECKSUM)
     );
     assert_eq!(
         &bytes[..],
         &golden[..],
         "the encoding changed without a version bump"
+    );
+}
+
+/// What a node of the previous build wrote still boots: payload version 2, whose sessions lack
+/// the request checksum (read as 0, unknown).
+#[test]
+fn the_golden_snapshot_of_payload_version_2_still_decodes() {
+    let golden = include_bytes!("fixtures/snapshot-v1.bin");
+    let (header, body) = iggy_snapshot::decode("snapshot-v1.bin", golden).unwrap();
+    assert_eq!(header.payload_version, 2);
+    assert_eq!(
+        codec::decode(header.payload_version, body).unwrap(),
+        golden_state(0)
     );
 }

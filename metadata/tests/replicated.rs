@@ -85,7 +85,12 @@ fn executed(prepared: &[(Header, Vec<u8>)]) -> State {
     let mut state = State::new(PRIMARY.replica_count);
     for (header, body) in prepared {
         let op = codec::decode_op(body).unwrap();
-        state.execute(header.op, header.client, header.request, &op);
+        state.execute_in_view(
+            header.view,
+            header.op,
+            (header.client, header.request, header.request_checksum),
+            &op,
+        );
     }
     state
 }

@@ -291,9 +291,12 @@ fn decode_refuses_with_the_offset() {
         "payload version 1 (sessions without reply bytes) is refused"
     );
     assert_eq!(
-        codec::decode(3, &bytes),
-        Err(DecodeError::UnknownVersion(3))
+        codec::decode(4, &bytes),
+        Err(DecodeError::UnknownVersion(4))
     );
+    // Version 2 has no request checksum after each session's reply: this payload's 16 bytes
+    // of it are trailing bytes there.
+    assert!(codec::decode(2, &bytes).is_err());
     let mut trailing = bytes.clone();
     trailing.push(0);
     assert!(matches!(

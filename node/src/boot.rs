@@ -109,6 +109,7 @@ pub(crate) fn sessions(state: &iggy_metadata::State) -> Vec<(u128, iggy_vsr::Ses
                     request: s.last_request,
                     op: s.last_op,
                     reply: s.reply.clone(),
+                    request_checksum: s.request_checksum,
                 },
             )
         })
@@ -132,6 +133,7 @@ pub(crate) fn partition_sessions<S: Storage + Clone>(
                     request: s.request,
                     op: s.op,
                     reply: s.reply(),
+                    request_checksum: s.request_checksum,
                 },
             )
         })

@@ -694,10 +694,11 @@ fn index_disagreement<R: ReadStorage>(
         segment.sessions.len(),
     ) as u64;
     // A version 1 file (no summary) has a 64-byte header and no stores; a version 2 one no
-    // sessions.
+    // sessions; a version 3 one shorter sessions.
     let version_1_len = (index::V1_HEADER_SIZE + segment.index.len() * index::ENTRY_SIZE) as u64;
     let version_2_len = index::encoded_len(segment.index.len(), segment.stores.len(), 0) as u64;
-    if len != expected_len && len != version_1_len && len != version_2_len {
+    let version_3_len = version_2_len + (segment.sessions.len() * index::V3_SESSION_SIZE) as u64;
+    if ![expected_len, version_1_len, version_2_len, version_3_len].contains(&len) {
         return Ok(Some(format!(
             "{len} bytes where the log gives {expected_len}"
         )));
@@ -716,10 +717,10 @@ fn index_disagreement<R: ReadStorage>(
             summary: None,
             version,
             ..
-        }) => Some(if version == 1 {
-            "version 1 (no summary)".into()
-        } else {
-            format!("version {version} (no client sessions)")
+        }) => Some(match version {
+            1 => "version 1 (no summary)".into(),
+            2 => "version 2 (no client sessions)".into(),
+            _ => format!("version {version} (no request checksums)"),
         }),
         Ok(file) if file.summary.as_ref() != Some(&summary) => {
             Some("its summary disagrees with the log".into())

@@ -14,7 +14,10 @@
 //!   index");
 //! - since version 3 the summary also carries the newest client session of each client in the
 //!   segment ([`crate::sessions`]); a version 2 file has no sessions, so boot reads its segment
-//!   and rewrites the file.
+//!   and rewrites the file;
+//! - since version 4 each session also carries its request's checksum (so a replay under the
+//!   same number with another body is told apart after a restart); a version 3 file is read
+//!   like a version 2 one.
 //!
 //! Layout (little-endian; see `docs/format.md`, "Segment index"):
 //!
@@ -26,11 +29,12 @@
 //! 160 entries: count x [offset u64 | timestamp u64 | position u64 | op u64]
 //!     stores: stores x [op u64 | offset u64 | id u32 | kind u8 | zero 11 B]
 //!     sessions: sessions x [client u128 | request u64 | op u64 | base_offset u64
-//!                           | message_count u32 | operation u32]
+//!                           | message_count u32 | operation u32 | request_checksum u128]
 //! ```
 //!
-//! Version 2 (read, never written): the same with zero at 120 and no sessions. Version 1:
-//! the 64-byte header up to `count`, zero at 56, then the entries. Neither is taken as a
+//! Version 3 (read, never written): sessions of 48 bytes, without the request checksum.
+//! Version 2: the same with zero at 120 and no sessions. Version 1:
+//! the 64-byte header up to `count`, zero at 56, then the entries. None is taken as a
 //! summary: boot reads the segment and rewrites the file.
 
 use iggy_format::checksum::Checksum;
@@ -42,11 +46,13 @@ use crate::report::SegmentInfo;
 use crate::sessions::Session;
 
 pub const MAGIC: u64 = u64::from_le_bytes(*b"IGGYINDX");
-pub const VERSION: u16 = 3;
+pub const VERSION: u16 = 4;
 pub const HEADER_SIZE: usize = 160;
 pub const ENTRY_SIZE: usize = 32;
 pub const STORE_SIZE: usize = 32;
-pub const SESSION_SIZE: usize = 48;
+pub const SESSION_SIZE: usize = 64;
+/// A version 3 file's session (no request checksum).
+pub const V3_SESSION_SIZE: usize = 48;
 pub const EXTENSION: &str = "index";
 
 /// A version 1 file's header (no summary, no stores).
@@ -193,7 +199,7 @@ pub fn encoded_len(entries: usize, stores: usize, sessions: usize) -> usize {
     HEADER_SIZE + entries * ENTRY_SIZE + stores * STORE_SIZE + sessions * SESSION_SIZE
 }
 
-/// Encodes a segment's index and summary (version 3).
+/// Encodes a segment's index and summary (version 4).
 #[must_use]
 pub fn encode(
     start_offset: u64,
@@ -246,13 +252,14 @@ pub fn encode(
         le::put_u64(&mut bytes, at + 32, session.base_offset);
         le::put_u32(&mut bytes, at + 40, session.message_count);
         le::put_u32(&mut bytes, at + 44, session.operation);
+        le::put_u128(&mut bytes, at + 48, session.request_checksum);
     }
     let sum = checksum::checksum(&bytes[CHECKSUMMED_OFFSET..]);
     le::put_u128(&mut bytes, 0, sum);
     bytes
 }
 
-/// Decodes a segment's index file (version 1, 2 or 3), checking it belongs to the segment at
+/// Decodes a segment's index file (version 1 to 4), checking it belongs to the segment at
 /// `start_offset`. Allocates no more than the bytes present justify.
 pub fn decode(bytes: &[u8], start_offset: u64) -> Result<IndexFile, IndexError> {
     let len = bytes.len();
@@ -272,9 +279,9 @@ pub fn decode(bytes: &[u8], start_offset: u64) -> Result<IndexFile, IndexError> 
     let (header, zero_ranges, stores, sessions): (usize, &[(usize, usize)], u64, u64) =
         match version {
             1 => (V1_HEADER_SIZE, &V1_ZERO_RANGES, 0, 0),
-            2 | VERSION if len < HEADER_SIZE => return Err(IndexError::Length { len }),
+            2..=VERSION if len < HEADER_SIZE => return Err(IndexError::Length { len }),
             2 => (HEADER_SIZE, &V2_ZERO_RANGES, u64_at(STORES_OFFSET), 0),
-            VERSION => (
+            3 | VERSION => (
                 HEADER_SIZE,
                 &ZERO_RANGES,
                 u64_at(STORES_OFFSET),
@@ -308,13 +315,18 @@ pub fn decode(bytes: &[u8], start_offset: u64) -> Result<IndexFile, IndexError> 
     let stores_expected = usize::try_from(stores)
         .unwrap_or(usize::MAX)
         .saturating_mul(STORE_SIZE);
+    let session_size = if version == 3 {
+        V3_SESSION_SIZE
+    } else {
+        SESSION_SIZE
+    };
     let sessions_expected = usize::try_from(sessions)
         .unwrap_or(usize::MAX)
-        .saturating_mul(SESSION_SIZE);
+        .saturating_mul(session_size);
     let after_entries = body - entries_bytes;
     // The stores, then the sessions, account for every byte after the entries.
     let stores_bytes = after_entries.saturating_sub(sessions_expected);
-    if after_entries < sessions_expected && version == VERSION {
+    if after_entries < sessions_expected && version >= 3 {
         return Err(IndexError::Sessions {
             sessions,
             bytes: after_entries,
@@ -373,6 +385,7 @@ pub fn decode(bytes: &[u8], start_offset: u64) -> Result<IndexFile, IndexError> 
                 base_offset: u64_at(at + 32),
                 message_count: le::u32_at(bytes, at + 40).unwrap_or_default(),
                 operation: le::u32_at(bytes, at + 44).unwrap_or_default(),
+                request_checksum: le::u128_at(bytes, at + 48).unwrap_or_default(),
             };
             if session.client == 0 {
                 return Err(IndexError::SessionClient { op: session.op });
@@ -449,6 +462,7 @@ mod tests {
                     operation: iggy_format::operation::MESSAGES,
                     base_offset: 110,
                     message_count: 10,
+                    request_checksum: 0x5e55_1011,
                 },
                 Session {
                     client: 0xC2,
@@ -457,6 +471,7 @@ mod tests {
                     operation: iggy_format::operation::CONSUMER_OFFSET,
                     base_offset: 0,
                     message_count: 0,
+                    request_checksum: 0x5e55_1012,
                 },
             ],
         }
@@ -529,5 +544,31 @@ mod tests {
         let decoded = decode(&bytes, 100).unwrap();
         assert_eq!((decoded.version, decoded.entries), (2, sample()));
         assert_eq!(decoded.summary, None);
+    }
+
+    /// A version 3 file (sessions without their request checksums) decodes, but is no summary
+    /// boot may take: its sessions could not tell a replay from a reused number.
+    #[test]
+    fn a_version_3_file_decodes_without_a_summary() {
+        let full = summary();
+        let stores_at = HEADER_SIZE + sample().len() * ENTRY_SIZE;
+        let sessions_at = stores_at + full.stores.len() * STORE_SIZE;
+        let v4 = encode(100, 4096, &sample(), &full);
+        let mut bytes = v4[..sessions_at].to_vec();
+        for i in 0..full.sessions.len() {
+            let at = sessions_at + i * SESSION_SIZE;
+            bytes.extend_from_slice(&v4[at..at + V3_SESSION_SIZE]);
+        }
+        le::put_u16(&mut bytes, VERSION_OFFSET, 3);
+        let sum = checksum::checksum(&bytes[CHECKSUMMED_OFFSET..]);
+        le::put_u128(&mut bytes, 0, sum);
+        let decoded = decode(&bytes, 100).unwrap();
+        assert_eq!((decoded.version, decoded.entries), (3, sample()));
+        assert_eq!(decoded.summary, None);
+        // One byte short of its sessions: refused, as a version 4 file would be.
+        let mut short = bytes[..bytes.len() - 1].to_vec();
+        let sum = checksum::checksum(&short[CHECKSUMMED_OFFSET..]);
+        le::put_u128(&mut short, 0, sum);
+        assert!(decode(&short, 100).is_err());
     }
 }

@@ -35,6 +35,8 @@ pub struct Session {
     /// A batch's first offset and message count (0 for other kinds).
     pub base_offset: u64,
     pub message_count: u32,
+    /// The request's checksum, as the entry's header records it.
+    pub request_checksum: u128,
 }
 
 impl Session {
@@ -55,6 +57,7 @@ impl Session {
             operation: header.operation,
             base_offset,
             message_count,
+            request_checksum: header.request_checksum,
         })
     }
 
@@ -118,6 +121,7 @@ mod tests {
             operation: operation::MESSAGES,
             base_offset: op * 10,
             message_count: 10,
+            request_checksum: u128::from(op) << 64 | u128::from(request),
         }
     }
 

@@ -793,6 +793,15 @@ async fn submit_as<S: Storage + Clone + Send + Sync + 'static>(
             }
             ReplyStatus::NotAccepted => Err(status::TRANSIENT_NOT_ACCEPTED),
             ReplyStatus::NotCommitted => Err(status::TRANSIENT_NOT_COMMITTED),
+            ReplyStatus::Reused => {
+                tracing::warn!(
+                    group = format_args!("{group:#x}"),
+                    client = format_args!("{client:#x}"),
+                    request,
+                    "client port: refused a request whose number the session already used for another body"
+                );
+                Err(status::STALE_CLIENT)
+            }
         };
     }
 }

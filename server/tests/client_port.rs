@@ -401,6 +401,52 @@ fn a_client_on_the_sdks_wire_creates_sends_polls_and_stores_offsets() {
         "nothing left to delete"
     );
 
+    // A request number sent again is a replay only with the same body: the original's reply,
+    // nothing appended twice. With another body (a client that reused its number) it is
+    // refused with `StaleClient`, never answered with the first body's confirmation.
+    let send = |payload: &[u8]| Request::SendMessages {
+        stream: Identifier::Name("orders".into()),
+        topic: Identifier::Name("payments".into()),
+        partitioning: Partitioning::PartitionId(0),
+        count: 1,
+        batch: batch(&[payload]),
+    };
+    let (code, body) = session.ask_until_accepted(&send(b"fifth"));
+    assert_eq!(code, 0);
+    let appended = read_send_confirmations(&body).expect("confirmation")[0].base_offset;
+    session.request -= 1;
+    let (code, body) = session.ask(&send(b"fifth"));
+    assert_eq!(code, 0, "a replay");
+    assert_eq!(
+        read_send_confirmations(&body).expect("confirmation")[0].base_offset,
+        appended
+    );
+    session.request -= 1;
+    assert_eq!(
+        session.ask(&send(b"sixth")).0,
+        status::STALE_CLIENT,
+        "a reused number with another body"
+    );
+    let consumer = Consumer {
+        group: false,
+        id: Identifier::Numeric(3),
+    };
+    let (code, body) = session.ask(&Request::PollMessages {
+        consumer,
+        stream: Identifier::Numeric(0),
+        topic: Identifier::Numeric(0),
+        partition: Some(0),
+        strategy: PollingStrategy::Offset(appended),
+        count: 10,
+        auto_commit: false,
+    });
+    assert_eq!(code, 0);
+    let (header, _) = PollHeader::read(&body).expect("poll");
+    assert_eq!(
+        header.messages_count, 1,
+        "only the first body was appended, once"
+    );
+
     // A command this server does not serve is an error status; the connection stays.
     let (code, body) = client.ask(&Request::Other { code: 10 });
     assert_eq!((code, body.len()), (status::INVALID_COMMAND, 0));

@@ -44,6 +44,12 @@ impl Checker {
         }
     }
 
+    /// A client's request number served two bodies: an impostor was answered as committed,
+    /// or a request was refused as reused though its client sent it with one body only.
+    pub fn reuse(&mut self, what: String) {
+        self.fail("request reuse", what);
+    }
+
     /// A consumer read something the group never committed, or read an offset two ways.
     pub fn fail_consumer(&mut self, what: String) {
         self.fail("consumer", what);

@@ -3,6 +3,10 @@
 //! silence makes it try the next replica with the same request number; after a budget it gives
 //! up and records the outcome as unknown (`TransientNotCommitted`). While the cluster heals it
 //! never gives up, so every request it issues then must complete.
+//!
+//! With `reuse_one_in` set, a client misbehaves now and then: after a request committed it sends
+//! one more under the same number with another body (an *impostor*). The group must refuse it
+//! (`ReplyStatus::Reused`); a committed reply to it is the checker `request reuse`'s failure.
 
 use iggy_format::operation;
 use iggy_metadata::{Op, codec};
@@ -33,6 +37,8 @@ pub struct Pending {
     pub first_sent_us: u64,
     pub sent_us: u64,
     pub replica: u8,
+    /// An impostor: the number of a committed request with another body.
+    pub impostor: bool,
 }
 
 /// One simulated client.
@@ -54,6 +60,17 @@ pub struct Client {
     pub refused: u64,
     pub resent: u64,
     leader_hint: u8,
+    /// One committed request in this many is followed by an impostor (0: never).
+    reuse_one_in: u64,
+    /// The draws of impostors, a stream of its own: turning them on changes no other draw.
+    reuse: Stream,
+    /// The last request the client saw commit, and impostors sent and refused.
+    last_committed: Option<(u64, u32)>,
+    pub impostors: u64,
+    pub impostors_refused: u64,
+    /// What broke the reuse rule, once: an impostor answered as committed, or a request of
+    /// its own refused as reused.
+    pub reuse_violation: Option<String>,
 }
 
 impl Client {
@@ -74,7 +91,25 @@ impl Client {
             refused: 0,
             resent: 0,
             leader_hint: 0,
+            reuse_one_in: 0,
+            reuse: Stream::new(0, "reuse"),
+            last_committed: None,
+            impostors: 0,
+            impostors_refused: 0,
+            reuse_violation: None,
         }
+    }
+
+    /// Sends an impostor after one committed request in `one_in` (drawn from a stream of the
+    /// run's `seed` and this client's id).
+    #[must_use]
+    pub fn with_reuse(mut self, seed: u64, one_in: u64) -> Self {
+        self.reuse_one_in = one_in;
+        self.reuse = Stream::new(
+            seed ^ u64::try_from(self.id & 0xffff_ffff).unwrap_or(0),
+            "reuse",
+        );
+        self
     }
 
     /// Every request issued has an outcome (committed or given up) and the quota is reached.
@@ -141,6 +176,29 @@ impl Client {
         }
         match &mut self.pending {
             None => {
+                if let Some((request, operation)) = self.last_committed.take()
+                    && self.reuse_one_in > 0
+                    && self.reuse.below(self.reuse_one_in) == 0
+                {
+                    // Another body under the committed number: the next request's (a metadata
+                    // client's is another stream's name, a producer's other messages).
+                    let (_, body) = self.body(request + 1_000_000, &mut self.reuse.clone());
+                    let pending = Pending {
+                        request,
+                        operation,
+                        body,
+                        first_sent_us: now_us,
+                        sent_us: now_us,
+                        replica: self.leader_hint,
+                        impostor: true,
+                    };
+                    self.impostors += 1;
+                    let message = self.message(&pending);
+                    let replica = pending.replica;
+                    self.pending = Some(pending);
+                    self.wake_us = now_us + REQUEST_TIMEOUT_US;
+                    return Some((replica, message));
+                }
                 if self.next_request > self.quota {
                     return None;
                 }
@@ -154,6 +212,7 @@ impl Client {
                     first_sent_us: now_us,
                     sent_us: now_us,
                     replica: self.leader_hint,
+                    impostor: false,
                 };
                 let message = self.message(&pending);
                 let replica = pending.replica;
@@ -164,8 +223,11 @@ impl Client {
             Some(pending) => {
                 if !patient && now_us >= pending.first_sent_us + GIVE_UP_US {
                     // It went out and no reply came: the outcome is unknown.
+                    let impostor = pending.impostor;
                     self.pending = None;
-                    self.not_committed += 1;
+                    if !impostor {
+                        self.not_committed += 1;
+                    }
                     self.wake_us = now_us;
                     return None;
                 }
@@ -192,13 +254,37 @@ impl Client {
         if request != pending.request {
             return None;
         }
+        let impostor = pending.impostor;
         match status {
+            ReplyStatus::Committed if impostor => {
+                // A late copy of the committed request's own reply (the network duplicates
+                // and delays): the client cannot tell it from an answer to the impostor, so
+                // the simulator judges the replica that sends one (`Cluster::route`). Waits on.
+                None
+            }
             ReplyStatus::Committed => {
                 self.leader_hint = from.replica;
+                self.last_committed = Some((request, pending.operation));
                 self.pending = None;
                 self.committed += 1;
                 self.wake_us = now_us + think_us;
                 Some((request, op, body.to_vec()))
+            }
+            ReplyStatus::Reused => {
+                if impostor {
+                    self.impostors_refused += 1;
+                } else {
+                    // A request of its own refused as reused: the group holds another body
+                    // under a number this client sent one body under.
+                    self.reuse_violation = Some(format!(
+                        "request {request}, sent with one body only, was refused as reused by \
+                         replica {}",
+                        from.replica
+                    ));
+                }
+                self.pending = None;
+                self.wake_us = now_us + think_us;
+                None
             }
             ReplyStatus::NotAccepted | ReplyStatus::NotCommitted => {
                 self.refused += 1;

@@ -9,7 +9,9 @@ use std::collections::{BTreeMap, VecDeque};
 use std::time::{Duration, Instant};
 
 use iggy_io::{FaultConfig, SimStorage};
-use iggy_vsr::{Config, Destination, Effect, Message, Outcome, Safeguards, Status, TICK_MS};
+use iggy_vsr::{
+    Config, Destination, Effect, Message, Outcome, ReplyStatus, Safeguards, Status, TICK_MS,
+};
 
 use crate::checker::{Checker, Committed};
 use crate::client::{self, Client};
@@ -136,6 +138,9 @@ pub struct Options {
     /// everything); acknowledged batches below a node's oldest retained op are not checked on it.
     /// With `draw_history` and 0 here, the seed draws it ([`retention_bytes`]).
     pub retention_bytes: u64,
+    /// One committed request of a client in this many is followed by an impostor: the same
+    /// number with another body, which the group must refuse (0, the default: never).
+    pub reuse_one_in: u64,
 }
 
 /// The retention a seed's partitions run, drawn from the seed with its history
@@ -202,6 +207,7 @@ impl Options {
             write_through: false,
             draw_history: true,
             retention_bytes: 0,
+            reuse_one_in: 0,
         }
     }
 }
@@ -270,6 +276,9 @@ pub struct Report {
     /// Consumers' polls served after their read barrier, and refused by it.
     pub reads_served: u64,
     pub reads_refused: u64,
+    /// Impostors clients sent (`Options::reuse_one_in`), and those the groups refused.
+    pub impostors: u64,
+    pub impostors_refused: u64,
     /// The first checker that fired, what it found, and the state then.
     pub failure: Option<Failure>,
 }
@@ -421,6 +430,10 @@ pub struct Cluster {
     evicted_after_install: BTreeMap<u8, u64>,
     /// The effects being drained answer a `RequestPrepares`.
     serving_repair: bool,
+    /// While a replica handles an impostor (a client's request number again with another
+    /// body, [`Client::with_reuse`]): the client and the number. A committed reply it sends
+    /// them then answers the impostor with the other body's outcome (checker `request reuse`).
+    answering_impostor: Option<(u128, u64)>,
     /// The groups of the node ticking now that sent a `RequestPrepares` in this tick, and the
     /// most of them any tick of each node saw.
     repair_senders: std::collections::BTreeSet<u128>,
@@ -492,14 +505,17 @@ impl Cluster {
                     GroupKind::Metadata => client::Kind::Metadata,
                     GroupKind::Partition { .. } => client::Kind::Partition,
                 };
-                clients.push(Client::new(
-                    id | 1 << 100,
-                    kind.id(),
-                    client_kind,
-                    layout.cluster,
-                    layout.replicas,
-                    options.requests_per_client,
-                ));
+                clients.push(
+                    Client::new(
+                        id | 1 << 100,
+                        kind.id(),
+                        client_kind,
+                        layout.cluster,
+                        layout.replicas,
+                        options.requests_per_client,
+                    )
+                    .with_reuse(options.seed, options.reuse_one_in),
+                );
             }
         }
         let mut producers = Vec::new();
@@ -581,6 +597,7 @@ impl Cluster {
             installed_at: BTreeMap::new(),
             evicted_after_install: BTreeMap::new(),
             serving_repair: false,
+            answering_impostor: None,
             repair_senders: std::collections::BTreeSet::new(),
             peak_repair_senders: vec![0; replicas],
             death_unnoticed: vec![false; replicas],
@@ -692,6 +709,8 @@ impl Cluster {
             rebuilt: self.rebuilt,
             reads_served: self.reads_served,
             reads_refused: self.reads_refused,
+            impostors: self.clients.iter().map(|c| c.impostors).sum(),
+            impostors_refused: self.clients.iter().map(|c| c.impostors_refused).sum(),
             failure,
         }
     }
@@ -941,6 +960,23 @@ impl Cluster {
         for (to, message) in sends {
             if let Message::RequestPrepares { .. } = message {
                 self.repair_senders.insert(group);
+            }
+            if let (
+                Some((client, request)),
+                Message::Reply {
+                    client: c,
+                    request: r,
+                    op,
+                    status: ReplyStatus::Committed,
+                    ..
+                },
+            ) = (self.answering_impostor, &message)
+                && (*c, *r) == (client, request)
+            {
+                self.checker.reuse(format!(
+                    "group {group:#x}: replica {node} answered client {client:#x}'s request \
+                     {request}, sent again with another body, as committed (op {op})"
+                ));
             }
             if self.serving_repair
                 && let (Message::Prepare { body, .. }, Destination::Replica(r)) = (&message, to)
@@ -1326,6 +1362,10 @@ impl Cluster {
                 {
                     self.checker.reply(group, client_id, request, op, &body);
                 }
+                if let Some(what) = self.clients[index].reuse_violation.take() {
+                    self.checker
+                        .reuse(format!("group {group:#x} client {client_id:#x}: {what}"));
+                }
                 let wake = self.clients[index].wake_us.saturating_sub(self.now).max(1);
                 self.schedule(wake, Event::Client { client: index });
             }
@@ -1334,6 +1374,10 @@ impl Cluster {
                 let (group, id) = (producer.group, producer.id);
                 if let Some((request, op, body)) = producer.on_reply(self.now, &message) {
                     self.checker.reply(group, id, request, op, &body);
+                }
+                if let Some(what) = producer.reuse_violation.take() {
+                    self.checker
+                        .reuse(format!("group {group:#x} producer {id:#x}: {what}"));
                 }
                 let wake = self.producers[index]
                     .wake_us
@@ -1367,14 +1411,31 @@ impl Cluster {
                     self.commit_heard.insert((node, group), self.now);
                 }
                 let serving = matches!(message, Message::RequestPrepares { .. });
+                let impostor = match &message {
+                    Message::Request {
+                        client,
+                        request,
+                        body,
+                        ..
+                    } => self
+                        .clients
+                        .iter()
+                        .find(|c| c.id == *client)
+                        .and_then(|c| c.pending.as_ref())
+                        .filter(|p| p.impostor && p.request == *request && p.body == *body)
+                        .map(|_| (*client, *request)),
+                    _ => None,
+                };
                 if let Some((before, after)) = inner.deliver(group, message)
                     && before != after
                 {
                     self.view_changed(node, group, before, after);
                 }
                 self.serving_repair = serving;
+                self.answering_impostor = impostor;
                 self.drain(node, group);
                 self.serving_repair = false;
+                self.answering_impostor = None;
             }
         }
     }
@@ -1992,6 +2053,8 @@ pub fn run(options: Options) -> Report {
             rebuilt: 0,
             reads_served: 0,
             reads_refused: 0,
+            impostors: 0,
+            impostors_refused: 0,
             failure: Some(Failure {
                 checker: "setup".into(),
                 what: error,

@@ -54,6 +54,11 @@ struct Cli {
     /// leaves restarts longer tails to forget and repair).
     #[arg(long, default_value_t = 0)]
     publish_interval_ms: u64,
+    /// Clients misbehave: after one committed request in N, a client sends its number again
+    /// with another body, which the group must refuse (checker `request reuse`). 0, the
+    /// default: never.
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    reuse_one_in: u64,
     /// Requests each client sends (default: 40, or for most seeds more, drawn from the seed:
     /// a history 5 or 25 times longer, with producers' batches to match).
     #[arg(long)]
@@ -70,7 +75,8 @@ struct Cli {
     /// forgotten-acknowledgments, durable-commit-point, keep-durable-log, start-view-resend,
     /// publish-on-view-change, rejoin-restores-acknowledgments, repair-from-disk,
     /// snapshot-transfer, read-confirmation, read-index-earlier-views,
-    /// abandoned-adoption-keeps-log, recovering-joins-view-change, acknowledgment-bound.
+    /// abandoned-adoption-keeps-log, recovering-joins-view-change, acknowledgment-bound,
+    /// request-checksum.
     /// Also for a failover case (`iggy-sim --without NAME failover CASE`).
     #[arg(long)]
     without: Option<String>,
@@ -342,6 +348,7 @@ fn main() -> ExitCode {
             spread_primaries: !cli.no_spread,
             draw_history: cli.requests.is_none(),
             retention_bytes: cli.retention_bytes,
+            reuse_one_in: cli.reuse_one_in,
             faults: iggy_sim::Faults {
                 damage: cli.damage,
                 ..base.faults
@@ -359,7 +366,7 @@ fn main() -> ExitCode {
             "seed {seed}: {} simulated s in {:.2} wall s; {} ops committed ({} to {} a group, \
              history x{}, ring {}, retention {}), {} replies, {} unknown outcomes, {} crashes, {} view changes, {} \
              repair rounds read from disk ({} prepares), {} snapshots installed ({} of \
-             partitions), {} rebuilt, {} behind the ring{}: {}",
+             partitions), {} rebuilt, {} behind the ring{}{}: {}",
             report.simulated_us / 1_000_000,
             report.wall.as_secs_f64(),
             report.committed_ops,
@@ -390,6 +397,14 @@ fn main() -> ExitCode {
             } else {
                 String::new()
             },
+            if report.impostors > 0 {
+                format!(
+                    ", {} requests reused with another body ({} refused)",
+                    report.impostors, report.impostors_refused
+                )
+            } else {
+                String::new()
+            },
             if report.failure.is_some() {
                 "FAILED"
             } else {
@@ -414,6 +429,11 @@ fn main() -> ExitCode {
             };
             let requests = if cli.damage {
                 format!("{requests} --damage")
+            } else {
+                requests
+            };
+            let requests = if cli.reuse_one_in > 0 {
+                format!("{requests} --reuse-one-in {}", cli.reuse_one_in)
             } else {
                 requests
             };

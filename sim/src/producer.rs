@@ -129,6 +129,8 @@ pub struct Producer {
     pub wake_us: u64,
     /// Every send with an outcome, in order.
     pub sends: Vec<Send>,
+    /// A send refused as reused (it never reuses a number), for the checker.
+    pub reuse_violation: Option<String>,
 }
 
 impl Producer {
@@ -157,6 +159,7 @@ impl Producer {
             pending: None,
             wake_us: start_us,
             sends: Vec::new(),
+            reuse_violation: None,
         }
     }
 
@@ -381,6 +384,17 @@ impl Producer {
                 self.pending = None;
                 self.wake_us = self.next_send_us.max(now_us);
                 Some((request, op, body.to_vec()))
+            }
+            ReplyStatus::Reused => {
+                // A producer sends one body under each number: the group confused two.
+                self.reuse_violation = Some(format!(
+                    "request {request}, sent with one body only, was refused as reused by \
+                     replica {}",
+                    from.replica
+                ));
+                pending.awaiting = None;
+                self.wake_us = now_us + RESEND_US;
+                None
             }
             ReplyStatus::NotAccepted | ReplyStatus::NotCommitted => {
                 if status == ReplyStatus::NotCommitted {

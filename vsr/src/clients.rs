@@ -11,6 +11,10 @@ pub struct Session {
     pub request: u64,
     pub op: u64,
     pub reply: Vec<u8>,
+    /// The checksum of the request as its prepare recorded it (`Header::request_checksum`), so
+    /// a replay under the same number with another body is told apart from a true replay. 0:
+    /// unknown (a session boot handed over from a log or a snapshot that does not keep it).
+    pub request_checksum: u128,
 }
 
 /// Sessions by client.
@@ -34,11 +38,11 @@ impl ClientTable {
         self.sessions.get(&client)
     }
 
-    /// Records the committed request `request` of `client` as op `op` with its reply. An older
-    /// request never replaces a newer one.
-    pub fn record(&mut self, client: u128, request: u64, op: u64, reply: Vec<u8>) {
-        if let Some(session) = self.sessions.get(&client)
-            && session.request > request
+    /// Records `session`, the committed request of `client` (its op and reply). An older request
+    /// never replaces a newer one.
+    pub fn record(&mut self, client: u128, session: Session) {
+        if let Some(newer) = self.sessions.get(&client)
+            && newer.request > session.request
         {
             return;
         }
@@ -54,7 +58,7 @@ impl ClientTable {
                 self.sessions.remove(&oldest);
             }
         }
-        self.sessions.insert(client, Session { request, op, reply });
+        self.sessions.insert(client, session);
     }
 
     #[must_use]

@@ -80,11 +80,15 @@ pub struct Safeguards {
     /// no op above the acknowledgment bound its superblock holds: the bound its `DoViewChange`
     /// names after a crash covers everything it may have forgotten.
     pub acknowledgment_bound: bool,
+    /// A request under a number its client already used (committed, or prepared and not yet
+    /// answered) is a replay only if its checksum is the one the prepare recorded; with another
+    /// body it is refused (`ReplyStatus::Reused`), never answered with the other body's reply.
+    pub request_checksum: bool,
 }
 
 impl Safeguards {
     /// The names of the safeguards, as `without` takes them.
-    pub const NAMES: [&'static str; 20] = [
+    pub const NAMES: [&'static str; 21] = [
         "durable-view-gate",
         "publish-before-log-view",
         "nack-header-without-body",
@@ -105,6 +109,7 @@ impl Safeguards {
         "abandoned-adoption-keeps-log",
         "recovering-joins-view-change",
         "acknowledgment-bound",
+        "request-checksum",
     ];
 
     /// Every safeguard but the one named `name` (`None` for a name that is none of them).
@@ -132,6 +137,7 @@ impl Safeguards {
             "abandoned-adoption-keeps-log" => s.abandoned_adoption_keeps_log = false,
             "recovering-joins-view-change" => s.recovering_joins_view_change = false,
             "acknowledgment-bound" => s.acknowledgment_bound = false,
+            "request-checksum" => s.request_checksum = false,
             _ => return None,
         }
         Some(s)
@@ -161,6 +167,7 @@ impl Default for Safeguards {
             abandoned_adoption_keeps_log: true,
             recovering_joins_view_change: true,
             acknowledgment_bound: true,
+            request_checksum: true,
         }
     }
 }

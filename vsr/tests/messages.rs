@@ -155,6 +155,14 @@ fn every_kind() -> Vec<Message> {
             status: ReplyStatus::NotAccepted,
             body: Vec::new(),
         },
+        Message::Reply {
+            from: from(1, 4),
+            client: 0xAB,
+            request: 12,
+            op: 0,
+            status: ReplyStatus::Reused,
+            body: Vec::new(),
+        },
     ]
 }
 

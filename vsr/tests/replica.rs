@@ -692,6 +692,108 @@ fn a_replay_after_a_restart_is_answered_from_the_table() {
     ));
 }
 
+/// A request number the client already used is a replay only with the same body: with another
+/// body (a client that reused its number) it is refused as `Reused`, whether the first request
+/// committed (the table, here as boot handed it over) or is still being prepared. Without the
+/// rule (`request-checksum`), the committed case is answered with the other body's reply: the
+/// client is told its new body was appended when nothing of it was.
+#[test]
+fn a_request_number_reused_with_another_body_is_refused_not_answered() {
+    let reply_to = |safeguards: Safeguards| {
+        let log = chain(0, 0, 4, 0, 1);
+        let (head, checksum) = (log[3].0.op, log[3].0.checksum());
+        let message = |request: u64, body: &[u8]| Message::Request {
+            cluster: CLUSTER,
+            group: GROUP,
+            client: 0xC1,
+            request,
+            operation: iggy_format::operation::MESSAGES,
+            body: body.to_vec(),
+        };
+        let committed = iggy_vsr::message::frame_checksum(&message(5, b"first").encode());
+        let mut primary = Replica::new(
+            Config::default(),
+            safeguards,
+            Identity {
+                cluster: CLUSTER,
+                group: GROUP,
+                replica: 0,
+                replicas: 3,
+            },
+            Boot {
+                durable: new_group(),
+                applied: 4,
+                head,
+                head_checksum: checksum,
+                entries: log,
+                forgot_acknowledged: false,
+                forgotten_through: None,
+                incarnation: 6,
+                clients: vec![(
+                    0xC1,
+                    iggy_vsr::Session {
+                        request_checksum: committed,
+                        ..session(5, 3, b"original")
+                    },
+                )],
+            },
+        );
+        for effect in primary.take_effects() {
+            if let Effect::WriteSuperblock { id, .. } = effect {
+                primary.on_completion(id, Outcome::Done);
+            }
+        }
+        let mut statuses = Vec::new();
+        let mut answer = |primary: &mut Replica| {
+            let effects = primary.take_effects();
+            statuses.push(match effects.as_slice() {
+                [] => "nothing".to_string(),
+                [
+                    Effect::Send {
+                        message: Message::Reply { status, op, .. },
+                        ..
+                    },
+                ] => format!("{status:?} op {op}"),
+                [Effect::Prepare { .. }] => "prepared".to_string(),
+                other => format!("{other:?}"),
+            });
+        };
+        // The committed request 5: its own body is a replay, another is refused.
+        primary.on_message(message(5, b"first"));
+        answer(&mut primary);
+        primary.on_message(message(5, b"second"));
+        answer(&mut primary);
+        // Request 6 is being prepared: its body again waits for the commit, another is refused.
+        primary.on_message(message(6, b"third"));
+        answer(&mut primary);
+        primary.on_message(message(6, b"third"));
+        answer(&mut primary);
+        primary.on_message(message(6, b"fourth"));
+        answer(&mut primary);
+        statuses
+    };
+    assert_eq!(
+        reply_to(Safeguards::default()),
+        [
+            "Committed op 3",
+            "Reused op 0",
+            "prepared",
+            "nothing",
+            "Reused op 0"
+        ]
+    );
+    assert_eq!(
+        reply_to(Safeguards::without("request-checksum").unwrap()),
+        [
+            "Committed op 3",
+            "Committed op 3",
+            "prepared",
+            "nothing",
+            "nothing"
+        ]
+    );
+}
+
 /// Item 7: an incarnation of 0 is refused at boot: a `StartView` broadcast carries nonce 0, and
 /// a replica of incarnation 0 took every broadcast as the answer to its probe.
 #[test]

@@ -126,6 +126,10 @@ pub enum ReplyStatus {
     NotAccepted,
     /// The outcome cannot be known (what a client reports when it gives up after sending).
     NotCommitted,
+    /// Refused: the client already used this request number for a request with another body
+    /// (committed, or prepared and not yet answered). Nothing of this one is applied; the
+    /// earlier one keeps its outcome.
+    Reused,
 }
 
 impl ReplyStatus {
@@ -134,6 +138,7 @@ impl ReplyStatus {
             Self::Committed => 0,
             Self::NotAccepted => 1,
             Self::NotCommitted => 2,
+            Self::Reused => 3,
         }
     }
 
@@ -142,6 +147,7 @@ impl ReplyStatus {
             0 => Some(Self::Committed),
             1 => Some(Self::NotAccepted),
             2 => Some(Self::NotCommitted),
+            3 => Some(Self::Reused),
             _ => None,
         }
     }

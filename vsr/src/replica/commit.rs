@@ -4,6 +4,7 @@
 //! whichever becomes primary answers a replay the same way; the primary sends the reply.
 
 use super::{Pending, Phase, Replica};
+use crate::clients::Session;
 use crate::effect::Effect;
 use crate::message::{Message, ReplyStatus};
 
@@ -34,8 +35,15 @@ impl Replica {
             if header.client == 0 {
                 continue;
             }
-            self.clients
-                .record(header.client, header.request, op, reply.clone());
+            self.clients.record(
+                header.client,
+                Session {
+                    request: header.request,
+                    op,
+                    reply: reply.clone(),
+                    request_checksum: header.request_checksum,
+                },
+            );
             if self.phase() == Phase::Primary {
                 let message = Message::Reply {
                     from: self.from(),

@@ -237,7 +237,7 @@ pub struct Replica {
     effects: Vec<Effect>,
     // Primary.
     pipeline: BTreeMap<u64, Inflight>,
-    prepares_in_flight: VecDeque<(EffectId, u128, u64)>,
+    prepares_in_flight: VecDeque<(EffectId, u128, u64, u128)>,
     commit_broadcast_at: u64,
     // Backup.
     heartbeat_at: u64,
@@ -314,7 +314,7 @@ impl Replica {
         let mut sessions = boot.clients;
         sessions.sort_by_key(|(client, s)| (s.op, *client));
         for (client, session) in sessions {
-            clients.record(client, session.request, session.op, session.reply);
+            clients.record(client, session);
         }
         let mut commit_max = boot.durable.commit_max.max(boot.applied);
         if safeguards.durable_commit_point {

@@ -47,6 +47,23 @@ impl Replica {
         });
     }
 
+    /// Answers a request whose number the client already used for another body
+    /// ([`ReplyStatus::Reused`]): nothing of it was or will be applied.
+    fn answer_reused(&mut self, client: u128, request: u64) {
+        let message = Message::Reply {
+            from: self.from(),
+            client,
+            request,
+            op: 0,
+            status: ReplyStatus::Reused,
+            body: Vec::new(),
+        };
+        self.effects.push(Effect::Send {
+            to: Destination::Client(client),
+            message,
+        });
+    }
+
     pub(super) fn on_request(&mut self, client: u128, request: u64, operation: u32, body: Vec<u8>) {
         if self.phase() != Phase::Primary || !self.durable_in(self.view, true) {
             self.count("request_not_primary");
@@ -57,12 +74,33 @@ impl Replica {
             self.count("request_without_client");
             return;
         }
+        let request_checksum = frame_checksum(
+            &Message::Request {
+                cluster: self.id.cluster,
+                group: self.id.group,
+                client,
+                request,
+                operation,
+                body: body.clone(),
+            }
+            .encode(),
+        );
         if let Some(session) = self.clients.get(client) {
             if request < session.request {
                 self.count("request_stale");
                 return;
             }
             if request == session.request {
+                if self.safeguards.request_checksum
+                    && session.request_checksum != 0
+                    && session.request_checksum != request_checksum
+                {
+                    // The number of a committed request with another body: a client that
+                    // reused its number. The old reply would tell it the new body was applied.
+                    self.count("request_reused_with_another_body");
+                    self.answer_reused(client, request);
+                    return;
+                }
                 // Executed already (in this life or, from the table boot handed over, an
                 // earlier one): the original reply, never a second execution.
                 let message = Message::Reply {
@@ -78,16 +116,27 @@ impl Replica {
                 return;
             }
         }
+        // The same request prepared already (a try whose reply the client has not had yet):
+        // its commit answers it. The checksum it was prepared under, if it is.
         let in_progress = self
             .prepares_in_flight
             .iter()
-            .any(|(_, c, r)| *c == client && *r == request)
-            || (self.commit_min + 1..=self.journal.head()).any(|op| {
-                self.journal
-                    .header(op)
-                    .is_some_and(|h| h.client == client && h.request == request)
+            .find(|(_, c, r, _)| *c == client && *r == request)
+            .map(|(_, _, _, checksum)| *checksum)
+            .or_else(|| {
+                (self.commit_min + 1..=self.journal.head()).find_map(|op| {
+                    self.journal
+                        .header(op)
+                        .filter(|h| h.client == client && h.request == request)
+                        .map(|h| h.request_checksum)
+                })
             });
-        if in_progress {
+        if let Some(prepared) = in_progress {
+            if self.safeguards.request_checksum && prepared != request_checksum {
+                self.count("request_reused_with_another_body");
+                self.answer_reused(client, request);
+                return;
+            }
             self.count("request_in_progress");
             return;
         }
@@ -96,17 +145,6 @@ impl Replica {
             self.refuse_request(client, request);
             return;
         }
-        let request_checksum = frame_checksum(
-            &Message::Request {
-                cluster: self.id.cluster,
-                group: self.id.group,
-                client,
-                request,
-                operation,
-                body: body.clone(),
-            }
-            .encode(),
-        );
         let meta = PrepareMeta {
             view: self.view,
             commit: self.commit_max,
@@ -126,18 +164,19 @@ impl Replica {
             },
             Pending::Prepare,
         );
-        self.prepares_in_flight.push_back((id, client, request));
+        self.prepares_in_flight
+            .push_back((id, client, request, request_checksum));
     }
 
     pub(super) fn on_prepared(&mut self, id: EffectId, outcome: Outcome) {
         let Some(position) = self
             .prepares_in_flight
             .iter()
-            .position(|(i, _, _)| *i == id)
+            .position(|(i, _, _, _)| *i == id)
         else {
             return;
         };
-        let (_, client, request) = self.prepares_in_flight.remove(position).unwrap_or_default();
+        let (_, client, request, _) = self.prepares_in_flight.remove(position).unwrap_or_default();
         let (header, body) = match outcome {
             Outcome::Prepared { header, body } => (header, body),
             Outcome::Refused(_) => {

@@ -308,7 +308,7 @@ impl Replica {
         let mut sessions = clients;
         sessions.sort_by_key(|(client, s)| (s.op, *client));
         for (client, session) in sessions {
-            table.record(client, session.request, session.op, session.reply);
+            table.record(client, session);
         }
         self.clients = table;
     }

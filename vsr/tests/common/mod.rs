@@ -488,5 +488,6 @@ pub fn session(request: u64, op: u64, reply: &[u8]) -> Session {
         request,
         op,
         reply: reply.to_vec(),
+        request_checksum: 0,
     }
 }
