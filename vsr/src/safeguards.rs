@@ -84,11 +84,16 @@ pub struct Safeguards {
     /// answered) is a replay only if its checksum is the one the prepare recorded; with another
     /// body it is refused (`ReplyStatus::Reused`), never answered with the other body's reply.
     pub request_checksum: bool,
+    /// A backup's liveness window is reset only by a commit broadcast that shows the primary
+    /// committing (its commit point moved, or it covers every op the backup journaled): a
+    /// primary that hears none of its backups' acknowledgments is replaced after the heartbeat
+    /// timeout, as a silent one is.
+    pub commit_stall: bool,
 }
 
 impl Safeguards {
     /// The names of the safeguards, as `without` takes them.
-    pub const NAMES: [&'static str; 21] = [
+    pub const NAMES: [&'static str; 22] = [
         "durable-view-gate",
         "publish-before-log-view",
         "nack-header-without-body",
@@ -110,6 +115,7 @@ impl Safeguards {
         "recovering-joins-view-change",
         "acknowledgment-bound",
         "request-checksum",
+        "commit-stall",
     ];
 
     /// Every safeguard but the one named `name` (`None` for a name that is none of them).
@@ -138,6 +144,7 @@ impl Safeguards {
             "recovering-joins-view-change" => s.recovering_joins_view_change = false,
             "acknowledgment-bound" => s.acknowledgment_bound = false,
             "request-checksum" => s.request_checksum = false,
+            "commit-stall" => s.commit_stall = false,
             _ => return None,
         }
         Some(s)
@@ -168,6 +175,7 @@ impl Default for Safeguards {
             recovering_joins_view_change: true,
             acknowledgment_bound: true,
             request_checksum: true,
+            commit_stall: true,
         }
     }
 }

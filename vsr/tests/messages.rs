@@ -139,6 +139,10 @@ fn every_kind() -> Vec<Message> {
             from: from(0, 4),
             nonce: 9,
         },
+        Message::Ping {
+            from: from(2, 4),
+            hears: 0b101,
+        },
         Message::Request {
             cluster: 0xC1,
             group: 0,

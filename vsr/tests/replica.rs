@@ -1363,3 +1363,42 @@ fn a_commit_point_past_every_log_commits_nothing_the_new_view_prepares() {
     assert!(p.commit_max() <= 6, "{}", p.describe());
     assert_eq!(p.commit_min(), 6, "{}", p.describe());
 }
+
+/// Issue #45, safeguard `commit-stall` (a liveness rule): the primary stops hearing its backups
+/// (a one-way partition: its prepares and commit broadcasts still reach them). Its backups
+/// acknowledge a new op that never commits; with the rule they stop taking the stalled commit
+/// point as a heartbeat, start view 1 after the heartbeat timeout and commit the op there.
+/// Without it they follow the deaf primary for good: after 20 s the op is still uncommitted.
+#[test]
+fn backups_replace_a_primary_that_stopped_hearing_them() {
+    for rule in [true, false] {
+        let safeguards = Safeguards {
+            commit_stall: rule,
+            ..Safeguards::default()
+        };
+        let mut cluster = Cluster::new(vec![Vec::new(); 3], new_group(), 0, safeguards);
+        cluster.settle_storage();
+        cluster.nodes[0].replica.on_message(request(1));
+        cluster.collect(0);
+        // A commit broadcast (every 50 ticks) tells the backups op 1 committed.
+        cluster.run(100, |_, _, _| true);
+        assert_eq!(cluster.replica(1).commit_max(), 1);
+        // Replica 0 hears nobody from now on; a second request arrives.
+        cluster.nodes[0].replica.on_message(request(2));
+        cluster.collect(0);
+        cluster.run(2_000, |from, to, _| to != 0 || from == 0);
+        let (one, two) = (cluster.replica(1), cluster.replica(2));
+        assert_eq!(one.journaled_head(), 2, "{}", one.describe());
+        if rule {
+            assert_eq!(one.view(), 1, "{}", one.describe());
+            assert_eq!(one.status(), Status::Normal, "{}", one.describe());
+            assert_eq!(two.view(), 1, "{}", two.describe());
+            assert_eq!(one.commit_max(), 2, "{}", one.describe());
+            assert!(one.counters().get("commit_stalled").copied().unwrap_or(0) > 0);
+        } else {
+            assert_eq!(one.view(), 0, "{}", one.describe());
+            assert_eq!(two.view(), 0, "{}", two.describe());
+            assert_eq!(one.commit_max(), 1, "{}", one.describe());
+        }
+    }
+}

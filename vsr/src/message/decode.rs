@@ -282,6 +282,13 @@ fn decode_fields(f: &Fields, body: &[u8]) -> Result<Message, DecodeError> {
                 nonce: f.nonce,
             }
         }
+        command::PING => {
+            empty(body)?;
+            Message::Ping {
+                from,
+                hears: f.nonce,
+            }
+        }
         command::REQUEST => Message::Request {
             cluster: f.cluster,
             group: f.group,

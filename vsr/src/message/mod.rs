@@ -72,6 +72,7 @@ pub mod command {
     pub const READ_INDEX_OK: u8 = 15;
     pub const READ_ROUND: u8 = 16;
     pub const READ_ROUND_OK: u8 = 17;
+    pub const PING: u8 = 18;
 }
 
 /// Largest chunk of a snapshot a `SnapshotChunk` carries (the snapshot crate's transfer unit).
@@ -236,6 +237,10 @@ pub enum Message {
     ReadRound { from: From, nonce: u64 },
     /// A backup in normal status in `from.view` answers round `nonce`.
     ReadRoundOk { from: From, nonce: u64 },
+    /// The replica bus's keepalive: the sending node is up and its messages reach this one,
+    /// and `hears` has bit `i` set for each node it heard lately (its own included). No
+    /// replica acts on it (the host's transport does; `group` is the metadata group's).
+    Ping { from: From, hears: u64 },
     /// A client's request.
     Request {
         cluster: u128,
@@ -391,6 +396,7 @@ impl Message {
             Self::ReadIndexOk { .. } => command::READ_INDEX_OK,
             Self::ReadRound { .. } => command::READ_ROUND,
             Self::ReadRoundOk { .. } => command::READ_ROUND_OK,
+            Self::Ping { .. } => command::PING,
         }
     }
 
@@ -415,6 +421,7 @@ impl Message {
             Self::ReadIndexOk { .. } => "read_index_ok",
             Self::ReadRound { .. } => "read_round",
             Self::ReadRoundOk { .. } => "read_round_ok",
+            Self::Ping { .. } => "ping",
         }
     }
 
@@ -543,6 +550,7 @@ impl Message {
                 "read_round_ok {nonce} from {} view {}",
                 from.replica, from.view
             ),
+            Self::Ping { from, hears } => format!("ping from {} hears {hears:#b}", from.replica),
         }
     }
 
@@ -566,6 +574,7 @@ impl Message {
             | Self::ReadIndexOk { from, .. }
             | Self::ReadRound { from, .. }
             | Self::ReadRoundOk { from, .. }
+            | Self::Ping { from, .. }
             | Self::Reply { from, .. } => Some(*from),
         }
     }
@@ -762,6 +771,13 @@ impl Message {
                 let fields = Fields {
                     nonce: *nonce,
                     ..Fields::from(command::READ_ROUND_OK, from)
+                };
+                seal(&fields, &[])
+            }
+            Self::Ping { from, hears } => {
+                let fields = Fields {
+                    nonce: *hears,
+                    ..Fields::from(command::PING, from)
                 };
                 seal(&fields, &[])
             }

@@ -125,8 +125,20 @@ impl Replica {
         {
             return;
         }
-        // Only a commit broadcast resets the liveness window.
-        self.heartbeat_at = self.ticks + self.config.heartbeat_timeout_ticks;
+        // Only a commit broadcast resets the liveness window, and (`commit-stall`) only one that
+        // shows the primary committing: its commit point moved since the last reset, or it
+        // covers every op this backup journaled. A primary that no longer hears its backups
+        // (a one-way partition) still broadcasts its commit point; without the rule its
+        // backups would follow it, and the group would take no write, for as long as it lasts.
+        // (Not the ops acknowledged: a retransmitted prepare lowers that to the commit point
+        // for a moment, and a broadcast landing then passed for progress.)
+        let progress = commit > self.heartbeat_commit || self.journal.journaled_head <= commit;
+        if progress || !self.safeguards.commit_stall {
+            self.heartbeat_at = self.ticks + self.config.heartbeat_timeout_ticks;
+            self.heartbeat_commit = self.heartbeat_commit.max(commit);
+        } else {
+            self.count("commit_stalled");
+        }
         if phase == Phase::Adopting {
             return;
         }

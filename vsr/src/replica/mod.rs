@@ -241,6 +241,8 @@ pub struct Replica {
     commit_broadcast_at: u64,
     // Backup.
     heartbeat_at: u64,
+    /// The commit point the last reset of the liveness window saw (`commit-stall`).
+    heartbeat_commit: u64,
     acked_through: u64,
     // View change and view start.
     view_change: ViewChange,
@@ -324,6 +326,7 @@ impl Replica {
             clients,
             probe_at: config.request_start_view_delay_ticks,
             heartbeat_at: config.heartbeat_timeout_ticks,
+            heartbeat_commit: 0,
             config,
             safeguards,
             id,
@@ -663,6 +666,7 @@ impl Replica {
             Message::ReadRound { from, nonce } => self.on_read_round(from, nonce),
             Message::ReadRoundOk { from, nonce } => self.on_read_round_ok(from, nonce),
             Message::Reply { .. } => self.count("reply_to_replica"),
+            Message::Ping { .. } => self.count("ping_to_replica"),
         }
         self.drive();
     }

@@ -113,6 +113,7 @@ impl Replica {
         self.starting = None;
         self.status = Status::Normal;
         self.heartbeat_at = self.ticks + self.config.heartbeat_timeout_ticks;
+        self.heartbeat_commit = self.commit_max;
         self.commit_broadcast_at = self.ticks;
         self.repair_at = self.ticks;
         self.repair_rounds.clear();
@@ -250,6 +251,7 @@ impl Replica {
         self.unverified.clear();
         self.view_change = ViewChange::default();
         self.heartbeat_at = self.ticks + self.config.heartbeat_timeout_ticks;
+        self.heartbeat_commit = self.commit_max;
         // Memory keeps only what is proved: the storage prefix kept, then (once the log_view is
         // durable) the view's headers with the bodies held of them.
         let held = self.held_bodies(&headers);
