@@ -8,11 +8,19 @@
 #   kill-boot  kill -9 of one node, restarted; 0.3 s later, while it boots, kill -9 of another
 #   pause      SIGSTOP of one node for 1 to 8 s, then SIGCONT
 #   rolling    a clean restart (SIGTERM, wait, start) of every node in turn
+#   partition  one node cut off from both peers, both ways, for 1 to 8 s
+#   deaf       one node hears neither peer (what it sends still arrives) for 1 to 8 s
+#   mute       nothing one node sends reaches its peers (it still hears them) for 1 to 8 s
+#
+# The nodes' replica bus runs through `iggy-server proxy` on loopback: node i reaches node j at
+# port BASE+3000+3i+j, the proxy's route "i>j", which forwards to node j's replica port and
+# carries i's messages to j (each direction of a pair has its own connection). A partition
+# blocks routes: nothing crosses, nothing is closed, as across a real network partition.
 #
 # For each fault it prints the longest write gap any producer saw across it (from the ledger's
 # acknowledgment times) beside the bound it should meet: the time fewer than two nodes were up,
-# plus detection (a closed connection: at once; a pause: up to the 5 s heartbeat timeout), plus
-# one second. Then it verifies the ledger on every node (every acknowledged message on every
+# plus detection (a closed connection: at once; a pause or a partition: up to the 5 s heartbeat
+# timeout), plus one second. Then it verifies the ledger on every node (every acknowledged message on every
 # node, exactly once), prints the consumers' figures, stops the cluster cleanly and runs
 # `iggy-fsck` on every node's directory. Exit 0 only if verify and every fsck pass; a gap over
 # its bound is printed as OVER (and counted in the last line) but does not fail the run.
@@ -22,12 +30,12 @@
 #
 # RATE is each producer's batches a second (10 by default: 12 MB/s in all, which every node
 # keeps, so 30 minutes at 10 would need 65 GB of disk; RATE=2 needs 13 GB).
-#   SHORT=1 scripts/fault-harness.sh         # CI's form: 45 s, three faults
+#   SHORT=1 scripts/fault-harness.sh         # CI's form: 45 s, three faults (kill, deaf, kill-boot)
 #   NOFAULTS=1 DURATION=1800 RATE=2 scripts/fault-harness.sh   # no faults: no view change
 #   KINDS="kill-boot kill2" scripts/fault-harness.sh   # only these kinds, drawn at random
 #
-# Not yet in the schedule: network partitions (a node cut off, one way or both). Uses ports
-# 8590-8592, 9590-9592 and 10590-10592 on loopback and a directory under /tmp.
+# Uses ports 8590-8592, 9590-9592, 10590-10592 and 11590-11598 on loopback and a directory
+# under /tmp.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seed=${SEED:-1}
@@ -64,6 +72,7 @@ wait_up() { for _ in $(seq 1 600); do up "$1" && return 0; sleep 0.05; done; ech
 cleanup() {
     for i in 0 1 2; do p=$(pid_of $i); [ -n "$p" ] && kill -CONT $p 2>/dev/null; [ -n "$p" ] && kill $p 2>/dev/null; done
     [ -n "${dev:-}" ] && kill "$dev" 2>/dev/null || true
+    [ -n "${proxy:-}" ] && kill "$proxy" 2>/dev/null || true
     wait 2>/dev/null || true
     [ -z "${KEEP:-}" ] && rm -rf "$dir"
     return 0
@@ -72,6 +81,23 @@ trap cleanup EXIT
 "$S" dev --dir "$dir/cluster" --base-port $base > "$dir/dev.out" 2> "$dir/dev.err" &
 dev=$!
 for _ in $(seq 1 600); do grep -q "^try:" "$dir/dev.out" 2>/dev/null && break; sleep 0.1; done
+# `dev` wrote each node's configuration and created the cluster; it stops its nodes cleanly, and
+# they start again with their peers' replica addresses moved to the proxy's routes.
+kill -INT "$dev"; wait "$dev" || true; dev=
+routes=()
+for i in 0 1 2; do
+    for j in 0 1 2; do
+        [ $i = $j ] && continue
+        via=$((base + 3000 + 3 * i + j))
+        sed -i "s/^replica = \"127.0.0.1:$((base + 1000 + j))\"/replica = \"127.0.0.1:$via\"/" "$dir/cluster/node-$i.toml"
+        routes+=(--route "$i>$j=127.0.0.1:$via>127.0.0.1:$((base + 1000 + j))")
+    done
+done
+: > "$dir/blocked"
+"$S" proxy "${routes[@]}" --control "$dir/blocked" 2> "$dir/proxy.err" &
+proxy=$!
+for i in 0 1 2; do start_node $i; done
+for i in 0 1 2; do wait_up $i; done
 "$S" load --nodes $nodes --create --replicated 6 --persisted 6 --rate "${RATE:-10}" --batch 100 \
     --message-size 1000 --duration "${duration}s" --consumers --ledger "$dir/ledger" --json \
     > "$dir/load.json" 2> "$dir/load.err" &
@@ -82,7 +108,8 @@ end=$((started + duration * 1000 - 15000))
 # One fault: its kind, when it began and ended, and for how long fewer than two nodes were up
 # (and the detection the bound allows), appended to $dir/faults.
 record() { echo "$1 $2 $(now_ms) $3 $4" >> "$dir/faults"; }
-read -r -a kinds <<< "${KINDS:-kill kill2 kill-boot pause rolling}"
+if [ -n "${SHORT:-}" ]; then default_kinds="kill deaf kill-boot"; else default_kinds="kill kill2 kill-boot pause rolling partition deaf mute"; fi
+read -r -a kinds <<< "${KINDS:-$default_kinds}"
 count=0
 sleep 8
 settled
@@ -105,6 +132,15 @@ while [ -z "${NOFAULTS:-}" ] && [ "$(now_ms)" -lt "$end" ]; do
         pause)
             ms=$((1000 + RANDOM % 7000)); kill -STOP "$(pid_of $a)"
             sleep "$(awk -v m=$ms 'BEGIN { printf "%.3f", m / 1000 }')"; kill -CONT "$(pid_of $a)"
+            record "$kind:$a:${ms}ms" "$t0" 0 $((ms < 5000 ? ms : 5000)) ;;
+        partition|deaf|mute)
+            ms=$((1000 + RANDOM % 7000)); o=(); for i in 0 1 2; do [ $i != $a ] && o+=($i); done
+            case $kind in
+                partition) echo "$a>${o[0]} $a>${o[1]} ${o[0]}>$a ${o[1]}>$a" > "$dir/blocked" ;;
+                deaf) echo "${o[0]}>$a ${o[1]}>$a" > "$dir/blocked" ;;
+                mute) echo "$a>${o[0]} $a>${o[1]}" > "$dir/blocked" ;;
+            esac
+            sleep "$(awk -v m=$ms 'BEGIN { printf "%.3f", m / 1000 }')"; : > "$dir/blocked"
             record "$kind:$a:${ms}ms" "$t0" 0 $((ms < 5000 ? ms : 5000)) ;;
         rolling)
             for i in 0 1 2; do
@@ -156,7 +192,7 @@ awk -v faults="$dir/faults" '
 status=0
 "$S" verify --nodes $nodes --ledger "$dir/ledger" --patience 60s | tail -1 || status=1
 for i in 0 1 2; do p=$(pid_of $i); [ -n "$p" ] && kill "$p"; done
-kill "$dev" 2>/dev/null || true
+kill "$proxy" 2>/dev/null || true
 wait 2>/dev/null || true
 for i in 0 1 2; do
     if "$F" "$dir/cluster/node-$i" > "$dir/fsck-$i.out" 2>&1; then echo "iggy-fsck node-$i: exit 0"

@@ -22,6 +22,11 @@
 //!   process exited: the kernel closes its sockets at once), the node is told
 //!   ([`start_with_close`]) and every group whose primary is that peer starts its view change
 //!   without waiting out the 5 s heartbeat window.
+//! - **Keepalives.** A connection with nothing to send for 250 ms sends a `Ping` (a replica
+//!   message no replica acts on), so every node hears each live, reachable peer at least four
+//!   times a second whatever its load.
+//! - **Who campaigns.** A node that heard fewer peers than a quorum needs in the last second sends
+//!   no `StartViewChange` or `DoViewChange` ([`BusSender::send`]).
 //! - **Reconnects** back off from 50 ms to 2 s, doubling, with a log line on the first failure
 //!   of a run and on recovery, not on every try.
 
@@ -63,6 +68,75 @@ pub struct BusCounters {
     pub bad_frames: AtomicU64,
     pub refused_handshakes: AtomicU64,
     pub connects: AtomicU64,
+    /// View-change messages not sent because this node heard too few peers lately.
+    pub campaigns_held_back: AtomicU64,
+    /// Per peer index (the first [`HEARD_PEERS`]): when a frame of it last arrived, in
+    /// milliseconds since the bus's epoch, plus one (0: never).
+    pub heard: [AtomicU64; HEARD_PEERS],
+    /// Per peer index: the `hears` of its last `Ping` (which nodes it heard lately).
+    pub peer_hears: [AtomicU64; HEARD_PEERS],
+    /// Per peer index: since when (an [`epoch_ms`] reading, plus one; 0: it does not) every
+    /// ping of it said it heard fewer nodes than a quorum.
+    pub peer_deaf_since: [AtomicU64; HEARD_PEERS],
+    /// Peers taken for gone because nothing of them arrived for [`SILENT_MS`], or because
+    /// their pings said they heard too few nodes to lead.
+    pub silent_peers: AtomicU64,
+    pub deaf_peers: AtomicU64,
+}
+
+/// Every connection carries a [`Message::Ping`] this often, whatever else it carries.
+pub const PING_INTERVAL: Duration = Duration::from_millis(250);
+
+/// A peer whose pings said it heard fewer nodes than a quorum for this long (two pings apart)
+/// is taken for unable to lead.
+pub const DEAF_MS: u64 = 500;
+
+/// A peer of which nothing arrived for this long (four pings) is taken for gone: its
+/// primaryships end at once, as when its connection closes.
+pub const SILENT_MS: u64 = 1_000;
+
+/// How recently a node must have heard a quorum of peers to send view-change messages
+/// ([`BusSender::send`]): the silence after which it takes its peers for gone, so that the view
+/// changes that silence starts on a node cut off are held back (with a longer window, a node
+/// cut off for between one and two seconds pulled its peers into views it was to lead).
+pub const CAMPAIGN_WINDOW_MS: u64 = SILENT_MS;
+
+/// Peers whose last frame is timed ([`BusCounters::heard`]).
+pub const HEARD_PEERS: usize = 16;
+
+/// Milliseconds since the first call in this process: the clock of [`BusCounters::heard`].
+pub fn epoch_ms() -> u64 {
+    static EPOCH: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    let epoch = EPOCH.get_or_init(std::time::Instant::now);
+    u64::try_from(epoch.elapsed().as_millis()).unwrap_or(u64::MAX)
+}
+
+impl BusCounters {
+    fn heard_from(&self, peer: u8) {
+        if let Some(slot) = self.heard.get(usize::from(peer)) {
+            slot.fetch_max(epoch_ms() + 1, Ordering::Relaxed);
+        }
+    }
+
+    /// The nodes heard in the last [`SILENT_MS`], as a `Ping`'s `hears` (this node's own bit
+    /// set).
+    pub fn hears(&self, own: u8) -> u64 {
+        let since = epoch_ms().saturating_sub(SILENT_MS);
+        let mut bits = 1u64 << own;
+        for (i, slot) in self.heard.iter().enumerate() {
+            if slot.load(Ordering::Relaxed) > since {
+                bits |= 1 << i;
+            }
+        }
+        bits
+    }
+
+    /// Whether a frame of any peer arrived at or after `since` (an [`epoch_ms`] reading).
+    pub fn heard_any_since(&self, since: u64) -> bool {
+        self.heard
+            .iter()
+            .any(|slot| slot.load(Ordering::Relaxed) > since)
+    }
 }
 
 /// The sending half: one queue per peer.
@@ -73,11 +147,49 @@ pub struct BusSender {
 }
 
 impl BusSender {
+    /// Whether this node heard, in the last [`CAMPAIGN_WINDOW_MS`], as many peers as a quorum
+    /// needs besides itself (a majority of the roster, this node counted).
+    pub fn hears_a_quorum(&self) -> bool {
+        let roster = self.queues.len();
+        let needed = roster / 2;
+        let since = epoch_ms().saturating_sub(CAMPAIGN_WINDOW_MS);
+        let heard = self
+            .counters
+            .heard
+            .iter()
+            .filter(|slot| slot.load(Ordering::Relaxed) > since)
+            .count();
+        heard >= needed
+    }
+
+    /// What the bus counted (and when each peer was last heard).
+    pub fn counters(&self) -> &BusCounters {
+        &self.counters
+    }
+
     /// Queues `message` for `replica`; a full queue drops it (counted).
+    ///
+    /// A node that has heard fewer peers than a quorum needs besides itself in the last
+    /// [`CAMPAIGN_WINDOW_MS`] sends no `StartViewChange` or `DoViewChange` (counted): its
+    /// replicas time out on primaries they cannot hear, but a view change they start cannot
+    /// complete (they would not hear the answers), and it would pull the peers that can still
+    /// commit into a view led by this node or waiting for it. Dropping a message is always
+    /// safe; the node campaigns again as soon as it hears its peers. (A deaf node, one whose
+    /// peers hear it and it none of them, made every group it backed wait out the partition.)
     pub fn send(&self, replica: u8, message: Message) {
         let Some(Some(queue)) = self.queues.get(usize::from(replica)) else {
             return;
         };
+        if matches!(
+            message,
+            Message::StartViewChange { .. } | Message::DoViewChange { .. }
+        ) && !self.hears_a_quorum()
+        {
+            self.counters
+                .campaigns_held_back
+                .fetch_add(1, Ordering::Relaxed);
+            return;
+        }
         if queue.try_send(message).is_err() {
             self.counters
                 .dropped_queue_full
@@ -157,6 +269,11 @@ pub async fn start_with_close(
     let config = Arc::new(config);
     let deliver = Arc::new(deliver);
     let closed = Arc::new(closed);
+    tokio::spawn(watch_peers(
+        config.clone(),
+        counters.clone(),
+        closed.clone(),
+    ));
     // A peer that connects to this node is up: its dialer stops waiting out its backoff.
     let up: Arc<Vec<Arc<Notify>>> = Arc::new(
         (0..config.peers.len())
@@ -200,6 +317,65 @@ pub async fn start_with_close(
         queues.push(Some(sender));
     }
     Ok((BusSender { queues, counters }, bound))
+}
+
+/// Tells the node (`gone`, as for a closed connection) when a peer it heard goes silent for
+/// [`SILENT_MS`] (paused, cut off, or its messages no longer reach this node), and when a peer's
+/// pings say it hears fewer nodes than a quorum (it cannot lead: nothing it prepares can commit,
+/// nor can it learn of a later view). Once per episode: a peer heard again, or hearing a quorum
+/// again, arms it anew.
+async fn watch_peers(
+    config: Arc<BusConfig>,
+    counters: Arc<BusCounters>,
+    gone: Arc<impl Fn(u8) + Send + Sync + 'static>,
+) {
+    let peers = config.peers.len().min(HEARD_PEERS);
+    let quorum = config.peers.len() / 2 + 1;
+    // Armed: the peer was heard (hearing a quorum) since it was last reported.
+    let mut silent_armed = vec![false; peers];
+    let mut deaf_armed = vec![false; peers];
+    let mut tick = tokio::time::interval(Duration::from_millis(50));
+    loop {
+        tick.tick().await;
+        let since = epoch_ms().saturating_sub(SILENT_MS);
+        for peer in 0..peers {
+            if peer == usize::from(config.replica) {
+                continue;
+            }
+            let index = u8::try_from(peer).unwrap_or(u8::MAX);
+            let heard = counters.heard[peer].load(Ordering::Relaxed);
+            if heard > since {
+                silent_armed[peer] = true;
+            } else if silent_armed[peer] && heard > 0 {
+                silent_armed[peer] = false;
+                counters.silent_peers.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(
+                    peer,
+                    "replica bus: nothing of a peer for a second; its primaryships end"
+                );
+                gone(index);
+            }
+            let hears = counters.peer_hears[peer].load(Ordering::Relaxed);
+            if hears == 0 || heard <= since {
+                continue;
+            }
+            // Deaf for [`DEAF_MS`] of this node's clock, not one ping: the pings a partition
+            // held back arrive in a burst when it heals, each saying what the peer heard then.
+            let deaf_since = counters.peer_deaf_since[peer].load(Ordering::Relaxed);
+            if hears.count_ones() as usize >= quorum {
+                deaf_armed[peer] = true;
+            } else if deaf_armed[peer] && deaf_since > 0 && epoch_ms() + 1 >= deaf_since + DEAF_MS {
+                deaf_armed[peer] = false;
+                counters.deaf_peers.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(
+                    peer,
+                    hears = format_args!("{hears:#b}"),
+                    "replica bus: a peer hears fewer nodes than a quorum; its primaryships end"
+                );
+                gone(index);
+            }
+        }
+    }
 }
 
 async fn serve_peer(
@@ -268,8 +444,25 @@ async fn serve_peer(
                 tracing::warn!(%address, peer, message = %message.summary(), "replica bus: a frame of another cluster or sender than the handshake's; closing the connection");
                 return;
             }
+            Ok(Message::Ping { hears, .. }) => {
+                counters.frames_in.fetch_add(1, Ordering::Relaxed);
+                counters.heard_from(peer);
+                let index = usize::from(peer);
+                if let (Some(slot), Some(since)) = (
+                    counters.peer_hears.get(index),
+                    counters.peer_deaf_since.get(index),
+                ) {
+                    slot.store(hears, Ordering::Relaxed);
+                    if hears.count_ones() as usize > config.peers.len() / 2 {
+                        since.store(0, Ordering::Relaxed);
+                    } else if since.load(Ordering::Relaxed) == 0 {
+                        since.store(epoch_ms() + 1, Ordering::Relaxed);
+                    }
+                }
+            }
             Ok(message) => {
                 counters.frames_in.fetch_add(1, Ordering::Relaxed);
+                counters.heard_from(peer);
                 deliver(peer, message);
             }
             Err(error) => {
@@ -299,7 +492,24 @@ async fn dial_peer(
                 }
                 failing = false;
                 backoff = Duration::from_millis(50);
-                while let Some(message) = queue.recv().await {
+                let mut pings = tokio::time::interval(PING_INTERVAL);
+                pings.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                loop {
+                    let message = tokio::select! {
+                        message = queue.recv() => match message {
+                            Some(message) => message,
+                            None => break,
+                        },
+                        _ = pings.tick() => Message::Ping {
+                            from: iggy_vsr::From {
+                                cluster: config.cluster,
+                                group: 0,
+                                replica: config.replica,
+                                view: 0,
+                            },
+                            hears: counters.hears(config.replica),
+                        },
+                    };
                     if stream.write_all(&message.encode()).await.is_err() {
                         break;
                     }

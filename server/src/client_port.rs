@@ -96,6 +96,8 @@ pub struct PortCounters {
     pub connections: std::sync::atomic::AtomicU64,
     pub requests: std::sync::atomic::AtomicU64,
     pub evictions: std::sync::atomic::AtomicU64,
+    /// Client connections closed because no peer was heard while a request waited.
+    pub isolated_closes: std::sync::atomic::AtomicU64,
     /// Error replies, by status code.
     pub errors: Mutex<std::collections::BTreeMap<u32, u64>>,
 }
@@ -190,6 +192,15 @@ fn ok(body: Vec<u8>) -> Answer {
     }
 }
 
+/// Not a status: the client's connection is closed without a reply (`submit_as` on a node cut
+/// off from its peers).
+const CLOSE_CONNECTION: u32 = u32::MAX;
+
+/// How long a request waits with no frame of any peer arriving before its node takes itself
+/// for cut off (a peer that is up sends something well within it: a prepare's acknowledgment,
+/// a forwarded request's reply, a commit broadcast every 500 ms).
+const ISOLATED_AFTER_MS: u64 = 1_000;
+
 fn error(status: u32) -> Answer {
     Answer::Reply {
         status,
@@ -243,6 +254,15 @@ async fn serve<S: Storage + Clone + Send + Sync + 'static>(
             .requests
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let answer = answer(&shared, &header, &body, &mut session, &mut balanced).await;
+        if matches!(
+            answer,
+            Answer::Reply {
+                status: CLOSE_CONNECTION,
+                ..
+            }
+        ) {
+            break;
+        }
         if let Answer::Reply { status, .. } = &answer {
             tracing::debug!(%peer, code = header.code, operation = ?header.operation, request = header.request, status, "client port: answered");
         }
@@ -750,6 +770,7 @@ async fn submit_as<S: Storage + Clone + Send + Sync + 'static>(
         }
     }
     let started = std::time::Instant::now();
+    let submitted_ms = crate::bus::epoch_ms();
     let deadline = tokio::time::Instant::now() + shared.config.reply_deadline;
     // A request sent to a primary that is no longer the group's (it died, or lost its view) is
     // answered as not committed as soon as this node learns of the new view, instead of at the
@@ -764,6 +785,18 @@ async fn submit_as<S: Storage + Clone + Send + Sync + 'static>(
                 if sent_to.is_some() && now.is_some() && now != sent_to {
                     tracing::debug!(group = format_args!("{group:#x}"), request, ?sent_to, leader = ?now, "client port: the primary changed while a request waited");
                     return Err(status::TRANSIENT_NOT_COMMITTED);
+                }
+                if shared.config.roster.len() > 1
+                    && crate::bus::epoch_ms().saturating_sub(submitted_ms) >= ISOLATED_AFTER_MS
+                    && !shared.bus.counters().heard_any_since(submitted_ms)
+                {
+                    // Not one frame of any peer since the request went out: this node is cut
+                    // off (a partition, or it hears nobody), and nothing it forwards or
+                    // prepares can commit until that ends. The client is sent elsewhere by a
+                    // closed connection, as if this node had died; it replays there.
+                    tracing::warn!(group = format_args!("{group:#x}"), request, "client port: no peer heard for a second while a request waited; closing the client's connection so it moves to another node");
+                    shared.counters.isolated_closes.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    return Err(CLOSE_CONNECTION);
                 }
                 continue;
             }

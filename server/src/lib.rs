@@ -11,5 +11,6 @@ pub mod config;
 pub mod load;
 pub mod metrics;
 pub mod process;
+pub mod proxy;
 pub mod runtime;
 pub mod translate;

@@ -140,6 +140,20 @@ enum Command {
         #[arg(long)]
         retained: bool,
     },
+    /// A TCP proxy on loopback for the fault harness's network partitions: each route listens on
+    /// one address and forwards to another; the routes named in the control file (read every
+    /// 10 ms) are blocked: nothing crosses them either way and no connection is made, but none
+    /// is closed, as across a real partition. `scripts/fault-harness.sh` gives each directed pair
+    /// of nodes a route (`docs/testing.md`).
+    Proxy {
+        /// A route, `NAME=LISTEN>TARGET` (both loopback), e.g. `0>1=127.0.0.1:11591>127.0.0.1:9591`;
+        /// repeat for more.
+        #[arg(long = "route", required = true)]
+        routes: Vec<iggy_server::proxy::Route>,
+        /// The file naming the blocked routes (whitespace-separated).
+        #[arg(long)]
+        control: PathBuf,
+    },
 }
 
 #[derive(clap::Args)]
@@ -175,6 +189,7 @@ fn main() -> ExitCode {
             data_dir,
             replica,
         } => run(&config, data_dir, replica),
+        Command::Proxy { routes, control } => iggy_server::proxy::run(routes, control),
         Command::Dev {
             nodes,
             dir,

@@ -185,6 +185,13 @@ pub fn render(node: &NodeMetrics, bus: &BusCounters, port: &PortCounters) -> Str
         "counter",
         load(&port.evictions),
     );
+    counter(
+        &mut out,
+        "iggy_client_isolated_closes_total",
+        "Client connections closed because this node heard no peer for a second while a request waited (it was cut off).",
+        "counter",
+        load(&port.isolated_closes),
+    );
     out.push_str("# HELP iggy_client_errors_total Error replies to clients, by status code.\n# TYPE iggy_client_errors_total counter\n");
     for (code, n) in port
         .errors
@@ -235,6 +242,27 @@ pub fn render(node: &NodeMetrics, bus: &BusCounters, port: &PortCounters) -> Str
         "Connections this node opened to its peers.",
         "counter",
         load(&bus.connects),
+    );
+    counter(
+        &mut out,
+        "iggy_bus_campaigns_held_back_total",
+        "StartViewChange and DoViewChange messages not sent because this node heard fewer peers than a quorum needs in the last second.",
+        "counter",
+        load(&bus.campaigns_held_back),
+    );
+    counter(
+        &mut out,
+        "iggy_bus_silent_peers_total",
+        "Peers taken for gone because nothing of them arrived for a second (their primaryships end).",
+        "counter",
+        load(&bus.silent_peers),
+    );
+    counter(
+        &mut out,
+        "iggy_bus_deaf_peers_total",
+        "Peers taken for gone because their pings said they heard fewer nodes than a quorum.",
+        "counter",
+        load(&bus.deaf_peers),
     );
     out
 }

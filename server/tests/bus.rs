@@ -228,3 +228,98 @@ fn a_peers_closed_connection_is_reported_and_a_refused_one_is_not() {
         assert!(heard.1.is_err(), "reported once: {:?}", heard.1);
     });
 }
+
+fn ping(replica: u8, hears: u64) -> Vec<u8> {
+    Message::Ping {
+        from: From {
+            cluster: 7,
+            group: 0,
+            replica,
+            view: 0,
+        },
+        hears,
+    }
+    .encode()
+}
+
+/// Failure detection on the bus: a peer heard and then silent for a second is reported (as a
+/// closed connection is), and so is one whose pings say, for half a second, that it hears fewer
+/// nodes than a quorum (a deaf node: its messages arrive, nothing reaches it); a node that heard
+/// no quorum of peers lately sends no view-change message.
+#[test]
+fn a_silent_peer_and_a_deaf_one_are_reported_and_a_node_hearing_no_quorum_holds_back() {
+    runtime().block_on(async {
+        let peers = lone_node_peers();
+        let (reported, reports) = channel();
+        let counters = Arc::new(BusCounters::default());
+        let (bus, bound) = bus::start_with_close(
+            config(0, &peers, b"key"),
+            |_peer, _message| {},
+            move |peer| {
+                let _ = reported.send(peer);
+            },
+            counters.clone(),
+        )
+        .await
+        .expect("the bus starts");
+        // Nobody heard yet: a StartViewChange is held back, not queued.
+        let svc = Message::StartViewChange {
+            from: From {
+                cluster: 7,
+                group: 0,
+                replica: 0,
+                view: 1,
+            },
+        };
+        assert!(!bus.hears_a_quorum());
+        bus.send(1, svc.clone());
+        assert_eq!(counters.campaigns_held_back.load(Ordering::Relaxed), 1);
+
+        let mut answer = [0u8; 64];
+        // Peer 1 says once that it hears nodes 0 and 1 (a quorum), then says nothing.
+        let mut one = TcpStream::connect(bound).await.expect("connect");
+        one.write_all(&handshake_bytes(&config(1, &peers, b"key")))
+            .await
+            .expect("write");
+        one.read_exact(&mut answer).await.expect("answer");
+        one.write_all(&ping(1, 0b011)).await.expect("write");
+        // Peer 2 hears a quorum at first, then only itself, a ping every 100 ms.
+        let mut two = TcpStream::connect(bound).await.expect("connect");
+        two.write_all(&handshake_bytes(&config(2, &peers, b"key")))
+            .await
+            .expect("write");
+        two.read_exact(&mut answer).await.expect("answer");
+        two.write_all(&ping(2, 0b101)).await.expect("write");
+        let deaf = tokio::spawn(async move {
+            for _ in 0..40 {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                if two.write_all(&ping(2, 0b100)).await.is_err() {
+                    break;
+                }
+            }
+            two
+        });
+        let got = tokio::task::spawn_blocking(move || {
+            let mut got = Vec::new();
+            while got.len() < 2 {
+                match reports.recv_timeout(Duration::from_secs(10)) {
+                    Ok(peer) => got.push(peer),
+                    Err(_) => break,
+                }
+            }
+            got.sort_unstable();
+            got
+        })
+        .await
+        .expect("join");
+        assert_eq!(got, vec![1, 2], "both peers reported");
+        assert_eq!(counters.silent_peers.load(Ordering::Relaxed), 1);
+        assert_eq!(counters.deaf_peers.load(Ordering::Relaxed), 1);
+        // Peer 2 is heard (its pings keep coming): a quorum, so a view change goes out.
+        assert!(bus.hears_a_quorum());
+        bus.send(2, svc);
+        assert_eq!(counters.campaigns_held_back.load(Ordering::Relaxed), 1);
+        drop(one);
+        let _ = deaf.await;
+    });
+}
