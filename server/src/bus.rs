@@ -335,9 +335,23 @@ async fn watch_peers(
     let mut silent_armed = vec![false; peers];
     let mut deaf_armed = vec![false; peers];
     let mut tick = tokio::time::interval(Duration::from_millis(50));
+    let mut last_tick = epoch_ms();
+    // No judgment before this (an [`epoch_ms`] reading): this node was itself stopped or starved.
+    let mut grace_until = 0;
     loop {
         tick.tick().await;
-        let since = epoch_ms().saturating_sub(SILENT_MS);
+        let now = epoch_ms();
+        if now.saturating_sub(last_tick) > 300 {
+            // This node was paused (SIGSTOP, a VM stall) or starved: its peers' silence is its
+            // own. Judge again only after a fresh second of listening (a node resumed after a
+            // pause took every peer for gone at its first look).
+            grace_until = now + SILENT_MS;
+        }
+        last_tick = now;
+        if now < grace_until {
+            continue;
+        }
+        let since = now.saturating_sub(SILENT_MS);
         for peer in 0..peers {
             if peer == usize::from(config.replica) {
                 continue;
