@@ -22,9 +22,12 @@
 //!   process exited: the kernel closes its sockets at once), the node is told
 //!   ([`start_with_close`]) and every group whose primary is that peer starts its view change
 //!   without waiting out the 5 s heartbeat window.
-//! - **Keepalives.** A connection with nothing to send for 250 ms sends a `Ping` (a replica
-//!   message no replica acts on), so every node hears each live, reachable peer at least four
-//!   times a second whatever its load.
+//! - **Keepalives.** Every connection carries a `Ping` every 250 ms (a replica message no
+//!   replica acts on, naming the nodes its sender heard in the last second), so every node
+//!   hears each live, reachable peer at least four times a second whatever its load, and
+//!   learns whom that peer hears.
+//! - **Failure detection** ([`watch_peers`]): a peer silent for a second, or hearing fewer nodes
+//!   than a quorum for half a second, is reported as a closed connection is.
 //! - **Who campaigns.** A node that heard fewer peers than a quorum needs in the last second sends
 //!   no `StartViewChange` or `DoViewChange` ([`BusSender::send`]).
 //! - **Reconnects** back off from 50 ms to 2 s, doubling, with a log line on the first failure
@@ -122,13 +125,27 @@ impl BusCounters {
     /// set).
     pub fn hears(&self, own: u8) -> u64 {
         let since = epoch_ms().saturating_sub(SILENT_MS);
-        let mut bits = 1u64 << own;
-        for (i, slot) in self.heard.iter().enumerate() {
+        let bit = |i: u32| 1u64.checked_shl(i).unwrap_or(0);
+        let mut bits = bit(u32::from(own));
+        for (i, slot) in (0u32..).zip(self.heard.iter()) {
             if slot.load(Ordering::Relaxed) > since {
-                bits |= 1 << i;
+                bits |= bit(i);
             }
         }
         bits
+    }
+
+    /// Whether some peer heard in the last [`SILENT_MS`] says, in its last ping, that it hears
+    /// this node (`own`): what this node sends arrives somewhere.
+    pub fn heard_by_a_peer(&self, own: u8) -> bool {
+        let since = epoch_ms().saturating_sub(SILENT_MS);
+        let mine = 1u64.checked_shl(u32::from(own)).unwrap_or(0);
+        self.heard
+            .iter()
+            .zip(self.peer_hears.iter())
+            .any(|(heard, hears)| {
+                heard.load(Ordering::Relaxed) > since && hears.load(Ordering::Relaxed) & mine != 0
+            })
     }
 
     /// Whether a frame of any peer arrived at or after `since` (an [`epoch_ms`] reading).

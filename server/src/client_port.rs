@@ -786,15 +786,18 @@ async fn submit_as<S: Storage + Clone + Send + Sync + 'static>(
                     tracing::debug!(group = format_args!("{group:#x}"), request, ?sent_to, leader = ?now, "client port: the primary changed while a request waited");
                     return Err(status::TRANSIENT_NOT_COMMITTED);
                 }
+                let counters = shared.bus.counters();
                 if shared.config.roster.len() > 1
                     && crate::bus::epoch_ms().saturating_sub(submitted_ms) >= ISOLATED_AFTER_MS
-                    && !shared.bus.counters().heard_any_since(submitted_ms)
+                    && (!counters.heard_any_since(submitted_ms)
+                        || !counters.heard_by_a_peer(shared.config.replica))
                 {
-                    // Not one frame of any peer since the request went out: this node is cut
-                    // off (a partition, or it hears nobody), and nothing it forwards or
-                    // prepares can commit until that ends. The client is sent elsewhere by a
-                    // closed connection, as if this node had died; it replays there.
-                    tracing::warn!(group = format_args!("{group:#x}"), request, "client port: no peer heard for a second while a request waited; closing the client's connection so it moves to another node");
+                    // Not one frame of any peer since the request went out, or no peer that
+                    // says it hears this node: it is cut off (a partition, or one way), and
+                    // nothing it forwards or prepares can commit until that ends. The client is
+                    // sent elsewhere by a closed connection, as if this node had died; it
+                    // replays there.
+                    tracing::warn!(group = format_args!("{group:#x}"), request, "client port: no peer heard, or none hearing this node, for a second while a request waited; closing the client's connection so it moves to another node");
                     shared.counters.isolated_closes.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     return Err(CLOSE_CONNECTION);
                 }

@@ -188,7 +188,7 @@ pub fn render(node: &NodeMetrics, bus: &BusCounters, port: &PortCounters) -> Str
     counter(
         &mut out,
         "iggy_client_isolated_closes_total",
-        "Client connections closed because this node heard no peer for a second while a request waited (it was cut off).",
+        "Client connections closed because this node heard no peer, or no peer heard it, for a second while a request waited (it was cut off).",
         "counter",
         load(&port.isolated_closes),
     );
