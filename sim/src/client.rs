@@ -168,6 +168,31 @@ impl Client {
         }
     }
 
+    /// Sends `request` for the first time (to the replica believed to lead): it is pending.
+    fn issue(
+        &mut self,
+        now_us: u64,
+        request: u64,
+        operation: u32,
+        body: Vec<u8>,
+        impostor: bool,
+    ) -> (u8, Message) {
+        let pending = Pending {
+            request,
+            operation,
+            body,
+            first_sent_us: now_us,
+            sent_us: now_us,
+            replica: self.leader_hint,
+            impostor,
+        };
+        let message = self.message(&pending);
+        let replica = pending.replica;
+        self.pending = Some(pending);
+        self.wake_us = now_us + REQUEST_TIMEOUT_US;
+        (replica, message)
+    }
+
     /// Acts at `now_us`: issues the next request, resends one that timed out, or gives one up.
     /// Returns the replica to send to and the message. `patient`: never give up.
     pub fn wake(&mut self, now_us: u64, rng: &mut Stream, patient: bool) -> Option<(u8, Message)> {
@@ -183,21 +208,8 @@ impl Client {
                     // Another body under the committed number: the next request's (a metadata
                     // client's is another stream's name, a producer's other messages).
                     let (_, body) = self.body(request + 1_000_000, &mut self.reuse.clone());
-                    let pending = Pending {
-                        request,
-                        operation,
-                        body,
-                        first_sent_us: now_us,
-                        sent_us: now_us,
-                        replica: self.leader_hint,
-                        impostor: true,
-                    };
                     self.impostors += 1;
-                    let message = self.message(&pending);
-                    let replica = pending.replica;
-                    self.pending = Some(pending);
-                    self.wake_us = now_us + REQUEST_TIMEOUT_US;
-                    return Some((replica, message));
+                    return Some(self.issue(now_us, request, operation, body, true));
                 }
                 if self.next_request > self.quota {
                     return None;
@@ -205,20 +217,7 @@ impl Client {
                 let request = self.next_request;
                 self.next_request += 1;
                 let (operation, body) = self.body(request, rng);
-                let pending = Pending {
-                    request,
-                    operation,
-                    body,
-                    first_sent_us: now_us,
-                    sent_us: now_us,
-                    replica: self.leader_hint,
-                    impostor: false,
-                };
-                let message = self.message(&pending);
-                let replica = pending.replica;
-                self.pending = Some(pending);
-                self.wake_us = now_us + REQUEST_TIMEOUT_US;
-                Some((replica, message))
+                Some(self.issue(now_us, request, operation, body, false))
             }
             Some(pending) => {
                 if !patient && now_us >= pending.first_sent_us + GIVE_UP_US {

@@ -633,13 +633,14 @@ fn a_round_waits_a_second_for_its_first_answer() {
 
 /// Item 6 of #31: the client table a boot hands over answers a replayed request with its
 /// original reply (no second prepare), drops an older one, and prepares a newer one.
-#[test]
-fn a_replay_after_a_restart_is_answered_from_the_table() {
+/// A new group's replica 0 (the primary of view 0) booted with ops 1 to 4 executed and the
+/// client table `session` of client 0xC1, its first superblock write done.
+fn primary_with_session(safeguards: Safeguards, session: iggy_vsr::Session) -> Replica {
     let log = chain(0, 0, 4, 0, 1);
     let (head, checksum) = (log[3].0.op, log[3].0.checksum());
     let mut primary = Replica::new(
         Config::default(),
-        Safeguards::default(),
+        safeguards,
         Identity {
             cluster: CLUSTER,
             group: GROUP,
@@ -655,7 +656,7 @@ fn a_replay_after_a_restart_is_answered_from_the_table() {
             forgot_acknowledged: false,
             forgotten_through: None,
             incarnation: 6,
-            clients: vec![(0xC1, session(5, 3, b"original"))],
+            clients: vec![(0xC1, session)],
         },
     );
     for effect in primary.take_effects() {
@@ -663,6 +664,12 @@ fn a_replay_after_a_restart_is_answered_from_the_table() {
             primary.on_completion(id, Outcome::Done);
         }
     }
+    primary
+}
+
+#[test]
+fn a_replay_after_a_restart_is_answered_from_the_table() {
+    let mut primary = primary_with_session(Safeguards::default(), session(5, 3, b"original"));
     let request = |request: u64| Message::Request {
         cluster: CLUSTER,
         group: GROUP,
@@ -700,8 +707,6 @@ fn a_replay_after_a_restart_is_answered_from_the_table() {
 #[test]
 fn a_request_number_reused_with_another_body_is_refused_not_answered() {
     let reply_to = |safeguards: Safeguards| {
-        let log = chain(0, 0, 4, 0, 1);
-        let (head, checksum) = (log[3].0.op, log[3].0.checksum());
         let message = |request: u64, body: &[u8]| Message::Request {
             cluster: CLUSTER,
             group: GROUP,
@@ -711,38 +716,13 @@ fn a_request_number_reused_with_another_body_is_refused_not_answered() {
             body: body.to_vec(),
         };
         let committed = iggy_vsr::message::frame_checksum(&message(5, b"first").encode());
-        let mut primary = Replica::new(
-            Config::default(),
+        let mut primary = primary_with_session(
             safeguards,
-            Identity {
-                cluster: CLUSTER,
-                group: GROUP,
-                replica: 0,
-                replicas: 3,
-            },
-            Boot {
-                durable: new_group(),
-                applied: 4,
-                head,
-                head_checksum: checksum,
-                entries: log,
-                forgot_acknowledged: false,
-                forgotten_through: None,
-                incarnation: 6,
-                clients: vec![(
-                    0xC1,
-                    iggy_vsr::Session {
-                        request_checksum: committed,
-                        ..session(5, 3, b"original")
-                    },
-                )],
+            iggy_vsr::Session {
+                request_checksum: committed,
+                ..session(5, 3, b"original")
             },
         );
-        for effect in primary.take_effects() {
-            if let Effect::WriteSuperblock { id, .. } = effect {
-                primary.on_completion(id, Outcome::Done);
-            }
-        }
         let mut statuses = Vec::new();
         let mut answer = |primary: &mut Replica| {
             let effects = primary.take_effects();

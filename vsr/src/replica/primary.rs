@@ -33,29 +33,23 @@ impl Replica {
     /// a refusal says nothing about the log or a vote, and without it a client that asks a
     /// group in its first moments waits for its deadline (10 s on a server) instead of 50 ms.
     fn refuse_request(&mut self, client: u128, request: u64) {
-        let message = Message::Reply {
-            from: self.from(),
-            client,
-            request,
-            op: 0,
-            status: ReplyStatus::NotAccepted,
-            body: Vec::new(),
-        };
-        self.effects.push(Effect::Send {
-            to: Destination::Client(client),
-            message,
-        });
+        self.answer_uncommitted(client, request, ReplyStatus::NotAccepted);
     }
 
     /// Answers a request whose number the client already used for another body
     /// ([`ReplyStatus::Reused`]): nothing of it was or will be applied.
     fn answer_reused(&mut self, client: u128, request: u64) {
+        self.answer_uncommitted(client, request, ReplyStatus::Reused);
+    }
+
+    /// A reply with no op and no body: `status` says why nothing was applied.
+    fn answer_uncommitted(&mut self, client: u128, request: u64, status: ReplyStatus) {
         let message = Message::Reply {
             from: self.from(),
             client,
             request,
             op: 0,
-            status: ReplyStatus::Reused,
+            status,
             body: Vec::new(),
         };
         self.effects.push(Effect::Send {
