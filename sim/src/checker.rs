@@ -44,10 +44,18 @@ impl Checker {
         }
     }
 
-    /// A client's request number served two bodies: an impostor was answered as committed,
-    /// or a request was refused as reused though its client sent it with one body only.
+    /// A client's request number served two bodies: an impostor was answered as committed.
     pub fn reuse(&mut self, what: String) {
         self.fail("request reuse", what);
+    }
+
+    /// Client `client` of `group` had `request`, which it sent with one body only, refused as
+    /// reused by `replica`.
+    pub fn refused_as_reused(&mut self, group: u128, client: u128, request: u64, replica: u8) {
+        self.reuse(format!(
+            "group {group:#x} client {client:#x}: request {request}, sent with one body only, \
+             was refused as reused by replica {replica}"
+        ));
     }
 
     /// A consumer read something the group never committed, or read an offset two ways.

@@ -68,9 +68,9 @@ pub struct Client {
     last_committed: Option<(u64, u32)>,
     pub impostors: u64,
     pub impostors_refused: u64,
-    /// What broke the reuse rule, once: an impostor answered as committed, or a request of
-    /// its own refused as reused.
-    pub reuse_violation: Option<String>,
+    /// A request of its own (sent with one body only) refused as reused: its number and the
+    /// replica that refused it, for the checker (`Checker::refused_as_reused`).
+    pub refused_as_reused: Option<(u64, u8)>,
 }
 
 impl Client {
@@ -96,7 +96,7 @@ impl Client {
             last_committed: None,
             impostors: 0,
             impostors_refused: 0,
-            reuse_violation: None,
+            refused_as_reused: None,
         }
     }
 
@@ -275,11 +275,7 @@ impl Client {
                 } else {
                     // A request of its own refused as reused: the group holds another body
                     // under a number this client sent one body under.
-                    self.reuse_violation = Some(format!(
-                        "request {request}, sent with one body only, was refused as reused by \
-                         replica {}",
-                        from.replica
-                    ));
+                    self.refused_as_reused = Some((request, from.replica));
                 }
                 self.pending = None;
                 self.wake_us = now_us + think_us;

@@ -1362,9 +1362,9 @@ impl Cluster {
                 {
                     self.checker.reply(group, client_id, request, op, &body);
                 }
-                if let Some(what) = self.clients[index].reuse_violation.take() {
+                if let Some((request, replica)) = self.clients[index].refused_as_reused.take() {
                     self.checker
-                        .reuse(format!("group {group:#x} client {client_id:#x}: {what}"));
+                        .refused_as_reused(group, client_id, request, replica);
                 }
                 let wake = self.clients[index].wake_us.saturating_sub(self.now).max(1);
                 self.schedule(wake, Event::Client { client: index });
@@ -1375,9 +1375,8 @@ impl Cluster {
                 if let Some((request, op, body)) = producer.on_reply(self.now, &message) {
                     self.checker.reply(group, id, request, op, &body);
                 }
-                if let Some(what) = producer.reuse_violation.take() {
-                    self.checker
-                        .reuse(format!("group {group:#x} producer {id:#x}: {what}"));
+                if let Some((request, replica)) = producer.refused_as_reused.take() {
+                    self.checker.refused_as_reused(group, id, request, replica);
                 }
                 let wake = self.producers[index]
                     .wake_us

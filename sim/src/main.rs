@@ -76,7 +76,7 @@ struct Cli {
     /// publish-on-view-change, rejoin-restores-acknowledgments, repair-from-disk,
     /// snapshot-transfer, read-confirmation, read-index-earlier-views,
     /// abandoned-adoption-keeps-log, recovering-joins-view-change, acknowledgment-bound,
-    /// request-checksum.
+    /// request-checksum, commit-stall.
     /// Also for a failover case (`iggy-sim --without NAME failover CASE`).
     #[arg(long)]
     without: Option<String>,

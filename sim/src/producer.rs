@@ -129,8 +129,9 @@ pub struct Producer {
     pub wake_us: u64,
     /// Every send with an outcome, in order.
     pub sends: Vec<Send>,
-    /// A send refused as reused (it never reuses a number), for the checker.
-    pub reuse_violation: Option<String>,
+    /// A send refused as reused (it never reuses a number): its number and the replica that
+    /// refused it, for the checker.
+    pub refused_as_reused: Option<(u64, u8)>,
 }
 
 impl Producer {
@@ -159,7 +160,7 @@ impl Producer {
             pending: None,
             wake_us: start_us,
             sends: Vec::new(),
-            reuse_violation: None,
+            refused_as_reused: None,
         }
     }
 
@@ -387,11 +388,7 @@ impl Producer {
             }
             ReplyStatus::Reused => {
                 // A producer sends one body under each number: the group confused two.
-                self.reuse_violation = Some(format!(
-                    "request {request}, sent with one body only, was refused as reused by \
-                     replica {}",
-                    from.replica
-                ));
+                self.refused_as_reused = Some((request, from.replica));
                 pending.awaiting = None;
                 self.wake_us = now_us + RESEND_US;
                 None

@@ -256,18 +256,18 @@ fn each_refusal_has_its_reason() {
     checksum[70] ^= 1;
     assert_eq!(Message::decode(&checksum), Err(DecodeError::Checksum));
     // A view change that says it forgot a view after its own log_view.
-    let dvc = Message::DoViewChange {
+    let dvc = |forgotten_view| Message::DoViewChange {
         from: from(1, 5),
         log_view: 3,
         op: 0,
         commit: 0,
         commit_checksum: 0,
         headers: Vec::new(),
-        forgotten_view: Some(3),
+        forgotten_view,
         forgotten_bound: None,
     };
-    let mut later = dvc.encode();
-    assert_eq!(Message::decode(&later), Ok(dvc));
+    let mut later = dvc(Some(3)).encode();
+    assert_eq!(Message::decode(&later), Ok(dvc(Some(3))));
     later[136] = 5; // forgotten view 4 > log_view 3
     assert_eq!(
         Message::decode(&reseal(later)),
@@ -276,17 +276,7 @@ fn each_refusal_has_its_reason() {
         ))
     );
     // An acknowledgment bound (request, byte 80) with nothing forgotten.
-    let mut unforgetting = Message::DoViewChange {
-        from: from(1, 5),
-        log_view: 3,
-        op: 0,
-        commit: 0,
-        commit_checksum: 0,
-        headers: Vec::new(),
-        forgotten_view: None,
-        forgotten_bound: None,
-    }
-    .encode();
+    let mut unforgetting = dvc(None).encode();
     unforgetting[80] = 9;
     assert_eq!(
         Message::decode(&reseal(unforgetting)),

@@ -1178,12 +1178,7 @@ fn a_forgetful_replica_whose_bound_the_survivor_passed_starts_a_view_with_it() {
         let mut cluster = Cluster::replicated(3, safeguards);
         cluster.settle_storage();
         // One request every 100 ms: the bound stays about an op ahead.
-        for r in 1..=10 {
-            cluster.nodes[0].replica.on_message(request(r));
-            cluster.collect(0);
-            cluster.deliver_all();
-            cluster.run(10, |_, _, _| true);
-        }
+        cluster.requests_at_a_pace(1..=10);
         assert_eq!(cluster.replica(1).journaled_head(), 10);
         let bound = cluster.nodes[1].superblock.ack_bound;
         assert!((10..=12).contains(&bound), "bound {bound}");
@@ -1261,12 +1256,7 @@ fn without_the_acknowledgment_bound_a_burst_the_primary_counted_for_itself_is_lo
         };
         let mut cluster = Cluster::replicated(3, safeguards);
         cluster.settle_storage();
-        for r in 1..=10 {
-            cluster.nodes[0].replica.on_message(request(r));
-            cluster.collect(0);
-            cluster.deliver_all();
-            cluster.run(10, |_, _, _| true);
-        }
+        cluster.requests_at_a_pace(1..=10);
         assert_eq!(cluster.replica(0).commit_max(), 10);
         assert_eq!(cluster.nodes[0].superblock.ack_bound, 11);
         for r in 11..=13 {

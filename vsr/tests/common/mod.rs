@@ -354,6 +354,17 @@ impl Cluster {
         }
     }
 
+    /// Replica 0 (the primary) takes `requests` one every 100 ms (ten ticks), each delivered
+    /// with what it causes before the next.
+    pub fn requests_at_a_pace(&mut self, requests: std::ops::RangeInclusive<u64>) {
+        for r in requests {
+            self.nodes[0].replica.on_message(request(r));
+            self.collect(0);
+            self.deliver_all();
+            self.run(10, |_, _, _| true);
+        }
+    }
+
     pub fn replica(&self, i: usize) -> &Replica {
         &self.nodes[i].replica
     }
