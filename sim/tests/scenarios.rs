@@ -593,7 +593,7 @@ fn late_answer_to_a_previous_life(safeguards: Safeguards) -> Cluster {
     cluster.crash_node(2, false);
     cluster.network().clog_link(0, 2, 4 * SECOND);
     cluster.restart_node(2);
-    // The first probe (a second after boot) is answered, slowly.
+    // The first probe (100 ms after boot) is answered, slowly.
     run_until(&mut cluster, 10_000, 3 * SECOND / 2, |_| false);
     // At least the head the slow answer names.
     let answered_head = replica(&cluster, 0).head();

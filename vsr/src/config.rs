@@ -28,7 +28,9 @@ pub struct Config {
     pub view_change_resend_ticks: u64,
     /// A view that has not started after this long moves to the next (5 s).
     pub view_change_timeout_ticks: u64,
-    /// A restarted replica first asks who leads after this long (about 1 s)...
+    /// A restarted replica first asks who leads after this long (100 ms: the bus queues what it
+    /// sends before a peer connects, and a late first probe kept a restarted node out of every
+    /// quorum a second longer)...
     pub request_start_view_delay_ticks: u64,
     /// ...and asks again this often (1 s)...
     pub request_start_view_interval_ticks: u64,
@@ -64,7 +66,7 @@ impl Default for Config {
             prepare_retransmit_ticks: 20,
             view_change_resend_ticks: 50,
             view_change_timeout_ticks: 500,
-            request_start_view_delay_ticks: 100,
+            request_start_view_delay_ticks: 10,
             request_start_view_interval_ticks: 100,
             request_start_view_probes: 4,
             repair_retry_ticks: 20,

@@ -1,7 +1,7 @@
 //! Coming back: a restarted replica restores the view and log_view its superblock holds, gives
 //! up any claim to lead, and recovers, out of every quorum (it drops prepares, acknowledges
-//! nothing, ignores `StartViewChange` and `DoViewChange`). A second after boot it asks who leads
-//! (`RequestStartView` with its incarnation), every second; only the primary of a started view
+//! nothing, ignores `StartViewChange` and `DoViewChange`). 100 ms after boot it asks who leads
+//! (`RequestStartView` with its incarnation), then every second; only the primary of a started view
 //! answers, echoing the incarnation (`view_start.rs`). After four unanswered probes it starts an
 //! ordinary view change into the next view, offering the log it recovered: how a cluster whose
 //! nodes all restarted together starts again. A `StartViewChange` or `DoViewChange` of a later
