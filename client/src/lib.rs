@@ -88,6 +88,16 @@ impl Client {
         self.session
     }
 
+    /// How long a reply may take before the call fails with a timeout (30 s unless set). A
+    /// request that times out has an unknown outcome, and the connection is of no further use:
+    /// drop it and connect again (to another node, if this one may be paused or cut off).
+    pub fn set_reply_timeout(&mut self, timeout: Duration) -> Result<(), ClientError> {
+        let address = self.address;
+        self.stream
+            .set_read_timeout(Some(timeout.max(Duration::from_millis(1))))
+            .map_err(|source| ClientError::Io { address, source })
+    }
+
     /// Sends one request under `number` and reads the reply.
     fn exchange(
         &mut self,

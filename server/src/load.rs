@@ -57,6 +57,9 @@ pub struct LoadConfig {
     /// Created topics keep at most this many bytes a partition (`max_topic_size`; 0 keeps
     /// everything): the nodes run retention, and `verify --retained` reads what they kept.
     pub max_topic_size: u64,
+    /// How long a producer or consumer waits for a reply before it takes its node for paused or
+    /// cut off and moves to the next (the request's outcome unknown).
+    pub request_timeout: Duration,
 }
 
 /// Ledger lines.
@@ -243,6 +246,14 @@ pub fn payload(id: u128, size: usize) -> Vec<u8> {
 
 fn error_kind(error: &ClientError) -> String {
     match error {
+        ClientError::Io { source, .. }
+            if matches!(
+                source.kind(),
+                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+            ) =>
+        {
+            "no reply in time".into()
+        }
         ClientError::Io { .. } => "connection".into(),
         ClientError::Evicted { reason, .. } => format!("evicted ({reason:?})"),
         ClientError::Status { status, .. } => format!("status {status}"),
@@ -261,6 +272,7 @@ struct Producer {
     connections: u128,
     username: String,
     password: String,
+    request_timeout: Duration,
 }
 
 impl Producer {
@@ -274,6 +286,7 @@ impl Producer {
             connections: 0,
             username: config.username.clone(),
             password: config.password.clone(),
+            request_timeout: config.request_timeout,
         }
     }
 
@@ -296,6 +309,7 @@ impl Producer {
             self.connections += 1;
             let attempt =
                 Client::connect(address, self.id_base | self.connections).and_then(|mut client| {
+                    client.set_reply_timeout(self.request_timeout)?;
                     client.login(&self.username, &self.password)?;
                     Ok(client)
                 });

@@ -117,6 +117,10 @@ enum Command {
         /// Verify such a run with `verify --retained`.
         #[arg(long, default_value_t = 0)]
         max_topic_size: u64,
+        /// How long a producer or consumer waits for a reply before it takes its node for
+        /// paused or cut off, records the batch's outcome as unknown and moves to the next node.
+        #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
+        request_timeout: Duration,
     },
     /// Reads a `load` ledger and every node's partitions (through each node's client port) and
     /// reports, per node and partition, every acknowledged message missing, duplicated, at
@@ -227,6 +231,7 @@ fn main() -> ExitCode {
             json,
             consumers,
             max_topic_size,
+            request_timeout,
         } => {
             let topics = [("replicated", replicated), ("persisted", persisted)]
                 .into_iter()
@@ -250,6 +255,7 @@ fn main() -> ExitCode {
                 duration,
                 consumers,
                 max_topic_size,
+                request_timeout,
             };
             run_load(&config, &ledger, json)
         }
