@@ -98,6 +98,8 @@ pub struct PortCounters {
     pub evictions: std::sync::atomic::AtomicU64,
     /// Client connections closed because no peer was heard while a request waited.
     pub isolated_closes: std::sync::atomic::AtomicU64,
+    /// Auto-commit polls not stored because their client had left (see [`peer_closed`]).
+    pub orphan_polls: std::sync::atomic::AtomicU64,
     /// Error replies, by status code.
     pub errors: Mutex<std::collections::BTreeMap<u32, u64>>,
 }
@@ -209,6 +211,19 @@ fn error(status: u32) -> Answer {
     }
 }
 
+/// Whether the client closed its side of `stream` (or it failed) while a request of it waited:
+/// a look at what arrived, without waiting and without consuming it. A client of the SDK never
+/// half-closes while it awaits a reply, so the end of its stream means it left.
+fn peer_closed(stream: &TcpStream) -> bool {
+    let mut byte = [0u8; 1];
+    let mut buffer = tokio::io::ReadBuf::new(&mut byte);
+    let mut context = std::task::Context::from_waker(std::task::Waker::noop());
+    matches!(
+        stream.poll_peek(&mut context, &mut buffer),
+        std::task::Poll::Ready(Ok(0) | Err(_))
+    )
+}
+
 async fn serve<S: Storage + Clone + Send + Sync + 'static>(
     mut stream: TcpStream,
     peer: SocketAddr,
@@ -253,7 +268,8 @@ async fn serve<S: Storage + Clone + Send + Sync + 'static>(
             .counters
             .requests
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let answer = answer(&shared, &header, &body, &mut session, &mut balanced).await;
+        let gone = || peer_closed(&stream);
+        let answer = answer(&shared, &header, &body, &mut session, &mut balanced, &gone).await;
         if matches!(
             answer,
             Answer::Reply {
@@ -329,6 +345,7 @@ async fn answer<S: Storage + Clone + Send + Sync + 'static>(
     body: &[u8],
     session: &mut Option<Session>,
     balanced: &mut u32,
+    client_gone: &(dyn Fn() -> bool + Sync),
 ) -> Answer {
     let request = match Request::decode(header.code, body) {
         Ok(request) => request,
@@ -484,6 +501,22 @@ async fn answer<S: Storage + Clone + Send + Sync + 'static>(
                     .await
                     .unwrap_or(Err(status::ERROR));
             match polled {
+                Ok((_, Some(last))) if auto_commit && client_gone() => {
+                    // The client closed its connection while the poll waited (it timed out on
+                    // a paused or cut-off node and moved on): nobody reads the answer, so the
+                    // offset stays. Storing it would skip these messages for the consumer, and
+                    // from a request this stale, perhaps messages it read since elsewhere.
+                    tracing::info!(partition = %key.dir_name(), consumer, last, "client port: a poll's client left before its answer; its offset is not stored");
+                    shared
+                        .counters
+                        .orphan_polls
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    Answer::Reply {
+                        status: CLOSE_CONNECTION,
+                        body: Vec::new(),
+                        op: 0,
+                    }
+                }
                 Ok((body, Some(last))) if auto_commit => {
                     // The consumer's offset moves to the last message answered, committed
                     // through the partition's group before the messages go out: a `Next` poll

@@ -192,6 +192,13 @@ pub fn render(node: &NodeMetrics, bus: &BusCounters, port: &PortCounters) -> Str
         "counter",
         load(&port.isolated_closes),
     );
+    counter(
+        &mut out,
+        "iggy_client_orphan_polls_total",
+        "Auto-commit polls whose client closed its connection before the answer: the consumer offset was not stored.",
+        "counter",
+        load(&port.orphan_polls),
+    );
     out.push_str("# HELP iggy_client_errors_total Error replies to clients, by status code.\n# TYPE iggy_client_errors_total counter\n");
     for (code, n) in port
         .errors

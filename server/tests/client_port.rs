@@ -612,3 +612,94 @@ fn every_acknowledged_write_is_read_by_the_next_poll_through_any_node() {
         "reads that missed an acknowledged write (round, partition, written via, read via, read): {stale:?}"
     );
 }
+
+/// A client that sends an auto-commit poll and leaves before the answer (it timed out on a
+/// paused node and moved on) does not move its consumer's offset: nobody reads the answer, and
+/// a store from so stale a request would skip messages for the consumer's next poll elsewhere.
+/// Without the check (`peer_closed` in `client_port.rs`) the poll is answered into the closed
+/// connection and the consumer's next poll starts past the batch it took.
+#[test]
+fn an_auto_commit_poll_whose_client_left_stores_no_offset() {
+    let cluster = start_cluster();
+    let addresses: Vec<SocketAddr> = cluster.nodes.iter().map(|n| n.client_address).collect();
+    let mut c = Client::connect(addresses[0], 0x300);
+    assert!(matches!(c.login("iggy"), Answer::Reply(..)));
+    let (code, _) = c.ask_until_accepted(&Request::CreateStream {
+        name: "orphans".into(),
+        options: vec![],
+    });
+    assert_eq!(code, 0);
+    let (code, _) = c.ask_until_accepted(&Request::CreateTopic {
+        stream: Identifier::Name("orphans".into()),
+        partitions: 1,
+        name: "t".into(),
+        options: vec![],
+    });
+    assert_eq!(code, 0);
+    let (code, _) = c.ask_until_accepted(&Request::SendMessages {
+        stream: Identifier::Name("orphans".into()),
+        topic: Identifier::Name("t".into()),
+        partitioning: Partitioning::PartitionId(0),
+        count: 3,
+        batch: batch(&[b"a", b"b", b"c"]),
+    });
+    assert_eq!(code, 0);
+    let poll = |auto_commit| Request::PollMessages {
+        consumer: Consumer {
+            group: false,
+            id: Identifier::Numeric(7),
+        },
+        stream: Identifier::Name("orphans".into()),
+        topic: Identifier::Name("t".into()),
+        partition: Some(0),
+        strategy: PollingStrategy::Next,
+        count: 1,
+        auto_commit,
+    };
+    // The leaving client: logged in on node 1, its poll sent, its side closed at once.
+    let mut leaving = Client::connect(addresses[1], 0x301);
+    assert!(matches!(leaving.login("iggy"), Answer::Reply(..)));
+    let (code, body) = poll(true).encode();
+    let header = RequestHeader {
+        size: u32::try_from(HEADER_SIZE + body.len()).expect("small"),
+        client: leaving.client,
+        request_checksum: 0,
+        timestamp: 0,
+        request: leaving.request,
+        operation: Operation::for_code(code),
+        session: leaving.session,
+        user_id: 0,
+        code,
+    };
+    leaving
+        .stream
+        .write_all(&header.encode())
+        .expect("write header");
+    leaving.stream.write_all(&body).expect("write body");
+    leaving
+        .stream
+        .shutdown(std::net::Shutdown::Write)
+        .expect("shutdown");
+    let mut rest = Vec::new();
+    let _ = leaving.stream.read_to_end(&mut rest);
+    assert!(
+        rest.is_empty(),
+        "the node answered a poll whose client had left ({} bytes)",
+        rest.len()
+    );
+    // The consumer's next poll, through another node, starts at the first message.
+    let (code, body) = c.ask(&poll(true));
+    assert_eq!(code, 0);
+    let (header, batches) = PollHeader::read(&body).expect("poll");
+    assert!(
+        header.messages_count > 0,
+        "the orphan poll's offset was stored: the consumer's next poll found nothing"
+    );
+    let first = iggy_format::batch::decode(batches).expect("a stored batch");
+    let message = first.messages().next().expect("a message");
+    assert_eq!(
+        message.payload,
+        &b"a"[..],
+        "the orphan poll's offset was stored: the consumer skipped a message"
+    );
+}
