@@ -116,6 +116,12 @@ read -r -a kinds <<< "${KINDS:-$default_kinds}"
 count=0
 sleep 8
 settled
+# Each node's view changes before the faults: the load's start, after the nodes' restart through
+# the proxy (every replica boots recovering; a group whose replicas all did changes view once).
+before=()
+for i in 0 1 2; do
+    before+=("$( (exec 3<>"/dev/tcp/127.0.0.1/$((base + 2000 + i))" && printf 'GET /metrics HTTP/1.0\r\n\r\n' >&3 && cat <&3) 2>/dev/null | awk '/^iggy_view_changes_total / { print $2 }')")
+done
 while [ -z "${NOFAULTS:-}" ] && [ "$(now_ms)" -lt "$end" ]; do
     if [ -n "${SHORT:-}" ]; then kind=${kinds[$((count % 3))]}; else kind=${kinds[$((RANDOM % ${#kinds[@]}))]}; fi
     a=$((RANDOM % 3)); b=$(((a + 1 + RANDOM % 2) % 3))
@@ -169,10 +175,18 @@ for i in 0 1 2; do
     (exec 3<>"/dev/tcp/127.0.0.1/$((base + 2000 + i))" && printf 'GET /metrics HTTP/1.0\r\n\r\n' >&3 && cat <&3) \
         > "$dir/metrics-$i" 2>/dev/null || true
     v=$(awk '/^iggy_view_changes_total / { print $2 }' "$dir/metrics-$i")
-    echo "node $i: ${v:-?} view changes since its last start"
+    if [ -n "${NOFAULTS:-}" ]; then
+        echo "node $i: $(( ${v:-0} - ${before[$i]:-0} )) view changes during the load (${v:-?} since its start)"
+    else
+        echo "node $i: ${v:-?} view changes since its last start"
+    fi
 done
 echo "load: $(cat "$dir/load.json")"
 grep -a "consumers read" "$dir/load.err" || true
+# What a reconnect cost a consumer: the most messages it read again in a row (issue #45 bounds
+# it by one poll's count, 1,000 messages).
+again=$(grep -o '"reread_at_once":[0-9]*' "$dir/load.json" | cut -d: -f2)
+echo "consumers: at most ${again:-?} messages read again in a row (one poll: 1000): $([ "${again:-0}" -le 1000 ] && echo ok || echo OVER)"
 # Per fault: the longest interval between two consecutive acknowledgments of one producer that
 # overlaps the fault (from its start to 1 s after its end), over every producer.
 awk -v faults="$dir/faults" '

@@ -141,6 +141,10 @@ pub struct ConsumerReport {
     /// Messages read again (a poll after a reconnect, or on a node whose copy of the stored
     /// offset trails: at least once).
     pub reread: u64,
+    /// The most messages one consumer read again in a row (between two first reads): what a
+    /// reconnect cost it. Issue #45 bounds it by one poll's count (`POLL_COUNT`, 1,000).
+    #[serde(default)]
+    pub reread_at_once: u64,
     /// Offsets a consumer never saw although it read past them, beyond the reach of every poll
     /// that failed before (see `lost_with_a_reply`): a gap no lost answer explains.
     pub skipped: u64,
@@ -508,6 +512,7 @@ pub fn load(
             read.consumed += one.consumed;
             read.other_runs += one.other_runs;
             read.reread += one.reread;
+            read.reread_at_once = read.reread_at_once.max(one.reread_at_once);
             read.skipped += one.skipped;
             read.lost_with_a_reply += one.lost_with_a_reply;
             read.damaged += one.damaged;
@@ -1056,6 +1061,8 @@ fn consume(
     let mut lost_reach = LostReach::default();
     // Polls answered since the last failed one (for the jump examples).
     let mut since_failure: u64 = 0;
+    // Messages read again since the last first read.
+    let mut reread_run: u64 = 0;
     loop {
         if shared.producers_done.load(Ordering::Relaxed) {
             if drain_from != expected {
@@ -1118,6 +1125,8 @@ fn consume(
             }
             if message.offset < next {
                 report.reread += 1;
+                reread_run += 1;
+                report.reread_at_once = report.reread_at_once.max(reread_run);
                 if let Some(&before) = at_offset.get(&message.offset)
                     && before != message.id
                 {
@@ -1132,6 +1141,7 @@ fn consume(
                 }
                 continue;
             }
+            reread_run = 0;
             at_offset.insert(message.offset, message.id);
             if message.offset > next {
                 let reached = lost_reach.covers(message.offset);

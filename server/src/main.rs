@@ -760,9 +760,10 @@ fn run_load(config: &load::LoadConfig, ledger: &Path, json: bool) -> Result<(), 
         }
         if let Some(read) = &report.consumers {
             println!(
-                "load: consumers read {} messages in order ({} again, {} of those changed), {} of {} read through their producer's last acknowledged message; {} acknowledged never read; {} offsets skipped, {} passed over with a lost poll answer, {} damaged{}",
+                "load: consumers read {} messages in order ({} again, at most {} in a row, {} of those changed), {} of {} read through their producer's last acknowledged message; {} acknowledged never read; {} offsets skipped, {} passed over with a lost poll answer, {} damaged{}",
                 read.consumed,
                 read.reread,
+                read.reread_at_once,
                 read.changed,
                 read.caught_up,
                 producers,
