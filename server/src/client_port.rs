@@ -78,6 +78,8 @@ pub struct PortConfig {
     pub reply_deadline: Duration,
     pub topic_defaults: TopicDefaults,
     pub server_version: String,
+    /// What a create of partitions must fit (`crate::admission`).
+    pub admission: crate::admission::Admission,
 }
 
 /// The stored form of a password: XXH3-128 over the salt and the password.
@@ -395,6 +397,12 @@ async fn answer<S: Storage + Clone + Send + Sync + 'static>(
         Route::Answer(body) => ok(body),
         Route::Refuse(code) => error(code),
         Route::Metadata(op) => {
+            if let Err(refusal) =
+                crate::admission::admit(&op, &shared.views.metadata(), &shared.config.admission)
+            {
+                tracing::warn!(client = %format_args!("{:#x}", header.client), status = refusal.status, reason = %refusal.reason, "client port: a metadata request refused before it was proposed");
+                return error(refusal.status);
+            }
             let Ok(encoded) = iggy_metadata::codec::encode_op(&op) else {
                 return error(status::INVALID_FORMAT);
             };

@@ -141,6 +141,13 @@ pub struct Limits {
     /// repair (below it repair reads the log on disk, and below retention a partition is
     /// transferred). A node holds up to this much per group.
     pub ring_bytes: u64,
+    /// Partitions one topic may have (a create or an add past it is refused).
+    pub max_partitions_per_topic: u32,
+    /// Partitions the cluster may hold in all (each node hosts every one).
+    pub max_partitions: u64,
+    /// Free bytes a create of partitions must leave on the data directory's file system, after
+    /// the segment each preallocates.
+    pub free_reserve_bytes: u64,
 }
 
 impl Default for Limits {
@@ -153,6 +160,10 @@ impl Default for Limits {
             checkpoint_bytes: CHECKPOINT_BYTES,
             publish_interval_ms: 100,
             ring_bytes: iggy_vsr::Config::default().ring_bytes_max,
+            max_partitions_per_topic: crate::admission::Admission::default()
+                .max_partitions_per_topic,
+            max_partitions: crate::admission::Admission::default().max_partitions,
+            free_reserve_bytes: crate::admission::Admission::default().free_reserve_bytes,
         }
     }
 }
@@ -202,8 +213,19 @@ impl FileConfig {
                 self.topics.durability
             ));
         }
-        if self.topics.segment_size_bytes == 0 {
-            return Err("topics.segment_size_bytes must be positive".into());
+        let segments = crate::admission::SEGMENT_BYTES_MIN..=crate::admission::SEGMENT_BYTES_MAX;
+        if !segments.contains(&self.topics.segment_size_bytes) {
+            return Err(format!(
+                "topics.segment_size_bytes = {}: {} to {}",
+                self.topics.segment_size_bytes,
+                segments.start(),
+                segments.end()
+            ));
+        }
+        if self.limits.max_partitions_per_topic == 0 || self.limits.max_partitions == 0 {
+            return Err(
+                "limits.max_partitions_per_topic and limits.max_partitions must be positive".into(),
+            );
         }
         let ring = self.limits.ring_bytes;
         if !(1 << 20..=iggy_vsr::config::RING_BYTES_LIMIT).contains(&ring) {

@@ -375,6 +375,12 @@ fn run(path: &Path, data_dir: Option<PathBuf>, replica: Option<u8>) -> Result<()
             replication_factor: replicas,
         },
         server_version: env!("CARGO_PKG_VERSION").into(),
+        admission: iggy_server::admission::Admission {
+            data_dir: Some(config.data_dir.clone()),
+            max_partitions_per_topic: config.limits.max_partitions_per_topic,
+            max_partitions: config.limits.max_partitions,
+            free_reserve_bytes: config.limits.free_reserve_bytes,
+        },
     };
     let own = &config.nodes[usize::from(config.replica)];
     let listen = Listen {

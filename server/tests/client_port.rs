@@ -12,7 +12,7 @@ use iggy_node::NodeConfig;
 use iggy_protocol::primitives::OptionEntry;
 use iggy_protocol::response::{
     ClusterMetadata, ConsumerOffsetInfo, PollHeader, read_send_confirmations, read_stream_details,
-    read_streams, read_topic_details, split_result,
+    read_streams, read_topic_details, read_topics, split_result,
 };
 use iggy_protocol::{
     Consumer, Eviction, EvictionReason, HEADER_SIZE, Identifier, Operation, Partitioning,
@@ -111,6 +111,7 @@ fn start_cluster() -> Cluster {
                 replication_factor: 3,
             },
             server_version: "0.1.0".into(),
+            admission: iggy_server::admission::Admission::default(),
         };
         let listen = Listen {
             client: client_addresses[usize::from(i)],
@@ -702,4 +703,54 @@ fn an_auto_commit_poll_whose_client_left_stores_no_offset() {
         &b"a"[..],
         "the orphan poll's offset was stored: the consumer skipped a message"
     );
+}
+
+/// Issue #46: a create the nodes could not carry out is refused before it is proposed (the
+/// status names the bound), and the cluster goes on: the next create within the bounds commits.
+/// Without the admission check, the 5,000-partition topic commits and every node halts creating
+/// it (on a small disk) or runs out of descriptors.
+#[test]
+fn a_topic_out_of_bounds_is_refused_before_it_commits() {
+    let cluster = start_cluster();
+    let addresses: Vec<SocketAddr> = cluster.nodes.iter().map(|n| n.client_address).collect();
+    let mut c = Client::connect(addresses[1], 0x400);
+    assert!(matches!(c.login("iggy"), Answer::Reply(..)));
+    let (code, _) = c.ask_until_accepted(&Request::CreateStream {
+        name: "bounds".into(),
+        options: vec![],
+    });
+    assert_eq!(code, 0);
+    let create = |name: &str, partitions, options| Request::CreateTopic {
+        stream: Identifier::Name("bounds".into()),
+        partitions,
+        name: name.into(),
+        options,
+    };
+    let (code, _) = c.ask(&create(
+        "tiny",
+        1,
+        vec![OptionEntry::uint64("segment_size", 1)],
+    ));
+    assert_eq!(code, iggy_server::admission::INVALID_SEGMENT_SIZE);
+    let (code, _) = c.ask(&create(
+        "huge",
+        1,
+        vec![OptionEntry::uint64("segment_size", 1 << 50)],
+    ));
+    assert_eq!(code, iggy_server::admission::INVALID_SEGMENT_SIZE);
+    let (code, _) = c.ask(&create("wide", 5_000, vec![]));
+    assert_eq!(code, status::TOO_MANY_PARTITIONS);
+    // Nothing of them committed, and the cluster takes the next create.
+    let (code, body) = c.ask_until_accepted(&create("fits", 2, vec![]));
+    assert_eq!(
+        (code, split_result(&body).map(|r| r.is_ok())),
+        (0, Ok(true))
+    );
+    let (code, body) = c.ask(&Request::GetTopics {
+        stream: Identifier::Name("bounds".into()),
+    });
+    assert_eq!(code, 0);
+    let topics = read_topics(&body).expect("topics");
+    let names: Vec<&str> = topics.iter().map(|t| t.name.as_str()).collect();
+    assert_eq!(names, vec!["fits"]);
 }
