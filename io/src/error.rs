@@ -136,6 +136,15 @@ impl fmt::Display for Error {
 }
 
 impl Error {
+    /// Whether the operation failed for want of a resource the node can get back (space on the
+    /// file system, a quota, descriptors), not because the storage failed: the caller may refuse
+    /// or try again later instead of treating the disk as lying.
+    #[must_use]
+    pub fn is_exhaustion(&self) -> bool {
+        // ENFILE, EMFILE, ENOSPC, EDQUOT.
+        matches!(self.kind, ErrorKind::Os(23 | 24 | 28 | 122))
+    }
+
     pub fn new(op: Op, path: impl Into<PathBuf>, kind: ErrorKind) -> Self {
         Self {
             op,

@@ -285,6 +285,18 @@ pub fn retire<S: Storage + Clone>(storage: &S, retired: Retired<S>) -> Result<()
         .map_err(|e| format!("removing deleted partition {}: {e}", key.dir_name()))
 }
 
+/// A partition this node could not create (see [`Node::unavailable`]).
+#[derive(Clone, Debug)]
+pub struct Unavailable {
+    pub reason: String,
+    /// Tries so far.
+    pub tries: u32,
+    next_try: u64,
+}
+
+/// How often an unavailable partition's create is tried again (10 s).
+const UNAVAILABLE_RETRY_TICKS: u64 = 1_000;
+
 /// A node of many groups.
 pub struct Node<S: Storage + Clone> {
     pub index: u8,
@@ -310,6 +322,9 @@ pub struct Node<S: Storage + Clone> {
     ticks: u64,
     /// Transfers' first chunks not answered: the node served [`TRANSFERS_SERVED_MAX`] already.
     pub transfers_turned_away: u64,
+    /// Partitions the metadata lists that this node could not create (at a commit or at boot),
+    /// with why and the tick of the next try ([`Node::maintain`]): every other group runs.
+    unavailable: BTreeMap<PartitionKey, Unavailable>,
     /// Held for the node's life: no other process writes its directory meanwhile.
     _lock: NodeLock,
 }
@@ -326,6 +341,8 @@ impl<S: Storage + Clone> Node<S> {
                 consensus: true,
                 // A damaged partition is rebuilt from its peers rather than stopping the node.
                 rebuild_from_peers: true,
+                // A partition boot cannot create is left to its peers and tried again.
+                unavailable_partitions: config.replicas > 1,
                 ..config.boot.clone()
             },
             ..config.clone()
@@ -359,6 +376,14 @@ impl<S: Storage + Clone> Node<S> {
                 finding.what
             );
         }
+        let mut unavailable = BTreeMap::new();
+        for finding in report
+            .findings
+            .iter()
+            .filter(|f| f.kind == iggy_recovery::UNAVAILABLE_PARTITION)
+        {
+            tracing::warn!(replica = index, group = %finding.group, "{}: {}", finding.file.display(), finding.what);
+        }
         let mut discarded = BTreeMap::new();
         for finding in &report.findings {
             if finding.action == iggy_recovery::Action::DiscardUnpublished {
@@ -379,6 +404,25 @@ impl<S: Storage + Clone> Node<S> {
         let mirror = config
             .mirror_metadata
             .then(|| Arc::new(metadata.state().clone()));
+        for key in iggy_recovery::known_partitions(metadata.state()) {
+            if !state.partitions.contains_key(&key) {
+                let reason = report
+                    .findings
+                    .iter()
+                    .find(|f| {
+                        f.kind == iggy_recovery::UNAVAILABLE_PARTITION && f.group == key.label()
+                    })
+                    .map_or_else(|| "not opened at boot".to_string(), |f| f.what.clone());
+                unavailable.insert(
+                    key,
+                    Unavailable {
+                        reason,
+                        tries: 1,
+                        next_try: UNAVAILABLE_RETRY_TICKS,
+                    },
+                );
+            }
+        }
         let partitions: Vec<(PartitionKey, Partition<S>, bool, Retention)> = state
             .partitions
             .into_iter()
@@ -403,6 +447,7 @@ impl<S: Storage + Clone> Node<S> {
             retention: VecDeque::new(),
             ticks: 0,
             transfers_turned_away: 0,
+            unavailable,
             _lock: state.lock,
         };
         let recovered = started.elapsed();
@@ -608,6 +653,7 @@ impl<S: Storage + Clone> Node<S> {
     pub fn maintain(&mut self, now_us: u64) {
         self.ticks += 1;
         let ticks = self.ticks;
+        self.retry_unavailable();
         for group in self.groups.values_mut() {
             if group
                 .image_asked
@@ -627,6 +673,83 @@ impl<S: Storage + Clone> Node<S> {
             if group.partition.is_some() && retains && group.image_asked.is_none() {
                 self.retention.push_back((*id, now_us));
             }
+        }
+    }
+
+    /// The partitions this node could not create, and why.
+    #[must_use]
+    pub fn unavailable(&self) -> &BTreeMap<PartitionKey, Unavailable> {
+        &self.unavailable
+    }
+
+    /// Tries again to create each unavailable partition whose time has come. Its replica starts
+    /// recovering (its peers committed ops meanwhile): it asks who leads and repairs or
+    /// transfers what it lacks. On the tick thread: a create preallocates one segment and
+    /// syncs, and it happens only while a partition is unavailable.
+    fn retry_unavailable(&mut self) {
+        let due: Vec<PartitionKey> = self
+            .unavailable
+            .iter()
+            .filter(|(_, u)| self.ticks >= u.next_try)
+            .map(|(key, _)| *key)
+            .collect();
+        if due.is_empty() {
+            return;
+        }
+        let Some(state) = self.metadata_state() else {
+            return;
+        };
+        for key in due {
+            if !iggy_recovery::known_partitions(&state).contains(&key) {
+                self.unavailable.remove(&key);
+                continue;
+            }
+            let created = iggy_recovery::create_partition(
+                &self.storage,
+                Path::new(""),
+                &self.config.boot,
+                self.catalog.identity,
+                &state,
+                key,
+                true,
+            );
+            let outcome = created.map_err(|e| e.to_string()).and_then(|partition| {
+                self.host_partition(
+                    key,
+                    partition,
+                    crate::store::persisted(&state, key),
+                    crate::store::retention(&state, key),
+                )
+            });
+            match outcome {
+                Ok(()) => {
+                    tracing::info!(replica = self.index, partition = %key.label(), "an unavailable partition was created: its replica recovers from its peers");
+                    self.unavailable.remove(&key);
+                }
+                Err(e) => {
+                    let _ = iggy_recovery::remove_partition(&self.storage, Path::new(""), key);
+                    if let Some(u) = self.unavailable.get_mut(&key) {
+                        u.tries += 1;
+                        u.next_try = self.ticks + UNAVAILABLE_RETRY_TICKS;
+                        if u.reason != e {
+                            tracing::warn!(replica = self.index, partition = %key.label(), reason = %e, "an unavailable partition still cannot be created");
+                        }
+                        u.reason = e;
+                    }
+                }
+            }
+        }
+    }
+
+    /// The committed metadata state: the mirror, or the metadata group's own.
+    fn metadata_state(&self) -> Option<Arc<iggy_metadata::State>> {
+        if let Some(state) = &self.metadata {
+            return Some(state.clone());
+        }
+        let group = self.groups.get(&GroupKind::Metadata.id())?;
+        match &*group.store() {
+            Store::Metadata(metadata) => Some(Arc::new(metadata.state().clone())),
+            Store::Partition { .. } => None,
         }
     }
 
@@ -792,11 +915,29 @@ impl<S: Storage + Clone> Node<S> {
             deleted,
             mirror,
             installed: _,
+            unavailable,
         } = changes;
+        for (key, reason) in unavailable {
+            tracing::warn!(
+                replica = self.index,
+                partition = %key.label(),
+                %reason,
+                "a committed partition could not be created here: it is unavailable on this node (its other replicas serve it); trying again every 10 s"
+            );
+            self.unavailable.insert(
+                key,
+                Unavailable {
+                    reason,
+                    tries: 1,
+                    next_try: self.ticks + UNAVAILABLE_RETRY_TICKS,
+                },
+            );
+        }
         if let Some(state) = mirror {
             self.metadata = Some(state);
         }
         for key in deleted {
+            self.unavailable.remove(&key);
             let kind = GroupKind::Partition {
                 key,
                 persisted: false,

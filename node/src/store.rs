@@ -95,6 +95,10 @@ pub struct Changes<S: Storage + Clone> {
     /// A partition state transfer installed: the partition booted on the installed files, for
     /// readers (the store holds it already).
     pub installed: Option<Arc<Partition<S>>>,
+    /// Partitions the commit created in the metadata that this node had no room to create (a
+    /// full disk, no descriptors: `PartitionError::is_exhaustion`), and why: the node keeps every other group running and tries them
+    /// again ([`crate::Node::maintain`]). Their partial directories are removed.
+    pub unavailable: Vec<(PartitionKey, String)>,
 }
 
 impl<S: Storage + Clone> Default for Changes<S> {
@@ -104,6 +108,7 @@ impl<S: Storage + Clone> Default for Changes<S> {
             deleted: Vec::new(),
             mirror: None,
             installed: None,
+            unavailable: Vec::new(),
         }
     }
 }
@@ -219,7 +224,7 @@ fn reconcile<S: Storage + Clone>(
     let after = iggy_recovery::known_partitions(state);
     changes.deleted = before.difference(&after).copied().collect();
     for &key in after.difference(before) {
-        let partition = iggy_recovery::create_partition(
+        let created = iggy_recovery::create_partition(
             &catalog.storage,
             Path::new(""),
             &catalog.boot,
@@ -227,8 +232,26 @@ fn reconcile<S: Storage + Clone>(
             state,
             key,
             false,
-        )
-        .map_err(|e| format!("creating partition {}: {e}", key.dir_name()))?;
+        );
+        let partition = match created {
+            Ok(partition) => partition,
+            // A full disk or no descriptors: a resource the node can get back. Any other
+            // failure is the storage's, and halts the replica as before.
+            Err(e) if e.is_exhaustion() => {
+                // Not a failure of the commit: the op is committed on the other nodes, which
+                // host the partition; this one tries again later, as a replica that recovers.
+                // What the failed create left is removed so that the next try starts clean (a
+                // directory with a superblock would be a partition that once booted).
+                let reason =
+                    match iggy_recovery::remove_partition(&catalog.storage, Path::new(""), key) {
+                        Ok(()) => e.to_string(),
+                        Err(removal) => format!("{e} (and removing what it left: {removal})"),
+                    };
+                changes.unavailable.push((key, reason));
+                continue;
+            }
+            Err(e) => return Err(format!("creating partition {}: {e}", key.dir_name())),
+        };
         changes.created.push(Created {
             key,
             persisted: persisted(state, key),

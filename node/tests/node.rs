@@ -1547,3 +1547,101 @@ fn every_crash_state_of_a_rebuild_boots_to_the_same_rebuilt_partition() {
     eprintln!("{rebuilt_again} crash states rebuilt again");
     assert!(rebuilt_again > 0);
 }
+
+/// Issue #46: a committed topic whose partitions one node's full disk cannot create leaves that
+/// node running every other group, with the partitions unavailable there (and why), while the
+/// other two serve them; a restart on the still-full disk boots without them instead of
+/// failing; once space is freed the node creates them, recovering, and catches up from its
+/// peers. Without it the metadata commit failed on node 2 (`settle`'s lane check fires) and the
+/// committed op failed its boot again.
+#[test]
+fn a_partition_a_full_disk_cannot_create_is_unavailable_on_that_node_only() {
+    let storages: Vec<SimStorage> = (0..3).map(genesis).collect();
+    let mut host = Host::boot(&storages, 1);
+    metadata_request(
+        &mut host,
+        1,
+        &Op::RegisterClient {
+            client: CLIENT,
+            session: 1,
+        },
+    );
+    // Node 2's disk holds 32 KiB more than it uses: less than one 64 KiB segment.
+    let full = || storages[2].set_space_limit(Some(storages[2].used_bytes() + (32 << 10)));
+    full();
+    metadata_request(
+        &mut host,
+        2,
+        &Op::CreateTopic {
+            stream: 1,
+            name: "late".into(),
+            partitions: 2,
+            durability: Durability::Replicated,
+            segment_size_bytes: 64 << 10,
+            retention: Retention::default(),
+            replication_factor: 3,
+        },
+    );
+    let created = [
+        PartitionKey {
+            stream: 1,
+            topic: 2,
+            partition: 1,
+        },
+        PartitionKey {
+            stream: 1,
+            topic: 2,
+            partition: 2,
+        },
+    ];
+    for i in 0..2 {
+        assert_eq!(host.nodes[i].groups.len(), 4, "node {i} hosts both");
+    }
+    assert_eq!(host.nodes[2].groups.len(), 2, "node 2: metadata and 1.1.1");
+    let unavailable: Vec<PartitionKey> = host.nodes[2].unavailable().keys().copied().collect();
+    assert_eq!(unavailable, created);
+    let reason = &host.nodes[2].unavailable()[&created[0]].reason;
+    assert!(
+        reason.contains("os error 28") || reason.contains("28"),
+        "{reason}"
+    );
+    // The two that host them elect a primary (node 2's replica, which may have been chosen,
+    // does not exist) and commit a write.
+    host.tick(600);
+    let target = created[1].group_id();
+    let leader = host.nodes[0].groups[&target]
+        .replica
+        .leader()
+        .expect("the partition has a primary on nodes 0 and 1");
+    assert_ne!(leader, 2);
+    host.send_batch(leader, target, 3, 5);
+    host.settle();
+    host.tick(100);
+    for i in 0..2 {
+        let partition = host.nodes[i].groups[&target].partition().expect("hosted");
+        assert_eq!(partition.next_offset(), 5, "node {i}");
+    }
+    // A restart on the still-full disk boots without them.
+    for node in host.nodes.drain(..) {
+        node.shutdown().expect("clean shutdown");
+    }
+    full();
+    let mut host = Host::boot(&storages, 2);
+    assert_eq!(host.nodes[2].groups.len(), 2, "node 2 booted without them");
+    let unavailable: Vec<PartitionKey> = host.nodes[2].unavailable().keys().copied().collect();
+    assert_eq!(unavailable, created, "node 2 after the restart");
+    // Space freed: the next try creates them, and node 2's replica catches up from its peers.
+    storages[2].set_space_limit(None);
+    host.tick(1_200);
+    assert!(host.nodes[2].unavailable().is_empty());
+    assert_eq!(host.nodes[2].groups.len(), 4);
+    let partition = host.nodes[2].groups[&target].partition().expect("created");
+    assert_eq!(partition.next_offset(), 5, "node 2 repaired the write");
+    for node in host.nodes.drain(..) {
+        node.shutdown().expect("clean shutdown");
+    }
+    for (i, storage) in storages.iter().enumerate() {
+        let report = fsck_check(storage).expect("check");
+        assert_eq!(report.exit_code(), 0, "node {i}: {}", report.render());
+    }
+}

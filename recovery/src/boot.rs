@@ -141,7 +141,15 @@ pub struct BootConfig {
     /// partition's files. A partition whose views are unknown (no superblock copy decodes and
     /// no marker) stays closed.
     pub rebuild_from_peers: bool,
+    /// A partition boot must create (its create was pending, or its directory is missing) and
+    /// has no room to (a full disk, no descriptors: `PartitionError::is_exhaustion`) is left out instead of failing the boot: finding
+    /// `unavailable-partition`; the node hosts every other group and tries it again. Set by the
+    /// node of a replicated cluster; off for the tools and a single replica.
+    pub unavailable_partitions: bool,
 }
+
+/// The finding of a partition boot could not create ([`BootConfig::unavailable_partitions`]).
+pub const UNAVAILABLE_PARTITION: &str = "unavailable-partition";
 
 impl BootConfig {
     /// Production sizes (64 MiB metadata WAL files, 1 GiB segments, an index entry every
@@ -164,6 +172,7 @@ impl BootConfig {
             spread_primaries: true,
             consensus: false,
             rebuild_from_peers: false,
+            unavailable_partitions: false,
         }
     }
 
@@ -1149,6 +1158,33 @@ impl Builder {
         );
     }
 
+    /// Records that boot could not create partition `label` (its directory missing or never
+    /// made): the node boots without it and tries again, its peers serving it meanwhile.
+    fn unavailable(&mut self, label: &str, dir: &Path, reason: &str) {
+        let what = format!(
+            "the partition could not be created: {reason}; the node boots without it, serves \
+             every other group and tries again every 10 s (its peers serve this one meanwhile)"
+        );
+        let finding = Finding {
+            component: Component::Node,
+            kind: UNAVAILABLE_PARTITION,
+            group: label.into(),
+            file: dir.to_path_buf(),
+            offset: 0,
+            what,
+            action: Action::NeedsPeerRepair,
+            bytes: 0,
+        };
+        match self.report.groups.last_mut() {
+            Some(group) if group.group == label => {
+                group.status = Status::NeedsPeerRepair;
+                group.error = None;
+                self.report.findings.push(finding);
+            }
+            _ => self.group(label, dir, vec![finding]),
+        }
+    }
+
     /// Records a partition directory the metadata does not list; boot does not open it, and
     /// removes it when the metadata deleted it (a delete the node stopped in the middle of).
     fn unknown(&mut self, label: &str, dir: &Path, deleted: bool) {
@@ -1971,29 +2007,53 @@ pub fn boot_locked<S: Storage + Clone>(
             }
         };
         if create && let (Some(state), Some(identity)) = (state, walk.identity) {
-            let partition = create_partition(
-                &storage, data_dir, config, identity, state, key, true,
-            )
-            .map_err(|source| RecoveryError::CreatePartition {
-                dir: data_dir.to_path_buf(),
-                label: label.clone(),
-                source: Box::new(source),
-            })?;
-            partitions.insert(key, partition);
+            match create_partition(&storage, data_dir, config, identity, state, key, true) {
+                Ok(partition) => {
+                    partitions.insert(key, partition);
+                }
+                // A node boots without a partition it has no room to create (a full disk, no
+                // descriptors): the node hosts every other group and tries it again
+                // (`iggy-node`'s unavailable partitions); its peers serve it meanwhile. Any
+                // other failure is the storage's, and a single-replica node refuses.
+                Err(source) if config.unavailable_partitions && source.is_exhaustion() => {
+                    let _ = remove_partition(&storage, data_dir, key);
+                    walk.builder.unavailable(&label, &dir, &source.to_string());
+                }
+                Err(source) => {
+                    return Err(RecoveryError::CreatePartition {
+                        dir: data_dir.to_path_buf(),
+                        label: label.clone(),
+                        source: Box::new(source),
+                    });
+                }
+            }
         } else if config.rebuild_from_peers
             && mode == Mode::Open
             && walk.builder.needs_peers(&label)
             && let (Some(state), Some(identity)) = (state, walk.identity)
         {
-            let rebuilt = rebuild_partition(&storage, data_dir, config, identity, state, key)
-                .map_err(|source| RecoveryError::RebuildPartition {
-                    dir: data_dir.to_path_buf(),
-                    label: label.clone(),
-                    source: Box::new(source),
-                })?;
-            if let Some((partition, marker, damaged)) = rebuilt {
-                walk.builder.rebuilt(&label, &dir, marker, &damaged);
-                partitions.insert(key, partition);
+            let existed = storage.exists(&dir)?;
+            match rebuild_partition(&storage, data_dir, config, identity, state, key) {
+                Ok(Some((partition, marker, damaged))) => {
+                    walk.builder.rebuilt(&label, &dir, marker, &damaged);
+                    partitions.insert(key, partition);
+                }
+                Ok(None) => {}
+                // A partition whose directory is gone (or was never made, its create having
+                // failed) and that cannot be created now: as above.
+                Err(source)
+                    if config.unavailable_partitions && !existed && source.is_exhaustion() =>
+                {
+                    let _ = remove_partition(&storage, data_dir, key);
+                    walk.builder.unavailable(&label, &dir, &source.to_string());
+                }
+                Err(source) => {
+                    return Err(RecoveryError::RebuildPartition {
+                        dir: data_dir.to_path_buf(),
+                        label: label.clone(),
+                        source: Box::new(source),
+                    });
+                }
             }
         }
     }

@@ -21,9 +21,9 @@ pub mod report;
 
 pub use boot::{
     BootConfig, CLEAN_SHUTDOWN_FILE, LOCK_FILE, METADATA_DIR, NodeLock, NodeState, PARTITIONS_DIR,
-    PartitionKey, RecoveryError, boot, boot_locked, boot_with, check, check_with, create_partition,
-    known_partitions, lock, metadata_wal_config, partition_config, remove_partition, wal_finding,
-    write_clean_shutdown,
+    PartitionKey, RecoveryError, UNAVAILABLE_PARTITION, boot, boot_locked, boot_with, check,
+    check_with, create_partition, known_partitions, lock, metadata_wal_config, partition_config,
+    remove_partition, wal_finding, write_clean_shutdown,
 };
 pub use iggy_wal::Mode;
 pub use iggy_wal::boot::Verify;

@@ -108,3 +108,17 @@ impl From<SuperblockError> for PartitionError {
         Self::Superblock(Box::new(error))
     }
 }
+
+impl PartitionError {
+    /// Whether it failed for want of space or descriptors ([`iggy_io::Error::is_exhaustion`]).
+    #[must_use]
+    pub fn is_exhaustion(&self) -> bool {
+        match self {
+            Self::Io(e) => e.is_exhaustion(),
+            Self::Wal(e) => matches!(&**e, WalError::Io(e) if e.is_exhaustion()),
+            Self::Superblock(e) => matches!(&**e, SuperblockError::Io(e) if e.is_exhaustion()),
+            Self::Offsets(OffsetError::Io(e)) => e.is_exhaustion(),
+            _ => false,
+        }
+    }
+}

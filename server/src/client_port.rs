@@ -638,10 +638,25 @@ async fn route_when_known<S: Storage + Clone + Send + Sync + 'static>(
 /// every write acknowledged before. A refusal (a view change, no primary yet) is asked again
 /// until the reply deadline, then answered `TransientNotAccepted` (nothing was read: the client
 /// may ask again anywhere).
+/// A partition this node could not create (a full disk) has no replica here to serve or
+/// forward a request: the client's connection is closed, so that a client of several nodes
+/// moves to one that hosts it (its peers serve it), as from a node cut off.
+fn refuse_if_unavailable<S: Storage + Clone + Send + Sync + 'static>(
+    shared: &Arc<Shared<S>>,
+    group: u128,
+) -> Result<(), u32> {
+    if shared.views.is_unavailable(group) {
+        tracing::info!(group = %format_args!("{group:#x}"), "client port: a request for a partition unavailable on this node; closing the client's connection");
+        return Err(CLOSE_CONNECTION);
+    }
+    Ok(())
+}
+
 async fn read_barrier<S: Storage + Clone + Send + Sync + 'static>(
     shared: &Arc<Shared<S>>,
     group: u128,
 ) -> Result<(), u32> {
+    refuse_if_unavailable(shared, group)?;
     let deadline = tokio::time::Instant::now() + shared.config.reply_deadline;
     loop {
         if shared.views.read_barrier(&shared.inbox, group).await {
@@ -785,6 +800,7 @@ async fn submit_as<S: Storage + Clone + Send + Sync + 'static>(
     operation: u32,
     body: Vec<u8>,
 ) -> Result<(u64, Vec<u8>), u32> {
+    refuse_if_unavailable(shared, group)?;
     let message = Message::Request {
         cluster: shared.config.cluster,
         group,

@@ -27,6 +27,9 @@ pub struct NodeMetrics {
     pub groups: AtomicU64,
     pub groups_led_here: AtomicU64,
     pub groups_without_primary: AtomicU64,
+    /// Partitions the metadata lists that this node could not create (a full disk): their
+    /// peers serve them, and the node tries again every 10 s.
+    pub partitions_unavailable: AtomicU64,
     /// Bytes boot discarded past the published frontiers at this process's start.
     pub boot_discarded_bytes: AtomicU64,
     /// Client sessions connected to this node.
@@ -149,6 +152,13 @@ pub fn render(node: &NodeMetrics, bus: &BusCounters, port: &PortCounters) -> Str
         "Groups in a view change or recovering on this node.",
         "gauge",
         load(&node.groups_without_primary),
+    );
+    counter(
+        &mut out,
+        "iggy_partitions_unavailable",
+        "Partitions the metadata lists that this node could not create (a full disk); it tries again every 10 s.",
+        "gauge",
+        load(&node.partitions_unavailable),
     );
     counter(
         &mut out,

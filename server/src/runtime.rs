@@ -44,6 +44,8 @@ pub struct Views<S: Storage + Clone> {
     pub metadata: RwLock<Arc<iggy_metadata::State>>,
     pub partitions: RwLock<BTreeMap<PartitionKey, Arc<Partition<S>>>>,
     pub leaders: RwLock<BTreeMap<u128, u8>>,
+    /// Partition groups this node could not create (`iggy_node::Node::unavailable`).
+    pub unavailable: RwLock<std::collections::BTreeSet<u128>>,
     /// What the runtime and the client port count, for the metrics endpoint.
     pub metrics: crate::metrics::NodeMetrics,
     /// Reads waiting for their group's read barrier ([`Views::read_barrier`]), by token.
@@ -58,6 +60,7 @@ impl<S: Storage + Clone> Views<S> {
             metadata: RwLock::new(Arc::new(iggy_metadata::State::new(replicas))),
             partitions: RwLock::new(BTreeMap::new()),
             leaders: RwLock::new(BTreeMap::new()),
+            unavailable: RwLock::new(std::collections::BTreeSet::new()),
             metrics: crate::metrics::NodeMetrics::default(),
             reads: Mutex::new(std::collections::HashMap::new()),
             read_tokens: std::sync::atomic::AtomicU64::new(1),
@@ -118,6 +121,14 @@ impl<S: Storage + Clone> Views<S> {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .get(&key)
             .cloned()
+    }
+
+    /// Whether `group` is a partition this node could not create.
+    pub fn is_unavailable(&self, group: u128) -> bool {
+        self.unavailable
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .contains(&group)
     }
 
     pub fn leader(&self, group: u128) -> Option<u8> {
@@ -184,6 +195,18 @@ impl<S: Storage + Clone> Views<S> {
             .count() as u64;
         self.metrics.groups_led_here.store(led, Relaxed);
         self.metrics.groups_without_primary.store(without, Relaxed);
+        self.metrics
+            .partitions_unavailable
+            .store(node.unavailable().len() as u64, Relaxed);
+        let unavailable = node
+            .unavailable()
+            .keys()
+            .map(|key| key.group_id())
+            .collect();
+        *self
+            .unavailable
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = unavailable;
         let leaders = node
             .groups
             .iter()

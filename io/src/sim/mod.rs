@@ -76,6 +76,9 @@ pub enum Fault {
     MisdirectToFile(PathBuf),
 }
 
+/// `errno`'s "no space left on device".
+const ENOSPC: i32 = 28;
+
 /// What became of one pending write at a power loss.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum WriteFate {
@@ -321,6 +324,18 @@ impl SimStorage {
     #[must_use]
     pub fn memory_bytes(&self) -> u64 {
         self.lock().memory_bytes()
+    }
+
+    /// Makes the disk `bytes` large (`None`: unbounded, the default): a write, an allocation or
+    /// a length change that would take the files' lengths past it fails with `ENOSPC`, as a full
+    /// file system does. Nothing already written is lost.
+    pub fn set_space_limit(&self, bytes: Option<u64>) {
+        self.lock().space_limit = bytes;
+    }
+
+    /// The sum of the files' lengths (what [`SimStorage::set_space_limit`] counts).
+    pub fn used_bytes(&self) -> u64 {
+        self.lock().used_bytes()
     }
 
     pub(crate) fn from_state(state: SimState) -> Self {
@@ -682,18 +697,28 @@ impl ReadFile for SimReader {
 
 impl WriteFile for SimFile {
     fn write_at(&self, offset: u64, buf: &[u8]) -> Result<usize> {
-        self.state(Op::Write)?
-            .write(self.inode, &self.path, offset, buf)
+        let mut state = self.state(Op::Write)?;
+        if !state.room_for(self.inode, offset.saturating_add(buf.len() as u64)) {
+            return Err(Error::new(Op::Write, &self.path, ErrorKind::Os(ENOSPC)).at(offset));
+        }
+        state.write(self.inode, &self.path, offset, buf)
     }
 
     fn set_len(&self, len: u64) -> Result<()> {
-        self.state(Op::SetLen)?.set_len(self.inode, &self.path, len);
+        let mut state = self.state(Op::SetLen)?;
+        if !state.room_for(self.inode, len) {
+            return Err(Error::new(Op::SetLen, &self.path, ErrorKind::Os(ENOSPC)));
+        }
+        state.set_len(self.inode, &self.path, len);
         Ok(())
     }
 
     fn allocate(&self, offset: u64, len: u64) -> Result<()> {
         let mut state = self.state(Op::Allocate)?;
         let end = offset.saturating_add(len);
+        if !state.room_for(self.inode, end) {
+            return Err(Error::new(Op::Allocate, &self.path, ErrorKind::Os(ENOSPC)).at(offset));
+        }
         if end > state.file(self.inode).data.len() {
             state.set_len(self.inode, &self.path, end);
         }

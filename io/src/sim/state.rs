@@ -141,6 +141,9 @@ pub(crate) struct SimState {
     /// pending (and a power loss loses nothing written). For runs that crash processes only: a
     /// process crash sees the page cache either way, and the disk holds one copy of each byte.
     pub(crate) write_through: bool,
+    /// The disk's size: a write or an allocation that would make the files' lengths sum past it
+    /// fails with `ENOSPC` (`None`: unbounded).
+    pub(crate) space_limit: Option<u64>,
     /// Open handles of the current process life, per inode: an unlinked file they hold stays.
     handles: BTreeMap<u64, usize>,
     /// Set when an inode or directory may have become unreachable (an unlink, a rename over a
@@ -200,6 +203,7 @@ impl SimState {
             next_dir_operation: 0,
             recording: false,
             write_through: false,
+            space_limit: None,
             handles: BTreeMap::new(),
             garbage: false,
             held_by_pending: false,
@@ -207,6 +211,20 @@ impl SimState {
     }
 
     /// Bytes held in memory (see `SimStorage::memory_bytes`).
+    /// The sum of the files' lengths (what a file system would have allocated).
+    pub(crate) fn used_bytes(&self) -> u64 {
+        self.files.values().map(|f| f.data.len()).sum()
+    }
+
+    /// Whether file `inode` may grow to `end` bytes within [`SimState::space_limit`].
+    pub(crate) fn room_for(&self, inode: u64, end: u64) -> bool {
+        let Some(limit) = self.space_limit else {
+            return true;
+        };
+        let current = self.files.get(&inode).map_or(0, |f| f.data.len());
+        end <= current || self.used_bytes() - current + end <= limit
+    }
+
     pub(crate) fn memory_bytes(&self) -> u64 {
         let mut pages = std::collections::BTreeSet::new();
         for file in self.files.values() {
@@ -1138,6 +1156,7 @@ impl SimState {
             next_dir_operation: self.next_dir_operation,
             recording: self.recording,
             write_through: self.write_through,
+            space_limit: self.space_limit,
             handles: BTreeMap::new(),
             garbage: true,
             held_by_pending: false,
