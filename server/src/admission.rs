@@ -23,6 +23,8 @@ pub const SEGMENT_BYTES_MAX: u64 = 16 << 30;
 pub const INVALID_SEGMENT_SIZE: u32 = 4002;
 /// Upstream's `CannotCreatePartition`: the node has no room for the partitions asked for.
 pub const CANNOT_CREATE_PARTITION: u32 = 3000;
+/// Upstream's `CannotAppendMessage`: a node's disk is below its reserve, writes wait for space.
+pub const DISK_LOW: u32 = 4010;
 
 #[derive(Clone, Debug)]
 pub struct Admission {
@@ -32,8 +34,21 @@ pub struct Admission {
     pub max_partitions_per_topic: u32,
     /// Partitions the node hosts in all (each a replica, a lane and open files).
     pub max_partitions: u64,
-    /// Free bytes a create must leave on the data directory's file system.
+    /// Free bytes a create must leave on the data directory's file system; below it, every
+    /// node refuses client writes (`crate::bus::DISK_LOW`).
     pub free_reserve_bytes: u64,
+    /// The free bytes to go by instead of the data directory's file system's (tests).
+    pub free_bytes_source: Option<std::sync::Arc<std::sync::atomic::AtomicU64>>,
+}
+
+impl Admission {
+    /// The free bytes of the data directory's file system (`None`: not checked).
+    pub fn free_bytes(&self) -> Option<std::io::Result<u64>> {
+        if let Some(source) = &self.free_bytes_source {
+            return Some(Ok(source.load(std::sync::atomic::Ordering::Relaxed)));
+        }
+        self.data_dir.as_deref().map(free_bytes)
+    }
 }
 
 impl Default for Admission {
@@ -43,6 +58,7 @@ impl Default for Admission {
             max_partitions_per_topic: 1_000,
             max_partitions: 10_000,
             free_reserve_bytes: 1 << 30,
+            free_bytes_source: None,
         }
     }
 }
@@ -111,11 +127,12 @@ pub fn admit(op: &Op, state: &State, admission: &Admission) -> Result<(), Refusa
             ),
         );
     }
-    if let Some(dir) = &admission.data_dir {
+    if let Some(free) = admission.free_bytes() {
+        let dir = admission.data_dir.clone().unwrap_or_default();
         let needed = u64::from(new_partitions)
             .saturating_mul(segment_bytes)
             .saturating_add(admission.free_reserve_bytes);
-        match free_bytes(dir) {
+        match free {
             Ok(free) if free < needed => {
                 return refuse(
                     CANNOT_CREATE_PARTITION,

@@ -85,7 +85,18 @@ pub struct BusCounters {
     /// their pings said they heard too few nodes to lead.
     pub silent_peers: AtomicU64,
     pub deaf_peers: AtomicU64,
+    /// This node's data directory has less free space than its reserve (the client port's
+    /// monitor sets it); its pings say so ([`DISK_LOW`]).
+    pub disk_low: std::sync::atomic::AtomicBool,
+    /// Per peer index: its last ping said its disk was below its reserve.
+    pub peer_disk_low: [std::sync::atomic::AtomicBool; HEARD_PEERS],
 }
+
+/// The bit of a `Ping`'s `hears` that says the sender's disk is below its reserve (a node
+/// index never reaches it: rosters hold at most 32 nodes). Every node then refuses client
+/// writes: every node holds every partition, and a node whose disk fills fails its next
+/// segment's allocation.
+pub const DISK_LOW: u64 = 1 << 63;
 
 /// Every connection carries a [`Message::Ping`] this often, whatever else it carries.
 pub const PING_INTERVAL: Duration = Duration::from_millis(250);
@@ -146,6 +157,21 @@ impl BusCounters {
             .any(|(heard, hears)| {
                 heard.load(Ordering::Relaxed) > since && hears.load(Ordering::Relaxed) & mine != 0
             })
+    }
+
+    /// A node whose disk is below its reserve: this one (`own`), or a peer heard in the last
+    /// [`SILENT_MS`] whose last ping said so.
+    pub fn low_disk_node(&self, own: u8) -> Option<u8> {
+        if self.disk_low.load(Ordering::Relaxed) {
+            return Some(own);
+        }
+        let since = epoch_ms().saturating_sub(SILENT_MS);
+        (0u8..)
+            .zip(self.heard.iter().zip(self.peer_disk_low.iter()))
+            .find(|(_, (heard, low))| {
+                heard.load(Ordering::Relaxed) > since && low.load(Ordering::Relaxed)
+            })
+            .map(|(peer, _)| peer)
     }
 
     /// Whether a frame of any peer arrived at or after `since` (an [`epoch_ms`] reading).
@@ -479,6 +505,10 @@ async fn serve_peer(
                 counters.frames_in.fetch_add(1, Ordering::Relaxed);
                 counters.heard_from(peer);
                 let index = usize::from(peer);
+                if let Some(low) = counters.peer_disk_low.get(index) {
+                    low.store(hears & DISK_LOW != 0, Ordering::Relaxed);
+                }
+                let hears = hears & !DISK_LOW;
                 if let (Some(slot), Some(since)) = (
                     counters.peer_hears.get(index),
                     counters.peer_deaf_since.get(index),
@@ -538,7 +568,12 @@ async fn dial_peer(
                                 replica: config.replica,
                                 view: 0,
                             },
-                            hears: counters.hears(config.replica),
+                            hears: counters.hears(config.replica)
+                                | if counters.disk_low.load(Ordering::Relaxed) {
+                                    DISK_LOW
+                                } else {
+                                    0
+                                },
                         },
                     };
                     if stream.write_all(&message.encode()).await.is_err() {

@@ -102,6 +102,8 @@ pub struct PortCounters {
     pub isolated_closes: std::sync::atomic::AtomicU64,
     /// Auto-commit polls not stored because their client had left (see [`peer_closed`]).
     pub orphan_polls: std::sync::atomic::AtomicU64,
+    /// Client writes refused because a node's disk was below its reserve.
+    pub writes_refused_disk_low: std::sync::atomic::AtomicU64,
     /// Error replies, by status code.
     pub errors: Mutex<std::collections::BTreeMap<u32, u64>>,
 }
@@ -152,6 +154,7 @@ pub async fn start<S: Storage + Clone + Send + Sync + 'static>(
         clock: Clock::default(),
         counters,
     });
+    tokio::spawn(watch_free_space(shared.clone()));
     tokio::spawn(async move {
         loop {
             let Ok((stream, peer)) = listener.accept().await else {
@@ -166,6 +169,49 @@ pub async fn start<S: Storage + Clone + Send + Sync + 'static>(
         }
     });
     Ok(bound)
+}
+
+/// How often the data directory's free space is looked at.
+const FREE_SPACE_INTERVAL: Duration = Duration::from_millis(500);
+
+/// Every [`FREE_SPACE_INTERVAL`]: this node's free space (the metric), and whether it is below
+/// the reserve (`limits.free_reserve_bytes`), which this node's pings tell its peers: while any
+/// node's is, every node refuses client writes ([`crate::bus::DISK_LOW`]). Reads, offset
+/// stores, deletes and retention go on, and writes resume once space is freed.
+async fn watch_free_space<S: Storage + Clone + Send + Sync + 'static>(shared: Arc<Shared<S>>) {
+    use std::sync::atomic::Ordering::Relaxed;
+    let mut ticks = tokio::time::interval(FREE_SPACE_INTERVAL);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticks.tick().await;
+        let admission = shared.config.admission.clone();
+        let free = tokio::task::spawn_blocking(move || admission.free_bytes()).await;
+        let Ok(Some(free)) = free else {
+            continue;
+        };
+        let reserve = shared.config.admission.free_reserve_bytes;
+        let low = match free {
+            Ok(free) => {
+                shared.views.metrics.disk_free_bytes.store(free, Relaxed);
+                free < reserve
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "client port: the data directory's free space cannot be read");
+                continue;
+            }
+        };
+        let was = shared.bus.counters().disk_low.swap(low, Relaxed);
+        if low && !was {
+            tracing::warn!(
+                reserve_mib = reserve >> 20,
+                "the data directory's free space is below its reserve: every node refuses client writes until it is freed"
+            );
+        } else if was && !low {
+            tracing::info!(
+                "the data directory's free space is above its reserve again: writes resume"
+            );
+        }
+    }
 }
 
 /// A connection's session.
@@ -439,6 +485,15 @@ async fn answer<S: Storage + Clone + Send + Sync + 'static>(
         Route::Messages { key, batch } => {
             if iggy_format::batch::decode(&batch).is_err() {
                 return error(status::INVALID_MESSAGE_CHECKSUM);
+            }
+            if let Some(node) = shared.bus.counters().low_disk_node(shared.config.replica) {
+                // A node's disk is below its reserve: nothing is appended until it is freed.
+                tracing::debug!(node, partition = %key.dir_name(), "client port: a write refused: a node's disk is below its reserve");
+                shared
+                    .counters
+                    .writes_refused_disk_low
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                return error(crate::admission::DISK_LOW);
             }
             match submit(
                 shared,

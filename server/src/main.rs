@@ -380,6 +380,7 @@ fn run(path: &Path, data_dir: Option<PathBuf>, replica: Option<u8>) -> Result<()
             max_partitions_per_topic: config.limits.max_partitions_per_topic,
             max_partitions: config.limits.max_partitions,
             free_reserve_bytes: config.limits.free_reserve_bytes,
+            free_bytes_source: None,
         },
     };
     let own = &config.nodes[usize::from(config.replica)];

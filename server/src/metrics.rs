@@ -30,6 +30,8 @@ pub struct NodeMetrics {
     /// Partitions the metadata lists that this node could not create (a full disk): their
     /// peers serve them, and the node tries again every 10 s.
     pub partitions_unavailable: AtomicU64,
+    /// The data directory's free bytes, as last looked at (every 500 ms).
+    pub disk_free_bytes: AtomicU64,
     /// Bytes boot discarded past the published frontiers at this process's start.
     pub boot_discarded_bytes: AtomicU64,
     /// Client sessions connected to this node.
@@ -155,6 +157,13 @@ pub fn render(node: &NodeMetrics, bus: &BusCounters, port: &PortCounters) -> Str
     );
     counter(
         &mut out,
+        "iggy_disk_free_bytes",
+        "The data directory's free bytes (below limits.free_reserve_bytes, every node refuses client writes).",
+        "gauge",
+        load(&node.disk_free_bytes),
+    );
+    counter(
+        &mut out,
         "iggy_partitions_unavailable",
         "Partitions the metadata lists that this node could not create (a full disk); it tries again every 10 s.",
         "gauge",
@@ -201,6 +210,13 @@ pub fn render(node: &NodeMetrics, bus: &BusCounters, port: &PortCounters) -> Str
         "Client connections closed because this node heard no peer, or no peer heard it, for a second while a request waited (it was cut off).",
         "counter",
         load(&port.isolated_closes),
+    );
+    counter(
+        &mut out,
+        "iggy_client_writes_refused_disk_low_total",
+        "Client writes refused with 4010 because a node's disk was below its reserve.",
+        "counter",
+        load(&port.writes_refused_disk_low),
     );
     counter(
         &mut out,

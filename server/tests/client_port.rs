@@ -47,6 +47,11 @@ struct Cluster {
 }
 
 fn start_cluster() -> Cluster {
+    start_cluster_with(|_| iggy_server::admission::Admission::default())
+}
+
+/// [`start_cluster`], node `i` admitting by `admission(i)`.
+fn start_cluster_with(admission: impl Fn(u8) -> iggy_server::admission::Admission) -> Cluster {
     let replica_addresses = free_addresses(3);
     let client_addresses = free_addresses(3);
     let roster: Vec<RosterNode> = client_addresses
@@ -111,7 +116,7 @@ fn start_cluster() -> Cluster {
                 replication_factor: 3,
             },
             server_version: "0.1.0".into(),
-            admission: iggy_server::admission::Admission::default(),
+            admission: admission(i),
         };
         let listen = Listen {
             client: client_addresses[usize::from(i)],
@@ -753,4 +758,102 @@ fn a_topic_out_of_bounds_is_refused_before_it_commits() {
     let topics = read_topics(&body).expect("topics");
     let names: Vec<&str> = topics.iter().map(|t| t.name.as_str()).collect();
     assert_eq!(names, vec!["fits"]);
+}
+
+/// Issue #46: while one node's disk is below its reserve, every node refuses client writes
+/// with 4010 (the low node's pings say so), reads and offset stores go on, and writes resume by
+/// themselves once space is freed. Without the refusal the sends commit and the low node's next
+/// segment allocation fails.
+#[test]
+fn writes_wait_while_a_nodes_disk_is_below_its_reserve() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    let free = Arc::new(AtomicU64::new(u64::MAX));
+    let cluster = start_cluster_with(|i| iggy_server::admission::Admission {
+        free_bytes_source: (i == 2).then(|| free.clone()),
+        ..iggy_server::admission::Admission::default()
+    });
+    let addresses: Vec<SocketAddr> = cluster.nodes.iter().map(|n| n.client_address).collect();
+    let mut c = Client::connect(addresses[0], 0x500);
+    assert!(matches!(c.login("iggy"), Answer::Reply(..)));
+    let (code, _) = c.ask_until_accepted(&Request::CreateStream {
+        name: "full".into(),
+        options: vec![],
+    });
+    assert_eq!(code, 0);
+    let (code, _) = c.ask_until_accepted(&Request::CreateTopic {
+        stream: Identifier::Name("full".into()),
+        partitions: 1,
+        name: "t".into(),
+        options: vec![],
+    });
+    assert_eq!(code, 0);
+    let send = |i: u32| Request::SendMessages {
+        stream: Identifier::Name("full".into()),
+        topic: Identifier::Name("t".into()),
+        partitioning: Partitioning::PartitionId(0),
+        count: 1,
+        batch: batch(&[format!("m{i}").as_bytes()]),
+    };
+    let (code, _) = c.ask_until_accepted(&send(0));
+    assert_eq!(code, 0);
+    // Node 2's disk fills: within a ping or two, node 0 refuses.
+    free.store(0, Ordering::Relaxed);
+    let mut committed = 1u64;
+    let mut refused = false;
+    for i in 1..2_000u32 {
+        let (code, _) = c.ask_until_accepted(&send(i));
+        if code == iggy_server::admission::DISK_LOW {
+            refused = true;
+            break;
+        }
+        assert_eq!(code, 0);
+        committed += 1;
+    }
+    assert!(
+        refused,
+        "no write refused while node 2's disk was below its reserve"
+    );
+    // Reads and offset stores go on.
+    let (code, body) = c.ask(&Request::PollMessages {
+        consumer: Consumer {
+            group: false,
+            id: Identifier::Numeric(1),
+        },
+        stream: Identifier::Name("full".into()),
+        topic: Identifier::Name("t".into()),
+        partition: Some(0),
+        strategy: PollingStrategy::Offset(0),
+        count: 100_000,
+        auto_commit: false,
+    });
+    assert_eq!(code, 0);
+    let (header, _) = PollHeader::read(&body).expect("poll");
+    assert_eq!(u64::from(header.messages_count), committed);
+    let (code, _) = c.ask_until_accepted(&Request::StoreConsumerOffset {
+        consumer: Consumer {
+            group: false,
+            id: Identifier::Numeric(1),
+        },
+        stream: Identifier::Name("full".into()),
+        topic: Identifier::Name("t".into()),
+        partition: Some(0),
+        offset: 0,
+        ack: 1,
+    });
+    assert_eq!(code, 0, "an offset store while the disk is low");
+    // Space freed: writes resume by themselves.
+    free.store(u64::MAX, Ordering::Relaxed);
+    let mut resumed = false;
+    for i in 0..2_000u32 {
+        let (code, _) = c.ask_until_accepted(&send(10_000 + i));
+        if code == 0 {
+            resumed = true;
+            break;
+        }
+        assert_eq!(code, iggy_server::admission::DISK_LOW);
+        // A refusal is answered at once; node 2's next pings (every 250 ms) say it has room.
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(resumed, "writes did not resume once space was freed");
 }
