@@ -329,9 +329,7 @@ pub async fn start_with_close(
         let up = up.clone();
         tokio::spawn(async move {
             loop {
-                let Ok((stream, address)) = listener.accept().await else {
-                    continue;
-                };
+                let (stream, address) = crate::accept::accept(&listener, "replica bus").await;
                 let _ = stream.set_nodelay(true);
                 tokio::spawn(serve_peer(
                     stream,

@@ -80,6 +80,8 @@ pub struct PortConfig {
     pub server_version: String,
     /// What a create of partitions must fit (`crate::admission`).
     pub admission: crate::admission::Admission,
+    /// Client connections open at once; more are closed as they arrive.
+    pub max_connections: u64,
 }
 
 /// The stored form of a password: XXH3-128 over the salt and the password.
@@ -96,6 +98,10 @@ pub type Clients = Arc<Mutex<HashMap<u128, mpsc::UnboundedSender<Message>>>>;
 #[derive(Debug, Default)]
 pub struct PortCounters {
     pub connections: std::sync::atomic::AtomicU64,
+    /// Connections open now.
+    pub open: std::sync::atomic::AtomicU64,
+    /// Connections closed at once because `max_connections` were open.
+    pub refused_connections: std::sync::atomic::AtomicU64,
     pub requests: std::sync::atomic::AtomicU64,
     pub evictions: std::sync::atomic::AtomicU64,
     /// Client connections closed because no peer was heard while a request waited.
@@ -157,19 +163,37 @@ pub async fn start<S: Storage + Clone + Send + Sync + 'static>(
     tokio::spawn(watch_free_space(shared.clone()));
     tokio::spawn(async move {
         loop {
-            let Ok((stream, peer)) = listener.accept().await else {
+            let (stream, peer) = crate::accept::accept(&listener, "client").await;
+            use std::sync::atomic::Ordering::Relaxed;
+            let open = shared.counters.open.fetch_add(1, Relaxed);
+            if open >= shared.config.max_connections {
+                // Over the cap: closed at once, so that the descriptors the node's storage
+                // needs are never taken by clients.
+                shared.counters.open.fetch_sub(1, Relaxed);
+                if shared.counters.refused_connections.fetch_add(1, Relaxed) % 1_000 == 0 {
+                    tracing::warn!(%peer, open, cap = shared.config.max_connections, "client port: too many connections; closing new ones (limits.max_connections)");
+                }
+                drop(stream);
                 continue;
-            };
+            }
             let _ = stream.set_nodelay(true);
-            shared
-                .counters
-                .connections
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            tokio::spawn(serve(stream, peer, shared.clone()));
+            shared.counters.connections.fetch_add(1, Relaxed);
+            let shared = shared.clone();
+            tokio::spawn(async move {
+                serve(stream, peer, shared.clone()).await;
+                shared.counters.open.fetch_sub(1, Relaxed);
+            });
         }
     });
     Ok(bound)
 }
+
+/// How long a connection may wait before it logs in, for each request until it has.
+const PRE_LOGIN_IDLE: Duration = Duration::from_secs(10);
+/// The largest body taken before login (a login is a few hundred bytes).
+const PRE_LOGIN_BODY_MAX: usize = 64 << 10;
+/// How long the rest of a request's body may take once its header arrived.
+const BODY_DEADLINE: Duration = Duration::from_secs(30);
 
 /// How often the data directory's free space is looked at.
 const FREE_SPACE_INTERVAL: Duration = Duration::from_millis(500);
@@ -281,7 +305,17 @@ async fn serve<S: Storage + Clone + Send + Sync + 'static>(
     let mut balanced = 0u32;
     let mut header_bytes = [0u8; HEADER_SIZE];
     loop {
-        if stream.read_exact(&mut header_bytes).await.is_err() {
+        // Before login a connection must send a request within PRE_LOGIN_IDLE: a descriptor
+        // held open by a client that never logs in is not kept.
+        let read = stream.read_exact(&mut header_bytes);
+        let read = if session.is_none() {
+            tokio::time::timeout(PRE_LOGIN_IDLE, read)
+                .await
+                .unwrap_or_else(|_| Err(std::io::ErrorKind::TimedOut.into()))
+        } else {
+            read.await
+        };
+        if read.is_err() {
             break;
         }
         let header = match RequestHeader::decode(&header_bytes, shared.config.max_request_bytes) {
@@ -308,8 +342,27 @@ async fn serve<S: Storage + Clone + Send + Sync + 'static>(
                 break;
             }
         };
+        if session.is_none() && header.body_len() > PRE_LOGIN_BODY_MAX {
+            // Only a login may come before a session, and a login is small: a larger body is
+            // not buffered for a client nobody has authenticated.
+            tracing::info!(%peer, size = header.body_len(), "client port: a body too large before login; evicting");
+            shared
+                .counters
+                .evictions
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let _ = stream
+                .write_all(
+                    &Eviction::new(header.client, EvictionReason::InvalidRequestBodySize).encode(),
+                )
+                .await;
+            break;
+        }
         let mut body = vec![0u8; header.body_len()];
-        if stream.read_exact(&mut body).await.is_err() {
+        // A body that stops arriving part way is not waited for forever.
+        if !matches!(
+            tokio::time::timeout(BODY_DEADLINE, stream.read_exact(&mut body)).await,
+            Ok(Ok(_))
+        ) {
             break;
         }
         shared

@@ -148,6 +148,9 @@ pub struct Limits {
     /// Free bytes a create of partitions must leave on the data directory's file system, after
     /// the segment each preallocates.
     pub free_reserve_bytes: u64,
+    /// Client connections a node keeps open at once (each a descriptor); more are closed as
+    /// they arrive.
+    pub max_connections: u64,
 }
 
 impl Default for Limits {
@@ -164,6 +167,7 @@ impl Default for Limits {
                 .max_partitions_per_topic,
             max_partitions: crate::admission::Admission::default().max_partitions,
             free_reserve_bytes: crate::admission::Admission::default().free_reserve_bytes,
+            max_connections: 4_096,
         }
     }
 }

@@ -5,6 +5,7 @@
 //! [`process`], which puts one node together, [`config`] and [`metrics`]; [`load`] is
 //! `iggy-server load` and `verify`. `docs/server.md` is the operator's guide.
 
+pub mod accept;
 pub mod admission;
 pub mod bus;
 pub mod client_port;

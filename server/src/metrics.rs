@@ -311,9 +311,7 @@ pub async fn start<S: iggy_io::Storage + Clone + Send + Sync + 'static>(
     let bound = listener.local_addr()?;
     tokio::spawn(async move {
         loop {
-            let Ok((mut stream, _)) = listener.accept().await else {
-                continue;
-            };
+            let (mut stream, _) = crate::accept::accept(&listener, "metrics").await;
             let (node, bus, port) = (node.clone(), bus.clone(), port.clone());
             tokio::spawn(async move {
                 // The whole request head (a reply sent and the socket closed with some of it

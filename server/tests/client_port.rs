@@ -47,11 +47,14 @@ struct Cluster {
 }
 
 fn start_cluster() -> Cluster {
-    start_cluster_with(|_| iggy_server::admission::Admission::default())
+    start_cluster_with(|_| iggy_server::admission::Admission::default(), 1_000)
 }
 
-/// [`start_cluster`], node `i` admitting by `admission(i)`.
-fn start_cluster_with(admission: impl Fn(u8) -> iggy_server::admission::Admission) -> Cluster {
+/// [`start_cluster`], node `i` admitting by `admission(i)`, each keeping `max_connections`.
+fn start_cluster_with(
+    admission: impl Fn(u8) -> iggy_server::admission::Admission,
+    max_connections: u64,
+) -> Cluster {
     let replica_addresses = free_addresses(3);
     let client_addresses = free_addresses(3);
     let roster: Vec<RosterNode> = client_addresses
@@ -117,6 +120,7 @@ fn start_cluster_with(admission: impl Fn(u8) -> iggy_server::admission::Admissio
             },
             server_version: "0.1.0".into(),
             admission: admission(i),
+            max_connections,
         };
         let listen = Listen {
             client: client_addresses[usize::from(i)],
@@ -769,10 +773,13 @@ fn writes_wait_while_a_nodes_disk_is_below_its_reserve() {
     use std::sync::Arc;
     use std::sync::atomic::{AtomicU64, Ordering};
     let free = Arc::new(AtomicU64::new(u64::MAX));
-    let cluster = start_cluster_with(|i| iggy_server::admission::Admission {
-        free_bytes_source: (i == 2).then(|| free.clone()),
-        ..iggy_server::admission::Admission::default()
-    });
+    let cluster = start_cluster_with(
+        |i| iggy_server::admission::Admission {
+            free_bytes_source: (i == 2).then(|| free.clone()),
+            ..iggy_server::admission::Admission::default()
+        },
+        1_000,
+    );
     let addresses: Vec<SocketAddr> = cluster.nodes.iter().map(|n| n.client_address).collect();
     let mut c = Client::connect(addresses[0], 0x500);
     assert!(matches!(c.login("iggy"), Answer::Reply(..)));
@@ -856,4 +863,87 @@ fn writes_wait_while_a_nodes_disk_is_below_its_reserve() {
         std::thread::sleep(Duration::from_millis(10));
     }
     assert!(resumed, "writes did not resume once space was freed");
+}
+
+/// Issue #46: a node keeps at most `max_connections` client connections (the next is closed as
+/// it arrives, and one that ends makes room), and before login a body larger than a login is
+/// evicted without being buffered. Without the cap the third connection is served; without the
+/// pre-login limit the 1 MiB header is answered by waiting for its body.
+#[test]
+fn connections_past_the_cap_and_large_bodies_before_login_are_refused() {
+    let cluster = start_cluster_with(|_| iggy_server::admission::Admission::default(), 2);
+    let address = cluster.nodes[0].client_address;
+    let mut first = Client::connect(address, 0x600);
+    assert!(matches!(first.login("iggy"), Answer::Reply(..)));
+    let second = Client::connect(address, 0x601);
+    // A login on a new connection: answered, or (past the cap) closed at once unanswered.
+    let served = || {
+        let mut stream = std::net::TcpStream::connect(address).expect("connect");
+        stream
+            .set_read_timeout(Some(Duration::from_secs(30)))
+            .expect("timeout");
+        let (code, body) = Request::LoginRegister {
+            version: iggy_protocol::ClientVersion {
+                protocol: iggy_protocol::PROTOCOL_VERSION,
+                sdk_name: "test".into(),
+                sdk_version: "0".into(),
+            },
+            username: "iggy".into(),
+            password: "iggy".into(),
+            context: None,
+        }
+        .encode();
+        let header = RequestHeader {
+            size: u32::try_from(HEADER_SIZE + body.len()).expect("small"),
+            client: 0x603,
+            request_checksum: 0,
+            timestamp: 0,
+            request: 0,
+            operation: Operation::Register,
+            session: 0,
+            user_id: 0,
+            code,
+        };
+        let mut byte = [0u8; 1];
+        stream.write_all(&header.encode()).is_ok()
+            && stream.write_all(&body).is_ok()
+            && matches!(stream.read(&mut byte), Ok(1))
+    };
+    assert!(!served(), "a connection past the cap was served");
+    // The second's connection, never logged in, sends a 1 MiB header: evicted at once.
+    let mut second = second;
+    let header = RequestHeader {
+        size: u32::try_from(HEADER_SIZE + (1 << 20)).expect("small"),
+        client: second.client,
+        request_checksum: 0,
+        timestamp: 0,
+        request: 0,
+        operation: Operation::Register,
+        session: 0,
+        user_id: 0,
+        code: iggy_protocol::code::LOGIN_REGISTER,
+    };
+    second
+        .stream
+        .write_all(&header.encode())
+        .expect("write header");
+    let mut head = [0u8; HEADER_SIZE];
+    second
+        .stream
+        .read_exact(&mut head)
+        .expect("an eviction, not a wait for the body");
+    let eviction = Eviction::decode(&head).expect("an eviction");
+    assert_eq!(eviction.reason, EvictionReason::InvalidRequestBodySize);
+    drop(second);
+    // Its connection ended: a new one is served (once the node has counted the end, which
+    // follows the eviction's write by a moment).
+    assert!(
+        (0..500).any(|_| served() || {
+            std::thread::sleep(Duration::from_millis(10));
+            false
+        }),
+        "a connection after one ended was never served"
+    );
+    let (code, _) = first.ask(&Request::Ping);
+    assert_eq!(code, 0);
 }

@@ -1,0 +1,33 @@
+//! Accepting connections without spinning: a listener whose `accept` fails (`EMFILE`, `ENFILE`:
+//! the process or the system is out of descriptors) is asked again after a pause that grows to
+//! a second, with one WARN line per run of failures, instead of at once in a loop that takes a
+//! core and starves the node's other tasks.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use tokio::net::{TcpListener, TcpStream};
+
+/// The next connection of `listener` (`what` names the port in the log line).
+pub async fn accept(listener: &TcpListener, what: &str) -> (TcpStream, SocketAddr) {
+    let mut pause = Duration::from_millis(10);
+    let mut failures = 0u64;
+    loop {
+        match listener.accept().await {
+            Ok(accepted) => {
+                if failures > 0 {
+                    tracing::info!(port = what, failures, "accepting connections again");
+                }
+                return accepted;
+            }
+            Err(e) => {
+                if failures == 0 {
+                    tracing::warn!(port = what, error = %e, "cannot accept a connection (out of descriptors?); retrying with backoff");
+                }
+                failures += 1;
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_secs(1));
+            }
+        }
+    }
+}
