@@ -3,14 +3,18 @@
 //! and what a peer sends arrives over the connection it dialled. So each pair of nodes holds two
 //! connections, each carrying one direction.
 //!
-//! - **Handshake.** The dialler sends 64 bytes: the magic `IGGYBUS1`, the cluster id (u128), its
-//!   replica index (u8), 7 zero bytes, and the XXH3-128 of the configured key followed by those
-//!   first 32 bytes. The listener answers the same from its side and keeps the connection only
-//!   when the cluster matches, the index is a peer's (not its own, within the roster) and the
-//!   digest proves the key. Anything else is refused, logged with the address and the reason,
-//!   and the connection closed. The key keeps a misconfigured node (another cluster, another
-//!   key) out; it is not authentication against someone on the network path, who can replay a
-//!   handshake: keep the replica plane on a private network.
+//! - **Handshake** (a challenge and response both ways over the shared key, `docs/server.md`):
+//!   three frames of [`HANDSHAKE_BYTES`], each the magic `IGGYBUS2`, the cluster id (u128), the
+//!   sender's replica index (u8), 7 zero bytes, a 16-byte nonce and a 32-byte proof. The dialler's
+//!   hello carries its fresh nonce and no proof; the listener's answer carries its own fresh
+//!   nonce and an HMAC-SHA256 under the key of the role `listener`, the cluster, both indexes and
+//!   both nonces; the dialler's confirmation carries the same for the role `dialer`. Each side
+//!   checks the other's proof in constant time against the nonce it just drew, so a recorded
+//!   handshake proves nothing in a new one, an answer cannot be reflected as a confirmation, and
+//!   a proof names the index it was made for. Anything else is refused, logged with the address
+//!   and the reason, and the connection closed. The frames after it are not encrypted or
+//!   signed: the key keeps out nodes that do not hold it, and the network path should still be
+//!   private (TLS is not built yet).
 //! - **Frames** are the replica messages' own encoding (`iggy_vsr::Message::encode`): a 256-byte
 //!   header whose size field says how long the frame is. A frame that is too large or does not
 //!   decode closes that connection and is counted; the node goes on, and the dialler reconnects.
@@ -38,13 +42,18 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use hmac::{Hmac, Mac};
 use iggy_vsr::Message;
+use sha2::Sha256;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Notify, mpsc};
 
-const MAGIC: &[u8; 8] = b"IGGYBUS1";
-const HANDSHAKE_BYTES: usize = 64;
+const MAGIC: &[u8; 8] = b"IGGYBUS2";
+/// A handshake frame: magic, cluster, index, padding, nonce, proof.
+pub const HANDSHAKE_BYTES: usize = 80;
+/// How long each handshake frame may take to arrive.
+const HANDSHAKE_DEADLINE: Duration = Duration::from_secs(5);
 const FRAME_HEADER: usize = 256;
 /// The largest frame taken: a prepare of the largest batch, with room for its header.
 pub const FRAME_BYTES_MAX: usize = 64 << 20;
@@ -241,27 +250,39 @@ impl BusSender {
     }
 }
 
-/// The handshake this node sends (and answers with).
-pub fn handshake_bytes(config: &BusConfig) -> [u8; HANDSHAKE_BYTES] {
+/// A handshake nonce: drawn fresh for each handshake from the operating system.
+pub type Nonce = [u8; 16];
+
+/// A fresh nonce.
+pub fn nonce() -> Nonce {
+    let mut nonce = [0u8; 16];
+    // A machine without an entropy source cannot authenticate: the all-zero nonce then still
+    // binds the proof to the key, and the failure is logged.
+    if let Err(e) = getrandom::fill(&mut nonce) {
+        tracing::warn!(error = %e, "replica bus: no random nonce for a handshake");
+    }
+    nonce
+}
+
+/// A handshake frame from `config`'s node: `nonce` and `proof` (zero in a hello).
+fn frame(config: &BusConfig, nonce: &Nonce, proof: &[u8; 32]) -> [u8; HANDSHAKE_BYTES] {
     let mut bytes = [0u8; HANDSHAKE_BYTES];
     bytes[..8].copy_from_slice(MAGIC);
     bytes[8..24].copy_from_slice(&config.cluster.to_le_bytes());
     bytes[24] = config.replica;
-    let digest = digest(&config.key, &bytes[..32]);
-    bytes[32..48].copy_from_slice(&digest.to_le_bytes());
+    bytes[32..48].copy_from_slice(nonce);
+    bytes[48..80].copy_from_slice(proof);
     bytes
 }
 
-fn digest(key: &[u8], prefix: &[u8]) -> u128 {
-    let mut input = key.to_vec();
-    input.extend_from_slice(prefix);
-    twox_hash::XxHash3_128::oneshot(&input)
-}
-
-/// Checks a peer's handshake; returns its replica index or why it is refused.
-pub fn check_handshake(config: &BusConfig, bytes: &[u8; HANDSHAKE_BYTES]) -> Result<u8, String> {
+/// The parts of a frame whose magic and cluster are this node's: the sender's index, nonce and
+/// proof.
+fn parse(
+    config: &BusConfig,
+    bytes: &[u8; HANDSHAKE_BYTES],
+) -> Result<(u8, Nonce, [u8; 32]), String> {
     if &bytes[..8] != MAGIC {
-        return Err("not a replica bus handshake (bad magic)".into());
+        return Err("not a replica bus handshake (bad magic: a node of another version?)".into());
     }
     let cluster = u128::from_le_bytes(bytes[8..24].try_into().expect("16 bytes"));
     if cluster != config.cluster {
@@ -270,7 +291,67 @@ pub fn check_handshake(config: &BusConfig, bytes: &[u8; HANDSHAKE_BYTES]) -> Res
             config.cluster
         ));
     }
-    let replica = bytes[24];
+    if bytes[25..32].iter().any(|b| *b != 0) {
+        return Err("a handshake frame with bytes where zeros belong".into());
+    }
+    let nonce: Nonce = bytes[32..48].try_into().expect("16 bytes");
+    let proof: [u8; 32] = bytes[48..80].try_into().expect("32 bytes");
+    Ok((bytes[24], nonce, proof))
+}
+
+/// The HMAC a side of a handshake proves the key with: over its role, the cluster, the
+/// dialler's and the listener's indexes and both nonces.
+fn mac(
+    config: &BusConfig,
+    role: &[u8],
+    (dialer, listener): (u8, u8),
+    (dialer_nonce, listener_nonce): (&Nonce, &Nonce),
+) -> Hmac<Sha256> {
+    let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(&config.key)
+        .unwrap_or_else(|_| unreachable!("HMAC takes a key of any length"));
+    mac.update(b"iggy replica bus v2 ");
+    mac.update(role);
+    mac.update(&config.cluster.to_le_bytes());
+    mac.update(&[dialer, listener]);
+    mac.update(dialer_nonce);
+    mac.update(listener_nonce);
+    mac
+}
+
+fn prove(config: &BusConfig, role: &[u8], indexes: (u8, u8), nonces: (&Nonce, &Nonce)) -> [u8; 32] {
+    mac(config, role, indexes, nonces)
+        .finalize()
+        .into_bytes()
+        .into()
+}
+
+fn verify(
+    config: &BusConfig,
+    role: &[u8],
+    indexes: (u8, u8),
+    nonces: (&Nonce, &Nonce),
+    proof: &[u8; 32],
+) -> Result<(), String> {
+    // `verify_slice` compares in constant time.
+    mac(config, role, indexes, nonces)
+        .verify_slice(proof)
+        .map_err(|_| "the handshake does not prove the cluster key".to_string())
+}
+
+const DIALER: &[u8] = b"dialer";
+const LISTENER: &[u8] = b"listener";
+
+/// The dialler's first frame: who it is and its fresh nonce.
+pub fn hello(config: &BusConfig, nonce: &Nonce) -> [u8; HANDSHAKE_BYTES] {
+    frame(config, nonce, &[0; 32])
+}
+
+/// The listener's check of a hello: the dialler's index (a peer's, within the roster) and nonce.
+pub fn check_hello(
+    config: &BusConfig,
+    bytes: &[u8; HANDSHAKE_BYTES],
+) -> Result<(u8, Nonce), String> {
+    let (replica, nonce, proof) = parse(config, bytes)?;
     if usize::from(replica) >= config.peers.len() || replica == config.replica {
         return Err(format!(
             "replica index {replica} is not a peer (this node is {} of {})",
@@ -278,11 +359,139 @@ pub fn check_handshake(config: &BusConfig, bytes: &[u8; HANDSHAKE_BYTES]) -> Res
             config.peers.len()
         ));
     }
-    let claimed = u128::from_le_bytes(bytes[32..48].try_into().expect("16 bytes"));
-    if claimed != digest(&config.key, &bytes[..32]) || bytes[48..].iter().any(|b| *b != 0) {
-        return Err("the handshake does not prove the cluster key".into());
+    if proof != [0; 32] {
+        return Err("a hello with a proof (a replayed answer or confirmation?)".into());
     }
-    Ok(replica)
+    Ok((replica, nonce))
+}
+
+/// The listener's answer to dialler `dialer`'s hello: its fresh nonce and its proof of the key.
+pub fn answer(
+    config: &BusConfig,
+    dialer: u8,
+    dialer_nonce: &Nonce,
+    nonce: &Nonce,
+) -> [u8; HANDSHAKE_BYTES] {
+    let proof = prove(
+        config,
+        LISTENER,
+        (dialer, config.replica),
+        (dialer_nonce, nonce),
+    );
+    frame(config, nonce, &proof)
+}
+
+/// The dialler's check of the answer of `listener` (the peer it dialled) to its hello of
+/// `dialer_nonce`: the listener's nonce.
+pub fn check_answer(
+    config: &BusConfig,
+    listener: u8,
+    dialer_nonce: &Nonce,
+    bytes: &[u8; HANDSHAKE_BYTES],
+) -> Result<Nonce, String> {
+    let (replica, nonce, proof) = parse(config, bytes)?;
+    if replica != listener {
+        return Err(format!(
+            "answered by replica {replica}, {listener} was dialled"
+        ));
+    }
+    verify(
+        config,
+        LISTENER,
+        (config.replica, listener),
+        (dialer_nonce, &nonce),
+        &proof,
+    )?;
+    Ok(nonce)
+}
+
+/// The dialler's confirmation: its proof of the key over both nonces.
+pub fn confirm(
+    config: &BusConfig,
+    listener: u8,
+    dialer_nonce: &Nonce,
+    listener_nonce: &Nonce,
+) -> [u8; HANDSHAKE_BYTES] {
+    let proof = prove(
+        config,
+        DIALER,
+        (config.replica, listener),
+        (dialer_nonce, listener_nonce),
+    );
+    frame(config, &[0; 16], &proof)
+}
+
+/// The listener's check of dialler `dialer`'s confirmation of the nonces.
+pub fn check_confirm(
+    config: &BusConfig,
+    dialer: u8,
+    (dialer_nonce, listener_nonce): (&Nonce, &Nonce),
+    bytes: &[u8; HANDSHAKE_BYTES],
+) -> Result<(), String> {
+    let (replica, _, proof) = parse(config, bytes)?;
+    if replica != dialer {
+        return Err(format!(
+            "confirmed by replica {replica}, {dialer} said hello"
+        ));
+    }
+    verify(
+        config,
+        DIALER,
+        (dialer, config.replica),
+        (dialer_nonce, listener_nonce),
+        &proof,
+    )
+}
+
+/// The dialler's side of the handshake on a blocking stream (the tools' and tests' way).
+pub fn dial_blocking(
+    stream: &mut std::net::TcpStream,
+    config: &BusConfig,
+    listener: u8,
+) -> Result<(), String> {
+    use std::io::{Read, Write};
+    let mine = nonce();
+    stream
+        .write_all(&hello(config, &mine))
+        .map_err(|e| e.to_string())?;
+    let mut bytes = [0u8; HANDSHAKE_BYTES];
+    stream
+        .read_exact(&mut bytes)
+        .map_err(|e| format!("the peer closed the handshake: {e}"))?;
+    let theirs = check_answer(config, listener, &mine, &bytes)?;
+    stream
+        .write_all(&confirm(config, listener, &mine, &theirs))
+        .map_err(|e| e.to_string())
+}
+
+/// Reads one handshake frame within [`HANDSHAKE_DEADLINE`].
+async fn read_frame(stream: &mut TcpStream) -> Result<[u8; HANDSHAKE_BYTES], String> {
+    let mut bytes = [0u8; HANDSHAKE_BYTES];
+    match tokio::time::timeout(HANDSHAKE_DEADLINE, stream.read_exact(&mut bytes)).await {
+        Ok(Ok(_)) => Ok(bytes),
+        Ok(Err(e)) => Err(format!("reading the handshake: {e}")),
+        Err(_) => Err(format!(
+            "no handshake frame within {} s",
+            HANDSHAKE_DEADLINE.as_secs()
+        )),
+    }
+}
+
+/// The listener's side: the dialler's index once it proved the key.
+async fn accept_handshake(stream: &mut TcpStream, config: &BusConfig) -> Result<u8, String> {
+    let (dialer, dialer_nonce) = check_hello(config, &read_frame(stream).await?)?;
+    let mine = nonce();
+    stream
+        .write_all(&answer(config, dialer, &dialer_nonce, &mine))
+        .await
+        .map_err(|e| e.to_string())?;
+    check_confirm(
+        config,
+        dialer,
+        (&dialer_nonce, &mine),
+        &read_frame(stream).await?,
+    )?;
+    Ok(dialer)
 }
 
 /// Starts the bus: binds this node's replica address, accepts peers (each frame goes to
@@ -443,15 +652,7 @@ async fn serve_peer(
     ),
     (counters, up): (Arc<BusCounters>, Arc<Vec<Arc<Notify>>>),
 ) {
-    let mut handshake = [0u8; HANDSHAKE_BYTES];
-    let peer = match tokio::time::timeout(Duration::from_secs(5), stream.read_exact(&mut handshake))
-        .await
-    {
-        Ok(Ok(_)) => check_handshake(&config, &handshake),
-        Ok(Err(e)) => Err(format!("reading the handshake: {e}")),
-        Err(_) => Err("no handshake within 5 s".into()),
-    };
-    let peer = match peer {
+    let peer = match accept_handshake(&mut stream, &config).await {
         Ok(peer) => peer,
         Err(reason) => {
             counters.refused_handshakes.fetch_add(1, Ordering::Relaxed);
@@ -459,9 +660,6 @@ async fn serve_peer(
             return;
         }
     };
-    if stream.write_all(&handshake_bytes(&config)).await.is_err() {
-        return;
-    }
     // The peer is back: this node's connection to it (in backoff while it was down, up to 2 s)
     // is made now, so its first messages to the peer do not wait out the backoff (about 1 s
     // of every write gap after a node restarted while another failed).
@@ -543,7 +741,7 @@ async fn dial_peer(
     let mut backoff = Duration::from_millis(50);
     let mut failing = false;
     loop {
-        match connect(address, &config).await {
+        match connect(address, &config, u8::try_from(index).unwrap_or(u8::MAX)).await {
             Ok(mut stream) => {
                 counters.connects.fetch_add(1, Ordering::Relaxed);
                 if failing {
@@ -601,20 +799,20 @@ async fn dial_peer(
     }
 }
 
-async fn connect(address: SocketAddr, config: &BusConfig) -> Result<TcpStream, String> {
+async fn connect(address: SocketAddr, config: &BusConfig, peer: u8) -> Result<TcpStream, String> {
     let mut stream = TcpStream::connect(address)
         .await
         .map_err(|e| e.to_string())?;
     let _ = stream.set_nodelay(true);
+    let mine = nonce();
     stream
-        .write_all(&handshake_bytes(config))
+        .write_all(&hello(config, &mine))
         .await
         .map_err(|e| e.to_string())?;
-    let mut answer = [0u8; HANDSHAKE_BYTES];
-    tokio::time::timeout(Duration::from_secs(5), stream.read_exact(&mut answer))
+    let theirs = check_answer(config, peer, &mine, &read_frame(&mut stream).await?)?;
+    stream
+        .write_all(&confirm(config, peer, &mine, &theirs))
         .await
-        .map_err(|_| "no handshake answer within 5 s".to_string())?
-        .map_err(|e| format!("the peer closed the handshake: {e}"))?;
-    check_handshake(config, &answer)?;
+        .map_err(|e| e.to_string())?;
     Ok(stream)
 }

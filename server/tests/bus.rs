@@ -9,7 +9,7 @@ use std::sync::atomic::Ordering;
 use std::sync::mpsc::channel;
 use std::time::Duration;
 
-use iggy_server::bus::{self, BusConfig, BusCounters, check_handshake, handshake_bytes};
+use iggy_server::bus::{self, BusConfig, BusCounters};
 use iggy_vsr::{From, Message};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -23,30 +23,98 @@ fn config(replica: u8, peers: &[SocketAddr], key: &[u8]) -> BusConfig {
     }
 }
 
+/// The handshake proves the key both ways over fresh nonces (issue #46): a full exchange
+/// passes; the wrong key fails on both sides; a proof recorded in one handshake fails in the
+/// next (the listener's nonce is new); an answer cannot stand in for a confirmation (the roles
+/// are in the proof), nor a confirmation made for another index; another cluster, the node's own
+/// index and an index past the roster are refused at the hello.
 #[test]
 fn a_handshake_is_checked_for_cluster_index_and_key() {
     let peers: Vec<SocketAddr> = (0..3)
         .map(|i| format!("127.0.0.1:{}", 9000 + i).parse().expect("address"))
         .collect();
     let node0 = config(0, &peers, b"key");
+    let node1 = config(1, &peers, b"key");
+    // Node 1 dials node 0.
+    let (dialer_nonce, listener_nonce) = (bus::nonce(), bus::nonce());
+    assert_ne!(dialer_nonce, listener_nonce);
+    let hello = bus::hello(&node1, &dialer_nonce);
+    assert_eq!(bus::check_hello(&node0, &hello), Ok((1, dialer_nonce)));
+    let answer = bus::answer(&node0, 1, &dialer_nonce, &listener_nonce);
     assert_eq!(
-        check_handshake(&node0, &handshake_bytes(&config(1, &peers, b"key"))),
-        Ok(1)
+        bus::check_answer(&node1, 0, &dialer_nonce, &answer),
+        Ok(listener_nonce)
     );
-    let other_key = check_handshake(&node0, &handshake_bytes(&config(1, &peers, b"kez")));
-    assert!(other_key.unwrap_err().contains("key"));
-    let itself = check_handshake(&node0, &handshake_bytes(&config(0, &peers, b"key")));
+    let confirm = bus::confirm(&node1, 0, &dialer_nonce, &listener_nonce);
+    assert_eq!(
+        bus::check_confirm(&node0, 1, (&dialer_nonce, &listener_nonce), &confirm),
+        Ok(())
+    );
+    // Another key: the dialler refuses the answer, the listener the confirmation.
+    let guess = config(1, &peers, b"kez");
+    assert!(
+        bus::check_answer(&guess, 0, &dialer_nonce, &answer)
+            .unwrap_err()
+            .contains("key")
+    );
+    let forged = bus::confirm(&guess, 0, &dialer_nonce, &listener_nonce);
+    assert!(
+        bus::check_confirm(&node0, 1, (&dialer_nonce, &listener_nonce), &forged)
+            .unwrap_err()
+            .contains("key")
+    );
+    // A recorded confirmation, replayed into a handshake with a fresh listener nonce.
+    let fresh = bus::nonce();
+    assert!(bus::check_confirm(&node0, 1, (&dialer_nonce, &fresh), &confirm).is_err());
+    // The listener's answer reflected back as the dialler's confirmation.
+    assert!(bus::check_confirm(&node0, 1, (&dialer_nonce, &listener_nonce), &answer).is_err());
+    // Node 2 replaying node 1's confirmation under its own index.
+    let mut as_two = confirm;
+    as_two[24] = 2;
+    assert!(bus::check_confirm(&node0, 2, (&dialer_nonce, &listener_nonce), &as_two).is_err());
+    // Refused at the hello: itself, another cluster, past the roster, a hello with a proof.
+    let itself = bus::check_hello(&node0, &bus::hello(&node0, &dialer_nonce));
     assert!(itself.unwrap_err().contains("not a peer"));
     let mut other_cluster = config(1, &peers, b"key");
     other_cluster.cluster = 8;
     assert!(
-        check_handshake(&node0, &handshake_bytes(&other_cluster))
+        bus::check_hello(&node0, &bus::hello(&other_cluster, &dialer_nonce))
             .unwrap_err()
             .contains("cluster")
     );
-    let mut beyond = handshake_bytes(&config(1, &peers, b"key"));
+    let mut beyond = hello;
     beyond[24] = 3;
-    assert!(check_handshake(&node0, &beyond).is_err());
+    assert!(bus::check_hello(&node0, &beyond).is_err());
+    assert!(bus::check_hello(&node0, &confirm).is_err());
+}
+
+/// The dialler's side of the handshake, as `config`'s node, to listener `listener`; with `check`
+/// off it confirms whatever the answer proved (a stranger trying its key).
+async fn dial(
+    stream: &mut TcpStream,
+    config: &BusConfig,
+    listener: u8,
+    check: bool,
+) -> Result<(), String> {
+    let mine = bus::nonce();
+    stream
+        .write_all(&bus::hello(config, &mine))
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut answer = [0u8; bus::HANDSHAKE_BYTES];
+    stream
+        .read_exact(&mut answer)
+        .await
+        .map_err(|e| e.to_string())?;
+    let theirs = match bus::check_answer(config, listener, &mine, &answer) {
+        Ok(theirs) => theirs,
+        Err(e) if check => return Err(e),
+        Err(_) => answer[32..48].try_into().expect("16 bytes"),
+    };
+    stream
+        .write_all(&bus::confirm(config, listener, &mine, &theirs))
+        .await
+        .map_err(|e| e.to_string())
 }
 
 /// Reads until the peer closes (a refusal), failing the test after 10 s.
@@ -99,10 +167,7 @@ fn bad_peers_and_bad_frames_close_their_connection_and_the_node_goes_on() {
 
         // Without the key: refused, closed, counted.
         let mut stranger = TcpStream::connect(bound).await.expect("connect");
-        stranger
-            .write_all(&handshake_bytes(&config(1, &peers, b"guess")))
-            .await
-            .expect("write");
+        let _ = dial(&mut stranger, &config(1, &peers, b"guess"), 0, false).await;
         assert!(
             closed(&mut stranger).await,
             "a peer without the key was kept"
@@ -112,14 +177,9 @@ fn bad_peers_and_bad_frames_close_their_connection_and_the_node_goes_on() {
         // With the key, then a frame whose size field is impossible: closed, counted.
         let peer1 = config(1, &peers, b"key");
         let mut peer = TcpStream::connect(bound).await.expect("connect");
-        peer.write_all(&handshake_bytes(&peer1))
+        dial(&mut peer, &peer1, 0, true)
             .await
-            .expect("write");
-        let mut answer = [0u8; 64];
-        peer.read_exact(&mut answer)
-            .await
-            .expect("the node answers the handshake");
-        assert_eq!(check_handshake(&peer1, &answer), Ok(0));
+            .expect("the node proves the key");
         let mut garbage = [0xa5u8; 256];
         garbage[92..96].copy_from_slice(&u32::MAX.to_le_bytes());
         peer.write_all(&garbage).await.expect("write");
@@ -141,10 +201,7 @@ fn bad_peers_and_bad_frames_close_their_connection_and_the_node_goes_on() {
             checksum: 0,
         };
         let mut peer = TcpStream::connect(bound).await.expect("connect");
-        peer.write_all(&handshake_bytes(&peer1))
-            .await
-            .expect("write");
-        peer.read_exact(&mut answer).await.expect("answer");
+        dial(&mut peer, &peer1, 0, true).await.expect("handshake");
         peer.write_all(&commit(2).encode()).await.expect("write");
         assert!(
             closed(&mut peer).await,
@@ -154,10 +211,7 @@ fn bad_peers_and_bad_frames_close_their_connection_and_the_node_goes_on() {
 
         // The node went on: a good frame is delivered.
         let mut peer = TcpStream::connect(bound).await.expect("connect");
-        peer.write_all(&handshake_bytes(&peer1))
-            .await
-            .expect("write");
-        peer.read_exact(&mut answer).await.expect("answer");
+        dial(&mut peer, &peer1, 0, true).await.expect("handshake");
         peer.write_all(&commit(1).encode()).await.expect("write");
         let message =
             tokio::task::spawn_blocking(move || heard.recv_timeout(Duration::from_secs(10)))
@@ -186,31 +240,25 @@ fn a_peers_closed_connection_is_reported_and_a_refused_one_is_not() {
         )
         .await
         .expect("the bus starts");
-        let mut answer = [0u8; 64];
 
         // A stranger: refused, not reported.
         let mut stranger = TcpStream::connect(bound).await.expect("connect");
-        stranger
-            .write_all(&handshake_bytes(&config(1, &peers, b"guess")))
-            .await
-            .expect("write");
+        let _ = dial(&mut stranger, &config(1, &peers, b"guess"), 0, false).await;
         assert!(closed(&mut stranger).await);
         // Peer 1 sends a bad frame: this node closes it, not reported.
         let mut peer = TcpStream::connect(bound).await.expect("connect");
-        peer.write_all(&handshake_bytes(&config(1, &peers, b"key")))
+        dial(&mut peer, &config(1, &peers, b"key"), 0, true)
             .await
-            .expect("write");
-        peer.read_exact(&mut answer).await.expect("answer");
+            .expect("handshake");
         let mut garbage = [0xa5u8; 256];
         garbage[92..96].copy_from_slice(&u32::MAX.to_le_bytes());
         peer.write_all(&garbage).await.expect("write");
         assert!(closed(&mut peer).await);
         // Peer 2 connects and goes away: reported as 2.
         let mut peer = TcpStream::connect(bound).await.expect("connect");
-        peer.write_all(&handshake_bytes(&config(2, &peers, b"key")))
+        dial(&mut peer, &config(2, &peers, b"key"), 0, true)
             .await
-            .expect("write");
-        peer.read_exact(&mut answer).await.expect("answer");
+            .expect("handshake");
         drop(peer);
         // Both refusals ended (their connections closed) before peer 2 connected: had either
         // been reported, as 1, it would come first.
@@ -275,20 +323,17 @@ fn a_silent_peer_and_a_deaf_one_are_reported_and_a_node_hearing_no_quorum_holds_
         bus.send(1, svc.clone());
         assert_eq!(counters.campaigns_held_back.load(Ordering::Relaxed), 1);
 
-        let mut answer = [0u8; 64];
         // Peer 1 says once that it hears nodes 0 and 1 (a quorum), then says nothing.
         let mut one = TcpStream::connect(bound).await.expect("connect");
-        one.write_all(&handshake_bytes(&config(1, &peers, b"key")))
+        dial(&mut one, &config(1, &peers, b"key"), 0, true)
             .await
-            .expect("write");
-        one.read_exact(&mut answer).await.expect("answer");
+            .expect("handshake");
         one.write_all(&ping(1, 0b011)).await.expect("write");
         // Peer 2 hears a quorum at first, then only itself, a ping every 100 ms.
         let mut two = TcpStream::connect(bound).await.expect("connect");
-        two.write_all(&handshake_bytes(&config(2, &peers, b"key")))
+        dial(&mut two, &config(2, &peers, b"key"), 0, true)
             .await
-            .expect("write");
-        two.read_exact(&mut answer).await.expect("answer");
+            .expect("handshake");
         two.write_all(&ping(2, 0b101)).await.expect("write");
         let deaf = tokio::spawn(async move {
             for _ in 0..40 {

@@ -822,28 +822,35 @@ fn bad_input_on_both_ports_is_refused_and_loses_nothing() {
     outcomes.push(("bus: garbage", refused(&mut stream)));
     let mut stream = std::net::TcpStream::connect(peer_port).expect("connect");
     stream
-        .write_all(&iggy_server::bus::handshake_bytes(&bus(8, b"kill")))
+        .write_all(&iggy_server::bus::hello(
+            &bus(8, b"kill"),
+            &iggy_server::bus::nonce(),
+        ))
         .expect("write");
     outcomes.push(("bus: another cluster", refused(&mut stream)));
+    // Without the key: the node's answer does not verify, and a confirmation under the guessed
+    // key is refused.
     let mut stream = std::net::TcpStream::connect(peer_port).expect("connect");
-    stream
-        .write_all(&iggy_server::bus::handshake_bytes(&bus(7, b"guess")))
-        .expect("write");
-    outcomes.push(("bus: without the key", refused(&mut stream)));
-    let mut stream = std::net::TcpStream::connect(peer_port).expect("connect");
-    stream
-        .write_all(&iggy_server::bus::handshake_bytes(&bus(7, b"kill")))
-        .expect("write");
-    let mut frame = [0xa5u8; 256];
-    frame[92..96].copy_from_slice(&u32::MAX.to_le_bytes());
-    // The node answers the handshake (64 bytes) before it reads the frame.
     {
         use std::io::Read;
-        let mut answer = [0u8; 64];
+        let guess = bus(7, b"guess");
+        let mine = iggy_server::bus::nonce();
         stream
-            .read_exact(&mut answer)
-            .expect("the handshake answered");
+            .write_all(&iggy_server::bus::hello(&guess, &mine))
+            .expect("write");
+        let mut answer = [0u8; iggy_server::bus::HANDSHAKE_BYTES];
+        stream.read_exact(&mut answer).expect("the hello answered");
+        assert!(iggy_server::bus::check_answer(&guess, 1, &mine, &answer).is_err());
+        let theirs: [u8; 16] = answer[32..48].try_into().expect("16 bytes");
+        stream
+            .write_all(&iggy_server::bus::confirm(&guess, 1, &mine, &theirs))
+            .expect("write");
     }
+    outcomes.push(("bus: without the key", refused(&mut stream)));
+    let mut stream = std::net::TcpStream::connect(peer_port).expect("connect");
+    iggy_server::bus::dial_blocking(&mut stream, &bus(7, b"kill"), 1).expect("the handshake");
+    let mut frame = [0xa5u8; 256];
+    frame[92..96].copy_from_slice(&u32::MAX.to_le_bytes());
     stream.write_all(&frame).expect("write");
     outcomes.push(("bus: impossible frame size", refused(&mut stream)));
 
