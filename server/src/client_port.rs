@@ -68,10 +68,9 @@ pub struct PortConfig {
     pub replica: u8,
     pub roster: Vec<RosterNode>,
     pub root_username: String,
-    /// XXH3-128 of the salt and the password ([`hash_password`]); the password itself is not
-    /// kept.
-    pub root_password_hash: u128,
-    pub salt: Vec<u8>,
+    /// The root password's argon2id hash in the PHC string form ([`hash_password`]); the
+    /// password itself is not kept.
+    pub root_password_hash: String,
     /// The largest request taken (header and body).
     pub max_request_bytes: u32,
     /// How long a write waits for its group's reply before it is `TransientNotCommitted`.
@@ -84,12 +83,36 @@ pub struct PortConfig {
     pub max_connections: u64,
 }
 
-/// The stored form of a password: XXH3-128 over the salt and the password.
-pub fn hash_password(salt: &[u8], password: &str) -> u128 {
-    let mut input = salt.to_vec();
-    input.extend_from_slice(password.as_bytes());
-    twox_hash::XxHash3_128::oneshot(&input)
+/// The stored form of a password: argon2id (its default cost: 19 MiB, two passes) under a
+/// salt fresh from the operating system, as a PHC string.
+pub fn hash_password(password: &str) -> String {
+    use argon2::PasswordHasher;
+    let mut salt = [0u8; 16];
+    if let Err(e) = getrandom::fill(&mut salt) {
+        tracing::warn!(error = %e, "no random salt for the password hash");
+    }
+    let salt = argon2::password_hash::SaltString::encode_b64(&salt)
+        .unwrap_or_else(|e| unreachable!("16 bytes encode: {e}"));
+    argon2::Argon2::default()
+        .hash_password(password.as_bytes(), &salt)
+        .map(|hash| hash.to_string())
+        .unwrap_or_else(|e| unreachable!("the default parameters hash: {e}"))
 }
+
+/// Whether `password` is the one `hash` ([`hash_password`]) was made of (argon2's own
+/// constant-time comparison); a hash that does not parse matches nothing.
+pub fn password_matches(hash: &str, password: &str) -> bool {
+    use argon2::PasswordVerifier;
+    argon2::password_hash::PasswordHash::new(hash).is_ok_and(|parsed| {
+        argon2::Argon2::default()
+            .verify_password(password.as_bytes(), &parsed)
+            .is_ok()
+    })
+}
+
+/// How long a failed login waits before its eviction: a client guessing passwords gets a few
+/// tries a second per connection (and `max_connections` connections).
+const FAILED_LOGIN_DELAY: Duration = Duration::from_millis(500);
 
 /// The clients connected to this node, by client id: where their replies go.
 pub type Clients = Arc<Mutex<HashMap<u128, mpsc::UnboundedSender<Message>>>>;
@@ -108,6 +131,8 @@ pub struct PortCounters {
     pub isolated_closes: std::sync::atomic::AtomicU64,
     /// Auto-commit polls not stored because their client had left (see [`peer_closed`]).
     pub orphan_polls: std::sync::atomic::AtomicU64,
+    /// Logins refused for a wrong username or password.
+    pub failed_logins: std::sync::atomic::AtomicU64,
     /// Client writes refused because a node's disk was below its reserve.
     pub writes_refused_disk_low: std::sync::atomic::AtomicU64,
     /// Error replies, by status code.
@@ -370,7 +395,15 @@ async fn serve<S: Storage + Clone + Send + Sync + 'static>(
             .requests
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let gone = || peer_closed(&stream);
-        let answer = answer(&shared, &header, &body, &mut session, &mut balanced, &gone).await;
+        let answer = answer(
+            &shared,
+            &header,
+            &body,
+            &mut session,
+            &mut balanced,
+            (peer, &gone),
+        )
+        .await;
         if matches!(
             answer,
             Answer::Reply {
@@ -446,7 +479,7 @@ async fn answer<S: Storage + Clone + Send + Sync + 'static>(
     body: &[u8],
     session: &mut Option<Session>,
     balanced: &mut u32,
-    client_gone: &(dyn Fn() -> bool + Sync),
+    (peer, client_gone): (SocketAddr, &(dyn Fn() -> bool + Sync)),
 ) -> Answer {
     let request = match Request::decode(header.code, body) {
         Ok(request) => request,
@@ -465,7 +498,7 @@ async fn answer<S: Storage + Clone + Send + Sync + 'static>(
         } => {
             return login(
                 shared,
-                header,
+                (header, peer),
                 version.protocol,
                 username,
                 password,
@@ -781,7 +814,7 @@ async fn read_barrier<S: Storage + Clone + Send + Sync + 'static>(
 
 async fn login<S: Storage + Clone + Send + Sync + 'static>(
     shared: &Arc<Shared<S>>,
-    header: &RequestHeader,
+    (header, peer): (&RequestHeader, SocketAddr),
     protocol: u32,
     username: &str,
     password: &str,
@@ -791,9 +824,20 @@ async fn login<S: Storage + Clone + Send + Sync + 'static>(
         return Answer::Evict(EvictionReason::IncompatibleProtocol);
     }
     let config = &shared.config;
-    if username != config.root_username
-        || hash_password(&config.salt, password) != config.root_password_hash
-    {
+    // argon2 takes tens of milliseconds of CPU: off the network threads.
+    let matches = {
+        let (hash, password) = (config.root_password_hash.clone(), password.to_owned());
+        tokio::task::spawn_blocking(move || password_matches(&hash, &password))
+            .await
+            .unwrap_or(false)
+    };
+    if username != config.root_username || !matches {
+        shared
+            .counters
+            .failed_logins
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        tracing::warn!(%peer, username, "client port: a login with a wrong username or password");
+        tokio::time::sleep(FAILED_LOGIN_DELAY).await;
         return Answer::Evict(EvictionReason::InvalidCredentials);
     }
     let (sender, replies) = mpsc::unbounded_channel();

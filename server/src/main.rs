@@ -339,6 +339,12 @@ fn run(path: &Path, data_dir: Option<PathBuf>, replica: Option<u8>) -> Result<()
         config.replica = replica;
     }
     config.check()?;
+    if config.root.password == iggy_server::config::Root::default().password {
+        tracing::warn!(
+            username = %config.root.username,
+            "the root user's password is the default (\"iggy\"): anyone who can reach the client port can log in; set [root] password in the configuration"
+        );
+    }
     let descriptors = raise_descriptor_limit();
     let cluster = config.cluster_id.value()?;
     let replicas = u8::try_from(config.nodes.len()).map_err(|_| "too many nodes".to_string())?;
@@ -396,7 +402,6 @@ fn run(path: &Path, data_dir: Option<PathBuf>, replica: Option<u8>) -> Result<()
         peers: config.nodes.iter().map(|n| n.replica).collect(),
         key: config.cluster_key.as_bytes().to_vec(),
     };
-    let salt = incarnation.to_le_bytes().to_vec();
     let port = PortConfig {
         cluster,
         cluster_name: config.cluster_name.clone(),
@@ -410,8 +415,7 @@ fn run(path: &Path, data_dir: Option<PathBuf>, replica: Option<u8>) -> Result<()
             })
             .collect(),
         root_username: config.root.username.clone(),
-        root_password_hash: hash_password(&salt, &config.root.password),
-        salt,
+        root_password_hash: hash_password(&config.root.password),
         max_request_bytes: config.limits.max_request_bytes,
         reply_deadline: config.reply_deadline(),
         topic_defaults: TopicDefaults {

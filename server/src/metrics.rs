@@ -220,6 +220,13 @@ pub fn render(node: &NodeMetrics, bus: &BusCounters, port: &PortCounters) -> Str
     );
     counter(
         &mut out,
+        "iggy_client_failed_logins_total",
+        "Logins refused for a wrong username or password (each logged with the peer's address).",
+        "counter",
+        load(&port.failed_logins),
+    );
+    counter(
+        &mut out,
         "iggy_client_orphan_polls_total",
         "Auto-commit polls whose client closed its connection before the answer: the consumer offset was not stored.",
         "counter",

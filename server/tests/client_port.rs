@@ -109,8 +109,7 @@ fn start_cluster_with(
             replica: i,
             roster: roster.clone(),
             root_username: "iggy".into(),
-            root_password_hash: hash_password(b"salt", "iggy"),
-            salt: b"salt".to_vec(),
+            root_password_hash: hash_password("iggy"),
             max_request_bytes: 8 << 20,
             reply_deadline: Duration::from_secs(10),
             topic_defaults: TopicDefaults {
@@ -946,4 +945,35 @@ fn connections_past_the_cap_and_large_bodies_before_login_are_refused() {
     );
     let (code, _) = first.ask(&Request::Ping);
     assert_eq!(code, 0);
+}
+
+/// Issue #46: the root password is kept as an argon2id hash under a fresh salt (two hashes of
+/// one password differ, each verifies it, neither verifies another), and a login with a wrong
+/// password is evicted with `InvalidCredentials`, counted, and answered only after a delay.
+#[test]
+fn passwords_are_argon2id_and_a_wrong_one_is_refused() {
+    let one = hash_password("secret");
+    let two = hash_password("secret");
+    assert!(one.starts_with("$argon2id$"), "{one}");
+    assert_ne!(one, two, "the salt is fresh");
+    assert!(iggy_server::client_port::password_matches(&one, "secret"));
+    assert!(iggy_server::client_port::password_matches(&two, "secret"));
+    assert!(!iggy_server::client_port::password_matches(&one, "Secret"));
+    assert!(!iggy_server::client_port::password_matches(
+        "not a hash",
+        "secret"
+    ));
+    let cluster = start_cluster();
+    let mut c = Client::connect(cluster.nodes[0].client_address, 0x700);
+    let started = std::time::Instant::now();
+    let Answer::Evicted(eviction) = c.login("wrong") else {
+        panic!("a wrong password was answered")
+    };
+    assert_eq!(eviction.reason, EvictionReason::InvalidCredentials);
+    assert!(
+        started.elapsed() >= Duration::from_millis(500),
+        "a failed login was answered at once"
+    );
+    let mut c = Client::connect(cluster.nodes[0].client_address, 0x701);
+    assert!(matches!(c.login("iggy"), Answer::Reply(..)));
 }
