@@ -22,7 +22,7 @@
 //! spread_primaries = true      # off: the first node leads every new partition
 //!
 //! [limits]
-//! max_request_bytes = 67108864
+//! max_request_bytes = 15728640
 //! reply_deadline_ms = 10000
 //! storage_threads = 4
 //! network_threads = 2
@@ -156,7 +156,7 @@ pub struct Limits {
 impl Default for Limits {
     fn default() -> Self {
         Self {
-            max_request_bytes: 64 << 20,
+            max_request_bytes: MAX_REQUEST_BYTES_LIMIT,
             reply_deadline_ms: 10_000,
             storage_threads: 4,
             network_threads: 2,
@@ -171,6 +171,12 @@ impl Default for Limits {
         }
     }
 }
+
+/// The largest `max_request_bytes`: a prepare's bound less 1 MiB for what a request's body
+/// gains on the way to its prepare (the prepare header, a batch's offsets and stamps).
+pub const MAX_REQUEST_BYTES_LIMIT: u32 = 15 << 20;
+const _: () =
+    assert!(MAX_REQUEST_BYTES_LIMIT as u64 + (1 << 20) <= iggy_segments::PREPARE_BYTES_MAX);
 
 /// A replicated partition's default publication interval. A node killed or powered off loses
 /// what its replicated partitions had not published and repairs it from its peers' prepare rings
@@ -253,8 +259,12 @@ impl FileConfig {
                 iggy_vsr::TICK_MS
             ));
         }
-        if self.limits.max_request_bytes < 256 {
-            return Err("limits.max_request_bytes must hold at least a header (256)".into());
+        if !(256..=MAX_REQUEST_BYTES_LIMIT).contains(&self.limits.max_request_bytes) {
+            return Err(format!(
+                "limits.max_request_bytes = {}: 256 (a header) to {MAX_REQUEST_BYTES_LIMIT} (a request becomes one prepare, and a prepare is at most {} bytes: the WAL's append, the bus's frames and a partition transfer's entries all hold to it)",
+                self.limits.max_request_bytes,
+                iggy_segments::PREPARE_BYTES_MAX
+            ));
         }
         Ok(())
     }

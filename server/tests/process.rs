@@ -327,4 +327,14 @@ fn run_refuses_a_bad_configuration_naming_the_file_and_the_key() {
         stderr.contains("limits.publish_interval_ms = 5") && stderr.contains("10 to 60000"),
         "{stderr}"
     );
+    // Requests past what one prepare holds, segments outside their range (issue #46).
+    let (code, stderr) = run(&format!("{good}\n[limits]\nmax_request_bytes = 67108864\n"));
+    assert_eq!(code, Some(1));
+    assert!(
+        stderr.contains("limits.max_request_bytes = 67108864") && stderr.contains("prepare"),
+        "{stderr}"
+    );
+    let (code, stderr) = run(&format!("{good}\n[topics]\nsegment_size_bytes = 1\n"));
+    assert_eq!(code, Some(1));
+    assert!(stderr.contains("topics.segment_size_bytes = 1"), "{stderr}");
 }
