@@ -897,7 +897,16 @@ async fn login<S: Storage + Clone + Send + Sync + 'static>(
         server_version: config.server_version.clone(),
     }
     .put(&mut body);
-    *session = Some(fresh);
+    // A second login on the same connection: the first session's reply routes go (the
+    // connection's end removes only the session it ends with).
+    if let Some(old) = session.replace(fresh) {
+        let mut clients = shared
+            .clients
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        clients.remove(&old.internal);
+        clients.remove(&auto_commit_client(old.internal));
+    }
     shared.count_sessions();
     Answer::Reply {
         status: 0,
@@ -1175,7 +1184,8 @@ fn stored_offset<S: Storage + Clone>(
     Ok(out)
 }
 
-/// Which peer forwarded each client's latest request to this node (its replies go back there).
+/// Which peer forwarded each client's latest request to this node (its reply goes back there,
+/// and the entry with it).
 pub type Forwarded = Arc<Mutex<HashMap<u128, u8>>>;
 
 /// Where a server node's replicas' messages go: peers over the bus; a reply to the connection of
@@ -1201,12 +1211,14 @@ impl crate::runtime::Outbox for ServerOutbox {
             let _ = connection.send(message);
             return;
         }
+        // The route goes with the reply it carries: a client has one request out at a time,
+        // and its next forwarded request notes the route again. Kept, the map grew by a client
+        // id per session for the node's life.
         let forwarder = self
             .forwarded
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .get(&client)
-            .copied();
+            .remove(&client);
         if let Some(peer) = forwarder {
             self.bus.send(peer, message);
         }

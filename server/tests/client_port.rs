@@ -976,4 +976,17 @@ fn passwords_are_argon2id_and_a_wrong_one_is_refused() {
     );
     let mut c = Client::connect(cluster.nodes[0].client_address, 0x701);
     assert!(matches!(c.login("iggy"), Answer::Reply(..)));
+    // A second login on the same connection replaces the first session's reply routes: the
+    // node's count of them does not grow (it did by two a login).
+    let sessions = || {
+        cluster.nodes[0]
+            .views
+            .metrics
+            .sessions
+            .load(std::sync::atomic::Ordering::Relaxed)
+    };
+    let before = sessions();
+    assert!(matches!(c.login("iggy"), Answer::Reply(..)));
+    assert!(matches!(c.login("iggy"), Answer::Reply(..)));
+    assert_eq!(sessions(), before);
 }
