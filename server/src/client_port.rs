@@ -81,6 +81,9 @@ pub struct PortConfig {
     pub admission: crate::admission::Admission,
     /// Client connections open at once; more are closed as they arrive.
     pub max_connections: u64,
+    /// Request bytes the node holds at once, over every connection (at least
+    /// `max_request_bytes`): a body past it waits to be read.
+    pub in_flight_bytes: u64,
 }
 
 /// The stored form of a password: argon2id (its default cost: 19 MiB, two passes) under a
@@ -147,6 +150,8 @@ struct Shared<S: Storage + Clone> {
     clients: Clients,
     clock: Clock,
     counters: Arc<PortCounters>,
+    /// Request bytes (in KiB) the node may hold at once ([`PortConfig::in_flight_bytes`]).
+    in_flight: Arc<tokio::sync::Semaphore>,
 }
 
 impl<S: Storage + Clone> Shared<S> {
@@ -176,7 +181,11 @@ pub async fn start<S: Storage + Clone + Send + Sync + 'static>(
 ) -> std::io::Result<SocketAddr> {
     let listener = TcpListener::bind(address).await?;
     let bound = listener.local_addr()?;
+    let kib = usize::try_from(config.in_flight_bytes.div_ceil(1024))
+        .unwrap_or(usize::MAX)
+        .min(tokio::sync::Semaphore::MAX_PERMITS);
     let shared = Arc::new(Shared {
+        in_flight: Arc::new(tokio::sync::Semaphore::new(kib)),
         config,
         bus,
         views,
@@ -382,6 +391,13 @@ async fn serve<S: Storage + Clone + Send + Sync + 'static>(
                 .await;
             break;
         }
+        // The node's budget of request bytes in memory: a body is read only once its bytes are
+        // granted (in KiB), and they are given back when its answer is written. A client over
+        // the budget waits, its body unread in the socket, rather than growing the node.
+        let kib = u32::try_from(header.body_len().div_ceil(1024)).unwrap_or(u32::MAX);
+        let Ok(_granted) = shared.in_flight.clone().acquire_many_owned(kib).await else {
+            break;
+        };
         let mut body = vec![0u8; header.body_len()];
         // A body that stops arriving part way is not waited for forever.
         if !matches!(

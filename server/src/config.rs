@@ -151,6 +151,9 @@ pub struct Limits {
     /// Client connections a node keeps open at once (each a descriptor); more are closed as
     /// they arrive.
     pub max_connections: u64,
+    /// Request bytes a node holds at once over all its client connections; a body past it
+    /// waits, unread, until earlier requests are answered.
+    pub in_flight_bytes: u64,
 }
 
 impl Default for Limits {
@@ -168,6 +171,7 @@ impl Default for Limits {
             max_partitions: crate::admission::Admission::default().max_partitions,
             free_reserve_bytes: crate::admission::Admission::default().free_reserve_bytes,
             max_connections: 4_096,
+            in_flight_bytes: 256 << 20,
         }
     }
 }
@@ -230,6 +234,12 @@ impl FileConfig {
                 self.topics.segment_size_bytes,
                 segments.start(),
                 segments.end()
+            ));
+        }
+        if self.limits.in_flight_bytes < u64::from(self.limits.max_request_bytes) {
+            return Err(format!(
+                "limits.in_flight_bytes = {}: at least limits.max_request_bytes ({}), or the largest request could never be read",
+                self.limits.in_flight_bytes, self.limits.max_request_bytes
             ));
         }
         if self.limits.max_partitions_per_topic == 0 || self.limits.max_partitions == 0 {

@@ -436,6 +436,7 @@ fn run(path: &Path, data_dir: Option<PathBuf>, replica: Option<u8>) -> Result<()
             free_bytes_source: None,
         },
         max_connections: connection_cap(config.limits.max_connections, descriptors),
+        in_flight_bytes: config.limits.in_flight_bytes,
     };
     let own = &config.nodes[usize::from(config.replica)];
     let listen = Listen {

@@ -120,6 +120,7 @@ fn start_cluster_with(
             server_version: "0.1.0".into(),
             admission: admission(i),
             max_connections,
+            in_flight_bytes: 64 << 20,
         };
         let listen = Listen {
             client: client_addresses[usize::from(i)],

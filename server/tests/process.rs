@@ -334,6 +334,12 @@ fn run_refuses_a_bad_configuration_naming_the_file_and_the_key() {
         stderr.contains("limits.max_request_bytes = 67108864") && stderr.contains("prepare"),
         "{stderr}"
     );
+    let (code, stderr) = run(&format!("{good}\n[limits]\nin_flight_bytes = 1048576\n"));
+    assert_eq!(code, Some(1));
+    assert!(
+        stderr.contains("limits.in_flight_bytes = 1048576"),
+        "{stderr}"
+    );
     let (code, stderr) = run(&format!("{good}\n[topics]\nsegment_size_bytes = 1\n"));
     assert_eq!(code, Some(1));
     assert!(stderr.contains("topics.segment_size_bytes = 1"), "{stderr}");
