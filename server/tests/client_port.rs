@@ -623,6 +623,26 @@ fn every_acknowledged_write_is_read_by_the_next_poll_through_any_node() {
     );
 }
 
+/// A client logged in at `address` as `client`, with stream `stream` and its topic `t` of one
+/// partition created.
+fn one_partition_topic(address: SocketAddr, client: u128, stream: &str) -> Client {
+    let mut c = Client::connect(address, client);
+    assert!(matches!(c.login("iggy"), Answer::Reply(..)));
+    let (code, _) = c.ask_until_accepted(&Request::CreateStream {
+        name: stream.into(),
+        options: vec![],
+    });
+    assert_eq!(code, 0);
+    let (code, _) = c.ask_until_accepted(&Request::CreateTopic {
+        stream: Identifier::Name(stream.into()),
+        partitions: 1,
+        name: "t".into(),
+        options: vec![],
+    });
+    assert_eq!(code, 0);
+    c
+}
+
 /// A client that sends an auto-commit poll and leaves before the answer (it timed out on a
 /// paused node and moved on) does not move its consumer's offset: nobody reads the answer, and
 /// a store from so stale a request would skip messages for the consumer's next poll elsewhere.
@@ -632,20 +652,7 @@ fn every_acknowledged_write_is_read_by_the_next_poll_through_any_node() {
 fn an_auto_commit_poll_whose_client_left_stores_no_offset() {
     let cluster = start_cluster();
     let addresses: Vec<SocketAddr> = cluster.nodes.iter().map(|n| n.client_address).collect();
-    let mut c = Client::connect(addresses[0], 0x300);
-    assert!(matches!(c.login("iggy"), Answer::Reply(..)));
-    let (code, _) = c.ask_until_accepted(&Request::CreateStream {
-        name: "orphans".into(),
-        options: vec![],
-    });
-    assert_eq!(code, 0);
-    let (code, _) = c.ask_until_accepted(&Request::CreateTopic {
-        stream: Identifier::Name("orphans".into()),
-        partitions: 1,
-        name: "t".into(),
-        options: vec![],
-    });
-    assert_eq!(code, 0);
+    let mut c = one_partition_topic(addresses[0], 0x300, "orphans");
     let (code, _) = c.ask_until_accepted(&Request::SendMessages {
         stream: Identifier::Name("orphans".into()),
         topic: Identifier::Name("t".into()),
@@ -781,20 +788,7 @@ fn writes_wait_while_a_nodes_disk_is_below_its_reserve() {
         1_000,
     );
     let addresses: Vec<SocketAddr> = cluster.nodes.iter().map(|n| n.client_address).collect();
-    let mut c = Client::connect(addresses[0], 0x500);
-    assert!(matches!(c.login("iggy"), Answer::Reply(..)));
-    let (code, _) = c.ask_until_accepted(&Request::CreateStream {
-        name: "full".into(),
-        options: vec![],
-    });
-    assert_eq!(code, 0);
-    let (code, _) = c.ask_until_accepted(&Request::CreateTopic {
-        stream: Identifier::Name("full".into()),
-        partitions: 1,
-        name: "t".into(),
-        options: vec![],
-    });
-    assert_eq!(code, 0);
+    let mut c = one_partition_topic(addresses[0], 0x500, "full");
     let send = |i: u32| Request::SendMessages {
         stream: Identifier::Name("full".into()),
         topic: Identifier::Name("t".into()),
