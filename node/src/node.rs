@@ -727,7 +727,7 @@ impl<S: Storage + Clone> Node<S> {
                     self.unavailable.remove(&key);
                 }
                 Err(e) => {
-                    let _ = iggy_recovery::remove_partition(&self.storage, Path::new(""), key);
+                    let _ = iggy_recovery::mark_not_created(&self.storage, Path::new(""), key);
                     if let Some(u) = self.unavailable.get_mut(&key) {
                         u.tries += 1;
                         u.next_try = self.ticks + UNAVAILABLE_RETRY_TICKS;

@@ -96,8 +96,9 @@ pub struct Changes<S: Storage + Clone> {
     /// readers (the store holds it already).
     pub installed: Option<Arc<Partition<S>>>,
     /// Partitions the commit created in the metadata that this node had no room to create (a
-    /// full disk, no descriptors: `PartitionError::is_exhaustion`), and why: the node keeps every other group running and tries them
-    /// again ([`crate::Node::maintain`]). Their partial directories are removed.
+    /// full disk, no descriptors: `PartitionError::is_exhaustion`), and why: the node keeps every
+    /// other group running and tries them again ([`crate::Node::maintain`]). Their directories
+    /// are left holding only `iggy_recovery::NOT_CREATED_FILE`.
     pub unavailable: Vec<(PartitionKey, String)>,
 }
 
@@ -240,13 +241,19 @@ fn reconcile<S: Storage + Clone>(
             Err(e) if e.is_exhaustion() => {
                 // Not a failure of the commit: the op is committed on the other nodes, which
                 // host the partition; this one tries again later, as a replica that recovers.
-                // What the failed create left is removed so that the next try starts clean (a
-                // directory with a superblock would be a partition that once booted).
-                let reason =
-                    match iggy_recovery::remove_partition(&catalog.storage, Path::new(""), key) {
-                        Ok(()) => e.to_string(),
-                        Err(removal) => format!("{e} (and removing what it left: {removal})"),
-                    };
+                // What the failed create left is removed, and the directory marked as never
+                // created, so that the next try (here or at boot) starts clean: a directory with a
+                // superblock would be a partition that once booted, a missing one a lost one.
+                let reason = match iggy_recovery::mark_not_created(
+                    &catalog.storage,
+                    Path::new(""),
+                    key,
+                ) {
+                    Ok(()) => e.to_string(),
+                    Err(marking) => format!(
+                        "{e} (and marking it as never created: {marking}; a boot that finds it missing refuses)"
+                    ),
+                };
                 changes.unavailable.push((key, reason));
                 continue;
             }

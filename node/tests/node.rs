@@ -1621,10 +1621,35 @@ fn a_partition_a_full_disk_cannot_create_is_unavailable_on_that_node_only() {
         let partition = host.nodes[i].groups[&target].partition().expect("hosted");
         assert_eq!(partition.next_offset(), 5, "node {i}");
     }
-    // A restart on the still-full disk boots without them.
+    // A restart on the still-full disk boots without them. Each directory holds only the mark
+    // of a create that found no room, so boot creates it as one made after the checkpoint,
+    // never as a lost directory (rebuilt from peers, or refused).
     for node in host.nodes.drain(..) {
         node.shutdown().expect("clean shutdown");
     }
+    for key in &created {
+        let dir = format!("partitions/{}", key.dir_name());
+        let names: Vec<String> = storages[2]
+            .list_dir(&dir)
+            .expect("the directory stays")
+            .into_iter()
+            .map(|e| e.name.to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(
+            names,
+            vec![iggy_recovery::NOT_CREATED_FILE.to_string()],
+            "{dir}"
+        );
+    }
+    let report = fsck_check(&storages[2]).expect("check");
+    assert!(
+        report
+            .findings
+            .iter()
+            .all(|f| f.kind != "missing-partition"),
+        "{}",
+        report.render()
+    );
     full();
     let mut host = Host::boot(&storages, 2);
     assert_eq!(host.nodes[2].groups.len(), 2, "node 2 booted without them");

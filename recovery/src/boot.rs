@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use iggy_io::{EntryKind, ErrorKind, FileLock, ReadFile, ReadStorage, Storage};
+use iggy_io::{EntryKind, ErrorKind, FileLock, OpenMode, ReadFile, ReadStorage, Storage};
 use iggy_metadata::group::{self as metadata_group, GroupError, MetadataGroup};
 use iggy_segments::{Partition, PartitionError, rebuilt};
 use iggy_superblock::copy::{self, Slot};
@@ -591,6 +591,10 @@ pub fn create_partition<S: Storage + Clone>(
     if storage.exists(&temp)? {
         storage.unlink(&temp)?;
     }
+    let marker = dir.join(NOT_CREATED_FILE);
+    if storage.exists(&marker)? {
+        storage.unlink(&marker)?;
+    }
     let leader = state
         .streams
         .get(&key.stream)
@@ -611,6 +615,36 @@ pub fn create_partition<S: Storage + Clone>(
         ..config.partition(identity, key, segment_size(Some(state), key))
     };
     Partition::create(storage.clone(), &dir, partition)
+}
+
+/// The file a partition's directory holds alone when its create found no room (a full disk):
+/// boot creates the partition then as one created after the checkpoint, not as a directory
+/// whose files were lost (which must be rebuilt from peers under a marker of what it may have
+/// acknowledged). A replica whose create failed never booted, so it acknowledged nothing.
+pub const NOT_CREATED_FILE: &str = "not-created";
+
+/// Leaves partition `key`'s directory empty but for [`NOT_CREATED_FILE`], durable: what a
+/// create that found no room leaves, so that boot knows it never existed. An empty file takes no
+/// data blocks, so it can usually be written on a full disk; if even that fails the directory
+/// is removed, and boot (the metadata's checkpoint listing the partition) reports it missing.
+pub fn mark_not_created<S: Storage>(
+    storage: &S,
+    data_dir: &Path,
+    key: PartitionKey,
+) -> Result<(), iggy_io::Error> {
+    remove_partition(storage, data_dir, key)?;
+    let partitions = data_dir.join(PARTITIONS_DIR);
+    let dir = partitions.join(key.dir_name());
+    let marked = (|| {
+        storage.create_dir(&dir)?;
+        drop(storage.open(dir.join(NOT_CREATED_FILE), OpenMode::CreateNew)?);
+        storage.sync_dir(&dir)?;
+        storage.sync_dir(&partitions)
+    })();
+    if marked.is_err() {
+        remove_partition(storage, data_dir, key)?;
+    }
+    marked
 }
 
 /// Removes the directory of partition `key`, which the metadata deleted (its stream or topic),
@@ -1287,6 +1321,8 @@ struct Walk {
     builder: Builder,
     /// The canonical partition directories.
     dirs: Vec<PartitionKey>,
+    /// Those of them holding a [`NOT_CREATED_FILE`]: a create that found no room.
+    not_created: BTreeSet<PartitionKey>,
     /// Findings about the node directory itself, reported after the groups'.
     node_findings: Vec<Finding>,
 }
@@ -1303,12 +1339,23 @@ impl Walk {
         let identity = discover_identity(storage, &metadata_dir);
         let mut node_findings = Vec::new();
         let dirs = list_partitions(storage, data_dir, &mut node_findings)?;
+        let mut not_created = BTreeSet::new();
+        for key in &dirs {
+            let marker = data_dir
+                .join(PARTITIONS_DIR)
+                .join(key.dir_name())
+                .join(NOT_CREATED_FILE);
+            if storage.exists(&marker)? {
+                not_created.insert(*key);
+            }
+        }
         Ok(Self {
             started,
             metadata_dir,
             identity,
             builder: Builder::new(data_dir, identity),
             dirs,
+            not_created,
             node_findings,
         })
     }
@@ -1331,6 +1378,9 @@ impl Walk {
             .union(&present)
             .map(|key| {
                 let disposition = match (known.contains(key), present.contains(key)) {
+                    // A create that found no room: nothing of the group was ever written (its
+                    // replica sent nothing), so it is created as a pending one is.
+                    (true, true) if self.not_created.contains(key) => Disposition::Pending,
                     (true, true) => Disposition::Open {
                         pending: created_since_checkpoint(key),
                     },
@@ -2016,7 +2066,7 @@ pub fn boot_locked<S: Storage + Clone>(
                 // (`iggy-node`'s unavailable partitions); its peers serve it meanwhile. Any
                 // other failure is the storage's, and a single-replica node refuses.
                 Err(source) if config.unavailable_partitions && source.is_exhaustion() => {
-                    let _ = remove_partition(&storage, data_dir, key);
+                    let _ = mark_not_created(&storage, data_dir, key);
                     walk.builder.unavailable(&label, &dir, &source.to_string());
                 }
                 Err(source) => {
@@ -2044,7 +2094,7 @@ pub fn boot_locked<S: Storage + Clone>(
                 Err(source)
                     if config.unavailable_partitions && !existed && source.is_exhaustion() =>
                 {
-                    let _ = remove_partition(&storage, data_dir, key);
+                    let _ = mark_not_created(&storage, data_dir, key);
                     walk.builder.unavailable(&label, &dir, &source.to_string());
                 }
                 Err(source) => {

@@ -20,10 +20,11 @@ pub mod populate;
 pub mod report;
 
 pub use boot::{
-    BootConfig, CLEAN_SHUTDOWN_FILE, LOCK_FILE, METADATA_DIR, NodeLock, NodeState, PARTITIONS_DIR,
-    PartitionKey, RecoveryError, UNAVAILABLE_PARTITION, boot, boot_locked, boot_with, check,
-    check_with, create_partition, known_partitions, lock, metadata_wal_config, partition_config,
-    remove_partition, wal_finding, write_clean_shutdown,
+    BootConfig, CLEAN_SHUTDOWN_FILE, LOCK_FILE, METADATA_DIR, NOT_CREATED_FILE, NodeLock,
+    NodeState, PARTITIONS_DIR, PartitionKey, RecoveryError, UNAVAILABLE_PARTITION, boot,
+    boot_locked, boot_with, check, check_with, create_partition, known_partitions, lock,
+    mark_not_created, metadata_wal_config, partition_config, remove_partition, wal_finding,
+    write_clean_shutdown,
 };
 pub use iggy_wal::Mode;
 pub use iggy_wal::boot::Verify;

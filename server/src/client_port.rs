@@ -790,11 +790,6 @@ async fn route_when_known<S: Storage + Clone + Send + Sync + 'static>(
     translate::route(request, &state, &shared.config.topic_defaults, balanced)
 }
 
-/// Waits until this node's replica of `group` has executed through a read index its primary
-/// proved current (`iggy_vsr::Replica::read`): what this node then reads of the group reflects
-/// every write acknowledged before. A refusal (a view change, no primary yet) is asked again
-/// until the reply deadline, then answered `TransientNotAccepted` (nothing was read: the client
-/// may ask again anywhere).
 /// A partition this node could not create (a full disk) has no replica here to serve or
 /// forward a request: the client's connection is closed, so that a client of several nodes
 /// moves to one that hosts it (its peers serve it), as from a node cut off.
@@ -809,6 +804,11 @@ fn refuse_if_unavailable<S: Storage + Clone + Send + Sync + 'static>(
     Ok(())
 }
 
+/// Waits until this node's replica of `group` has executed through a read index its primary
+/// proved current (`iggy_vsr::Replica::read`): what this node then reads of the group reflects
+/// every write acknowledged before. A refusal (a view change, no primary yet) is asked again
+/// until the reply deadline, then answered `TransientNotAccepted` (nothing was read: the client
+/// may ask again anywhere).
 async fn read_barrier<S: Storage + Clone + Send + Sync + 'static>(
     shared: &Arc<Shared<S>>,
     group: u128,
