@@ -270,8 +270,8 @@ fn many_groups_with_retention_catch_up_by_partition_transfers() {
 
 /// Issue #33: seed 76 (35 until session 49's recovering replicas joined view changes at once,
 /// then 9 until the acknowledgment bound's superblock writes moved the seeds' timings again,
-/// then 158 until session 52's first probe at 100 ms) leaves a metadata replica below both peers' checkpoints
-/// (their logs start after them). It installs a peer's snapshot and converges; with
+/// then 158 until session 52's first probe at 100 ms) leaves a metadata replica below both
+/// peers' checkpoints (their logs start after them). It installs a peer's snapshot and converges; with
 /// `snapshot-transfer` off it stays behind every peer's log and the liveness check fires.
 #[test]
 fn a_metadata_replica_below_every_peers_checkpoint_installs_a_snapshot() {
