@@ -253,15 +253,12 @@ impl BusSender {
 /// A handshake nonce: drawn fresh for each handshake from the operating system.
 pub type Nonce = [u8; 16];
 
-/// A fresh nonce.
-pub fn nonce() -> Nonce {
+/// A fresh nonce, or why the operating system gave none: the handshake then fails rather than
+/// run on a predictable nonce, which would make a recorded handshake pass again.
+pub fn nonce() -> Result<Nonce, String> {
     let mut nonce = [0u8; 16];
-    // A machine without an entropy source cannot authenticate: the all-zero nonce then still
-    // binds the proof to the key, and the failure is logged.
-    if let Err(e) = getrandom::fill(&mut nonce) {
-        tracing::warn!(error = %e, "replica bus: no random nonce for a handshake");
-    }
-    nonce
+    getrandom::fill(&mut nonce).map_err(|e| format!("no random nonce for the handshake: {e}"))?;
+    Ok(nonce)
 }
 
 /// A handshake frame from `config`'s node: `nonce` and `proof` (zero in a hello).
@@ -450,7 +447,7 @@ pub fn dial_blocking(
     listener: u8,
 ) -> Result<(), String> {
     use std::io::{Read, Write};
-    let mine = nonce();
+    let mine = nonce()?;
     stream
         .write_all(&hello(config, &mine))
         .map_err(|e| e.to_string())?;
@@ -480,7 +477,7 @@ async fn read_frame(stream: &mut TcpStream) -> Result<[u8; HANDSHAKE_BYTES], Str
 /// The listener's side: the dialler's index once it proved the key.
 async fn accept_handshake(stream: &mut TcpStream, config: &BusConfig) -> Result<u8, String> {
     let (dialer, dialer_nonce) = check_hello(config, &read_frame(stream).await?)?;
-    let mine = nonce();
+    let mine = nonce()?;
     stream
         .write_all(&answer(config, dialer, &dialer_nonce, &mine))
         .await
@@ -804,7 +801,7 @@ async fn connect(address: SocketAddr, config: &BusConfig, peer: u8) -> Result<Tc
         .await
         .map_err(|e| e.to_string())?;
     let _ = stream.set_nodelay(true);
-    let mine = nonce();
+    let mine = nonce()?;
     stream
         .write_all(&hello(config, &mine))
         .await

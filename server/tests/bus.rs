@@ -36,7 +36,10 @@ fn a_handshake_is_checked_for_cluster_index_and_key() {
     let node0 = config(0, &peers, b"key");
     let node1 = config(1, &peers, b"key");
     // Node 1 dials node 0.
-    let (dialer_nonce, listener_nonce) = (bus::nonce(), bus::nonce());
+    let (dialer_nonce, listener_nonce) = (
+        bus::nonce().expect("a nonce"),
+        bus::nonce().expect("a nonce"),
+    );
     assert_ne!(dialer_nonce, listener_nonce);
     let hello = bus::hello(&node1, &dialer_nonce);
     assert_eq!(bus::check_hello(&node0, &hello), Ok((1, dialer_nonce)));
@@ -64,7 +67,7 @@ fn a_handshake_is_checked_for_cluster_index_and_key() {
             .contains("key")
     );
     // A recorded confirmation, replayed into a handshake with a fresh listener nonce.
-    let fresh = bus::nonce();
+    let fresh = bus::nonce().expect("a nonce");
     assert!(bus::check_confirm(&node0, 1, (&dialer_nonce, &fresh), &confirm).is_err());
     // The listener's answer reflected back as the dialler's confirmation.
     assert!(bus::check_confirm(&node0, 1, (&dialer_nonce, &listener_nonce), &answer).is_err());
@@ -96,7 +99,7 @@ async fn dial(
     listener: u8,
     check: bool,
 ) -> Result<(), String> {
-    let mine = bus::nonce();
+    let mine = bus::nonce().expect("a nonce");
     stream
         .write_all(&bus::hello(config, &mine))
         .await

@@ -824,7 +824,7 @@ fn bad_input_on_both_ports_is_refused_and_loses_nothing() {
     stream
         .write_all(&iggy_server::bus::hello(
             &bus(8, b"kill"),
-            &iggy_server::bus::nonce(),
+            &iggy_server::bus::nonce().expect("a nonce"),
         ))
         .expect("write");
     outcomes.push(("bus: another cluster", refused(&mut stream)));
@@ -834,7 +834,7 @@ fn bad_input_on_both_ports_is_refused_and_loses_nothing() {
     {
         use std::io::Read;
         let guess = bus(7, b"guess");
-        let mine = iggy_server::bus::nonce();
+        let mine = iggy_server::bus::nonce().expect("a nonce");
         stream
             .write_all(&iggy_server::bus::hello(&guess, &mine))
             .expect("write");
