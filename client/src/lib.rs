@@ -88,6 +88,12 @@ impl Client {
         self.session
     }
 
+    /// The connection, the session and the client id, for a caller that writes its own
+    /// frames on it (`iggy-server hostile`).
+    pub fn into_parts(self) -> (TcpStream, u64, u128) {
+        (self.stream, self.session, self.client)
+    }
+
     /// How long a reply may take before the call fails with a timeout (30 s unless set). A
     /// request that times out has an unknown outcome, and the connection is of no further use:
     /// drop it and connect again (to another node, if this one may be paused or cut off).

@@ -77,7 +77,16 @@ pub struct NodeConfig {
     /// Keep a copy of the committed metadata state for readers ([`Node::metadata`]), cloned
     /// after each metadata commit by whoever runs it.
     pub mirror_metadata: bool,
+    /// The memory every partition's prepare ring may hold together (0: no budget, each ring up
+    /// to `vsr.ring_bytes_max`): shared evenly, each ring gets the smaller of `ring_bytes_max`
+    /// and its share (at least [`RING_SHARE_MIN`]), so that a node's memory does not grow with
+    /// the partitions a client creates. A smaller ring serves less repair from memory; the
+    /// rest is read from the log on disk.
+    pub ring_budget_bytes: u64,
 }
+
+/// The smallest prepare ring a share of [`NodeConfig::ring_budget_bytes`] gives a partition.
+pub const RING_SHARE_MIN: u64 = 1 << 20;
 
 impl NodeConfig {
     fn ration(&self) -> RepairRation {
@@ -505,6 +514,30 @@ impl<S: Storage + Clone> Node<S> {
         );
         self.groups
             .insert(kind.id(), Group::new(kind, replica, store));
+        self.share_ring_budget();
+    }
+
+    /// Gives each partition's replica its share of [`NodeConfig::ring_budget_bytes`] (on every
+    /// change of the partitions hosted).
+    fn share_ring_budget(&mut self) {
+        let budget = self.config.ring_budget_bytes;
+        if budget == 0 {
+            return;
+        }
+        let partitions = self
+            .groups
+            .values()
+            .filter(|g| g.kind != GroupKind::Metadata)
+            .count()
+            .max(1) as u64;
+        let share = (budget / partitions)
+            .max(RING_SHARE_MIN)
+            .min(self.config.vsr.ring_bytes_max);
+        for group in self.groups.values_mut() {
+            if group.kind != GroupKind::Metadata {
+                group.replica.set_ring_bytes_max(share);
+            }
+        }
     }
 
     fn host_partition(
@@ -951,6 +984,7 @@ impl<S: Storage + Clone> Node<S> {
                 });
             }
         }
+        self.share_ring_budget();
         for created in created {
             self.host_partition(
                 created.key,

@@ -36,6 +36,11 @@ fn boot_config(incarnation: u64) -> BootConfig {
     }
 }
 
+thread_local! {
+    /// The `ring_budget_bytes` [`Host`]'s nodes boot with on this test's thread (0: none).
+    static RING_BUDGET: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
 fn config(replica: u8, incarnation: u64) -> NodeConfig {
     config_with(replica, incarnation, Config::default())
 }
@@ -52,6 +57,7 @@ fn config_with(replica: u8, incarnation: u64, vsr: Config) -> NodeConfig {
         repair_ration: true,
         boot: boot_config(incarnation),
         mirror_metadata: true,
+        ring_budget_bytes: 0,
     }
 }
 
@@ -146,6 +152,7 @@ impl Host {
             .map(|(storage, i)| {
                 let config = NodeConfig {
                     safeguards,
+                    ring_budget_bytes: RING_BUDGET.get(),
                     ..config_with(i, u64::from(i) << 48 | life, vsr.clone())
                 };
                 let (node, _) = Node::boot(storage.clone(), &config).expect("boot");
@@ -1668,5 +1675,78 @@ fn a_partition_a_full_disk_cannot_create_is_unavailable_on_that_node_only() {
     for (i, storage) in storages.iter().enumerate() {
         let report = fsck_check(storage).expect("check");
         assert_eq!(report.exit_code(), 0, "node {i}: {}", report.render());
+    }
+}
+
+/// `ring_budget_bytes`: the partitions' rings share the budget, and the shares follow creates
+/// and deletes; the metadata group's ring keeps its size. Without the budget every ring keeps
+/// `ring_bytes_max` (64 MiB), so a node's memory grew with each partition a client created.
+#[test]
+fn the_partitions_prepare_rings_share_the_nodes_ring_budget() {
+    RING_BUDGET.set(12 << 20);
+    let storages: Vec<SimStorage> = (0..3).map(genesis).collect();
+    let mut host = Host::boot(&storages, 1);
+    let rings = |host: &Host, i: usize| -> (Vec<u64>, u64) {
+        let mut partitions = Vec::new();
+        let mut metadata = 0;
+        for group in host.nodes[i].groups.values() {
+            if group.kind == GroupKind::Metadata {
+                metadata = group.replica.ring_bytes_max();
+            } else {
+                partitions.push(group.replica.ring_bytes_max());
+            }
+        }
+        (partitions, metadata)
+    };
+    let default = Config::default().ring_bytes_max;
+    for i in 0..3 {
+        assert_eq!(
+            rings(&host, i),
+            (vec![12 << 20], default),
+            "node {i}: one partition"
+        );
+    }
+    metadata_request(
+        &mut host,
+        1,
+        &Op::RegisterClient {
+            client: CLIENT,
+            session: 1,
+        },
+    );
+    metadata_request(
+        &mut host,
+        2,
+        &Op::CreateTopic {
+            stream: 1,
+            name: "wide".into(),
+            partitions: 3,
+            durability: Durability::Replicated,
+            segment_size_bytes: 64 << 10,
+            retention: Retention::default(),
+            replication_factor: 3,
+        },
+    );
+    for i in 0..3 {
+        assert_eq!(
+            rings(&host, i),
+            (vec![3 << 20; 4], default),
+            "node {i}: four partitions share 12 MiB"
+        );
+    }
+    metadata_request(
+        &mut host,
+        3,
+        &Op::DeleteTopic {
+            stream: 1,
+            topic: 2,
+        },
+    );
+    for i in 0..3 {
+        assert_eq!(
+            rings(&host, i),
+            (vec![12 << 20], default),
+            "node {i}: the one left has it all again"
+        );
     }
 }

@@ -18,7 +18,8 @@
 //! - **Frames** are the replica messages' own encoding (`iggy_vsr::Message::encode`): a 256-byte
 //!   header whose size field says how long the frame is. A frame that is too large or does not
 //!   decode closes that connection and is counted; the node goes on, and the dialler reconnects.
-//! - **Bounded queues.** Each peer has a queue of [`QUEUE_MESSAGES`] messages; when it is full (the
+//! - **Bounded queues.** Each peer has a queue of [`QUEUE_MESSAGES`] messages and at most
+//!   [`QUEUE_BYTES`] of large ones; when it is full (the
 //!   peer is slow or away) a new message is dropped and counted: the protocol resends what
 //!   matters (prepares every 200 ms, heartbeats every 500 ms, repair on demand), and memory stays
 //!   bounded through a repair burst of 128 prepares a round.
@@ -54,9 +55,16 @@ const MAGIC: &[u8; 8] = b"IGGYBUS2";
 pub const HANDSHAKE_BYTES: usize = 80;
 /// How long each handshake frame may take to arrive.
 const HANDSHAKE_DEADLINE: Duration = Duration::from_secs(5);
+/// At most this many connections may be in their handshake at once; past it a new one is
+/// closed unanswered. Peers are a handful and finish theirs in a round trip, so a stranger
+/// opening connections by the thousand holds at most this many descriptors, each for at most
+/// [`HANDSHAKE_DEADLINE`].
+pub const HANDSHAKES_PENDING: u64 = 64;
 const FRAME_HEADER: usize = 256;
 /// The largest frame taken: a prepare of the largest batch, with room for its header.
 pub const FRAME_BYTES_MAX: usize = 64 << 20;
+/// A frame's body is read this much at a time (each counts as hearing its peer).
+const FRAME_CHUNK: usize = 1 << 20;
 /// Messages queued for one peer before new ones are dropped.
 pub const QUEUE_MESSAGES: usize = 4096;
 
@@ -79,6 +87,10 @@ pub struct BusCounters {
     pub dropped_queue_full: AtomicU64,
     pub bad_frames: AtomicU64,
     pub refused_handshakes: AtomicU64,
+    /// Connections whose handshake has not finished yet (at most [`HANDSHAKES_PENDING`]).
+    pub handshakes_pending: AtomicU64,
+    /// When a refused handshake was last logged ([`epoch_ms`]): at most one line per 10 s.
+    refusal_logged_ms: AtomicU64,
     pub connects: AtomicU64,
     /// View-change messages not sent because this node heard too few peers lately.
     pub campaigns_held_back: AtomicU64,
@@ -157,6 +169,18 @@ impl BusCounters {
 
     /// Whether some peer heard in the last [`SILENT_MS`] says, in its last ping, that it hears
     /// this node (`own`): what this node sends arrives somewhere.
+    /// Whether a refused handshake may be logged now: one line per 10 s, so that a stranger's
+    /// flood does not flood the log while a misconfigured peer still shows.
+    fn log_refusal(&self) -> bool {
+        let now = epoch_ms() + 1;
+        let last = self.refusal_logged_ms.load(Ordering::Relaxed);
+        (last == 0 || now >= last + 10_000)
+            && self
+                .refusal_logged_ms
+                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+    }
+
     pub fn heard_by_a_peer(&self, own: u8) -> bool {
         let since = epoch_ms().saturating_sub(SILENT_MS);
         let mine = 1u64.checked_shl(u32::from(own)).unwrap_or(0);
@@ -195,8 +219,33 @@ impl BusCounters {
 #[derive(Clone)]
 pub struct BusSender {
     queues: Vec<Option<mpsc::Sender<Message>>>,
+    /// Per peer: the bytes its queue holds ([`queued_bytes`]), at most [`QUEUE_BYTES`].
+    queued: Vec<Arc<AtomicU64>>,
     counters: Arc<BusCounters>,
 }
+
+/// The bytes a queued message holds, about (its bodies and headers; a small message counts as
+/// its 256-byte header).
+fn queued_bytes(message: &Message) -> u64 {
+    let body = match message {
+        Message::Prepare { body, .. }
+        | Message::Request { body, .. }
+        | Message::Reply { body, .. } => body.len(),
+        Message::SnapshotChunk { bytes, .. } => bytes.len(),
+        Message::DoViewChange { headers, .. } => headers.len() * 128,
+        Message::StartView { headers, .. } => headers.len() * 128,
+        _ => 0,
+    };
+    (FRAME_HEADER + body) as u64
+}
+
+/// Each peer's queue holds at most this many bytes of large messages besides its count
+/// ([`QUEUE_MESSAGES`]): past it a message with a body is dropped (counted), as for a full
+/// queue. Small messages (pings, acknowledgments, commits) always fit the count. Without it a
+/// burst of 15 MiB requests from many clients held gigabytes in the queues of a node.
+pub const QUEUE_BYTES: u64 = 128 << 20;
+/// Messages at most this large are queued whatever [`QUEUE_BYTES`] says.
+const SMALL_MESSAGE: u64 = 64 << 10;
 
 impl BusSender {
     /// Whether this node heard, in the last [`CAMPAIGN_WINDOW_MS`], as many peers as a quorum
@@ -242,7 +291,17 @@ impl BusSender {
                 .fetch_add(1, Ordering::Relaxed);
             return;
         }
+        let bytes = queued_bytes(&message);
+        let queued = &self.queued[usize::from(replica)];
+        if bytes > SMALL_MESSAGE && queued.load(Ordering::Relaxed) + bytes > QUEUE_BYTES {
+            self.counters
+                .dropped_queue_full
+                .fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        queued.fetch_add(bytes, Ordering::Relaxed);
         if queue.try_send(message).is_err() {
+            queued.fetch_sub(bytes, Ordering::Relaxed);
             self.counters
                 .dropped_queue_full
                 .fetch_add(1, Ordering::Relaxed);
@@ -536,6 +595,15 @@ pub async fn start_with_close(
         tokio::spawn(async move {
             loop {
                 let (stream, address) = crate::accept::accept(&listener, "replica bus").await;
+                if counters.handshakes_pending.fetch_add(1, Ordering::Relaxed) >= HANDSHAKES_PENDING
+                {
+                    counters.handshakes_pending.fetch_sub(1, Ordering::Relaxed);
+                    let refused = counters.refused_handshakes.fetch_add(1, Ordering::Relaxed) + 1;
+                    if counters.log_refusal() {
+                        tracing::warn!(%address, pending = HANDSHAKES_PENDING, refused, "replica bus: too many connections in their handshake; closing new ones (one line per 10 s)");
+                    }
+                    continue;
+                }
                 let _ = stream.set_nodelay(true);
                 tokio::spawn(serve_peer(
                     stream,
@@ -548,6 +616,9 @@ pub async fn start_with_close(
         });
     }
     let mut queues = Vec::new();
+    let queued: Vec<Arc<AtomicU64>> = (0..config.peers.len())
+        .map(|_| Arc::new(AtomicU64::new(0)))
+        .collect();
     for (index, address) in config.peers.iter().enumerate() {
         if index == usize::from(config.replica) {
             queues.push(None);
@@ -558,12 +629,19 @@ pub async fn start_with_close(
             *address,
             index,
             config.clone(),
-            receiver,
+            (receiver, queued[index].clone()),
             (counters.clone(), up[index].clone()),
         ));
         queues.push(Some(sender));
     }
-    Ok((BusSender { queues, counters }, bound))
+    Ok((
+        BusSender {
+            queues,
+            queued,
+            counters,
+        },
+        bound,
+    ))
 }
 
 /// Tells the node (`gone`, as for a closed connection) when a peer it heard goes silent for
@@ -649,11 +727,15 @@ async fn serve_peer(
     ),
     (counters, up): (Arc<BusCounters>, Arc<Vec<Arc<Notify>>>),
 ) {
-    let peer = match accept_handshake(&mut stream, &config).await {
+    let handshake = accept_handshake(&mut stream, &config).await;
+    counters.handshakes_pending.fetch_sub(1, Ordering::Relaxed);
+    let peer = match handshake {
         Ok(peer) => peer,
         Err(reason) => {
-            counters.refused_handshakes.fetch_add(1, Ordering::Relaxed);
-            tracing::warn!(%address, %reason, "replica bus: refused a connection");
+            let refused = counters.refused_handshakes.fetch_add(1, Ordering::Relaxed) + 1;
+            if counters.log_refusal() {
+                tracing::warn!(%address, %reason, refused, "replica bus: refused a connection (one line per 10 s)");
+            }
             return;
         }
     };
@@ -681,9 +763,21 @@ async fn serve_peer(
         }
         let mut frame = vec![0u8; size];
         frame[..FRAME_HEADER].copy_from_slice(&header);
-        if stream.read_exact(&mut frame[FRAME_HEADER..]).await.is_err() {
-            closed(peer);
-            return;
+        // A large frame is read a chunk at a time, and each chunk counts as hearing the peer:
+        // one whose bytes keep arriving is alive, even while its pings queue behind a burst of
+        // large prepares (15 MiB requests from 50 clients at once took longer than a second to
+        // cross, and both sides took the other for gone).
+        let mut at = FRAME_HEADER;
+        while at < size {
+            let end = (at + FRAME_CHUNK).min(size);
+            if stream.read_exact(&mut frame[at..end]).await.is_err() {
+                closed(peer);
+                return;
+            }
+            if end < size {
+                counters.heard_from(peer);
+            }
+            at = end;
         }
         match Message::decode(&frame) {
             Ok(message)
@@ -732,7 +826,7 @@ async fn dial_peer(
     address: SocketAddr,
     index: usize,
     config: Arc<BusConfig>,
-    mut queue: mpsc::Receiver<Message>,
+    (mut queue, queued): (mpsc::Receiver<Message>, Arc<AtomicU64>),
     (counters, up): (Arc<BusCounters>, Arc<Notify>),
 ) {
     let mut backoff = Duration::from_millis(50);
@@ -751,7 +845,10 @@ async fn dial_peer(
                 loop {
                     let message = tokio::select! {
                         message = queue.recv() => match message {
-                            Some(message) => message,
+                            Some(message) => {
+                                queued.fetch_sub(queued_bytes(&message), Ordering::Relaxed);
+                                message
+                            }
                             None => break,
                         },
                         _ = pings.tick() => Message::Ping {
@@ -784,7 +881,9 @@ async fn dial_peer(
                 }
                 failing = true;
                 // What queued meanwhile is stale by the time the peer is back: drop it.
-                while queue.try_recv().is_ok() {}
+                while let Ok(message) = queue.try_recv() {
+                    queued.fetch_sub(queued_bytes(&message), Ordering::Relaxed);
+                }
                 tokio::select! {
                     () = tokio::time::sleep(backoff) => {
                         backoff = (backoff * 2).min(Duration::from_secs(2));

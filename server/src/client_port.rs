@@ -136,6 +136,9 @@ pub struct PortCounters {
     pub orphan_polls: std::sync::atomic::AtomicU64,
     /// Logins refused for a wrong username or password.
     pub failed_logins: std::sync::atomic::AtomicU64,
+    /// Logins whose connection was closed unchecked because [`PASSWORD_QUEUE`] checks already
+    /// waited (a flood of guesses).
+    pub logins_shed: std::sync::atomic::AtomicU64,
     /// Client writes refused because a node's disk was below its reserve.
     pub writes_refused_disk_low: std::sync::atomic::AtomicU64,
     /// Error replies, by status code.
@@ -152,6 +155,156 @@ struct Shared<S: Storage + Clone> {
     counters: Arc<PortCounters>,
     /// Request bytes (in KiB) the node may hold at once ([`PortConfig::in_flight_bytes`]).
     in_flight: Arc<tokio::sync::Semaphore>,
+    logins: Logins,
+}
+
+/// Password hashes are computed on one thread of the node, at a lower priority than the
+/// node's own (nice +10): argon2id takes 19 MiB and tens of milliseconds of a core each, so a
+/// flood of logins costs at most that core's idle time and bounded memory, whatever the number
+/// of connections, and never delays the replicas' ticks. At most this many logins wait for it;
+/// past it a login's connection is closed unchecked (the SDK connects again), so that a flood
+/// holds neither memory nor descriptors for long.
+const PASSWORD_QUEUE: usize = 64;
+/// Credentials that passed a check, remembered so that a client logging in again is not queued
+/// behind a flood of guesses. At most this many are remembered (the oldest forgotten).
+const KNOWN_CREDENTIALS: usize = 16;
+
+/// A password to check against a hash, and where the verdict goes.
+type PasswordCheck = (String, String, tokio::sync::oneshot::Sender<bool>);
+
+/// The password checks of the client port ([`login`]).
+struct Logins {
+    /// The checking thread's queue (at most [`PASSWORD_QUEUE`]).
+    checks: std::sync::mpsc::SyncSender<PasswordCheck>,
+    /// A key drawn at start, so that [`Logins::known`] holds digests no one can compute
+    /// without the process's memory (which holds the hash anyway).
+    key: [u8; 32],
+    /// HMAC-SHA256 under `key` of each username and password that passed a check.
+    known: Mutex<std::collections::VecDeque<[u8; 32]>>,
+    /// The failed logins' log lines: when the current window began, the lines logged in it,
+    /// and the failures not logged since the last line.
+    failure_lines: Mutex<(std::time::Instant, u32, u64)>,
+}
+
+/// The checking thread: lowers its own priority, then answers each check in turn until the
+/// port is gone.
+fn check_passwords(checks: std::sync::mpsc::Receiver<PasswordCheck>) {
+    if let Err(e) = rustix::process::setpriority_process(Some(rustix::thread::gettid()), 10) {
+        tracing::warn!(error = %e, "cannot lower the password-check thread's priority");
+    }
+    for (hash, password, verdict) in checks {
+        let _ = verdict.send(password_matches(&hash, &password));
+    }
+}
+
+/// At most this many failed logins are logged (each with its peer) in [`FAILURE_LOG_WINDOW`];
+/// the next line logged counts the ones left out, so a flood of guesses does not flood the log.
+const FAILURE_LINES: u32 = 10;
+const FAILURE_LOG_WINDOW: Duration = Duration::from_secs(10);
+
+impl Logins {
+    fn new() -> Logins {
+        let mut key = [0u8; 32];
+        if let Err(e) = getrandom::fill(&mut key) {
+            // Without a random key the digests are still of the password, never the password;
+            // remembering nothing is the safe side.
+            tracing::warn!(error = %e, "no random key for remembered logins; every login is checked in full");
+        }
+        let (checks, queue) = std::sync::mpsc::sync_channel(PASSWORD_QUEUE);
+        if let Err(e) = std::thread::Builder::new()
+            .name("password-check".into())
+            .spawn(move || check_passwords(queue))
+        {
+            // Every check then fails: logins are refused, the node runs on.
+            tracing::error!(error = %e, "cannot start the password-check thread; every login will be refused");
+        }
+        Logins {
+            checks,
+            known: Mutex::new(std::collections::VecDeque::new()),
+            key,
+            failure_lines: Mutex::new((std::time::Instant::now(), 0, 0)),
+        }
+    }
+
+    /// Whether a failed login may be logged now, and if so how many were not logged before it.
+    fn log_failure(&self) -> Option<u64> {
+        let mut lines = self
+            .failure_lines
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let (window, logged, left_out) = &mut *lines;
+        if window.elapsed() >= FAILURE_LOG_WINDOW {
+            *window = std::time::Instant::now();
+            *logged = 0;
+        }
+        if *logged < FAILURE_LINES {
+            *logged += 1;
+            Some(std::mem::take(left_out))
+        } else {
+            *left_out += 1;
+            None
+        }
+    }
+
+    fn digest(&self, username: &str, password: &str) -> Option<[u8; 32]> {
+        use hmac::Mac;
+        if self.key == [0; 32] {
+            return None;
+        }
+        let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(&self.key).ok()?;
+        mac.update(&(username.len() as u64).to_le_bytes());
+        mac.update(username.as_bytes());
+        mac.update(password.as_bytes());
+        Some(mac.finalize().into_bytes().into())
+    }
+
+    fn is_known(&self, digest: Option<[u8; 32]>) -> bool {
+        digest.is_some_and(|digest| {
+            self.known
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .contains(&digest)
+        })
+    }
+
+    fn remember(&self, digest: Option<[u8; 32]>) {
+        let Some(digest) = digest else { return };
+        let mut known = self
+            .known
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if !known.contains(&digest) {
+            if known.len() == KNOWN_CREDENTIALS {
+                known.pop_front();
+            }
+            known.push_back(digest);
+        }
+    }
+
+    /// Whether `username` and `password` are the root's: remembered, or checked against
+    /// `hash` on the checking thread. `None`: [`PASSWORD_QUEUE`] checks wait already; the
+    /// login is not checked.
+    async fn check(&self, username: &str, password: &str, root: (&str, &str)) -> Option<bool> {
+        let digest = self.digest(username, password);
+        if self.is_known(digest) {
+            return Some(true);
+        }
+        // A username that is not the root's is still hashed: the answer takes as long.
+        let (verdict, answer) = tokio::sync::oneshot::channel();
+        match self
+            .checks
+            .try_send((root.1.to_owned(), password.to_owned(), verdict))
+        {
+            Ok(()) => {}
+            Err(std::sync::mpsc::TrySendError::Full(_)) => return None,
+            Err(std::sync::mpsc::TrySendError::Disconnected(_)) => return Some(false),
+        }
+        let matches = answer.await.unwrap_or(false) && username == root.0;
+        if matches {
+            self.remember(digest);
+        }
+        Some(matches)
+    }
 }
 
 impl<S: Storage + Clone> Shared<S> {
@@ -193,6 +346,7 @@ pub async fn start<S: Storage + Clone + Send + Sync + 'static>(
         clients,
         clock: Clock::default(),
         counters,
+        logins: Logins::new(),
     });
     tokio::spawn(watch_free_space(shared.clone()));
     tokio::spawn(async move {
@@ -399,9 +553,15 @@ async fn serve<S: Storage + Clone + Send + Sync + 'static>(
             break;
         };
         let mut body = vec![0u8; header.body_len()];
-        // A body that stops arriving part way is not waited for forever.
+        // A body that stops arriving part way is not waited for forever (before login, no
+        // longer than its header could have taken).
+        let deadline = if session.is_none() {
+            PRE_LOGIN_IDLE
+        } else {
+            BODY_DEADLINE
+        };
         if !matches!(
-            tokio::time::timeout(BODY_DEADLINE, stream.read_exact(&mut body)).await,
+            tokio::time::timeout(deadline, stream.read_exact(&mut body)).await,
             Ok(Ok(_))
         ) {
             break;
@@ -840,19 +1000,33 @@ async fn login<S: Storage + Clone + Send + Sync + 'static>(
         return Answer::Evict(EvictionReason::IncompatibleProtocol);
     }
     let config = &shared.config;
-    // argon2 takes tens of milliseconds of CPU: off the network threads.
-    let matches = {
-        let (hash, password) = (config.root_password_hash.clone(), password.to_owned());
-        tokio::task::spawn_blocking(move || password_matches(&hash, &password))
-            .await
-            .unwrap_or(false)
+    let Some(matches) = shared
+        .logins
+        .check(
+            username,
+            password,
+            (&config.root_username, &config.root_password_hash),
+        )
+        .await
+    else {
+        if shared
+            .counters
+            .logins_shed
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            .is_multiple_of(1_000)
+        {
+            tracing::warn!(%peer, waiting = PASSWORD_QUEUE, "client port: too many logins wait for a password check; closing this one unchecked");
+        }
+        return error(CLOSE_CONNECTION);
     };
-    if username != config.root_username || !matches {
+    if !matches {
         shared
             .counters
             .failed_logins
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        tracing::warn!(%peer, username, "client port: a login with a wrong username or password");
+        if let Some(left_out) = shared.logins.log_failure() {
+            tracing::warn!(%peer, username, not_logged_before = left_out, "client port: a login with a wrong username or password (at most 10 lines per 10 s; iggy_client_failed_logins_total counts them all)");
+        }
         tokio::time::sleep(FAILED_LOGIN_DELAY).await;
         return Answer::Evict(EvictionReason::InvalidCredentials);
     }

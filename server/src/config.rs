@@ -29,6 +29,7 @@
 //! checkpoint_bytes = 16777216     # at most half the prepare ring
 //! publish_interval_ms = 100       # replicated partitions also publish this often; 0: by size only
 //! ring_bytes = 67108864           # each group's prepare ring (memory), 1 MiB to 256 MiB
+//! ring_budget_bytes = 1073741824  # every partition's ring together (0: no budget)
 //! ```
 
 use std::net::SocketAddr;
@@ -139,8 +140,11 @@ pub struct Limits {
     pub publish_interval_ms: u64,
     /// Each group's prepare ring: the prepares a node keeps in memory to serve its peers'
     /// repair (below it repair reads the log on disk, and below retention a partition is
-    /// transferred). A node holds up to this much per group.
+    /// transferred). A node holds up to this much per group...
     pub ring_bytes: u64,
+    /// ...and at most this much for every partition's ring together (0: no budget): each
+    /// ring gets the smaller of `ring_bytes` and an even share (at least 1 MiB).
+    pub ring_budget_bytes: u64,
     /// Partitions one topic may have (a create or an add past it is refused).
     pub max_partitions_per_topic: u32,
     /// Partitions the cluster may hold in all (each node hosts every one).
@@ -166,6 +170,7 @@ impl Default for Limits {
             checkpoint_bytes: CHECKPOINT_BYTES,
             publish_interval_ms: 100,
             ring_bytes: iggy_vsr::Config::default().ring_bytes_max,
+            ring_budget_bytes: 1 << 30,
             max_partitions_per_topic: crate::admission::Admission::default()
                 .max_partitions_per_topic,
             max_partitions: crate::admission::Admission::default().max_partitions,

@@ -10,6 +10,7 @@ pub mod admission;
 pub mod bus;
 pub mod client_port;
 pub mod config;
+pub mod hostile;
 pub mod load;
 pub mod metrics;
 pub mod process;

@@ -157,7 +157,63 @@ enum Command {
         /// The file naming the blocked routes (whitespace-separated).
         #[arg(long)]
         control: PathBuf,
+        /// Also write the first 160 bytes each route's first connection carried towards its
+        /// target (on the replica bus: the dialler's handshake) to DIR/ROUTE.up, for
+        /// `hostile --replay`.
+        #[arg(long)]
+        capture: Option<PathBuf>,
     },
+    /// What a careless or hostile client does, against a running cluster (issue #46): oversized
+    /// creates, idle and slow connections on both ports, bodies just under the size limit from
+    /// many clients, a flood of wrong passwords, strangers and a replayed handshake on the
+    /// replica bus. Each case prints what it saw against the documented answer, and every node
+    /// must still take a login after each. Exit 1 if a case failed or a node stopped answering.
+    /// `scripts/hostile-clients.sh` runs it beside `load` and checks memory, `verify` and
+    /// `iggy-fsck` (`docs/testing.md`).
+    Hostile {
+        #[command(flatten)]
+        cluster: ClusterArgs,
+        /// The nodes' replica-bus addresses, comma-separated.
+        #[arg(
+            long,
+            value_delimiter = ',',
+            default_value = "127.0.0.1:9090,127.0.0.1:9091,127.0.0.1:9092"
+        )]
+        buses: Vec<SocketAddr>,
+        /// The cluster id (`cluster_id` in the nodes' configuration).
+        #[arg(long, default_value = "6545", value_parser = parse_cluster_id)]
+        cluster_id: u128,
+        /// The cases to run (comma-separated; all by default): oversized-topic, huge-segment,
+        /// tiny-segment, many-partitions, idle-connections, slowloris, big-bodies,
+        /// wrong-passwords, bus-stranger, bus-replay.
+        #[arg(long, value_delimiter = ',')]
+        cases: Vec<String>,
+        /// Smaller sizes (500 idle connections, 10 large bodies, 1,000 wrong passwords).
+        #[arg(long)]
+        short: bool,
+        /// A handshake `proxy --capture` recorded, and the bus address it went to
+        /// (`FILE@ADDRESS`), for `bus-replay` (skipped without it).
+        #[arg(long, value_parser = parse_replay)]
+        replay: Option<(PathBuf, SocketAddr)>,
+    },
+}
+
+fn parse_cluster_id(text: &str) -> Result<u128, String> {
+    match text.strip_prefix("0x") {
+        Some(hex) => u128::from_str_radix(hex, 16),
+        None => text.parse(),
+    }
+    .map_err(|e| format!("{text:?}: {e}"))
+}
+
+fn parse_replay(text: &str) -> Result<(PathBuf, SocketAddr), String> {
+    let (file, address) = text
+        .rsplit_once('@')
+        .ok_or_else(|| format!("{text:?}: expected FILE@ADDRESS"))?;
+    let address = address
+        .parse()
+        .map_err(|e| format!("{text:?}: the address: {e}"))?;
+    Ok((PathBuf::from(file), address))
 }
 
 #[derive(clap::Args)]
@@ -193,7 +249,30 @@ fn main() -> ExitCode {
             data_dir,
             replica,
         } => run(&config, data_dir, replica),
-        Command::Proxy { routes, control } => iggy_server::proxy::run(routes, control),
+        Command::Proxy {
+            routes,
+            control,
+            capture,
+        } => iggy_server::proxy::run(routes, control, capture),
+        Command::Hostile {
+            cluster,
+            buses,
+            cluster_id,
+            cases,
+            short,
+            replay,
+        } => run_hostile(
+            &iggy_server::hostile::Target {
+                nodes: cluster.nodes,
+                buses,
+                username: cluster.username,
+                password: cluster.password,
+                cluster: cluster_id,
+                replay,
+                short,
+            },
+            &cases,
+        ),
         Command::Dev {
             nodes,
             dir,
@@ -274,6 +353,25 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+fn run_hostile(target: &iggy_server::hostile::Target, cases: &[String]) -> Result<(), String> {
+    let outcomes = iggy_server::hostile::run(target, cases)?;
+    let mut failed = 0;
+    for outcome in &outcomes {
+        println!(
+            "{:<17} {:<4} {:>6.1} s  {}",
+            outcome.case,
+            if outcome.passed { "ok" } else { "FAIL" },
+            outcome.seconds,
+            outcome.detail
+        );
+        failed += usize::from(!outcome.passed);
+    }
+    if failed > 0 {
+        return Err(format!("{failed} of {} cases failed", outcomes.len()));
+    }
+    Ok(())
 }
 
 /// Reads a small text file the operator wrote (not a durable file of the node: no `Storage`).
@@ -395,6 +493,7 @@ fn run(path: &Path, data_dir: Option<PathBuf>, replica: Option<u8>) -> Result<()
         repair_ration: true,
         boot: boot_config(&config, incarnation),
         mirror_metadata: true,
+        ring_budget_bytes: config.limits.ring_budget_bytes,
     };
     let bus = BusConfig {
         cluster,

@@ -227,6 +227,13 @@ pub fn render(node: &NodeMetrics, bus: &BusCounters, port: &PortCounters) -> Str
     );
     counter(
         &mut out,
+        "iggy_client_logins_shed_total",
+        "Logins closed unchecked because 64 password checks already waited (a flood of guesses).",
+        "counter",
+        load(&port.logins_shed),
+    );
+    counter(
+        &mut out,
         "iggy_client_orphan_polls_total",
         "Auto-commit polls whose client closed its connection before the answer: the consumer offset was not stored.",
         "counter",

@@ -77,10 +77,25 @@ async fn open(gate: &AtomicBool) {
 }
 
 /// Copies `from` to `to` while the route is open; at the end of `from`, shuts `to` down.
+/// How many bytes of a route's first connection `--capture` keeps: a bus handshake's hello
+/// and confirmation.
+const CAPTURE_BYTES: usize = 160;
+
+/// Writes a capture (a test's file, not a node's: no `Storage`).
+#[allow(clippy::disallowed_methods)]
+fn write_capture(path: &PathBuf, bytes: &[u8]) {
+    if let Err(e) = std::fs::write(path, bytes) {
+        eprintln!("iggy-server proxy: writing {}: {e}", path.display());
+    }
+}
+
+/// Copies `from` to `to` while the route is open; at the end of `from`, shuts `to` down. With
+/// `capture`, the first [`CAPTURE_BYTES`] copied are written to that file.
 async fn pipe(
     mut from: tokio::net::tcp::OwnedReadHalf,
     mut to: tokio::net::tcp::OwnedWriteHalf,
     blocked: Arc<AtomicBool>,
+    mut capture: Option<(PathBuf, Vec<u8>)>,
 ) {
     let mut buffer = vec![0u8; 64 << 10];
     loop {
@@ -89,6 +104,14 @@ async fn pipe(
             Ok(0) | Err(_) => break,
             Ok(n) => n,
         };
+        if let Some((path, kept)) = &mut capture {
+            let take = n.min(CAPTURE_BYTES - kept.len());
+            kept.extend_from_slice(&buffer[..take]);
+            if kept.len() == CAPTURE_BYTES {
+                write_capture(path, kept);
+                capture = None;
+            }
+        }
         // What was read before a block goes out after it.
         open(&blocked).await;
         if to.write_all(&buffer[..n]).await.is_err() {
@@ -99,7 +122,17 @@ async fn pipe(
     let _ = to.shutdown().await;
 }
 
-async fn serve(route: Route, listener: TcpListener, blocked: Arc<AtomicBool>) {
+async fn serve(
+    route: Route,
+    listener: TcpListener,
+    blocked: Arc<AtomicBool>,
+    capture: Option<PathBuf>,
+) {
+    // Taken by the first connection whose target answers (one made while the target was
+    // down carries no handshake).
+    let capture = Arc::new(std::sync::Mutex::new(
+        capture.map(|dir| dir.join(format!("{}.up", route.name))),
+    ));
     loop {
         let Ok((inbound, _)) = listener.accept().await else {
             tokio::time::sleep(POLL).await;
@@ -107,6 +140,7 @@ async fn serve(route: Route, listener: TcpListener, blocked: Arc<AtomicBool>) {
         };
         let blocked = Arc::clone(&blocked);
         let route = route.clone();
+        let capture = Arc::clone(&capture);
         tokio::spawn(async move {
             // Across a partition no connection is made: the dialler waits, as for a SYN
             // that gets no answer.
@@ -114,12 +148,17 @@ async fn serve(route: Route, listener: TcpListener, blocked: Arc<AtomicBool>) {
             let Ok(outbound) = TcpStream::connect(route.target).await else {
                 return; // the target is down: the dialler sees its connection end
             };
+            let capture = capture
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .take()
+                .map(|path| (path, Vec::new()));
             let _ = inbound.set_nodelay(true);
             let _ = outbound.set_nodelay(true);
             let (in_read, in_write) = inbound.into_split();
             let (out_read, out_write) = outbound.into_split();
-            let up = tokio::spawn(pipe(in_read, out_write, Arc::clone(&blocked)));
-            let down = tokio::spawn(pipe(out_read, in_write, blocked));
+            let up = tokio::spawn(pipe(in_read, out_write, Arc::clone(&blocked), capture));
+            let down = tokio::spawn(pipe(out_read, in_write, blocked, None));
             let _ = up.await;
             let _ = down.await;
         });
@@ -136,7 +175,7 @@ fn read_blocked(control: &PathBuf) -> BTreeSet<String> {
 }
 
 /// Runs the routes until the process is stopped. Fails only when a route cannot listen.
-pub fn run(routes: Vec<Route>, control: PathBuf) -> Result<(), String> {
+pub fn run(routes: Vec<Route>, control: PathBuf, capture: Option<PathBuf>) -> Result<(), String> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -149,7 +188,7 @@ pub fn run(routes: Vec<Route>, control: PathBuf) -> Result<(), String> {
                 .map_err(|e| format!("route {}: listen on {}: {e}", route.name, route.listen))?;
             let blocked = Arc::new(AtomicBool::new(false));
             gates.push((route.name.clone(), Arc::clone(&blocked)));
-            tokio::spawn(serve(route, listener, blocked));
+            tokio::spawn(serve(route, listener, blocked, capture.clone()));
         }
         eprintln!(
             "iggy-server proxy: {} routes, blocked ones read from {}",

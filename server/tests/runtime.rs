@@ -57,6 +57,7 @@ fn node_config_with(replica: u8, incarnation: u64, vsr: Config) -> NodeConfig {
         repair_ration: true,
         boot: boot_config(incarnation),
         mirror_metadata: true,
+        ring_budget_bytes: 0,
     }
 }
 

@@ -57,6 +57,7 @@ impl Layout {
             repair_ration: self.repair_ration,
             boot: self.boot_config(incarnation),
             mirror_metadata: false,
+            ring_budget_bytes: 0,
         }
     }
 

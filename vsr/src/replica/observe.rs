@@ -125,6 +125,19 @@ impl Replica {
         self.journal.size()
     }
 
+    /// Changes how many body bytes the prepare ring keeps (`Config::ring_bytes_max`, at most
+    /// `RING_BYTES_LIMIT`): a host sharing a memory budget among its groups. Only memory
+    /// changes: what leaves the ring is read from the log when a peer asks.
+    pub fn set_ring_bytes_max(&mut self, bytes: u64) {
+        self.config.ring_bytes_max = bytes.min(crate::config::RING_BYTES_LIMIT);
+    }
+
+    /// The body bytes the prepare ring keeps at most.
+    #[must_use]
+    pub fn ring_bytes_max(&self) -> u64 {
+        self.config.ring_bytes_max
+    }
+
     /// The client table's session of `client`, if it has one.
     #[must_use]
     pub fn session(&self, client: u128) -> Option<&Session> {
