@@ -11,6 +11,7 @@
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use iggy_protocol::primitives::OptionEntry;
@@ -54,10 +55,60 @@ pub struct Polled {
     pub payload: Vec<u8>,
 }
 
+/// A connection's bytes: plain TCP, or TLS over it.
+enum Transport {
+    Plain(TcpStream),
+    Tls(Box<rustls::StreamOwned<rustls::ClientConnection, TcpStream>>),
+}
+
+impl Transport {
+    fn socket(&self) -> &TcpStream {
+        match self {
+            Self::Plain(stream) => stream,
+            Self::Tls(stream) => &stream.sock,
+        }
+    }
+}
+
+impl Read for Transport {
+    fn read(&mut self, buffer: &mut [u8]) -> std::io::Result<usize> {
+        match self {
+            Self::Plain(stream) => stream.read(buffer),
+            Self::Tls(stream) => stream.read(buffer),
+        }
+    }
+}
+
+impl Write for Transport {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        match self {
+            Self::Plain(stream) => stream.write(bytes),
+            Self::Tls(stream) => stream.write(bytes),
+        }
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        match self {
+            Self::Plain(stream) => stream.flush(),
+            Self::Tls(stream) => stream.flush(),
+        }
+    }
+}
+
+/// The TLS configuration [`Client::connect`] uses for every connection of this process, once
+/// set ([`use_tls`]).
+static TLS: OnceLock<Arc<rustls::ClientConfig>> = OnceLock::new();
+
+/// Makes every later [`Client::connect`] of this process use TLS with `config` (the tools'
+/// `--tls-ca`). Returns false if it was set already.
+pub fn use_tls(config: Arc<rustls::ClientConfig>) -> bool {
+    TLS.set(config).is_ok()
+}
+
 /// One connection.
 pub struct Client {
     address: SocketAddr,
-    stream: TcpStream,
+    stream: Transport,
     client: u128,
     request: u64,
     session: u64,
@@ -67,13 +118,33 @@ pub struct Client {
 
 impl Client {
     /// Connects as client `client` (any nonzero id, unique per connection).
+    /// Over TLS when [`use_tls`] was called.
     pub fn connect(address: SocketAddr, client: u128) -> Result<Self, ClientError> {
+        Self::connect_with(address, client, TLS.get().cloned())
+    }
+
+    /// Connects over TLS with `tls` (the node's certificate checked for `address`'s IP), or
+    /// plain TCP without.
+    pub fn connect_with(
+        address: SocketAddr,
+        client: u128,
+        tls: Option<Arc<rustls::ClientConfig>>,
+    ) -> Result<Self, ClientError> {
         let io = |source| ClientError::Io { address, source };
-        let stream = TcpStream::connect(address).map_err(io)?;
-        stream
+        let socket = TcpStream::connect(address).map_err(io)?;
+        socket
             .set_read_timeout(Some(Duration::from_secs(30)))
             .map_err(io)?;
-        let _ = stream.set_nodelay(true);
+        let _ = socket.set_nodelay(true);
+        let stream = match tls {
+            None => Transport::Plain(socket),
+            Some(config) => {
+                let name = rustls::pki_types::ServerName::IpAddress(address.ip().into());
+                let connection = rustls::ClientConnection::new(config, name)
+                    .map_err(|e| io(std::io::Error::other(e)))?;
+                Transport::Tls(Box::new(rustls::StreamOwned::new(connection, socket)))
+            }
+        };
         Ok(Self {
             address,
             stream,
@@ -90,8 +161,12 @@ impl Client {
 
     /// The connection, the session and the client id, for a caller that writes its own
     /// frames on it (`iggy-server hostile`).
-    pub fn into_parts(self) -> (TcpStream, u64, u128) {
-        (self.stream, self.session, self.client)
+    /// `None` over TLS.
+    pub fn into_parts(self) -> Option<(TcpStream, u64, u128)> {
+        match self.stream {
+            Transport::Plain(stream) => Some((stream, self.session, self.client)),
+            Transport::Tls(_) => None,
+        }
     }
 
     /// How long a reply may take before the call fails with a timeout (30 s unless set). A
@@ -100,6 +175,7 @@ impl Client {
     pub fn set_reply_timeout(&mut self, timeout: Duration) -> Result<(), ClientError> {
         let address = self.address;
         self.stream
+            .socket()
             .set_read_timeout(Some(timeout.max(Duration::from_millis(1))))
             .map_err(|source| ClientError::Io { address, source })
     }
@@ -135,6 +211,7 @@ impl Client {
         };
         self.stream.write_all(&header.encode()).map_err(io)?;
         self.stream.write_all(body).map_err(io)?;
+        self.stream.flush().map_err(io)?;
         let mut head = [0u8; HEADER_SIZE];
         self.stream.read_exact(&mut head).map_err(io)?;
         if let Ok(eviction) = Eviction::decode(&head) {

@@ -12,9 +12,12 @@
 //!   checks the other's proof in constant time against the nonce it just drew, so a recorded
 //!   handshake proves nothing in a new one, an answer cannot be reflected as a confirmation, and
 //!   a proof names the index it was made for. Anything else is refused, logged with the address
-//!   and the reason, and the connection closed. The frames after it are not encrypted or
-//!   signed: the key keeps out nodes that do not hold it, and the network path should still be
-//!   private (TLS is not built yet).
+//!   and the reason, and the connection closed. Without TLS the frames after it are not
+//!   encrypted or signed: the key keeps out nodes that do not hold it, and the network path
+//!   should still be private.
+//! - **TLS** (`crate::tls`, optional): the connection is TLS first, the dialler checking the
+//!   listener's certificate against the cluster's CA for the address it dialled; the handshake
+//!   above then runs inside it.
 //! - **Frames** are the replica messages' own encoding (`iggy_vsr::Message::encode`): a 256-byte
 //!   header whose size field says how long the frame is. A frame that is too large or does not
 //!   decode closes that connection and is counted; the node goes on, and the dialler reconnects.
@@ -46,8 +49,20 @@ use std::time::Duration;
 use hmac::{Hmac, Mac};
 use iggy_vsr::Message;
 use sha2::Sha256;
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
+
+/// A bus connection: plain TCP, or TLS over it.
+trait Link: AsyncRead + AsyncWrite + Unpin + Send {}
+impl<T: AsyncRead + AsyncWrite + Unpin + Send> Link for T {}
+type Stream = Box<dyn Link>;
+
+/// Writes `bytes` and flushes them (a TLS stream's records go out at the flush).
+async fn send_all(stream: &mut Stream, bytes: &[u8]) -> std::io::Result<()> {
+    stream.write_all(bytes).await?;
+    stream.flush().await
+}
 use tokio::sync::{Notify, mpsc};
 
 const MAGIC: &[u8; 8] = b"IGGYBUS2";
@@ -77,6 +92,22 @@ pub struct BusConfig {
     pub peers: Vec<SocketAddr>,
     /// The shared secret every node of the cluster is configured with.
     pub key: Vec<u8>,
+    /// Run the connections over TLS (`crate::tls`); `None`: plain TCP.
+    pub tls: Option<BusTls>,
+}
+
+/// The bus's TLS: this node's certificate for the connections it accepts, and the CA its
+/// dialers check a peer's certificate against (for the IP address dialled).
+#[derive(Clone)]
+pub struct BusTls {
+    pub server: Arc<rustls::ServerConfig>,
+    pub client: Arc<rustls::ClientConfig>,
+}
+
+impl std::fmt::Debug for BusTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("BusTls")
+    }
 }
 
 /// What the bus counted, for the metrics.
@@ -521,7 +552,7 @@ pub fn dial_blocking(
 }
 
 /// Reads one handshake frame within [`HANDSHAKE_DEADLINE`].
-async fn read_frame(stream: &mut TcpStream) -> Result<[u8; HANDSHAKE_BYTES], String> {
+async fn read_frame(stream: &mut Stream) -> Result<[u8; HANDSHAKE_BYTES], String> {
     let mut bytes = [0u8; HANDSHAKE_BYTES];
     match tokio::time::timeout(HANDSHAKE_DEADLINE, stream.read_exact(&mut bytes)).await {
         Ok(Ok(_)) => Ok(bytes),
@@ -534,11 +565,10 @@ async fn read_frame(stream: &mut TcpStream) -> Result<[u8; HANDSHAKE_BYTES], Str
 }
 
 /// The listener's side: the dialler's index once it proved the key.
-async fn accept_handshake(stream: &mut TcpStream, config: &BusConfig) -> Result<u8, String> {
+async fn accept_handshake(stream: &mut Stream, config: &BusConfig) -> Result<u8, String> {
     let (dialer, dialer_nonce) = check_hello(config, &read_frame(stream).await?)?;
     let mine = nonce()?;
-    stream
-        .write_all(&answer(config, dialer, &dialer_nonce, &mine))
+    send_all(stream, &answer(config, dialer, &dialer_nonce, &mine))
         .await
         .map_err(|e| e.to_string())?;
     check_confirm(
@@ -718,7 +748,7 @@ async fn watch_peers(
 }
 
 async fn serve_peer(
-    mut stream: TcpStream,
+    tcp: TcpStream,
     address: SocketAddr,
     config: Arc<BusConfig>,
     (deliver, closed): (
@@ -727,10 +757,26 @@ async fn serve_peer(
     ),
     (counters, up): (Arc<BusCounters>, Arc<Vec<Arc<Notify>>>),
 ) {
-    let handshake = accept_handshake(&mut stream, &config).await;
+    let stream: Result<Stream, String> = match &config.tls {
+        None => Ok(Box::new(tcp)),
+        Some(tls) => {
+            let accept = tokio_rustls::TlsAcceptor::from(tls.server.clone()).accept(tcp);
+            match tokio::time::timeout(HANDSHAKE_DEADLINE, accept).await {
+                Ok(Ok(stream)) => Ok(Box::new(stream)),
+                Ok(Err(e)) => Err(format!("TLS: {e}")),
+                Err(_) => Err("no TLS handshake within 5 s".into()),
+            }
+        }
+    };
+    let handshake = match stream {
+        Ok(mut stream) => accept_handshake(&mut stream, &config)
+            .await
+            .map(|peer| (peer, stream)),
+        Err(reason) => Err(reason),
+    };
     counters.handshakes_pending.fetch_sub(1, Ordering::Relaxed);
-    let peer = match handshake {
-        Ok(peer) => peer,
+    let (peer, mut stream) = match handshake {
+        Ok(done) => done,
         Err(reason) => {
             let refused = counters.refused_handshakes.fetch_add(1, Ordering::Relaxed) + 1;
             if counters.log_refusal() {
@@ -866,7 +912,7 @@ async fn dial_peer(
                                 },
                         },
                     };
-                    if stream.write_all(&message.encode()).await.is_err() {
+                    if send_all(&mut stream, &message.encode()).await.is_err() {
                         break;
                     }
                     counters.frames_out.fetch_add(1, Ordering::Relaxed);
@@ -895,19 +941,30 @@ async fn dial_peer(
     }
 }
 
-async fn connect(address: SocketAddr, config: &BusConfig, peer: u8) -> Result<TcpStream, String> {
-    let mut stream = TcpStream::connect(address)
+async fn connect(address: SocketAddr, config: &BusConfig, peer: u8) -> Result<Stream, String> {
+    let tcp = TcpStream::connect(address)
         .await
         .map_err(|e| e.to_string())?;
-    let _ = stream.set_nodelay(true);
+    let _ = tcp.set_nodelay(true);
+    let mut stream: Stream = match &config.tls {
+        None => Box::new(tcp),
+        Some(tls) => {
+            // The peer's certificate must be the CA's, for the address dialled.
+            let connect = tokio_rustls::TlsConnector::from(tls.client.clone())
+                .connect(crate::tls::server_name(address.ip()), tcp);
+            match tokio::time::timeout(HANDSHAKE_DEADLINE, connect).await {
+                Ok(Ok(stream)) => Box::new(stream),
+                Ok(Err(e)) => return Err(format!("TLS: {e}")),
+                Err(_) => return Err("no TLS handshake within 5 s".into()),
+            }
+        }
+    };
     let mine = nonce()?;
-    stream
-        .write_all(&hello(config, &mine))
+    send_all(&mut stream, &hello(config, &mine))
         .await
         .map_err(|e| e.to_string())?;
     let theirs = check_answer(config, peer, &mine, &read_frame(&mut stream).await?)?;
-    stream
-        .write_all(&confirm(config, peer, &mine, &theirs))
+    send_all(&mut stream, &confirm(config, peer, &mine, &theirs))
         .await
         .map_err(|e| e.to_string())?;
     Ok(stream)

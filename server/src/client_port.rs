@@ -84,6 +84,8 @@ pub struct PortConfig {
     /// Request bytes the node holds at once, over every connection (at least
     /// `max_request_bytes`): a body past it waits to be read.
     pub in_flight_bytes: u64,
+    /// Serve clients over TLS with this configuration (`crate::tls`); `None`: plain TCP.
+    pub tls: Option<Arc<rustls::ServerConfig>>,
 }
 
 /// The stored form of a password: argon2id (its default cost: 19 MiB, two passes) under a
@@ -367,8 +369,23 @@ pub async fn start<S: Storage + Clone + Send + Sync + 'static>(
             let _ = stream.set_nodelay(true);
             shared.counters.connections.fetch_add(1, Relaxed);
             let shared = shared.clone();
+            let tls = shared.config.tls.clone();
             tokio::spawn(async move {
-                serve(stream, peer, shared.clone()).await;
+                match tls {
+                    None => serve(stream, peer, shared.clone()).await,
+                    Some(tls) => {
+                        // The TLS handshake is part of what a connection must finish before
+                        // it logs in.
+                        let accept = tokio_rustls::TlsAcceptor::from(tls).accept(stream);
+                        match tokio::time::timeout(PRE_LOGIN_IDLE, accept).await {
+                            Ok(Ok(stream)) => serve(stream, peer, shared.clone()).await,
+                            Ok(Err(e)) => {
+                                tracing::debug!(%peer, error = %e, "client port: a TLS handshake failed");
+                            }
+                            Err(_) => {}
+                        }
+                    }
+                }
                 shared.counters.open.fetch_sub(1, Relaxed);
             });
         }
@@ -471,21 +488,49 @@ fn error(status: u32) -> Answer {
     }
 }
 
-/// Whether the client closed its side of `stream` (or it failed) while a request of it waited:
-/// a look at what arrived, without waiting and without consuming it. A client of the SDK never
-/// half-closes while it awaits a reply, so the end of its stream means it left.
-fn peer_closed(stream: &TcpStream) -> bool {
-    let mut byte = [0u8; 1];
-    let mut buffer = tokio::io::ReadBuf::new(&mut byte);
-    let mut context = std::task::Context::from_waker(std::task::Waker::noop());
-    matches!(
-        stream.poll_peek(&mut context, &mut buffer),
-        std::task::Poll::Ready(Ok(0) | Err(_))
-    )
+/// A client's connection: plain TCP or TLS over it.
+trait ClientStream: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + Sync {
+    /// Whether the client closed its side (or the connection failed) while a request of it
+    /// waited: a look at what arrived, without waiting and without consuming it. A client of
+    /// the SDK never half-closes and sends nothing while it awaits a reply, so the end of its
+    /// stream means it left.
+    fn gone(&self) -> bool;
+}
+
+impl ClientStream for TcpStream {
+    fn gone(&self) -> bool {
+        let mut byte = [0u8; 1];
+        let mut buffer = tokio::io::ReadBuf::new(&mut byte);
+        let mut context = std::task::Context::from_waker(std::task::Waker::noop());
+        matches!(
+            self.poll_peek(&mut context, &mut buffer),
+            std::task::Poll::Ready(Ok(0) | Err(_))
+        )
+    }
+}
+
+/// The TLS record type of an alert: a client that leaves sends `close_notify` before its end
+/// of stream, and an SDK client sends no application data while it awaits a reply.
+const TLS_ALERT: u8 = 0x15;
+
+impl ClientStream for tokio_rustls::server::TlsStream<TcpStream> {
+    fn gone(&self) -> bool {
+        use std::os::fd::AsFd;
+        let mut byte = [0u8; 1];
+        match rustix::net::recv(
+            self.get_ref().0.as_fd(),
+            &mut byte,
+            rustix::net::RecvFlags::PEEK | rustix::net::RecvFlags::DONTWAIT,
+        ) {
+            Ok((0, _)) => true,
+            Ok(_) => byte[0] == TLS_ALERT,
+            Err(e) => e != rustix::io::Errno::AGAIN && e != rustix::io::Errno::INTR,
+        }
+    }
 }
 
 async fn serve<S: Storage + Clone + Send + Sync + 'static>(
-    mut stream: TcpStream,
+    mut stream: impl ClientStream,
     peer: SocketAddr,
     shared: Arc<Shared<S>>,
 ) {
@@ -570,7 +615,7 @@ async fn serve<S: Storage + Clone + Send + Sync + 'static>(
             .counters
             .requests
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let gone = || peer_closed(&stream);
+        let gone = || stream.gone();
         let answer = answer(
             &shared,
             &header,
@@ -626,10 +671,18 @@ async fn serve<S: Storage + Clone + Send + Sync + 'static>(
                 break;
             }
         };
-        if stream.write_all(&bytes).await.is_err() {
+        // (A TLS stream's records go out at the flush.)
+        if stream.write_all(&bytes).await.is_err() || stream.flush().await.is_err() {
             break;
         }
     }
+    // An eviction written just before the loop ended goes out (and TLS says goodbye), within
+    // a bound: a client that reads nothing does not hold the task.
+    let _ = tokio::time::timeout(Duration::from_secs(1), async {
+        let _ = stream.flush().await;
+        let _ = stream.shutdown().await;
+    })
+    .await;
     if let Some(session) = session {
         let mut clients = shared
             .clients

@@ -30,6 +30,11 @@
 //! publish_interval_ms = 100       # replicated partitions also publish this often; 0: by size only
 //! ring_bytes = 67108864           # each group's prepare ring (memory), 1 MiB to 256 MiB
 //! ring_budget_bytes = 1073741824  # every partition's ring together (0: no budget)
+//!
+//! [tls]                            # optional: both ports over TLS (docs/server.md, "Security")
+//! cert = "tls/node-0.pem"          # relative to this file
+//! key = "tls/node-0.key"
+//! ca = "tls/ca.pem"
 //! ```
 
 use std::net::SocketAddr;
@@ -54,6 +59,9 @@ pub struct FileConfig {
     pub topics: Topics,
     #[serde(default)]
     pub limits: Limits,
+    /// TLS on the client port and the replica bus (`crate::tls`); absent: plain TCP.
+    #[serde(default)]
+    pub tls: Option<crate::tls::TlsConfig>,
 }
 
 /// A cluster id as a number or a string (decimal, or hex with `0x`).

@@ -398,7 +398,9 @@ fn slowloris(target: &Target) -> (bool, String) {
         let Ok(client) = logged_in(target, node) else {
             return (false, "a login failed".into());
         };
-        let (stream, session, id) = client.into_parts();
+        let Some((stream, session, id)) = client.into_parts() else {
+            return (true, "skipped: the cluster speaks TLS".into());
+        };
         let prefix = raw_header(iggy_protocol::code::SEND_MESSAGES, 1 << 20, session, id).to_vec();
         let limit = Duration::from_secs(34);
         runs.push((

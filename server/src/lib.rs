@@ -16,4 +16,5 @@ pub mod metrics;
 pub mod process;
 pub mod proxy;
 pub mod runtime;
+pub mod tls;
 pub mod translate;

@@ -68,6 +68,10 @@ enum Command {
         /// spread over the nodes.
         #[arg(long)]
         no_spread: bool,
+        /// Both ports over TLS: a CA and a certificate per node (for 127.0.0.1) are written
+        /// to DIR/tls the first time; clients take `--tls-ca DIR/tls/ca.pem`.
+        #[arg(long)]
+        tls: bool,
     },
     /// Producers on the client wire: one per partition, each its own connection (moving to the
     /// next node when its node fails), a set rate of batches of a set size, every batch and its
@@ -229,6 +233,20 @@ struct ClusterArgs {
     username: String,
     #[arg(long, default_value = "iggy")]
     password: String,
+    /// Connect over TLS, checking each node's certificate (for the IP address dialled) against
+    /// this CA (PEM; `dev --tls` writes DIR/tls/ca.pem).
+    #[arg(long)]
+    tls_ca: Option<PathBuf>,
+}
+
+impl ClusterArgs {
+    /// Makes this process's clients use TLS when `--tls-ca` was given.
+    fn use_tls(&self) -> Result<(), String> {
+        if let Some(ca) = &self.tls_ca {
+            iggy_client::use_tls(iggy_server::tls::client_config(ca)?);
+        }
+        Ok(())
+    }
 }
 
 fn main() -> ExitCode {
@@ -261,24 +279,27 @@ fn main() -> ExitCode {
             cases,
             short,
             replay,
-        } => run_hostile(
-            &iggy_server::hostile::Target {
-                nodes: cluster.nodes,
-                buses,
-                username: cluster.username,
-                password: cluster.password,
-                cluster: cluster_id,
-                replay,
-                short,
-            },
-            &cases,
-        ),
+        } => cluster.use_tls().and_then(|()| {
+            run_hostile(
+                &iggy_server::hostile::Target {
+                    nodes: cluster.nodes,
+                    buses,
+                    username: cluster.username,
+                    password: cluster.password,
+                    cluster: cluster_id,
+                    replay,
+                    short,
+                },
+                &cases,
+            )
+        }),
         Command::Dev {
             nodes,
             dir,
             base_port,
             demo,
             no_spread,
+            tls,
         } => {
             let temporary = if dir.is_none() && demo {
                 match tempfile::tempdir() {
@@ -294,7 +315,7 @@ fn main() -> ExitCode {
             let dir = dir
                 .or_else(|| temporary.as_ref().map(|t| t.path().to_path_buf()))
                 .unwrap_or_else(|| PathBuf::from("iggy-dev"));
-            dev(nodes, &dir, base_port, demo, !no_spread)
+            dev(nodes, &dir, base_port, demo, !no_spread, tls)
         }
         Command::Load {
             cluster,
@@ -312,6 +333,10 @@ fn main() -> ExitCode {
             max_topic_size,
             request_timeout,
         } => {
+            if let Err(e) = cluster.use_tls() {
+                eprintln!("iggy-server: {e}");
+                return ExitCode::FAILURE;
+            }
             let topics = [("replicated", replicated), ("persisted", persisted)]
                 .into_iter()
                 .filter(|(_, partitions)| *partitions > 0)
@@ -344,7 +369,9 @@ fn main() -> ExitCode {
             patience,
             json,
             retained,
-        } => run_verify(&cluster, &ledger, patience, json, retained),
+        } => cluster
+            .use_tls()
+            .and_then(|()| run_verify(&cluster, &ledger, patience, json, retained)),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -372,6 +399,12 @@ fn run_hostile(target: &iggy_server::hostile::Target, cases: &[String]) -> Resul
         return Err(format!("{failed} of {} cases failed", outcomes.len()));
     }
     Ok(())
+}
+
+/// A directory for a local cluster's files (not a node's: no `Storage`).
+#[allow(clippy::disallowed_methods)]
+fn create_dir(dir: &Path) -> Result<(), String> {
+    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))
 }
 
 /// Reads a small text file the operator wrote (not a durable file of the node: no `Storage`).
@@ -443,6 +476,24 @@ fn run(path: &Path, data_dir: Option<PathBuf>, replica: Option<u8>) -> Result<()
             "the root user's password is the default (\"iggy\"): anyone who can reach the client port can log in; set [root] password in the configuration"
         );
     }
+    // TLS files are named relative to the configuration file.
+    let tls = match &config.tls {
+        Some(tls) => {
+            let base = path.parent().unwrap_or(Path::new("."));
+            let tls = iggy_server::tls::TlsConfig {
+                cert: base.join(&tls.cert),
+                key: base.join(&tls.key),
+                ca: base.join(&tls.ca),
+                ..tls.clone()
+            };
+            Some((
+                iggy_server::tls::server_config(&tls)?,
+                iggy_server::tls::client_config(&tls.ca)?,
+                tls,
+            ))
+        }
+        None => None,
+    };
     let descriptors = raise_descriptor_limit();
     let cluster = config.cluster_id.value()?;
     let replicas = u8::try_from(config.nodes.len()).map_err(|_| "too many nodes".to_string())?;
@@ -500,6 +551,13 @@ fn run(path: &Path, data_dir: Option<PathBuf>, replica: Option<u8>) -> Result<()
         replica: config.replica,
         peers: config.nodes.iter().map(|n| n.replica).collect(),
         key: config.cluster_key.as_bytes().to_vec(),
+        tls: tls
+            .as_ref()
+            .filter(|(_, _, files)| files.replica_bus)
+            .map(|(server, client, _)| iggy_server::bus::BusTls {
+                server: server.clone(),
+                client: client.clone(),
+            }),
     };
     let port = PortConfig {
         cluster,
@@ -536,6 +594,10 @@ fn run(path: &Path, data_dir: Option<PathBuf>, replica: Option<u8>) -> Result<()
         },
         max_connections: connection_cap(config.limits.max_connections, descriptors),
         in_flight_bytes: config.limits.in_flight_bytes,
+        tls: tls
+            .as_ref()
+            .filter(|(_, _, files)| files.client_port)
+            .map(|(server, _, _)| server.clone()),
     };
     let own = &config.nodes[usize::from(config.replica)];
     let listen = Listen {
@@ -632,9 +694,43 @@ fn write_text(path: &Path, text: &str) -> Result<(), String> {
     std::fs::write(path, text).map_err(|e| format!("{}: {e}", path.display()))
 }
 
-fn dev(nodes: u8, dir: &Path, base_port: u16, demo: bool, spread: bool) -> Result<(), String> {
+fn dev(
+    nodes: u8,
+    dir: &Path,
+    base_port: u16,
+    demo: bool,
+    spread: bool,
+    tls: bool,
+) -> Result<(), String> {
     if nodes == 0 || nodes > 9 {
         return Err(format!("--nodes {nodes}: 1 to 9"));
+    }
+    let tls_section = |i: u8| {
+        if tls {
+            format!(
+                "\n[tls]\ncert = \"tls/node-{i}.pem\"\nkey = \"tls/node-{i}.key\"\nca = \"tls/ca.pem\"\n"
+            )
+        } else {
+            String::new()
+        }
+    };
+    if tls && !dir.join("tls").join("ca.pem").exists() {
+        let tls_dir = dir.join("tls");
+        create_dir(&tls_dir)?;
+        let names: Vec<(String, Vec<String>)> = (0..nodes)
+            .map(|i| {
+                (
+                    format!("node-{i}"),
+                    vec!["127.0.0.1".to_string(), "localhost".to_string()],
+                )
+            })
+            .collect();
+        iggy_server::tls::generate(&tls_dir, &names)?;
+    }
+    if tls && demo {
+        iggy_client::use_tls(iggy_server::tls::client_config(
+            &dir.join("tls").join("ca.pem"),
+        )?);
     }
     let address = |port: u16| -> SocketAddr { SocketAddr::from(([127, 0, 0, 1], port)) };
     let mut roster = String::new();
@@ -653,8 +749,9 @@ fn dev(nodes: u8, dir: &Path, base_port: u16, demo: bool, spread: bool) -> Resul
         write_text(
             &config,
             &format!(
-                "cluster_id = 1\ncluster_key = \"dev\"\nreplica = {i}\ndata_dir = \"{}\"\n\n[topics]\n# Segments are preallocated: 64 MiB keeps a local cluster small.\ndurability = \"replicated\"\nsegment_size_bytes = 67108864\nspread_primaries = {spread}\n{roster}",
-                dir.join(format!("node-{i}")).display()
+                "cluster_id = 1\ncluster_key = \"dev\"\nreplica = {i}\ndata_dir = \"{}\"\n\n[topics]\n# Segments are preallocated: 64 MiB keeps a local cluster small.\ndurability = \"replicated\"\nsegment_size_bytes = 67108864\nspread_primaries = {spread}\n{}{roster}",
+                dir.join(format!("node-{i}")).display(),
+                tls_section(i)
             ),
         )?;
         let child = std::process::Command::new(&exe)

@@ -20,6 +20,7 @@ fn config(replica: u8, peers: &[SocketAddr], key: &[u8]) -> BusConfig {
         replica,
         peers: peers.to_vec(),
         key: key.to_vec(),
+        tls: None,
     }
 }
 

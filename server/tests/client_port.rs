@@ -55,6 +55,15 @@ fn start_cluster_with(
     admission: impl Fn(u8) -> iggy_server::admission::Admission,
     max_connections: u64,
 ) -> Cluster {
+    start_cluster_tls(admission, max_connections, None)
+}
+
+/// [`start_cluster_with`], both ports over TLS with the certificates `tls` names.
+fn start_cluster_tls(
+    admission: impl Fn(u8) -> iggy_server::admission::Admission,
+    max_connections: u64,
+    tls: Option<&iggy_server::tls::Generated>,
+) -> Cluster {
     let replica_addresses = free_addresses(3);
     let client_addresses = free_addresses(3);
     let roster: Vec<RosterNode> = client_addresses
@@ -103,6 +112,10 @@ fn start_cluster_with(
             replica: i,
             peers: replica_addresses.clone(),
             key: b"secret".to_vec(),
+            tls: tls.map(|tls| iggy_server::bus::BusTls {
+                server: server_tls(tls, i),
+                client: iggy_server::tls::client_config(&tls.ca).expect("the CA"),
+            }),
         };
         let port = PortConfig {
             cluster: CLUSTER,
@@ -122,6 +135,7 @@ fn start_cluster_with(
             admission: admission(i),
             max_connections,
             in_flight_bytes: 64 << 20,
+            tls: tls.map(|tls| server_tls(tls, i)),
         };
         let listen = Listen {
             client: client_addresses[usize::from(i)],
@@ -134,6 +148,18 @@ fn start_cluster_with(
         );
     }
     Cluster { nodes, _dirs: dirs }
+}
+
+fn server_tls(tls: &iggy_server::tls::Generated, i: u8) -> std::sync::Arc<rustls::ServerConfig> {
+    let (cert, key) = tls.nodes[usize::from(i)].clone();
+    iggy_server::tls::server_config(&iggy_server::tls::TlsConfig {
+        cert,
+        key,
+        ca: tls.ca.clone(),
+        client_port: true,
+        replica_bus: true,
+    })
+    .expect("the node's certificate")
 }
 
 fn batch(messages: &[&[u8]]) -> Vec<u8> {
@@ -988,4 +1014,60 @@ fn passwords_are_argon2id_and_a_wrong_one_is_refused() {
     assert!(matches!(c.login("iggy"), Answer::Reply(..)));
     assert!(matches!(c.login("iggy"), Answer::Reply(..)));
     assert_eq!(sessions(), before);
+}
+
+/// TLS on both ports: the nodes' bus runs over it (a write commits, so the replicas talk), a
+/// client that checks the nodes' certificates against the CA logs in, writes through one node and
+/// reads it back through another; a plain client, and a TLS client trusting another CA, get
+/// nothing from the port.
+#[test]
+fn both_ports_over_tls_serve_a_client_that_trusts_the_ca_and_no_other() {
+    let certificates = tempfile::tempdir().expect("tempdir");
+    let names: Vec<(String, Vec<String>)> = (0..3)
+        .map(|i| (format!("node-{i}"), vec!["127.0.0.1".to_string()]))
+        .collect();
+    let tls = iggy_server::tls::generate(certificates.path(), &names).expect("certificates");
+    let cluster = start_cluster_tls(
+        |_| iggy_server::admission::Admission::default(),
+        1_000,
+        Some(&tls),
+    );
+    let addresses: Vec<SocketAddr> = cluster.nodes.iter().map(|n| n.client_address).collect();
+    let trusted = iggy_server::tls::client_config(&tls.ca).expect("the CA");
+
+    let mut writer = iggy_client::Client::connect_with(addresses[0], 0x71, Some(trusted.clone()))
+        .expect("connect");
+    writer.login("iggy", "iggy").expect("a login over TLS");
+    writer.create_stream("secure").expect("a stream");
+    writer
+        .create_topic("secure", "t", 1, "replicated")
+        .expect("a topic");
+    let messages = vec![(1u128, b"over tls".to_vec()), (2, b"and back".to_vec())];
+    let offset = writer
+        .send("secure", "t", 0, &messages)
+        .expect("a send over TLS");
+    let mut reader =
+        iggy_client::Client::connect_with(addresses[1], 0x72, Some(trusted)).expect("connect");
+    reader.login("iggy", "iggy").expect("a login over TLS");
+    let polled = reader
+        .poll("secure", "t", 0, offset, 10)
+        .expect("a poll over TLS");
+    let payloads: Vec<Vec<u8>> = polled.into_iter().map(|m| m.payload).collect();
+    assert_eq!(payloads, vec![b"over tls".to_vec(), b"and back".to_vec()]);
+
+    // Plain TCP: the node takes its login header for a TLS hello and closes.
+    let plain = iggy_client::Client::connect_with(addresses[0], 0x73, None)
+        .and_then(|mut client| client.login("iggy", "iggy"));
+    assert!(plain.is_err(), "a plain client was served: {plain:?}");
+
+    // A client trusting another CA refuses the node's certificate.
+    let elsewhere = tempfile::tempdir().expect("tempdir");
+    let other = iggy_server::tls::generate(elsewhere.path(), &names).expect("certificates");
+    let stranger = iggy_client::Client::connect_with(
+        addresses[0],
+        0x74,
+        Some(iggy_server::tls::client_config(&other.ca).expect("the other CA")),
+    )
+    .and_then(|mut client| client.login("iggy", "iggy"));
+    assert!(stranger.is_err(), "a certificate of another CA was taken");
 }

@@ -811,6 +811,7 @@ fn bad_input_on_both_ports_is_refused_and_loses_nothing() {
         replica: 2,
         peers: Vec::new(),
         key: key.to_vec(),
+        tls: None,
     };
     let peer_port = {
         let text = std::fs::read_to_string(&nodes[1].config).expect("configuration");

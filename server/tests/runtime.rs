@@ -184,6 +184,7 @@ impl Cluster {
                         replica: i,
                         peers: addresses.clone(),
                         key: b"test key".to_vec(),
+                        tls: None,
                     };
                     let counted = Arc::new(BusCounters::default());
                     counters.push(counted.clone());
