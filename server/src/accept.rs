@@ -31,3 +31,14 @@ pub async fn accept(listener: &TcpListener, what: &str) -> (TcpStream, SocketAdd
         }
     }
 }
+
+/// TCP keepalive on a connection: probed after 30 s of silence, every 10 s, given up after 3
+/// unanswered probes. A peer or client whose machine vanished (power, a cable) sends no FIN; its
+/// connection, and what it holds, is released in about a minute rather than kept for good.
+pub fn keepalive(stream: &TcpStream) {
+    use rustix::net::sockopt;
+    let _ = sockopt::set_socket_keepalive(stream, true);
+    let _ = sockopt::set_tcp_keepidle(stream, Duration::from_secs(30));
+    let _ = sockopt::set_tcp_keepintvl(stream, Duration::from_secs(10));
+    let _ = sockopt::set_tcp_keepcnt(stream, 3);
+}

@@ -635,6 +635,7 @@ pub async fn start_with_close(
                     continue;
                 }
                 let _ = stream.set_nodelay(true);
+                crate::accept::keepalive(&stream);
                 tokio::spawn(serve_peer(
                     stream,
                     address,
@@ -946,6 +947,7 @@ async fn connect(address: SocketAddr, config: &BusConfig, peer: u8) -> Result<St
         .await
         .map_err(|e| e.to_string())?;
     let _ = tcp.set_nodelay(true);
+    crate::accept::keepalive(&tcp);
     let mut stream: Stream = match &config.tls {
         None => Box::new(tcp),
         Some(tls) => {

@@ -367,6 +367,7 @@ pub async fn start<S: Storage + Clone + Send + Sync + 'static>(
                 continue;
             }
             let _ = stream.set_nodelay(true);
+            crate::accept::keepalive(&stream);
             shared.counters.connections.fetch_add(1, Relaxed);
             let shared = shared.clone();
             let tls = shared.config.tls.clone();
@@ -710,6 +711,18 @@ async fn answer<S: Storage + Clone + Send + Sync + 'static>(
     balanced: &mut u32,
     (peer, client_gone): (SocketAddr, &(dyn Fn() -> bool + Sync)),
 ) -> Answer {
+    // The session is checked from the header before the body is decoded: a client that has
+    // not logged in, or sends under another's session, costs no decoding.
+    if header.operation != Operation::Register && header.code != iggy_protocol::code::PING {
+        let Some(current) = session.as_ref() else {
+            return error(status::UNAUTHENTICATED);
+        };
+        if header.client != current.client
+            || (header.operation != Operation::NonReplicated && header.session != current.session)
+        {
+            return error(status::STALE_CLIENT);
+        }
+    }
     let request = match Request::decode(header.code, body) {
         Ok(request) => request,
         Err(_) if header.operation == Operation::Register => {
@@ -1220,12 +1233,12 @@ async fn submit_as<S: Storage + Clone + Send + Sync + 'static>(
     match sent_to {
         Some(leader) if leader != shared.config.replica => shared.bus.send(leader, message),
         _ => {
-            let sent = shared
+            let inbox = shared
                 .inbox
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .send(Input::Message(message));
-            if sent.is_err() {
+                .clone();
+            if !shared.views.enqueue(&inbox, message) {
                 return Err(status::TRANSIENT_NOT_ACCEPTED);
             }
         }
@@ -1474,7 +1487,7 @@ impl crate::runtime::Outbox for ServerOutbox {
 pub fn deliver_from_bus<S: Storage + Clone>(
     peer: u8,
     message: Message,
-    inbox: &Sender<Input<S>>,
+    (inbox, views): (&Sender<Input<S>>, &Views<S>),
     clients: &Clients,
     forwarded: &Forwarded,
 ) {
@@ -1493,10 +1506,10 @@ pub fn deliver_from_bus<S: Storage + Clone>(
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner)
                 .insert(*client, peer);
-            let _ = inbox.send(Input::Message(message));
+            views.enqueue(inbox, message);
         }
         _ => {
-            let _ = inbox.send(Input::Message(message));
+            views.enqueue(inbox, message);
         }
     }
 }

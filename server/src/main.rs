@@ -260,6 +260,20 @@ fn main() -> ExitCode {
         .with_target(false)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
+    // A panic on any thread (a storage lane, a read, the tick thread, a network worker) ends
+    // the process with a message rather than leaving it up with that thread's work wedged: a
+    // supervisor restarts it, and boot takes over (issue #46).
+    let default_hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        default_hook(info);
+        let thread = std::thread::current();
+        tracing::error!(
+            thread = thread.name().unwrap_or("unnamed"),
+            panic = %info,
+            "a thread panicked: stopping the process (exit 101) so that a supervisor restarts it"
+        );
+        std::process::exit(101);
+    }));
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Run {

@@ -21,6 +21,12 @@ pub const LATENCY_BUCKETS_US: [u64; 10] = [
 /// What the runtime and the client port record.
 #[derive(Debug, Default)]
 pub struct NodeMetrics {
+    /// Messages from peers and clients in the tick thread's inbox, not yet taken
+    /// ([`crate::runtime::INBOX_MESSAGES`] at most).
+    pub inbox_messages: AtomicU64,
+    /// Messages not queued because the inbox held its most: a peer's dropped (the protocol
+    /// resends), a client's refused `TransientNotAccepted`.
+    pub inbox_refused: AtomicU64,
     /// Views a replica of this node entered (each group's view changes).
     pub view_changes: AtomicU64,
     /// Groups hosted, and those in normal status with a known primary.
@@ -224,6 +230,13 @@ pub fn render(node: &NodeMetrics, bus: &BusCounters, port: &PortCounters) -> Str
         "Logins refused for a wrong username or password (each logged with the peer's address).",
         "counter",
         load(&port.failed_logins),
+    );
+    counter(
+        &mut out,
+        "iggy_inbox_refused_total",
+        "Messages of peers (dropped) and clients (refused 58) not queued because the tick thread's inbox held 16,384.",
+        "counter",
+        load(&node.inbox_refused),
     );
     counter(
         &mut out,

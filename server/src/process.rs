@@ -66,8 +66,15 @@ impl<S: Storage + Clone + Send + Sync + 'static> ServerNode<S> {
             let inbox = inbox.clone();
             let clients = clients.clone();
             let forwarded = forwarded.clone();
+            let views = views.clone();
             move |peer, message| {
-                client_port::deliver_from_bus(peer, message, &inbox, &clients, &forwarded);
+                client_port::deliver_from_bus(
+                    peer,
+                    message,
+                    (&inbox, &views),
+                    &clients,
+                    &forwarded,
+                );
             }
         };
         let closed = {

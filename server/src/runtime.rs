@@ -235,6 +235,30 @@ pub enum Input<S: Storage + Clone> {
     Stop,
 }
 
+/// At most this many messages from peers and clients wait in the tick thread's inbox (storage
+/// completions are never held back): past it a peer's message is dropped, as on a full bus
+/// queue, and a client's request is refused `TransientNotAccepted`, so that a burst the tick
+/// thread cannot keep up with holds bounded memory instead of growing the node.
+pub const INBOX_MESSAGES: u64 = 16_384;
+
+impl<S: Storage + Clone> Views<S> {
+    /// Queues a peer's or client's `message` for the tick thread unless the inbox holds
+    /// [`INBOX_MESSAGES`]; whether it was queued.
+    pub fn enqueue(&self, inbox: &Sender<Input<S>>, message: Message) -> bool {
+        use std::sync::atomic::Ordering::Relaxed;
+        if self.metrics.inbox_messages.fetch_add(1, Relaxed) >= INBOX_MESSAGES {
+            self.metrics.inbox_messages.fetch_sub(1, Relaxed);
+            self.metrics.inbox_refused.fetch_add(1, Relaxed);
+            return false;
+        }
+        if inbox.send(Input::Message(message)).is_err() {
+            self.metrics.inbox_messages.fetch_sub(1, Relaxed);
+            return false;
+        }
+        true
+    }
+}
+
 /// A running node: its inbox, and the tick thread to join.
 pub struct Runtime<S: Storage + Clone + Send + 'static> {
     inbox: Sender<Input<S>>,
@@ -517,6 +541,12 @@ fn run<S: Storage + Clone>(
         let mut touched: Vec<u128> = Vec::new();
         match inputs.recv_timeout(next_tick.saturating_duration_since(Instant::now())) {
             Ok(Input::Message(message)) => {
+                // (Saturating: a test may queue a message without [`Views::enqueue`].)
+                let _ = views.metrics.inbox_messages.fetch_update(
+                    std::sync::atomic::Ordering::Relaxed,
+                    std::sync::atomic::Ordering::Relaxed,
+                    |n| Some(n.saturating_sub(1)),
+                );
                 let group = message.group();
                 let repair = matches!(message, Message::RequestPrepares { .. });
                 if !node.groups.contains_key(&group) {
@@ -714,4 +744,46 @@ fn refusal_for(index: u8, message: &Message) -> Option<(u128, Message)> {
             body: Vec::new(),
         },
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The inbox takes at most [`INBOX_MESSAGES`] messages of peers and clients; the next is
+    /// refused and counted, and one taken by the tick thread makes room again.
+    #[test]
+    fn the_inbox_refuses_messages_past_its_bound() {
+        let views = Views::<iggy_io::SimStorage>::new(3);
+        let (inbox, inputs) = channel();
+        let ping = || Message::Ping {
+            from: iggy_vsr::From {
+                cluster: 1,
+                group: 0,
+                replica: 1,
+                view: 0,
+            },
+            hears: 0,
+        };
+        for _ in 0..INBOX_MESSAGES {
+            assert!(views.enqueue(&inbox, ping()));
+        }
+        assert!(
+            !views.enqueue(&inbox, ping()),
+            "one past the bound was queued"
+        );
+        assert_eq!(
+            views
+                .metrics
+                .inbox_refused
+                .load(std::sync::atomic::Ordering::Relaxed),
+            1
+        );
+        assert!(matches!(inputs.try_recv(), Ok(Input::Message(_))));
+        views
+            .metrics
+            .inbox_messages
+            .fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+        assert!(views.enqueue(&inbox, ping()), "room was not made again");
+    }
 }

@@ -186,6 +186,23 @@ fn a_client_on_the_sdks_wire_creates_sends_polls_and_stores_offsets() {
     // cannot even be framed as one (the SDK never sends it) and ends the connection.
     assert_eq!(client.ask(&Request::Ping), (0, vec![]));
     assert_eq!(client.ask(&Request::GetStreams).0, status::UNAUTHENTICATED);
+    // Its body is not even decoded: one that could not be is refused for the session, not
+    // for its format.
+    let garbage = RequestHeader {
+        size: u32::try_from(HEADER_SIZE + 3).expect("small"),
+        client: 0xabc,
+        request_checksum: 0,
+        timestamp: 0,
+        request: 0,
+        operation: Operation::NonReplicated,
+        session: 0,
+        user_id: 0,
+        code: iggy_protocol::code::GET_STREAM,
+    };
+    let Answer::Reply(reply, _) = client.send_raw(&garbage, &[0xff, 0xff, 0xff]) else {
+        panic!("an unauthenticated request was evicted, not refused")
+    };
+    assert_eq!(reply.status, status::UNAUTHENTICATED);
     let create = Request::CreateStream {
         name: "orders".into(),
         options: vec![],
