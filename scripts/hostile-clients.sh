@@ -11,6 +11,7 @@
 #   scripts/hostile-clients.sh              # the full sizes (about 4 minutes)
 #   SHORT=1 scripts/hostile-clients.sh      # CI's form: smaller floods (about 2 minutes)
 #   KEEP=1 ...                              # keep the directory (logs, ledger, capture)
+#   CASES=big-bodies DURATION=60 ...        # some cases only, beside a shorter load
 #
 # Node 1's connection to node 0's replica port runs through `iggy-server proxy --capture`, which
 # records its handshake for the replay case. Uses ports 8790-8792, 9790-9792, 10790-10792 and
@@ -30,6 +31,7 @@ buses=127.0.0.1:9790,127.0.0.1:9791,127.0.0.1:9792
 # and a pipeline's worth of prepares and the allocator's slack besides: 3 GiB.
 rss_bound_mib=${RSS_BOUND_MIB:-3072}
 if [ -n "${SHORT:-}" ]; then duration=100; short=--short; else duration=240; short=; fi
+duration=${DURATION:-$duration}
 pid_of() { pgrep -f "$dir/cluster/node-$1.toml" || true; }
 up() { (exec 3<>"/dev/tcp/127.0.0.1/$((base + $1))") 2>/dev/null; }
 wait_up() { for _ in $(seq 1 600); do up "$1" && return 0; sleep 0.05; done; echo "node $1 did not come up" >&2; return 1; }
@@ -73,7 +75,7 @@ sleep 5
 status=0
 for _ in $(seq 1 100); do [ -s "$dir/1>0.up" ] && break; sleep 0.1; done
 "$S" hostile --nodes $nodes --buses $buses --cluster-id "$cluster_id" $short \
-    --replay "$dir/1>0.up@127.0.0.1:$((base + 1000))" | tee "$dir/hostile.out" || status=1
+    --replay "$dir/1>0.up@127.0.0.1:$((base + 1000))" ${CASES:+--cases "$CASES"} | tee "$dir/hostile.out" || status=1
 wait "$load" || true
 echo "load: $(cat "$dir/load.json")"
 kill "$sampler" 2>/dev/null || true; wait "$sampler" 2>/dev/null || true; sampler=
