@@ -49,9 +49,9 @@ use std::time::Duration;
 use hmac::{Hmac, Mac};
 use iggy_vsr::Message;
 use sha2::Sha256;
-use tokio::io::{AsyncRead, AsyncWrite};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{Notify, mpsc};
 
 /// A bus connection: plain TCP, or TLS over it.
 trait Link: AsyncRead + AsyncWrite + Unpin + Send {}
@@ -63,7 +63,6 @@ async fn send_all(stream: &mut Stream, bytes: &[u8]) -> std::io::Result<()> {
     stream.write_all(bytes).await?;
     stream.flush().await
 }
-use tokio::sync::{Notify, mpsc};
 
 const MAGIC: &[u8; 8] = b"IGGYBUS2";
 /// A handshake frame: magic, cluster, index, padding, nonce, proof.
@@ -198,8 +197,6 @@ impl BusCounters {
         bits
     }
 
-    /// Whether some peer heard in the last [`SILENT_MS`] says, in its last ping, that it hears
-    /// this node (`own`): what this node sends arrives somewhere.
     /// Whether a refused handshake may be logged now: one line per 10 s, so that a stranger's
     /// flood does not flood the log while a misconfigured peer still shows.
     fn log_refusal(&self) -> bool {
@@ -212,6 +209,8 @@ impl BusCounters {
                 .is_ok()
     }
 
+    /// Whether some peer heard in the last [`SILENT_MS`] says, in its last ping, that it hears
+    /// this node (`own`): what this node sends arrives somewhere.
     pub fn heard_by_a_peer(&self, own: u8) -> bool {
         let since = epoch_ms().saturating_sub(SILENT_MS);
         let mine = 1u64.checked_shl(u32::from(own)).unwrap_or(0);
