@@ -46,6 +46,11 @@ struct Cluster {
     _dirs: Vec<tempfile::TempDir>,
 }
 
+thread_local! {
+    /// The `in_flight_bytes` of the nodes this test's thread starts.
+    static IN_FLIGHT: std::cell::Cell<u64> = const { std::cell::Cell::new(64 << 20) };
+}
+
 fn start_cluster() -> Cluster {
     start_cluster_with(|_| iggy_server::admission::Admission::default(), 1_000)
 }
@@ -134,7 +139,7 @@ fn start_cluster_tls(
             server_version: "0.1.0".into(),
             admission: admission(i),
             max_connections,
-            in_flight_bytes: 64 << 20,
+            in_flight_bytes: IN_FLIGHT.get(),
             tls: tls.map(|tls| server_tls(tls, i)),
         };
         let listen = Listen {
@@ -1087,4 +1092,66 @@ fn both_ports_over_tls_serve_a_client_that_trusts_the_ca_and_no_other() {
     )
     .and_then(|mut client| client.login("iggy", "iggy"));
     assert!(stranger.is_err(), "a certificate of another CA was taken");
+}
+
+/// `in_flight_bytes`: with a budget of one largest request (8 MiB), four clients sending 5 MiB
+/// at once on one node, three rounds, each wait for the others' bytes to come back, and every
+/// send is answered and read back. A path that kept its grant (a body's bytes not returned with
+/// its answer) would leave the next sends waiting for good: their replies would not come within
+/// the client's 30 s.
+#[test]
+fn sends_past_the_in_flight_budget_wait_their_turn_and_all_commit() {
+    IN_FLIGHT.set(8 << 20);
+    let cluster = start_cluster();
+    let addresses: Vec<SocketAddr> = cluster.nodes.iter().map(|n| n.client_address).collect();
+    drop(one_partition_topic(addresses[0], 0x500, "budget"));
+    let payload = vec![7u8; 5 << 20];
+    let senders: Vec<_> = (0..4u128)
+        .map(|k| {
+            let address = addresses[0];
+            let payload = payload.clone();
+            std::thread::spawn(move || {
+                let mut c = Client::connect(address, 0x510 + k);
+                assert!(matches!(c.login("iggy"), Answer::Reply(..)));
+                for round in 0..3u128 {
+                    let (code, _) = c.ask_until_accepted(&Request::SendMessages {
+                        stream: Identifier::Name("budget".into()),
+                        topic: Identifier::Name("t".into()),
+                        partitioning: Partitioning::PartitionId(0),
+                        count: 1,
+                        batch: batch(&[&payload]),
+                    });
+                    assert_eq!(code, 0, "client {k}, round {round}");
+                }
+            })
+        })
+        .collect();
+    for sender in senders {
+        sender.join().expect("every send answered");
+    }
+    let mut reader = Client::connect(addresses[1], 0x520);
+    assert!(matches!(reader.login("iggy"), Answer::Reply(..)));
+    let mut read = 0;
+    while read < 12 {
+        let (code, body) = reader.ask_until_accepted(&Request::PollMessages {
+            consumer: Consumer {
+                group: false,
+                id: Identifier::Numeric(1),
+            },
+            stream: Identifier::Name("budget".into()),
+            topic: Identifier::Name("t".into()),
+            partition: Some(0),
+            strategy: PollingStrategy::Offset(read),
+            count: 12,
+            auto_commit: false,
+        });
+        assert_eq!(code, 0);
+        let (header, _) = PollHeader::read(&body).expect("a poll header");
+        assert!(
+            header.messages_count > 0,
+            "offset {read}: nothing more to read"
+        );
+        read += u64::from(header.messages_count);
+    }
+    assert_eq!(read, 12, "every send of every round, once");
 }
