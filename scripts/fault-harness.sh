@@ -49,8 +49,7 @@ dir=$(mktemp -d /tmp/iggy-faults.XXXXXX)
 base=8590
 nodes=127.0.0.1:8590,127.0.0.1:8591,127.0.0.1:8592
 now_ms() { date +%s%3N; }
-pid_of() { pgrep -f "$dir/cluster/node-$1.toml" || true; }
-up() { (exec 3<>"/dev/tcp/127.0.0.1/$((base + $1))") 2>/dev/null; }
+source scripts/cluster.sh
 # In a subshell, so that the shell does not report each later kill -9 of it as a killed job.
 start_node() { ( "$S" run --config "$dir/cluster/node-$1.toml" >> "$dir/node-$1.out" 2>> "$dir/node-$1.err" & ) }
 # Every node up and every group of every node with a primary (the nodes' own gauge), or 60 s.
@@ -59,7 +58,7 @@ settled() {
         local ok=1
         for i in 0 1 2; do
             local m
-            m=$( (exec 3<>"/dev/tcp/127.0.0.1/$((base + 2000 + i))" && printf 'GET /metrics HTTP/1.0\r\n\r\n' >&3 && cat <&3) 2>/dev/null || true)
+            m=$(metrics $i)
             echo "$m" | grep -q '^iggy_groups_without_primary 0' || ok=0
         done
         [ $ok = 1 ] && return 0
@@ -69,7 +68,6 @@ settled() {
 }
 # Whether process $1 has exited (a node `dev` started stays a zombie until `dev` ends).
 gone() { [ "$(ps -o stat= -p "$1" 2>/dev/null | cut -c1)" = Z ] || ! kill -0 "$1" 2>/dev/null; }
-wait_up() { for _ in $(seq 1 600); do up "$1" && return 0; sleep 0.05; done; echo "node $1 did not come back" >&2; return 1; }
 cleanup() {
     for i in 0 1 2; do p=$(pid_of $i); [ -n "$p" ] && kill -CONT $p 2>/dev/null; [ -n "$p" ] && kill $p 2>/dev/null; done
     [ -n "${dev:-}" ] && kill "$dev" 2>/dev/null || true
@@ -79,12 +77,9 @@ cleanup() {
     return 0
 }
 trap cleanup EXIT
-"$S" dev --dir "$dir/cluster" --base-port $base > "$dir/dev.out" 2> "$dir/dev.err" &
-dev=$!
-for _ in $(seq 1 600); do grep -q "^try:" "$dir/dev.out" 2>/dev/null && break; sleep 0.1; done
-# `dev` wrote each node's configuration and created the cluster; it stops its nodes cleanly, and
+# `dev` writes each node's configuration and creates the cluster, and stops its nodes cleanly;
 # they start again with their peers' replica addresses moved to the proxy's routes.
-kill -INT "$dev"; wait "$dev" || true; dev=
+write_configs
 routes=()
 for i in 0 1 2; do
     for j in 0 1 2; do
@@ -120,7 +115,7 @@ settled
 # the proxy (every replica boots recovering; a group whose replicas all did changes view once).
 before=()
 for i in 0 1 2; do
-    before+=("$( (exec 3<>"/dev/tcp/127.0.0.1/$((base + 2000 + i))" && printf 'GET /metrics HTTP/1.0\r\n\r\n' >&3 && cat <&3) 2>/dev/null | awk '/^iggy_view_changes_total / { print $2 }')")
+    before+=("$(metrics $i | awk '/^iggy_view_changes_total / { print $2 }')")
 done
 while [ -z "${NOFAULTS:-}" ] && [ "$(now_ms)" -lt "$end" ]; do
     if [ -n "${SHORT:-}" ]; then kind=${kinds[$((count % 3))]}; else kind=${kinds[$((RANDOM % ${#kinds[@]}))]}; fi
@@ -163,8 +158,7 @@ while [ -z "${NOFAULTS:-}" ] && [ "$(now_ms)" -lt "$end" ]; do
     settled
     # Each node's metrics after each fault, for a look at its replicas' events (KEEP=1).
     for i in 0 1 2; do
-        (exec 3<>"/dev/tcp/127.0.0.1/$((base + 2000 + i))" && printf 'GET /metrics HTTP/1.0\r\n\r\n' >&3 && cat <&3) \
-            > "$dir/metrics-$i.after-$count" 2>/dev/null || true
+        metrics $i > "$dir/metrics-$i.after-$count"
     done
     sleep $((3 + RANDOM % 4))
 done
@@ -172,8 +166,7 @@ wait "$load" || true
 # Views the replicas entered over the run (a fault-free run must count none).
 # Each node's metrics are kept beside its logs (with KEEP=1, for a look at its replicas' events).
 for i in 0 1 2; do
-    (exec 3<>"/dev/tcp/127.0.0.1/$((base + 2000 + i))" && printf 'GET /metrics HTTP/1.0\r\n\r\n' >&3 && cat <&3) \
-        > "$dir/metrics-$i" 2>/dev/null || true
+    metrics $i > "$dir/metrics-$i"
     v=$(awk '/^iggy_view_changes_total / { print $2 }' "$dir/metrics-$i")
     if [ -n "${NOFAULTS:-}" ]; then
         echo "node $i: $(( ${v:-0} - ${before[$i]:-0} )) view changes during the load (${v:-?} since its start)"

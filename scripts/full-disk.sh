@@ -31,10 +31,8 @@ F=$PWD/target/release/iggy-fsck
 dir=$(mktemp -d /tmp/iggy-full-disk.XXXXXX)
 base=8990
 nodes=127.0.0.1:8990,127.0.0.1:8991,127.0.0.1:8992
-pid_of() { pgrep -f "$dir/cluster/node-$1.toml" || true; }
-up() { (exec 3<>"/dev/tcp/127.0.0.1/$((base + $1))") 2>/dev/null; }
-wait_up() { for _ in $(seq 1 600); do up "$1" && return 0; sleep 0.05; done; echo "node $1 did not come up" >&2; return 1; }
-metric() { (exec 3<>"/dev/tcp/127.0.0.1/$((base + 2000 + $1))" && printf 'GET /metrics HTTP/1.0\r\n\r\n' >&3 && cat <&3) 2>/dev/null | awk -v m="$2" '$1 == m { print $2 }'; }
+source scripts/cluster.sh
+metric() { metrics "$1" | awk -v m="$2" '$1 == m { print $2 }'; }
 cleanup() {
     for i in 0 1 2; do p=$(pid_of $i); [ -n "$p" ] && kill $p 2>/dev/null; done
     [ -n "${dev:-}" ] && kill "$dev" 2>/dev/null || true
@@ -44,10 +42,7 @@ cleanup() {
     return 0
 }
 trap cleanup EXIT
-"$S" dev --dir "$dir/cluster" --base-port $base > "$dir/dev.out" 2> "$dir/dev.err" &
-dev=$!
-for _ in $(seq 1 600); do grep -q "^try:" "$dir/dev.out" 2>/dev/null && break; sleep 0.1; done
-kill -INT "$dev"; wait "$dev" || true; dev=
+write_configs
 # Each node's directory moves onto its own small file system.
 for i in 0 1 2; do
     mkdir -p "$dir/disk-$i"

@@ -32,9 +32,7 @@ buses=127.0.0.1:9790,127.0.0.1:9791,127.0.0.1:9792
 rss_bound_mib=${RSS_BOUND_MIB:-3072}
 if [ -n "${SHORT:-}" ]; then duration=100; short=--short; else duration=240; short=; fi
 duration=${DURATION:-$duration}
-pid_of() { pgrep -f "$dir/cluster/node-$1.toml" || true; }
-up() { (exec 3<>"/dev/tcp/127.0.0.1/$((base + $1))") 2>/dev/null; }
-wait_up() { for _ in $(seq 1 600); do up "$1" && return 0; sleep 0.05; done; echo "node $1 did not come up" >&2; return 1; }
+source scripts/cluster.sh
 cleanup() {
     for i in 0 1 2; do p=$(pid_of $i); [ -n "$p" ] && kill $p 2>/dev/null; done
     [ -n "${dev:-}" ] && kill "$dev" 2>/dev/null || true
@@ -45,10 +43,7 @@ cleanup() {
     return 0
 }
 trap cleanup EXIT
-"$S" dev --dir "$dir/cluster" --base-port $base > "$dir/dev.out" 2> "$dir/dev.err" &
-dev=$!
-for _ in $(seq 1 600); do grep -q "^try:" "$dir/dev.out" 2>/dev/null && break; sleep 0.1; done
-kill -INT "$dev"; wait "$dev" || true; dev=
+write_configs
 cluster_id=$(awk -F' *= *' '/^cluster_id/ { gsub(/"/, "", $2); print $2; exit }' "$dir/cluster/node-0.toml")
 # Node 1 reaches node 0's replica port through the capturing proxy.
 sed -i "s/^replica = \"127.0.0.1:$((base + 1000))\"/replica = \"127.0.0.1:$((base + 3000))\"/" "$dir/cluster/node-1.toml"

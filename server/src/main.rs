@@ -184,8 +184,8 @@ enum Command {
             default_value = "127.0.0.1:9090,127.0.0.1:9091,127.0.0.1:9092"
         )]
         buses: Vec<SocketAddr>,
-        /// The cluster id (`cluster_id` in the nodes' configuration).
-        #[arg(long, default_value = "6545", value_parser = parse_cluster_id)]
+        /// The cluster id (`cluster_id` in the nodes' configuration; `dev` writes 1).
+        #[arg(long, default_value = "1", value_parser = parse_cluster_id)]
         cluster_id: u128,
         /// The cases to run (comma-separated; all by default): oversized-topic, huge-segment,
         /// tiny-segment, many-partitions, idle-connections, slowloris, big-bodies,
