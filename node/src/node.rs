@@ -469,6 +469,7 @@ impl<S: Storage + Clone> Node<S> {
         for (key, partition, persisted, retention) in partitions {
             node.host_partition(key, partition, persisted, retention)?;
         }
+        node.share_ring_budget();
         let (tail_entries, tail_bytes) = node
             .groups
             .values()
@@ -514,11 +515,12 @@ impl<S: Storage + Clone> Node<S> {
         );
         self.groups
             .insert(kind.id(), Group::new(kind, replica, store));
-        self.share_ring_budget();
     }
 
-    /// Gives each partition's replica its share of [`NodeConfig::ring_budget_bytes`] (on every
-    /// change of the partitions hosted).
+    /// Gives each partition's replica its share of [`NodeConfig::ring_budget_bytes`]: once
+    /// after each change of the partitions hosted (boot, a commit's creates and deletes, a
+    /// retried create), not per partition, which would make a boot of many partitions
+    /// quadratic.
     fn share_ring_budget(&mut self) {
         let budget = self.config.ring_budget_bytes;
         if budget == 0 {
@@ -756,6 +758,7 @@ impl<S: Storage + Clone> Node<S> {
             });
             match outcome {
                 Ok(()) => {
+                    self.share_ring_budget();
                     tracing::info!(replica = self.index, partition = %key.label(), "an unavailable partition was created: its replica recovers from its peers");
                     self.unavailable.remove(&key);
                 }
@@ -984,7 +987,6 @@ impl<S: Storage + Clone> Node<S> {
                 });
             }
         }
-        self.share_ring_budget();
         for created in created {
             self.host_partition(
                 created.key,
@@ -993,6 +995,7 @@ impl<S: Storage + Clone> Node<S> {
                 created.retention,
             )?;
         }
+        self.share_ring_budget();
         Ok(())
     }
 
