@@ -19,3 +19,15 @@ write_configs() {
     for _ in $(seq 1 600); do grep -q "^try:" "$dir/dev.out" 2>/dev/null && break; sleep 0.1; done
     kill -INT "$dev"; wait "$dev" || true; dev=
 }
+# Stops nodes 0 to 2 cleanly (SIGTERM) and waits until each process has exited: they run
+# detached from the script, so `wait` does not see them.
+stop_nodes() {
+    local pids=() p
+    for i in 0 1 2; do p=$(pid_of $i); [ -n "$p" ] && pids+=($p) && kill $p 2>/dev/null; done
+    for p in "${pids[@]}"; do while kill -0 "$p" 2>/dev/null; do sleep 0.05; done; done
+}
+# Runs iggy-fsck ($F) on node $1's directory $2, prints its verdict; fails with it.
+fsck_node() {
+    if "$F" "$2" > "$dir/fsck-$1.out" 2>&1; then echo "iggy-fsck node-$1: exit 0"
+    else local code=$?; echo "iggy-fsck node-$1: exit $code ($(tail -1 "$dir/fsck-$1.out"))"; return 1; fi
+}

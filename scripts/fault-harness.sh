@@ -201,12 +201,9 @@ awk -v faults="$dir/faults" '
     }' "$dir/ledger"
 status=0
 "$S" verify --nodes $nodes --ledger "$dir/ledger" --patience 60s | tail -1 || status=1
-for i in 0 1 2; do p=$(pid_of $i); [ -n "$p" ] && kill "$p"; done
+stop_nodes
 kill "$proxy" 2>/dev/null || true
 wait 2>/dev/null || true
-for i in 0 1 2; do
-    if "$F" "$dir/cluster/node-$i" > "$dir/fsck-$i.out" 2>&1; then echo "iggy-fsck node-$i: exit 0"
-    else echo "iggy-fsck node-$i: exit $? ($(tail -1 "$dir/fsck-$i.out"))"; status=1; fi
-done
+for i in 0 1 2; do fsck_node $i "$dir/cluster/node-$i" || status=1; done
 [ -n "${KEEP:-}" ] && echo "kept: $dir"
 exit $status

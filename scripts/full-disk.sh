@@ -93,12 +93,7 @@ done
 for n in 1 2; do
     "$S" verify --nodes $nodes --ledger "$dir/ledger-$n" --patience 60s | tail -1 || status=1
 done
-for i in 0 1 2; do kill "${pids[$i]}" 2>/dev/null || true; done
-wait 2>/dev/null || true
-for i in 0 1 2; do while kill -0 "${pids[$i]}" 2>/dev/null; do sleep 0.05; done; done
-for i in 0 1 2; do
-    if "$F" "$dir/disk-$i/node-$i" > "$dir/fsck-$i.out" 2>&1; then echo "iggy-fsck node-$i: exit 0"
-    else echo "iggy-fsck node-$i: exit $? ($(tail -1 "$dir/fsck-$i.out"))"; status=1; fi
-done
+stop_nodes
+for i in 0 1 2; do fsck_node $i "$dir/disk-$i/node-$i" || status=1; done
 [ -n "${KEEP:-}" ] && echo "kept: $dir (the file systems are unmounted; the nodes' data went with them)"
 exit $status

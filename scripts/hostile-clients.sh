@@ -81,12 +81,9 @@ max=$(awk '{ for (i = 1; i <= NF; i++) if ($i > m) m = $i } END { print int(m / 
 echo "largest resident memory of a node: $max MiB (bound $rss_bound_mib MiB): $([ "$max" -le "$rss_bound_mib" ] && echo ok || echo OVER)"
 [ "$max" -le "$rss_bound_mib" ] || status=1
 "$S" verify --nodes $nodes --ledger "$dir/ledger" --patience 60s | tail -1 || status=1
-for i in 0 1 2; do kill "${pids[$i]}" 2>/dev/null || true; done
+stop_nodes
 kill "$proxy" 2>/dev/null || true
 wait 2>/dev/null || true
-for i in 0 1 2; do
-    if "$F" "$dir/cluster/node-$i" > "$dir/fsck-$i.out" 2>&1; then echo "iggy-fsck node-$i: exit 0"
-    else echo "iggy-fsck node-$i: exit $? ($(tail -1 "$dir/fsck-$i.out"))"; status=1; fi
-done
+for i in 0 1 2; do fsck_node $i "$dir/cluster/node-$i" || status=1; done
 [ -n "${KEEP:-}" ] && echo "kept: $dir"
 exit $status

@@ -257,6 +257,16 @@ impl<S: Storage + Clone> Views<S> {
         }
         true
     }
+
+    /// The tick thread took a message out of the inbox: room for one more. Saturating, as a
+    /// test may queue a message without [`Views::enqueue`].
+    fn taken(&self) {
+        let _ = self.metrics.inbox_messages.fetch_update(
+            std::sync::atomic::Ordering::Relaxed,
+            std::sync::atomic::Ordering::Relaxed,
+            |n| Some(n.saturating_sub(1)),
+        );
+    }
 }
 
 /// A running node: its inbox, and the tick thread to join.
@@ -541,12 +551,7 @@ fn run<S: Storage + Clone>(
         let mut touched: Vec<u128> = Vec::new();
         match inputs.recv_timeout(next_tick.saturating_duration_since(Instant::now())) {
             Ok(Input::Message(message)) => {
-                // (Saturating: a test may queue a message without [`Views::enqueue`].)
-                let _ = views.metrics.inbox_messages.fetch_update(
-                    std::sync::atomic::Ordering::Relaxed,
-                    std::sync::atomic::Ordering::Relaxed,
-                    |n| Some(n.saturating_sub(1)),
-                );
+                views.taken();
                 let group = message.group();
                 let repair = matches!(message, Message::RequestPrepares { .. });
                 if !node.groups.contains_key(&group) {
@@ -780,10 +785,7 @@ mod tests {
             1
         );
         assert!(matches!(inputs.try_recv(), Ok(Input::Message(_))));
-        views
-            .metrics
-            .inbox_messages
-            .fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+        views.taken();
         assert!(views.enqueue(&inbox, ping()), "room was not made again");
     }
 }
