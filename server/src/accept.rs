@@ -42,3 +42,32 @@ pub fn keepalive(stream: &TcpStream) {
     let _ = sockopt::set_tcp_keepintvl(stream, Duration::from_secs(10));
     let _ = sockopt::set_tcp_keepcnt(stream, 3);
 }
+
+/// Raises the soft limit on open descriptors to the hard one: every partition holds files open
+/// and every client a socket, and the usual soft limit of 1,024 runs out at about a thousand
+/// idle connections (the accept loops back off then, [`accept`]).
+pub fn raise_descriptor_limit() -> Option<u64> {
+    use rustix::process::{Resource, getrlimit, setrlimit};
+    let limit = getrlimit(Resource::Nofile);
+    if limit.current == limit.maximum {
+        return limit.current;
+    }
+    let raised = rustix::process::Rlimit {
+        current: limit.maximum,
+        maximum: limit.maximum,
+    };
+    match setrlimit(Resource::Nofile, raised) {
+        Ok(()) => {
+            tracing::info!(
+                from = ?limit.current,
+                to = ?limit.maximum,
+                "raised the open-descriptor limit"
+            );
+            limit.maximum
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, current = ?limit.current, "cannot raise the open-descriptor limit");
+            limit.current
+        }
+    }
+}

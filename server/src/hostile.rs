@@ -103,7 +103,8 @@ fn logged_in(target: &Target, node: SocketAddr) -> Result<Client, ClientError> {
 /// Runs `cases` (every one when empty) and returns their outcomes; after each, every node must
 /// still take a login and a ping.
 pub fn run(target: &Target, cases: &[String]) -> Result<Vec<Outcome>, String> {
-    raise_descriptor_limit();
+    // Many connections need many descriptors.
+    crate::accept::raise_descriptor_limit();
     for case in cases {
         if !CASES.contains(&case.as_str()) {
             return Err(format!(
@@ -711,17 +712,4 @@ fn bus_replay(target: &Target) -> (bool, String) {
             }
         ),
     )
-}
-
-/// Many connections need many descriptors: the soft limit raised to the hard one.
-fn raise_descriptor_limit() {
-    use rustix::process::{Resource, getrlimit, setrlimit};
-    let limit = getrlimit(Resource::Nofile);
-    let _ = setrlimit(
-        Resource::Nofile,
-        rustix::process::Rlimit {
-            current: limit.maximum,
-            maximum: limit.maximum,
-        },
-    );
 }

@@ -427,35 +427,6 @@ fn read_text(path: &Path) -> Result<String, String> {
     std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))
 }
 
-/// Raises the soft limit on open descriptors to the hard one: every partition holds files open
-/// and every client a socket, and the usual soft limit of 1,024 runs out at about a thousand
-/// idle connections (the accept loops back off then, `iggy_server::accept`).
-fn raise_descriptor_limit() -> Option<u64> {
-    use rustix::process::{Resource, getrlimit, setrlimit};
-    let limit = getrlimit(Resource::Nofile);
-    if limit.current == limit.maximum {
-        return limit.current;
-    }
-    let raised = rustix::process::Rlimit {
-        current: limit.maximum,
-        maximum: limit.maximum,
-    };
-    match setrlimit(Resource::Nofile, raised) {
-        Ok(()) => {
-            tracing::info!(
-                from = ?limit.current,
-                to = ?limit.maximum,
-                "raised the open-descriptor limit"
-            );
-            limit.maximum
-        }
-        Err(e) => {
-            tracing::warn!(error = %e, current = ?limit.current, "cannot raise the open-descriptor limit");
-            limit.current
-        }
-    }
-}
-
 /// The client connections a node keeps open: `configured`, but at most half of what the
 /// descriptor limit leaves after 1,024 for the node's own files, so that clients can never take
 /// the descriptors a segment roll or an offset store needs.
@@ -508,7 +479,7 @@ fn run(path: &Path, data_dir: Option<PathBuf>, replica: Option<u8>) -> Result<()
         }
         None => None,
     };
-    let descriptors = raise_descriptor_limit();
+    let descriptors = iggy_server::accept::raise_descriptor_limit();
     let cluster = config.cluster_id.value()?;
     let replicas = u8::try_from(config.nodes.len()).map_err(|_| "too many nodes".to_string())?;
     let storage = open_or_create(&config.data_dir)?;
