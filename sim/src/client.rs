@@ -112,6 +112,12 @@ impl Client {
         self
     }
 
+    /// When the request in flight first went out.
+    #[must_use]
+    pub fn pending_since(&self) -> Option<u64> {
+        self.pending.as_ref().map(|p| p.first_sent_us)
+    }
+
     /// Every request issued has an outcome (committed or given up) and the quota is reached.
     #[must_use]
     pub fn done(&self) -> bool {

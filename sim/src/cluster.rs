@@ -39,7 +39,21 @@ pub struct Faults {
     /// and it catches up from its peers (`docs/recovery.md`, "A damaged partition"). Not in
     /// [`Faults::all`] yet: `iggy-sim --damage`.
     pub damage: bool,
+    /// In about one seed in four, once in the fault phase, the primary of one group goes deaf
+    /// for 12 to 18 s: nothing its peers send reaches it, what it sends still arrives, and no
+    /// other fault is drawn meanwhile. The two others are a quorum that hears itself, so every
+    /// group must take writes again within [`DEAF_STALL_US`] (checker `availability`).
+    pub deaf: bool,
 }
+
+/// How often a seed draws the deaf fault ([`Faults::deaf`]).
+const DEAF_CHANCE: f64 = 0.25;
+/// The longest a group with a request waiting may go without a commit while only a deaf node
+/// is faulty: the heartbeat timeout (5 s) after which its backups replace a deaf primary, a view
+/// change, the clients' walk to the new primary, and one more view change when the deaf node's
+/// own `StartViewChange` pulls a group into a view it would lead (another 5 s timeout follows
+/// only then, and a second such pull needs another view change timeout of the deaf node).
+pub const DEAF_STALL_US: u64 = 11_000_000;
 
 /// How often a restart finds one of the node's partitions damaged (with [`Faults::damage`]).
 const DAMAGE_AT_RESTART: f64 = 0.3;
@@ -59,6 +73,7 @@ impl Faults {
             network: true,
             moments: true,
             damage: false,
+            deaf: true,
         }
     }
 
@@ -71,6 +86,7 @@ impl Faults {
             network: false,
             moments: false,
             damage: false,
+            deaf: false,
         }
     }
 }
@@ -265,6 +281,8 @@ pub struct Report {
     /// Faults that took two nodes at once, and clean stops of every node.
     pub two_node_crashes: u64,
     pub stop_alls: u64,
+    /// Deaf faults ([`Faults::deaf`]): 0 or 1.
+    pub deaf_faults: u64,
     /// How much longer than given the history was drawn (1 when not drawn).
     pub history_factor: u64,
     /// The prepare ring's entries the partitions' replicas kept.
@@ -358,7 +376,27 @@ enum Event {
     DeathNoticed {
         node: u8,
     },
+    /// The deaf fault starts now, or as soon as the cluster is healthy ([`Faults::deaf`]).
+    Deaf,
+    DeafEnd,
 }
+
+/// The deaf fault under way: one node hears none of its peers (they hear it).
+#[derive(Debug)]
+struct Deaf {
+    node: u8,
+    since_us: u64,
+    /// Per group: the highest commit point the other nodes reached, and since when a request
+    /// has waited without it moving (reset only when it moves).
+    groups: BTreeMap<u128, (u64, Option<u64>)>,
+    next_check_us: u64,
+}
+
+/// The deaf fault is drawn for a moment between these two of the fault phase; from then on no
+/// other fault starts, and it starts once the others ended and the cluster is healthy (given up
+/// at the second moment).
+const DEAF_FROM_US: u64 = 1_000_000;
+const DEAF_UNTIL_US: u64 = 8_000_000;
 
 /// A running cluster.
 /// A consumer's read waiting for its node's barrier (`iggy_node::Node::read`).
@@ -442,7 +480,20 @@ pub struct Cluster {
     death_unnoticed: Vec<bool>,
     two_node_crashes: u64,
     stop_alls: u64,
+    /// Draws of [`Faults::deaf`] (a stream of its own), and the fault while it lasts.
+    deaf_draws: Stream,
+    /// The deaf fault waits for a healthy cluster: no other fault is drawn meanwhile.
+    deaf_waiting: bool,
+    deaf: Option<Deaf>,
+    deaf_faults: u64,
+    /// When each node last heard a message of a peer replica (the server's isolation check).
+    heard_peer: Vec<u64>,
 }
+
+/// A node that heard no peer for this long closes the connection of a producer whose request
+/// waited as long on it, as the server's client port does (`docs/server.md`, "Failure
+/// detection"), so that the producer moves to another node.
+const ISOLATED_US: u64 = 1_000_000;
 
 impl Cluster {
     /// Creates the cluster of `options` (every node writes the same genesis and boots).
@@ -603,6 +654,11 @@ impl Cluster {
             death_unnoticed: vec![false; replicas],
             two_node_crashes: 0,
             stop_alls: 0,
+            deaf_draws: Stream::new(seed, "deaf"),
+            deaf_waiting: false,
+            deaf: None,
+            deaf_faults: 0,
+            heard_peer: vec![0; replicas],
         };
         for node in 0..cluster.layout.replicas {
             cluster.start_ticking(node);
@@ -622,6 +678,15 @@ impl Cluster {
         if cluster.options.faults != Faults::none() {
             let at = cluster.faults.between(500_000, 2_000_000);
             cluster.schedule(at, Event::Fault);
+        }
+        if cluster.options.faults.deaf
+            && cluster.layout.replicas > 2
+            && cluster.deaf_draws.chance(DEAF_CHANCE)
+        {
+            let at = cluster
+                .deaf_draws
+                .between(DEAF_FROM_US, DEAF_FROM_US + 3_000_000);
+            cluster.schedule(at, Event::Deaf);
         }
         Ok(cluster)
     }
@@ -699,6 +764,7 @@ impl Cluster {
                 .collect(),
             two_node_crashes: self.two_node_crashes,
             stop_alls: self.stop_alls,
+            deaf_faults: self.deaf_faults,
             history_factor: if self.options.draw_history {
                 history_factor(self.options.seed)
             } else {
@@ -766,6 +832,7 @@ impl Cluster {
 
     fn heal(&mut self) {
         self.healing = true;
+        self.deaf = None;
         self.network.heal();
         self.note("heal: network healed, faults stopped".into());
         for node in 0..self.layout.replicas {
@@ -843,6 +910,8 @@ impl Cluster {
                 let peak = &mut self.peak_repair_senders[usize::from(node)];
                 *peak = (*peak).max(self.repair_senders.len());
                 self.schedule(TICK_US, Event::Tick { node, life });
+                self.close_if_isolated(node);
+                self.check_deaf();
             }
             Event::Deliver { to, bytes } => self.deliver(to, &bytes),
             Event::Lane { node, life, group } => self.lane(node, life, group),
@@ -857,7 +926,12 @@ impl Cluster {
                 restart_after_us,
             } => {
                 let n = &self.nodes[usize::from(node)];
-                if n.up && n.life == life && self.moment_ok() {
+                if n.up
+                    && n.life == life
+                    && self.moment_ok()
+                    && self.deaf.is_none()
+                    && !self.deaf_waiting
+                {
                     self.note(format!("moment: node {node} crashes"));
                     self.crash(node, false);
                     self.restart_pending[usize::from(node)] = true;
@@ -886,6 +960,136 @@ impl Cluster {
                     .storage
                     .set_faults(FaultConfig::default());
                 self.storage_faulty[usize::from(node)] = false;
+            }
+            Event::Deaf => self.deafen(),
+            Event::DeafEnd => {
+                if let Some(deaf) = self.deaf.take() {
+                    self.network.repair();
+                    self.note(format!("deaf: node {} hears its peers again", deaf.node));
+                }
+            }
+        }
+    }
+
+    /// The server's isolation check on `node`'s client port: heard no peer for a second, it
+    /// closes the connection of every producer whose request has waited on it as long.
+    fn close_if_isolated(&mut self, node: u8) {
+        if self.now.saturating_sub(self.heard_peer[usize::from(node)]) < ISOLATED_US {
+            return;
+        }
+        for index in 0..self.producers.len() {
+            let waited = self.producers[index]
+                .awaiting_on(node)
+                .is_some_and(|at| self.now.saturating_sub(at) >= ISOLATED_US);
+            if waited {
+                self.producers[index].connection_closed(node, self.now);
+                self.schedule(1, Event::Producer { producer: index });
+            }
+        }
+    }
+
+    /// Starts the deaf fault: with the cluster healthy, no replica short of the acknowledgments
+    /// it gave and the network whole, the primary of a group drawn at random stops hearing its
+    /// peers for 12 to 18 s (until the heal at the latest).
+    fn deafen(&mut self) {
+        if self.healing {
+            return;
+        }
+        let ready = self.healthy()
+            && !self.network.is_partitioned()
+            && self.nodes.iter().all(|n| {
+                n.hosts()
+                    .values()
+                    .all(|h| !h.replica.forgot_acknowledgments())
+            });
+        if !ready {
+            self.deaf_waiting = self.now < DEAF_UNTIL_US;
+            if self.deaf_waiting {
+                self.schedule(100_000, Event::Deaf);
+            }
+            return;
+        }
+        self.deaf_waiting = false;
+        let groups = self.layout.groups();
+        let index = usize::try_from(self.deaf_draws.below(groups.len() as u64)).unwrap_or(0);
+        let group = groups[index].id();
+        let Some(node) = self.nodes[0]
+            .hosts()
+            .get(&group)
+            .and_then(|h| h.replica.leader())
+        else {
+            return;
+        };
+        for other in (0..self.layout.replicas).filter(|o| *o != node) {
+            self.network.cut_link(other, node);
+        }
+        let lasts = self.deaf_draws.between(12_000_000, 18_000_000);
+        self.schedule(lasts, Event::DeafEnd);
+        self.deaf_faults += 1;
+        self.deaf = Some(Deaf {
+            node,
+            since_us: self.now,
+            groups: BTreeMap::new(),
+            next_check_us: self.now,
+        });
+        self.note(format!(
+            "deaf: node {node} (primary of group {group:x}) hears none of its peers for {lasts} us"
+        ));
+    }
+
+    /// Checker `availability`, while the deaf fault lasts: the two other nodes hear each other
+    /// and every node is up, so a group with a request waiting commits again within
+    /// [`DEAF_STALL_US`] (its backups replace a deaf primary after the heartbeat timeout).
+    fn check_deaf(&mut self) {
+        let Some(deaf) = self.deaf.as_mut() else {
+            return;
+        };
+        if self.now < deaf.next_check_us {
+            return;
+        }
+        deaf.next_check_us = self.now + 100_000;
+        for kind in self.layout.groups() {
+            let group = kind.id();
+            let commit = self
+                .nodes
+                .iter()
+                .filter(|n| n.index != deaf.node)
+                .filter_map(|n| n.hosts().get(&group).map(|h| h.replica.commit_max()))
+                .max()
+                .unwrap_or(0);
+            let waiting = self
+                .clients
+                .iter()
+                .filter(|c| c.group == group)
+                .filter_map(Client::pending_since)
+                .chain(
+                    self.producers
+                        .iter()
+                        .filter(|p| p.group == group)
+                        .filter_map(Producer::pending_since),
+                )
+                .min()
+                .map(|at| at.max(deaf.since_us));
+            let entry = deaf.groups.entry(group).or_insert((commit, None));
+            if commit > entry.0 {
+                *entry = (commit, None);
+            }
+            if entry.1.is_none() {
+                entry.1 = waiting;
+            }
+            if let Some(since) = entry.1
+                && self.now.saturating_sub(since) > DEAF_STALL_US
+            {
+                let what = format!(
+                    "group {group:x} took no write for {} ms with a request waiting, while \
+                     only node {} was faulty (deaf since {} ms): its commit point stayed at {}",
+                    (self.now - since) / 1_000,
+                    deaf.node,
+                    deaf.since_us / 1_000,
+                    entry.0
+                );
+                self.checker.failure = Some(("availability".into(), what));
+                return;
             }
         }
     }
@@ -1022,7 +1226,8 @@ impl Cluster {
     /// Places a fault at a protocol moment `message` (from `node` to `to`) marks; returns how
     /// much later than the network would deliver it this one message arrives.
     fn aim_at(&mut self, node: u8, to: Destination, message: &Message) -> u64 {
-        if self.healing || !self.options.faults.moments {
+        if self.healing || !self.options.faults.moments || self.deaf.is_some() || self.deaf_waiting
+        {
             return 0;
         }
         match (message, to) {
@@ -1409,6 +1614,9 @@ impl Cluster {
                 if let Message::Commit { .. } = message {
                     self.commit_heard.insert((node, group), self.now);
                 }
+                if message.sender().is_some_and(|from| from.replica != node) {
+                    self.heard_peer[usize::from(node)] = self.now;
+                }
                 let serving = matches!(message, Message::RequestPrepares { .. });
                 let impostor = match &message {
                     Message::Request {
@@ -1514,6 +1722,10 @@ impl Cluster {
         }
         let next = self.faults.between(300_000, 2_000_000);
         self.schedule(next, Event::Fault);
+        if self.deaf.is_some() || self.deaf_waiting {
+            // The deaf fault is the only fault while it lasts, and waits for the others to end.
+            return;
+        }
         let faults = self.options.faults;
         let choice = self.faults.below(5);
         let node = u8::try_from(self.faults.below(u64::from(self.layout.replicas))).unwrap_or(0);
@@ -2046,6 +2258,7 @@ pub fn run(options: Options) -> Report {
             group_ops: Vec::new(),
             two_node_crashes: 0,
             stop_alls: 0,
+            deaf_faults: 0,
             history_factor: 1,
             ring_entries: 0,
             retention_bytes: 0,

@@ -321,6 +321,7 @@ fn main() -> ExitCode {
     let mut behind = 0u64;
     let mut from_disk = 0u64;
     let mut installed = 0u64;
+    let mut deaf = 0u64;
     let mut simulated = 0u64;
     let mut wall = std::time::Duration::ZERO;
     // Ops committed per group, over every group of every seed.
@@ -361,12 +362,13 @@ fn main() -> ExitCode {
         behind += u64::from(report.behind_ring > 0);
         from_disk += u64::from(report.disk_read_prepares > 0);
         installed += u64::from(report.snapshots_installed > 0);
+        deaf += report.deaf_faults;
         wall += report.wall;
         let line = format!(
             "seed {seed}: {} simulated s in {:.2} wall s; {} ops committed ({} to {} a group, \
              history x{}, ring {}, retention {}), {} replies, {} unknown outcomes, {} crashes, {} view changes, {} \
              repair rounds read from disk ({} prepares), {} snapshots installed ({} of \
-             partitions), {} rebuilt, {} behind the ring{}{}: {}",
+             partitions), {} rebuilt, {} behind the ring{}{}{}: {}",
             report.simulated_us / 1_000_000,
             report.wall.as_secs_f64(),
             report.committed_ops,
@@ -404,6 +406,11 @@ fn main() -> ExitCode {
                 )
             } else {
                 String::new()
+            },
+            if report.deaf_faults > 0 {
+                ", a deaf primary"
+            } else {
+                ""
             },
             if report.failure.is_some() {
                 "FAILED"
@@ -476,7 +483,8 @@ fn main() -> ExitCode {
     say(&format!(
         "{seeds} seeds, {failed} failed, {behind} with a replica behind every peer's ring at the \
          end, {from_disk} with repair read from disk (a replica below a peer's ring), \
-         {installed} with a peer's state installed (a metadata snapshot or a partition's segments: a replica below a peer's log); ops \
+         {installed} with a peer's state installed (a metadata snapshot or a partition's segments: a replica below a peer's log), \
+         {deaf} with a deaf primary; ops \
          committed per group: min {}, median {}, p90 {}, max {}; {:.0} simulated s per wall s\n",
         group_ops.first().copied().unwrap_or(0),
         quantile(1, 2),

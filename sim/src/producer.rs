@@ -164,6 +164,12 @@ impl Producer {
         }
     }
 
+    /// When the batch in flight first went out.
+    #[must_use]
+    pub fn pending_since(&self) -> Option<u64> {
+        self.pending.as_ref().map(|p| p.sent_us)
+    }
+
     /// Every batch sent has an outcome and the quota is reached.
     #[must_use]
     pub fn done(&self) -> bool {
@@ -349,6 +355,32 @@ impl Producer {
             pending.failing_since.get_or_insert(now_us);
             self.wake_us = now_us;
         }
+    }
+
+    /// Since when the batch in flight has waited unanswered, if its last try went to `node`
+    /// (a resend on the same connection is the same wait).
+    #[must_use]
+    pub fn awaiting_on(&self, node: u8) -> Option<u64> {
+        let pending = self.pending.as_ref()?;
+        let (n, at) = pending.awaiting?;
+        (n == node).then(|| pending.failing_since.unwrap_or(at).min(at))
+    }
+
+    /// `node` closed the connection (the server's isolation check: it heard no peer for a
+    /// second while this request waited): the try is unanswered, and the producer dials the
+    /// next node of the roster.
+    pub fn connection_closed(&mut self, node: u8, now_us: u64) {
+        if let Some(pending) = &mut self.pending
+            && pending.awaiting.is_some_and(|(n, _)| n == node)
+        {
+            pending.awaiting = None;
+            pending.unanswered = true;
+            pending.failing_since.get_or_insert(now_us);
+        }
+        if self.connected == node {
+            self.connected = (node + 1) % self.replicas;
+        }
+        self.wake_us = now_us;
     }
 
     /// A reply arrived. Only the node the last try went to can answer (a reply travels back on

@@ -108,6 +108,14 @@ impl Replica {
         matches!(self.phase(), Phase::Primary | Phase::Backup).then(|| self.primary_of(self.view))
     }
 
+    /// Whether the replica booted without acknowledgments it may have given and has not yet
+    /// earned them back: no quorum of a merge stands on its log (`docs/vsr.md`, "What survives
+    /// the view change").
+    #[must_use]
+    pub fn forgot_acknowledgments(&self) -> bool {
+        self.forgotten_view.is_some()
+    }
+
     /// The primary of `view`.
     #[must_use]
     pub fn primary_of(&self, view: u32) -> u8 {
