@@ -11,6 +11,8 @@ pub mod code {
     pub const GET_STATS: u32 = 10;
     pub const GET_CLUSTER_METADATA: u32 = 12;
     pub const GET_ME: u32 = 20;
+    pub const GET_CLIENT: u32 = 21;
+    pub const GET_CLIENTS: u32 = 22;
     pub const LOGIN_USER: u32 = 38;
     pub const LOGOUT_USER: u32 = 39;
     pub const LOGIN_REGISTER: u32 = 40;

@@ -34,6 +34,16 @@ pub enum Request {
     },
     Logout,
     GetClusterMetadata,
+    /// The node's figures (`StatsInfo`).
+    GetStats,
+    /// The asking client's own connection (`ClientInfo` and its consumer groups).
+    GetMe,
+    /// One connection of the node, by the id `GetClients` lists.
+    GetClient {
+        client_id: u32,
+    },
+    /// Every client connection of the node.
+    GetClients,
     GetStream {
         stream: Identifier,
     },
@@ -190,6 +200,12 @@ impl Request {
             }
             code::LOGOUT_USER => Self::Logout,
             code::GET_CLUSTER_METADATA => Self::GetClusterMetadata,
+            code::GET_STATS => Self::GetStats,
+            code::GET_ME => Self::GetMe,
+            code::GET_CLIENT => Self::GetClient {
+                client_id: r.u32("client id")?,
+            },
+            code::GET_CLIENTS => Self::GetClients,
             code::GET_STREAM => Self::GetStream {
                 stream: Identifier::read(&mut r, "stream id")?,
             },
@@ -346,6 +362,13 @@ impl Request {
             }
             Self::Logout => code::LOGOUT_USER,
             Self::GetClusterMetadata => code::GET_CLUSTER_METADATA,
+            Self::GetStats => code::GET_STATS,
+            Self::GetMe => code::GET_ME,
+            Self::GetClient { client_id } => {
+                out.put_u32(*client_id);
+                code::GET_CLIENT
+            }
+            Self::GetClients => code::GET_CLIENTS,
             Self::GetStream { stream } => {
                 stream.put(&mut out);
                 code::GET_STREAM

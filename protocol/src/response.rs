@@ -410,3 +410,245 @@ impl ConsumerOffsetInfo {
         Ok(Some(info))
     }
 }
+
+/// `GetStats` (0.11.0 `responses/system/get_stats.rs`): 108 fixed bytes of figures, five
+/// u32-length-prefixed strings, the server's packed semver (0: none), per-partition cache
+/// figures, the thread count and the disk's free and total bytes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StatsInfo {
+    pub process_id: u32,
+    /// Percent of one core.
+    pub cpu_usage: f32,
+    pub total_cpu_usage: f32,
+    pub memory_usage: u64,
+    pub total_memory: u64,
+    pub available_memory: u64,
+    /// Microseconds since the process started.
+    pub run_time: u64,
+    /// Unix microseconds when it started.
+    pub start_time: u64,
+    pub read_bytes: u64,
+    pub written_bytes: u64,
+    pub messages_size_bytes: u64,
+    pub streams_count: u32,
+    pub topics_count: u32,
+    pub partitions_count: u32,
+    pub segments_count: u32,
+    pub messages_count: u64,
+    pub clients_count: u32,
+    pub consumer_groups_count: u32,
+    pub hostname: String,
+    pub os_name: String,
+    pub os_version: String,
+    pub kernel_version: String,
+    pub server_version: String,
+    /// `major * 1_000_000 + minor * 1_000 + patch`; `None` travels as 0.
+    pub server_semver: Option<u32>,
+    pub cache_metrics: Vec<CacheMetric>,
+    pub threads_count: u32,
+    pub free_disk_space: u64,
+    pub total_disk_space: u64,
+}
+
+/// One partition's cache figures in `StatsInfo` (32 bytes).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct CacheMetric {
+    pub stream_id: u32,
+    pub topic_id: u32,
+    pub partition_id: u32,
+    pub hits: u64,
+    pub misses: u64,
+    pub hit_ratio: f32,
+}
+
+impl StatsInfo {
+    pub fn put(&self, out: &mut Vec<u8>) {
+        out.put_u32(self.process_id);
+        out.put_u32(self.cpu_usage.to_bits());
+        out.put_u32(self.total_cpu_usage.to_bits());
+        for value in [
+            self.memory_usage,
+            self.total_memory,
+            self.available_memory,
+            self.run_time,
+            self.start_time,
+            self.read_bytes,
+            self.written_bytes,
+            self.messages_size_bytes,
+        ] {
+            out.put_u64(value);
+        }
+        out.put_u32(self.streams_count);
+        out.put_u32(self.topics_count);
+        out.put_u32(self.partitions_count);
+        out.put_u32(self.segments_count);
+        out.put_u64(self.messages_count);
+        out.put_u32(self.clients_count);
+        out.put_u32(self.consumer_groups_count);
+        for text in [
+            &self.hostname,
+            &self.os_name,
+            &self.os_version,
+            &self.kernel_version,
+            &self.server_version,
+        ] {
+            out.put_long_str(text);
+        }
+        out.put_u32(self.server_semver.unwrap_or(0));
+        out.put_u32(len_u32(self.cache_metrics.len()));
+        for metric in &self.cache_metrics {
+            out.put_u32(metric.stream_id);
+            out.put_u32(metric.topic_id);
+            out.put_u32(metric.partition_id);
+            out.put_u64(metric.hits);
+            out.put_u64(metric.misses);
+            out.put_u32(metric.hit_ratio.to_bits());
+        }
+        out.put_u32(self.threads_count);
+        out.put_u64(self.free_disk_space);
+        out.put_u64(self.total_disk_space);
+    }
+
+    pub fn read(body: &[u8]) -> Result<Self, WireError> {
+        let mut r = Reader::new(body);
+        let long_str = |r: &mut Reader<'_>, what: &'static str| -> Result<String, WireError> {
+            let len = r.u32(what)? as usize;
+            Ok(r.str(len, what)?.to_owned())
+        };
+        let mut stats = Self {
+            process_id: r.u32("process id")?,
+            cpu_usage: f32::from_bits(r.u32("cpu usage")?),
+            total_cpu_usage: f32::from_bits(r.u32("total cpu usage")?),
+            memory_usage: r.u64("memory usage")?,
+            total_memory: r.u64("total memory")?,
+            available_memory: r.u64("available memory")?,
+            run_time: r.u64("run time")?,
+            start_time: r.u64("start time")?,
+            read_bytes: r.u64("read bytes")?,
+            written_bytes: r.u64("written bytes")?,
+            messages_size_bytes: r.u64("messages size")?,
+            streams_count: r.u32("streams count")?,
+            topics_count: r.u32("topics count")?,
+            partitions_count: r.u32("partitions count")?,
+            segments_count: r.u32("segments count")?,
+            messages_count: r.u64("messages count")?,
+            clients_count: r.u32("clients count")?,
+            consumer_groups_count: r.u32("consumer groups count")?,
+            hostname: long_str(&mut r, "hostname")?,
+            os_name: long_str(&mut r, "os name")?,
+            os_version: long_str(&mut r, "os version")?,
+            kernel_version: long_str(&mut r, "kernel version")?,
+            server_version: long_str(&mut r, "server version")?,
+            server_semver: None,
+            cache_metrics: Vec::new(),
+            threads_count: 0,
+            free_disk_space: 0,
+            total_disk_space: 0,
+        };
+        stats.server_semver = Some(r.u32("server semver")?).filter(|v| *v != 0);
+        let count = r.u32("cache metrics count")? as usize;
+        // Each entry is 32 bytes: a count past what the body holds fails below, never allocates.
+        stats.cache_metrics = Vec::with_capacity(count.min(r.remaining() / 32));
+        for _ in 0..count {
+            stats.cache_metrics.push(CacheMetric {
+                stream_id: r.u32("cache stream id")?,
+                topic_id: r.u32("cache topic id")?,
+                partition_id: r.u32("cache partition id")?,
+                hits: r.u64("cache hits")?,
+                misses: r.u64("cache misses")?,
+                hit_ratio: f32::from_bits(r.u32("cache hit ratio")?),
+            });
+        }
+        stats.threads_count = r.u32("threads count")?;
+        stats.free_disk_space = r.u64("free disk space")?;
+        stats.total_disk_space = r.u64("total disk space")?;
+        r.finish("stats")?;
+        Ok(stats)
+    }
+}
+
+/// One client connection (`ClientResponse` of 0.11.0: 17 fixed bytes and the address).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClientInfo {
+    pub client_id: u32,
+    pub user_id: u32,
+    /// 1: TCP.
+    pub transport: u8,
+    pub address: String,
+    pub consumer_groups_count: u32,
+}
+
+/// A consumer group a client is a member of (12 bytes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClientGroup {
+    pub stream_id: u32,
+    pub topic_id: u32,
+    pub group_id: u32,
+}
+
+impl ClientInfo {
+    pub fn put(&self, out: &mut Vec<u8>) {
+        out.put_u32(self.client_id);
+        out.put_u32(self.user_id);
+        out.put_u8(self.transport);
+        out.put_long_str(&self.address);
+        out.put_u32(self.consumer_groups_count);
+    }
+
+    pub fn read(r: &mut Reader<'_>) -> Result<Self, WireError> {
+        let client_id = r.u32("client id")?;
+        let user_id = r.u32("user id")?;
+        let transport = r.u8("transport")?;
+        let len = r.u32("address length")? as usize;
+        Ok(Self {
+            client_id,
+            user_id,
+            transport,
+            address: r.str(len, "address")?.to_owned(),
+            consumer_groups_count: r.u32("consumer groups count")?,
+        })
+    }
+}
+
+/// `GetMe` and `GetClient`: the client, then its `consumer_groups_count` groups. `GetClient` of
+/// an unknown id answers an empty body.
+pub fn put_client_details(out: &mut Vec<u8>, client: &ClientInfo, groups: &[ClientGroup]) {
+    client.put(out);
+    for group in groups {
+        out.put_u32(group.stream_id);
+        out.put_u32(group.topic_id);
+        out.put_u32(group.group_id);
+    }
+}
+
+pub fn read_client_details(body: &[u8]) -> Result<(ClientInfo, Vec<ClientGroup>), WireError> {
+    let mut r = Reader::new(body);
+    let client = ClientInfo::read(&mut r)?;
+    let count = client.consumer_groups_count as usize;
+    let mut groups = Vec::with_capacity(count.min(r.remaining() / 12));
+    for _ in 0..count {
+        groups.push(ClientGroup {
+            stream_id: r.u32("group stream id")?,
+            topic_id: r.u32("group topic id")?,
+            group_id: r.u32("group id")?,
+        });
+    }
+    r.finish("client")?;
+    Ok((client, groups))
+}
+
+/// `GetClients`: the clients one after another, no count.
+pub fn put_clients(out: &mut Vec<u8>, clients: &[ClientInfo]) {
+    for client in clients {
+        client.put(out);
+    }
+}
+
+pub fn read_clients(body: &[u8]) -> Result<Vec<ClientInfo>, WireError> {
+    let mut r = Reader::new(body);
+    let mut clients = Vec::new();
+    while r.remaining() > 0 {
+        clients.push(ClientInfo::read(&mut r)?);
+    }
+    Ok(clients)
+}

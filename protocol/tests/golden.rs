@@ -8,9 +8,10 @@ use iggy_protocol::codes::code;
 use iggy_protocol::header::request_checksum;
 use iggy_protocol::primitives::OptionEntry;
 use iggy_protocol::response::{
-    ClusterMetadata, ClusterNode, ConsumerOffsetInfo, LoginReply, PartitionInfo, PollHeader,
-    SendConfirmation, StreamInfo, TopicInfo, put_send_confirmations, put_stream_details,
-    put_topic_details, put_topics, read_send_confirmations, read_stream_details,
+    CacheMetric, ClientGroup, ClientInfo, ClusterMetadata, ClusterNode, ConsumerOffsetInfo,
+    LoginReply, PartitionInfo, PollHeader, SendConfirmation, StatsInfo, StreamInfo, TopicInfo,
+    put_client_details, put_clients, put_send_confirmations, put_stream_details, put_topic_details,
+    put_topics, read_client_details, read_clients, read_send_confirmations, read_stream_details,
     read_topic_details, read_topics,
 };
 use iggy_protocol::{
@@ -39,7 +40,11 @@ fn golden(name: &str) -> Vec<u8> {
         "delete_stream_body",
         "delete_topic_body",
         "eviction_invalid_credentials",
+        "get_client_body",
+        "get_clients_reply",
         "get_consumer_offset_body",
+        "get_me_reply",
+        "get_stats_reply",
         "get_stream_body",
         "get_stream_reply",
         "get_topic_body",
@@ -470,4 +475,101 @@ fn topic_options_are_the_clis() {
     let entries = iggy_protocol::primitives::read_options(&mut r, bytes.len()).unwrap();
     assert_eq!(entries, durability_options());
     assert_eq!(entries[1].as_str(), Some("persisted"));
+}
+
+/// Issue #47: `GetStats`, `GetMe`, `GetClient` and `GetClients` replies as the pinned crates
+/// encode them (the same figures the generator put in), and `GetClient`'s body.
+#[test]
+fn system_replies_are_the_sdks() {
+    let stats = StatsInfo {
+        process_id: 4242,
+        cpu_usage: 12.5,
+        total_cpu_usage: 37.25,
+        memory_usage: 123_456_789,
+        total_memory: 25_769_803_776,
+        available_memory: 20_000_000_000,
+        run_time: 3_600_000_000,
+        start_time: 1_700_000_000_000_000,
+        read_bytes: 1_000,
+        written_bytes: 2_000_000,
+        messages_size_bytes: 1_500_000,
+        streams_count: 2,
+        topics_count: 3,
+        partitions_count: 7,
+        segments_count: 9,
+        messages_count: 1_500,
+        clients_count: 4,
+        consumer_groups_count: 1,
+        hostname: "node-0".into(),
+        os_name: "Linux".into(),
+        os_version: "Debian 13".into(),
+        kernel_version: "6.12.0".into(),
+        server_version: "0.1.0".into(),
+        server_semver: Some(1_000),
+        cache_metrics: vec![CacheMetric {
+            stream_id: 0,
+            topic_id: 1,
+            partition_id: 2,
+            hits: 10,
+            misses: 5,
+            hit_ratio: 0.5,
+        }],
+        threads_count: 11,
+        free_disk_space: 36_000_000_000,
+        total_disk_space: 252_000_000_000,
+    };
+    let mut out = Vec::new();
+    stats.put(&mut out);
+    assert_eq!(out, golden("get_stats_reply"));
+    assert_eq!(StatsInfo::read(&out).unwrap(), stats);
+    // Cut anywhere, it is refused, never misread.
+    for cut in 0..out.len() {
+        assert!(StatsInfo::read(&out[..cut]).is_err(), "cut at {cut}");
+    }
+
+    let me = ClientInfo {
+        client_id: 7,
+        user_id: 0,
+        transport: 1,
+        address: "127.0.0.1:53412".into(),
+        consumer_groups_count: 1,
+    };
+    let groups = [ClientGroup {
+        stream_id: 0,
+        topic_id: 1,
+        group_id: 2,
+    }];
+    out.clear();
+    put_client_details(&mut out, &me, &groups);
+    assert_eq!(out, golden("get_me_reply"));
+    assert_eq!(
+        read_client_details(&out).unwrap(),
+        (me.clone(), groups.to_vec())
+    );
+
+    let other = ClientInfo {
+        client_id: 8,
+        user_id: 0,
+        transport: 1,
+        address: "10.0.0.2:40000".into(),
+        consumer_groups_count: 0,
+    };
+    out.clear();
+    put_clients(&mut out, &[me.clone(), other.clone()]);
+    assert_eq!(out, golden("get_clients_reply"));
+    assert_eq!(read_clients(&out).unwrap(), vec![me, other]);
+
+    body_round_trip(
+        "get_client_body",
+        code::GET_CLIENT,
+        Request::GetClient { client_id: 7 },
+    );
+    for (code, request) in [
+        (code::GET_STATS, Request::GetStats),
+        (code::GET_ME, Request::GetMe),
+        (code::GET_CLIENTS, Request::GetClients),
+    ] {
+        assert_eq!(Request::decode(code, &[]).unwrap(), request);
+        assert!(Request::decode(code, &[0]).is_err(), "a byte too many");
+    }
 }

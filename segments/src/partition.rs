@@ -69,6 +69,18 @@ pub(crate) struct State<R> {
     pub boot_sessions: Vec<crate::sessions::Session>,
 }
 
+/// A partition's size at one moment ([`Partition::figures`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Figures {
+    pub segments: u64,
+    /// The first retained offset and the one the next message gets: the messages held are the
+    /// difference.
+    pub first_offset: u64,
+    pub next_offset: u64,
+    /// Bytes of the segments' trusted entries.
+    pub bytes: u64,
+}
+
 /// An open partition.
 pub struct Partition<S: Storage + Clone> {
     pub(crate) storage: S,
@@ -327,6 +339,22 @@ impl<S: Storage + Clone> Partition<S> {
             .iter()
             .map(|s| s.info.clone())
             .collect()
+    }
+
+    /// What the partition holds, for the stats an operator reads (`GetStats`, `GetTopic`):
+    /// counted under the lock, nothing cloned.
+    pub fn figures(&self) -> Figures {
+        let state = self.lock();
+        let first = state
+            .segments
+            .first()
+            .map_or(state.next_offset, |s| s.info.start_offset);
+        Figures {
+            segments: state.segments.len() as u64,
+            first_offset: first,
+            next_offset: state.next_offset,
+            bytes: state.segments.iter().map(|s| s.info.bytes).sum(),
+        }
     }
 
     /// The first retained offset.

@@ -36,8 +36,8 @@ use iggy_metadata::Op;
 use iggy_node::GroupKind;
 use iggy_protocol::header::{HeaderError, peek_size};
 use iggy_protocol::response::{
-    ClusterMetadata, ClusterNode, ConsumerOffsetInfo, LoginReply, POLL_HEADER_SIZE, PollHeader,
-    put_result_ok,
+    self, ClusterMetadata, ClusterNode, ConsumerOffsetInfo, LoginReply, POLL_HEADER_SIZE,
+    PollHeader, put_result_ok,
 };
 use iggy_protocol::{
     Eviction, EvictionReason, HEADER_SIZE, Operation, PollingStrategy, ReplyHeader, Request,
@@ -158,6 +158,9 @@ struct Shared<S: Storage + Clone> {
     /// Request bytes (in KiB) the node may hold at once ([`PortConfig::in_flight_bytes`]).
     in_flight: Arc<tokio::sync::Semaphore>,
     logins: Logins,
+    /// This node's client connections (`GetClients`) and its process figures (`GetStats`).
+    connections: crate::system::Connections,
+    process: crate::system::Process,
 }
 
 /// Password hashes are computed on one thread of the node, at a lower priority than the
@@ -349,6 +352,8 @@ pub async fn start<S: Storage + Clone + Send + Sync + 'static>(
         clock: Clock::default(),
         counters,
         logins: Logins::new(),
+        connections: crate::system::Connections::default(),
+        process: crate::system::Process::default(),
     });
     tokio::spawn(watch_free_space(shared.clone()));
     tokio::spawn(async move {
@@ -393,6 +398,9 @@ pub async fn start<S: Storage + Clone + Send + Sync + 'static>(
     });
     Ok(bound)
 }
+
+/// The root user's id (the only user until users are built).
+const ROOT_USER_ID: u32 = 0;
 
 /// How long a connection may wait before it logs in, for each request until it has.
 const PRE_LOGIN_IDLE: Duration = Duration::from_secs(10);
@@ -538,6 +546,7 @@ async fn serve<S: Storage + Clone + Send + Sync + 'static>(
     let mut session: Option<Session> = None;
     let mut balanced = 0u32;
     let mut header_bytes = [0u8; HEADER_SIZE];
+    let registered = shared.connections.open(peer);
     loop {
         // Before login a connection must send a request within PRE_LOGIN_IDLE: a descriptor
         // held open by a client that never logs in is not kept.
@@ -623,7 +632,7 @@ async fn serve<S: Storage + Clone + Send + Sync + 'static>(
             &body,
             &mut session,
             &mut balanced,
-            (peer, &gone),
+            (peer, registered.id, &gone),
         )
         .await;
         if matches!(
@@ -709,7 +718,7 @@ async fn answer<S: Storage + Clone + Send + Sync + 'static>(
     body: &[u8],
     session: &mut Option<Session>,
     balanced: &mut u32,
-    (peer, client_gone): (SocketAddr, &(dyn Fn() -> bool + Sync)),
+    (peer, connection, client_gone): (SocketAddr, u32, &(dyn Fn() -> bool + Sync)),
 ) -> Answer {
     // The session is checked from the header before the body is decoded: a client that has
     // not logged in, or sends under another's session, costs no decoding.
@@ -738,7 +747,7 @@ async fn answer<S: Storage + Clone + Send + Sync + 'static>(
             password,
             ..
         } => {
-            return login(
+            let answer = login(
                 shared,
                 (header, peer),
                 version.protocol,
@@ -747,6 +756,10 @@ async fn answer<S: Storage + Clone + Send + Sync + 'static>(
                 session,
             )
             .await;
+            if matches!(answer, Answer::Reply { status: 0, .. }) {
+                shared.connections.logged_in(connection, ROOT_USER_ID);
+            }
+            return answer;
         }
         Request::LoginRegisterWithToken { .. } => {
             return Answer::Evict(EvictionReason::InvalidToken);
@@ -760,6 +773,27 @@ async fn answer<S: Storage + Clone + Send + Sync + 'static>(
     match &request {
         Request::Logout => return ok(Vec::new()),
         Request::GetClusterMetadata => return ok(cluster_metadata(shared)),
+        Request::GetStats => return ok(stats(shared).await),
+        Request::GetMe => {
+            let mut out = Vec::new();
+            if let Some(me) = shared.connections.get(connection) {
+                response::put_client_details(&mut out, &me, &[]);
+            }
+            return ok(out);
+        }
+        Request::GetClient { client_id } => {
+            // An unknown id answers an empty body: the SDK reads it as none.
+            let mut out = Vec::new();
+            if let Some(client) = shared.connections.get(*client_id) {
+                response::put_client_details(&mut out, &client, &[]);
+            }
+            return ok(out);
+        }
+        Request::GetClients => {
+            let mut out = Vec::new();
+            response::put_clients(&mut out, &shared.connections.all());
+            return ok(out);
+        }
         _ => {}
     }
     let route = route_when_known(shared, &request, balanced).await;
@@ -802,7 +836,9 @@ async fn answer<S: Storage + Clone + Send + Sync + 'static>(
             }
             Answer::Reply {
                 status: 0,
-                body: translate::metadata_reply(&op, &decoded, &shared.views.metadata()),
+                body: translate::metadata_reply(&op, &decoded, &shared.views.metadata(), &|key| {
+                    partition_figures(shared, key)
+                }),
                 op: op_number,
             }
         }
@@ -893,7 +929,7 @@ async fn answer<S: Storage + Clone + Send + Sync + 'static>(
                     // a paused or cut-off node and moved on): nobody reads the answer, so the
                     // offset stays. Storing it would skip these messages for the consumer, and
                     // from a request this stale, perhaps messages it read since elsewhere.
-                    tracing::info!(partition = %key.dir_name(), consumer, last, "client port: a poll's client left before its answer; its offset is not stored");
+                    tracing::info!(partition = %key.dir_name(), consumer = consumer.1, kind = ?consumer.0, last, "client port: a poll's client left before its answer; its offset is not stored");
                     shared
                         .counters
                         .orphan_polls
@@ -909,11 +945,8 @@ async fn answer<S: Storage + Clone + Send + Sync + 'static>(
                     // through the partition's group before the messages go out: a `Next` poll
                     // that follows (on this node) starts after them. A store that fails leaves
                     // the offset where it was and still answers the messages (at least once).
-                    let store = iggy_segments::entry::encode_consumer_offset(
-                        ConsumerKind::Consumer,
-                        consumer,
-                        last,
-                    );
+                    let store =
+                        iggy_segments::entry::encode_consumer_offset(consumer.0, consumer.1, last);
                     // Request numbers that only grow, across logins of the same client id too.
                     current.auto_commits = (current.auto_commits + 1).max(shared.clock.now_us());
                     let request = current.auto_commits;
@@ -928,7 +961,7 @@ async fn answer<S: Storage + Clone + Send + Sync + 'static>(
                     )
                     .await
                     {
-                        tracing::debug!(partition = %key.dir_name(), consumer, last, code, "client port: a poll's auto-commit failed");
+                        tracing::debug!(partition = %key.dir_name(), consumer = consumer.1, kind = ?consumer.0, last, code, "client port: a poll's auto-commit failed");
                     }
                     ok(body)
                 }
@@ -996,7 +1029,14 @@ async fn route_when_known<S: Storage + Clone + Send + Sync + 'static>(
     balanced: &mut u32,
 ) -> Route {
     let state = shared.views.metadata();
-    let route = translate::route(request, &state, &shared.config.topic_defaults, balanced);
+    let figures = |key| partition_figures(shared, key);
+    let route = translate::route(
+        request,
+        &state,
+        &shared.config.topic_defaults,
+        balanced,
+        &figures,
+    );
     let current = match &route {
         Route::Refuse(code) => !NOT_FOUND.contains(code),
         Route::Answer(_) => false,
@@ -1009,7 +1049,73 @@ async fn route_when_known<S: Storage + Clone + Send + Sync + 'static>(
         return Route::Refuse(code);
     }
     let state = shared.views.metadata();
-    translate::route(request, &state, &shared.config.topic_defaults, balanced)
+    translate::route(
+        request,
+        &state,
+        &shared.config.topic_defaults,
+        balanced,
+        &figures,
+    )
+}
+
+/// What this node's replica of partition `key` holds (nothing when it is not open here).
+fn partition_figures<S: Storage + Clone>(
+    shared: &Shared<S>,
+    key: PartitionKey,
+) -> iggy_segments::partition::Figures {
+    shared
+        .views
+        .partitions
+        .read()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .get(&key)
+        .map(|p| p.figures())
+        .unwrap_or_default()
+}
+
+/// `GetStats`: this node's process and what its partitions hold (`crate::system`). `/proc`
+/// and `statvfs` are read off the async threads.
+async fn stats<S: Storage + Clone + Send + Sync + 'static>(shared: &Arc<Shared<S>>) -> Vec<u8> {
+    let state = shared.views.metadata();
+    let mut holdings = crate::system::Holdings {
+        streams: u32::try_from(state.streams.len()).unwrap_or(u32::MAX),
+        ..Default::default()
+    };
+    for stream in state.streams.values() {
+        for topic in stream.topics.values() {
+            holdings.topics += 1;
+            for partition in &topic.partitions {
+                holdings.partitions += 1;
+                let f = partition_figures(
+                    shared,
+                    PartitionKey {
+                        stream: stream.id,
+                        topic: topic.id,
+                        partition: partition.id,
+                    },
+                );
+                holdings.segments += u32::try_from(f.segments).unwrap_or(u32::MAX);
+                holdings.messages += f.next_offset.saturating_sub(f.first_offset);
+                holdings.bytes += f.bytes;
+            }
+        }
+    }
+    let clients = shared.connections.count();
+    let shared = shared.clone();
+    let stats = tokio::task::spawn_blocking(move || {
+        shared.process.stats(
+            holdings,
+            clients,
+            shared.config.admission.data_dir.as_deref(),
+            &shared.config.server_version,
+        )
+    })
+    .await;
+    let mut out = Vec::new();
+    if let Ok(stats) = stats {
+        stats.put(&mut out);
+    }
+    out
 }
 
 /// A partition this node could not create (a full disk) has no replica here to serve or
@@ -1143,7 +1249,7 @@ async fn login<S: Storage + Clone + Send + Sync + 'static>(
     let mut body = Vec::new();
     put_result_ok(&mut body);
     LoginReply {
-        user_id: 0,
+        user_id: ROOT_USER_ID,
         session: number,
         protocol: iggy_protocol::PROTOCOL_VERSION,
         server_version: config.server_version.clone(),
@@ -1348,7 +1454,7 @@ const POLL_BYTES_MAX: u64 = 1 << 20;
 fn poll<S: Storage + Clone>(
     views: &Views<S>,
     key: PartitionKey,
-    consumer: u32,
+    (kind, consumer): (ConsumerKind, u32),
     strategy: PollingStrategy,
     count: u32,
 ) -> Result<(Vec<u8>, Option<u64>), u32> {
@@ -1360,7 +1466,7 @@ fn poll<S: Storage + Clone>(
         PollingStrategy::Last => next.saturating_sub(u64::from(count.max(1))),
         PollingStrategy::Next => partition
             .offsets()
-            .get(ConsumerKind::Consumer, consumer)
+            .get(kind, consumer)
             .map_err(|_| status::ERROR)?
             .filter(|stored| stored.offset != DELETED)
             .map_or(0, |stored| stored.offset + 1),
@@ -1417,12 +1523,12 @@ fn poll<S: Storage + Clone>(
 fn stored_offset<S: Storage + Clone>(
     views: &Views<S>,
     key: PartitionKey,
-    consumer: u32,
+    (kind, consumer): (ConsumerKind, u32),
 ) -> Result<Vec<u8>, u32> {
     let partition = views.partition(key).ok_or(status::PARTITION_NOT_FOUND)?;
     let stored = partition
         .offsets()
-        .get(ConsumerKind::Consumer, consumer)
+        .get(kind, consumer)
         .map_err(|_| status::ERROR)?;
     let mut out = Vec::new();
     if let Some(stored) = stored.filter(|stored| stored.offset != DELETED) {

@@ -16,5 +16,6 @@ pub mod metrics;
 pub mod process;
 pub mod proxy;
 pub mod runtime;
+pub mod system;
 pub mod tls;
 pub mod translate;

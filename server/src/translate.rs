@@ -45,16 +45,19 @@ pub enum Route {
         kind: ConsumerKind,
         id: u32,
     },
-    /// A read of a partition (the read pool's).
+    /// A read of a partition (the read pool's), for a consumer (its kind and id).
     Poll {
         key: PartitionKey,
-        consumer: u32,
+        consumer: (ConsumerKind, u32),
         strategy: iggy_protocol::PollingStrategy,
         count: u32,
         auto_commit: bool,
     },
     /// A read of a consumer's stored offset (the read pool's).
-    GetOffset { key: PartitionKey, consumer: u32 },
+    GetOffset {
+        key: PartitionKey,
+        consumer: (ConsumerKind, u32),
+    },
 }
 
 /// The metadata's id of a wire id.
@@ -134,17 +137,17 @@ pub fn pick_partition(
     })
 }
 
-/// The consumer id of a request: numeric only (the storage keeps u32 ids; a named consumer has
-/// no id to store under, yet).
+/// The kind and id a consumer's offsets are kept under. The storage keys offsets by a u32 id: a
+/// named consumer's is the XXH32 (seed 0) of its name, as upstream keys it.
 fn consumer_id(consumer: &iggy_protocol::Consumer) -> Result<(ConsumerKind, u32), u32> {
     let kind = if consumer.group {
         ConsumerKind::Group
     } else {
         ConsumerKind::Consumer
     };
-    match consumer.id {
-        Identifier::Numeric(id) => Ok((kind, id)),
-        Identifier::Name(_) => Err(status::FEATURE_UNAVAILABLE),
+    match &consumer.id {
+        Identifier::Numeric(id) => Ok((kind, *id)),
+        Identifier::Name(name) => Ok((kind, twox_hash::XxHash32::oneshot(0, name.as_bytes()))),
     }
 }
 
@@ -182,9 +185,21 @@ fn topic_op(
             }
             "segment_size" => segment_size_bytes = entry.as_u64().ok_or(bad)?,
             "message_expiry" => {
-                retention.max_age_seconds = entry.as_u64().ok_or(bad)? / 1_000_000;
+                // Microseconds on the wire, `u64::MAX` for never and 0 for the server's
+                // default (none here); a part of a second counts as a whole one.
+                let micros = entry.as_u64().ok_or(bad)?;
+                retention.max_age_seconds = match micros {
+                    u64::MAX => 0,
+                    micros => micros.div_ceil(1_000_000),
+                };
             }
-            "max_topic_size" => retention.max_bytes = entry.as_u64().ok_or(bad)?,
+            "max_topic_size" => {
+                // `u64::MAX` for unlimited and 0 for the server's default: no limit here.
+                retention.max_bytes = match entry.as_u64().ok_or(bad)? {
+                    u64::MAX => 0,
+                    bytes => bytes,
+                };
+            }
             "replication_factor" => {
                 replication_factor = u8::try_from(entry.as_u64().ok_or(bad)?).map_err(|_| bad)?;
             }
@@ -208,15 +223,18 @@ fn topic_op(
 }
 
 /// Where `request` goes, given the committed metadata `state`. `balanced`: the connection's
-/// round-robin counter for balanced sends. Login, logout, ping and cluster metadata are the
-/// caller's (they need the session and the roster).
+/// round-robin counter for balanced sends; `figures`: what this node's partitions hold (the
+/// sizes and counts a listing shows). Login, logout, ping, cluster metadata and the system
+/// commands (stats, clients) are the caller's (they need the session, the roster, the
+/// connections).
 pub fn route(
     request: &Request,
     state: &State,
     defaults: &TopicDefaults,
     balanced: &mut u32,
+    figures: Figures<'_>,
 ) -> Route {
-    match route_inner(request, state, defaults, balanced) {
+    match route_inner(request, state, defaults, balanced, figures) {
         Ok(route) => route,
         Err(status) => Route::Refuse(status),
     }
@@ -227,20 +245,25 @@ fn route_inner(
     state: &State,
     defaults: &TopicDefaults,
     balanced: &mut u32,
+    figures: Figures<'_>,
 ) -> Result<Route, u32> {
     Ok(match request {
         Request::GetStreams => {
             let mut out = Vec::new();
             for stream in state.streams.values() {
-                stream_info(stream).put(&mut out);
+                stream_info(stream, figures).put(&mut out);
             }
             Route::Answer(out)
         }
         Request::GetStream { stream } => match find_stream(state, stream) {
             Ok(stream) => {
                 let mut out = Vec::new();
-                let topics: Vec<_> = stream.topics.values().map(topic_info).collect();
-                put_stream_details(&mut out, &stream_info(stream), &topics);
+                let topics: Vec<_> = stream
+                    .topics
+                    .values()
+                    .map(|t| topic_info(stream.id, t, figures))
+                    .collect();
+                put_stream_details(&mut out, &stream_info(stream, figures), &topics);
                 Route::Answer(out)
             }
             // The SDK reads an empty body as "no such stream".
@@ -248,15 +271,23 @@ fn route_inner(
         },
         Request::GetTopics { stream } => {
             let stream = find_stream(state, stream)?;
-            let topics: Vec<_> = stream.topics.values().map(topic_info).collect();
+            let topics: Vec<_> = stream
+                .topics
+                .values()
+                .map(|t| topic_info(stream.id, t, figures))
+                .collect();
             let mut out = Vec::new();
             put_topics(&mut out, &topics);
             Route::Answer(out)
         }
         Request::GetTopic { stream, topic } => match find_topic(state, stream, topic) {
-            Ok((_, topic)) => {
+            Ok((stream, topic)) => {
                 let mut out = Vec::new();
-                put_topic_details(&mut out, &topic_info(topic), &partition_infos(topic));
+                put_topic_details(
+                    &mut out,
+                    &topic_info(stream.id, topic, figures),
+                    &partition_infos(stream.id, topic, figures),
+                );
                 Route::Answer(out)
             }
             Err(_) => Route::Answer(Vec::new()),
@@ -325,7 +356,7 @@ fn route_inner(
             auto_commit,
         } => {
             let (stream, topic) = find_topic(state, stream, topic)?;
-            let (_, consumer) = consumer_id(consumer)?;
+            let consumer = consumer_id(consumer)?;
             Route::Poll {
                 key: partition_key(stream, topic, partition.unwrap_or(0))?,
                 consumer,
@@ -356,7 +387,7 @@ fn route_inner(
             partition,
         } => {
             let (stream, topic) = find_topic(state, stream, topic)?;
-            let (_, consumer) = consumer_id(consumer)?;
+            let consumer = consumer_id(consumer)?;
             Route::GetOffset {
                 key: partition_key(stream, topic, partition.unwrap_or(0))?,
                 consumer,
@@ -381,37 +412,92 @@ fn route_inner(
         Request::Ping
         | Request::LoginRegister { .. }
         | Request::Logout
-        | Request::GetClusterMetadata => return Err(status::INVALID_COMMAND),
+        | Request::GetClusterMetadata
+        | Request::GetStats
+        | Request::GetMe
+        | Request::GetClient { .. }
+        | Request::GetClients => return Err(status::INVALID_COMMAND),
         Request::Other { .. } => return Err(status::INVALID_COMMAND),
     })
 }
 
-pub fn stream_info(stream: &Stream) -> StreamInfo {
+/// What this node's partitions hold, by key ([`iggy_segments::partition::Figures`]; default for a
+/// partition not open here).
+pub type Figures<'a> = &'a dyn Fn(PartitionKey) -> iggy_segments::partition::Figures;
+
+/// No partition open: every figure 0 (tests, and replies built without a node).
+pub fn no_figures(_: PartitionKey) -> iggy_segments::partition::Figures {
+    iggy_segments::partition::Figures::default()
+}
+
+/// The sum of a topic's partitions' figures: (messages held, bytes).
+fn topic_totals(stream: u32, topic: &Topic, figures: Figures<'_>) -> (u64, u64) {
+    topic
+        .partitions
+        .iter()
+        .fold((0, 0), |(messages, bytes), p| {
+            let f = figures(PartitionKey {
+                stream,
+                topic: topic.id,
+                partition: p.id,
+            });
+            (
+                messages + f.next_offset.saturating_sub(f.first_offset),
+                bytes + f.bytes,
+            )
+        })
+}
+
+pub fn stream_info(stream: &Stream, figures: Figures<'_>) -> StreamInfo {
+    let (messages_count, size_bytes) = stream
+        .topics
+        .values()
+        .map(|t| topic_totals(stream.id, t, figures))
+        .fold((0, 0), |(m, b), (tm, tb)| (m + tm, b + tb));
     StreamInfo {
         id: wire(stream.id),
         created_at: 0,
         topics_count: u32::try_from(stream.topics.len()).unwrap_or(u32::MAX),
-        size_bytes: 0,
-        messages_count: 0,
+        size_bytes,
+        messages_count,
         name: stream.name.clone(),
         options: Vec::new(),
     }
 }
 
-pub fn topic_info(topic: &Topic) -> TopicInfo {
+/// The wire's message expiry: microseconds, `u64::MAX` for never (`IggyExpiry::NeverExpire`;
+/// 0 would read as the server's default).
+fn message_expiry(max_age_seconds: u64) -> u64 {
+    match max_age_seconds {
+        0 => u64::MAX,
+        seconds => seconds.saturating_mul(1_000_000),
+    }
+}
+
+/// The wire's topic size limit: `u64::MAX` for unlimited (0 would read as the server's
+/// default).
+fn max_topic_size(max_bytes: u64) -> u64 {
+    match max_bytes {
+        0 => u64::MAX,
+        bytes => bytes,
+    }
+}
+
+pub fn topic_info(stream: u32, topic: &Topic, figures: Figures<'_>) -> TopicInfo {
     let durability = match topic.durability {
         Durability::Replicated => "replicated",
         Durability::Persisted => "persisted",
     };
+    let (messages_count, size_bytes) = topic_totals(stream, topic, figures);
     TopicInfo {
         id: wire(topic.id),
         created_at: 0,
         partitions_count: u32::try_from(topic.partitions.len()).unwrap_or(u32::MAX),
-        message_expiry: topic.retention.max_age_seconds.saturating_mul(1_000_000),
+        message_expiry: message_expiry(topic.retention.max_age_seconds),
         compression_algorithm: 1,
-        max_topic_size: topic.retention.max_bytes,
-        size_bytes: 0,
-        messages_count: 0,
+        max_topic_size: max_topic_size(topic.retention.max_bytes),
+        size_bytes,
+        messages_count,
         name: topic.name.clone(),
         options: vec![
             OptionEntry::string("durability", durability),
@@ -421,18 +507,26 @@ pub fn topic_info(topic: &Topic) -> TopicInfo {
     }
 }
 
-/// A topic's partitions as the wire lists them (offsets and sizes are the read pool's to fill).
-pub fn partition_infos(topic: &Topic) -> Vec<PartitionInfo> {
+/// A topic's partitions as the wire lists them, with what this node holds of each.
+pub fn partition_infos(stream: u32, topic: &Topic, figures: Figures<'_>) -> Vec<PartitionInfo> {
     topic
         .partitions
         .iter()
-        .map(|p| PartitionInfo {
-            id: wire(p.id),
-            created_at: 0,
-            segments_count: 0,
-            current_offset: 0,
-            size_bytes: 0,
-            messages_count: 0,
+        .map(|p| {
+            let f = figures(PartitionKey {
+                stream,
+                topic: topic.id,
+                partition: p.id,
+            });
+            PartitionInfo {
+                id: wire(p.id),
+                created_at: 0,
+                segments_count: u32::try_from(f.segments).unwrap_or(u32::MAX),
+                // The offset of the last message (0 when empty, as upstream's).
+                current_offset: f.next_offset.saturating_sub(1),
+                size_bytes: f.bytes,
+                messages_count: f.next_offset.saturating_sub(f.first_offset),
+            }
         })
         .collect()
 }
@@ -464,7 +558,7 @@ pub fn refusal_status(op: &Op, code: u8) -> u32 {
 /// The body the SDK gets for a committed metadata operation: the result section and, for a
 /// create, what it created, read from `state` after the commit (`CreateStream` answers the
 /// stream, `CreateTopic` the topic with its partitions, the rest nothing).
-pub fn metadata_reply(op: &Op, reply: &Reply, state: &State) -> Vec<u8> {
+pub fn metadata_reply(op: &Op, reply: &Reply, state: &State, figures: Figures<'_>) -> Vec<u8> {
     let applied = match reply {
         Reply::Refused { code, .. } => return result_error(refusal_status(op, *code)),
         Reply::Applied(applied) => applied,
@@ -474,12 +568,16 @@ pub fn metadata_reply(op: &Op, reply: &Reply, state: &State) -> Vec<u8> {
     match (op, applied) {
         (Op::CreateStream { .. }, iggy_metadata::Applied::Stream(id)) => {
             if let Some(stream) = state.streams.get(id) {
-                stream_info(stream).put(&mut out);
+                stream_info(stream, figures).put(&mut out);
             }
         }
         (Op::CreateTopic { stream, .. }, iggy_metadata::Applied::Topic(id)) => {
             if let Some(topic) = state.streams.get(stream).and_then(|s| s.topics.get(id)) {
-                put_topic_details(&mut out, &topic_info(topic), &partition_infos(topic));
+                put_topic_details(
+                    &mut out,
+                    &topic_info(*stream, topic, figures),
+                    &partition_infos(*stream, topic, figures),
+                );
             }
         }
         _ => {}

@@ -11,8 +11,8 @@ use iggy_io::OsStorage;
 use iggy_node::NodeConfig;
 use iggy_protocol::primitives::OptionEntry;
 use iggy_protocol::response::{
-    ClusterMetadata, ConsumerOffsetInfo, PollHeader, read_send_confirmations, read_stream_details,
-    read_streams, read_topic_details, read_topics, split_result,
+    self, ClusterMetadata, ConsumerOffsetInfo, PollHeader, read_send_confirmations,
+    read_stream_details, read_streams, read_topic_details, read_topics, split_result,
 };
 use iggy_protocol::{
     Consumer, Eviction, EvictionReason, HEADER_SIZE, Identifier, Operation, Partitioning,
@@ -507,7 +507,7 @@ fn a_client_on_the_sdks_wire_creates_sends_polls_and_stores_offsets() {
     );
 
     // A command this server does not serve is an error status; the connection stays.
-    let (code, body) = client.ask(&Request::Other { code: 10 });
+    let (code, body) = client.ask(&Request::Other { code: 11 });
     assert_eq!((code, body.len()), (status::INVALID_COMMAND, 0));
     assert_eq!(client.ask(&Request::Ping), (0, vec![]));
     // A header no client sends ends the connection with an eviction.
@@ -1154,4 +1154,222 @@ fn sends_past_the_in_flight_budget_wait_their_turn_and_all_commit() {
         read += u64::from(header.messages_count);
     }
     assert_eq!(read, 12, "every send of every round, once");
+}
+
+/// Issue #47: `GetStats`, `GetMe`, `GetClient` and `GetClients` on the SDK's wire, and the sizes
+/// and counts a listing shows. Sent through node 1 after a poll there (its read barrier: node 1
+/// has executed every acknowledged send), they count exactly what was sent; the clients are this
+/// node's connections, one not logged in yet among them; the figures are this process's.
+#[test]
+fn stats_and_clients_describe_the_node_that_answers() {
+    let cluster = start_cluster();
+    let addresses: Vec<SocketAddr> = cluster.nodes.iter().map(|n| n.client_address).collect();
+    let mut c = one_partition_topic(addresses[0], 0x470, "figures");
+    let sent = [&b"one"[..], b"two", b"three"];
+    for _ in 0..2 {
+        let (code, _) = c.ask_until_accepted(&Request::SendMessages {
+            stream: Identifier::Name("figures".into()),
+            topic: Identifier::Name("t".into()),
+            partitioning: Partitioning::PartitionId(0),
+            count: 3,
+            batch: batch(&sent),
+        });
+        assert_eq!(code, 0);
+    }
+    let mut reader = Client::connect(addresses[1], 0x471);
+    assert!(matches!(reader.login("iggy"), Answer::Reply(..)));
+    let stranger = Client::connect(addresses[1], 0x472);
+    let (code, _) = reader.ask(&Request::PollMessages {
+        consumer: Consumer {
+            group: false,
+            id: Identifier::Numeric(1),
+        },
+        stream: Identifier::Name("figures".into()),
+        topic: Identifier::Name("t".into()),
+        partition: Some(0),
+        strategy: PollingStrategy::Offset(0),
+        count: 100,
+        auto_commit: false,
+    });
+    assert_eq!(code, 0);
+
+    let (code, body) = reader.ask(&Request::GetTopic {
+        stream: Identifier::Name("figures".into()),
+        topic: Identifier::Name("t".into()),
+    });
+    assert_eq!(code, 0);
+    let (topic, partitions) = response::read_topic_details(&body).expect("topic");
+    assert_eq!((topic.messages_count, partitions[0].messages_count), (6, 6));
+    assert_eq!(partitions[0].current_offset, 5);
+    assert!(topic.size_bytes > 0 && topic.size_bytes == partitions[0].size_bytes);
+    assert!(partitions[0].segments_count >= 1);
+    assert_eq!(
+        (topic.message_expiry, topic.max_topic_size),
+        (u64::MAX, u64::MAX),
+        "a topic without limits reads back as never expiring and unlimited"
+    );
+    let (code, body) = reader.ask(&Request::GetStreams);
+    assert_eq!(code, 0);
+    let streams = response::read_streams(&body).expect("streams");
+    assert_eq!(
+        (streams[0].messages_count, streams[0].size_bytes),
+        (6, topic.size_bytes)
+    );
+
+    let (code, body) = reader.ask(&Request::GetStats);
+    assert_eq!(code, 0);
+    let stats = response::StatsInfo::read(&body).expect("stats");
+    assert_eq!(
+        stats.process_id,
+        std::process::id(),
+        "this process's figures"
+    );
+    assert_eq!(
+        (
+            stats.streams_count,
+            stats.topics_count,
+            stats.partitions_count
+        ),
+        (1, 1, 1)
+    );
+    assert_eq!(stats.messages_count, 6);
+    assert_eq!(stats.messages_size_bytes, topic.size_bytes);
+    assert!(stats.segments_count >= 1 && stats.threads_count > 1);
+    assert!(stats.memory_usage > 0 && stats.total_memory >= stats.available_memory);
+    assert_eq!(stats.clients_count, 2, "node 1's two connections");
+    assert!(stats.total_disk_space >= stats.free_disk_space);
+
+    let (code, body) = reader.ask(&Request::GetMe);
+    assert_eq!(code, 0);
+    let (me, groups) = response::read_client_details(&body).expect("me");
+    assert!(groups.is_empty());
+    assert_eq!(me.user_id, 0, "root");
+    assert_eq!(me.transport, 1, "TCP");
+    assert_eq!(
+        me.address,
+        reader
+            .stream
+            .local_addr()
+            .expect("local address")
+            .to_string()
+    );
+
+    let (code, body) = reader.ask(&Request::GetClients);
+    assert_eq!(code, 0);
+    let clients = response::read_clients(&body).expect("clients");
+    assert_eq!(clients.len(), 2);
+    assert!(clients.contains(&me));
+    let other = clients.iter().find(|c| **c != me).expect("the stranger");
+    assert_eq!(
+        other.address,
+        stranger
+            .stream
+            .local_addr()
+            .expect("local address")
+            .to_string()
+    );
+    assert_eq!(other.user_id, u32::MAX, "not logged in");
+
+    let (code, body) = reader.ask(&Request::GetClient {
+        client_id: me.client_id,
+    });
+    assert_eq!(code, 0);
+    assert_eq!(response::read_client_details(&body).expect("client").0, me);
+    let (code, body) = reader.ask(&Request::GetClient {
+        client_id: u32::MAX,
+    });
+    assert_eq!(
+        (code, body.len()),
+        (0, 0),
+        "an unknown id answers an empty body"
+    );
+
+    // Before login, none of them is answered.
+    let mut stranger = stranger;
+    let (code, _) = stranger.ask(&Request::GetStats);
+    assert_eq!(code, status::UNAUTHENTICATED);
+}
+
+/// Issue #47: a named consumer (`iggy -c name`, `client.consumer("name", ..)`) stores and reads
+/// its offset, and a consumer group's offset is another than the consumer's of the same id, on
+/// the store, the read and a `Next` poll (both were status 5, and the kind was ignored).
+#[test]
+fn named_consumers_and_group_offsets_are_kept_apart() {
+    let cluster = start_cluster();
+    let addresses: Vec<SocketAddr> = cluster.nodes.iter().map(|n| n.client_address).collect();
+    let mut c = one_partition_topic(addresses[0], 0x480, "kinds");
+    let (code, _) = c.ask_until_accepted(&Request::SendMessages {
+        stream: Identifier::Name("kinds".into()),
+        topic: Identifier::Name("t".into()),
+        partitioning: Partitioning::PartitionId(0),
+        count: 3,
+        batch: batch(&[b"a", b"b", b"c"]),
+    });
+    assert_eq!(code, 0);
+    let target = |group, id: Identifier| {
+        (
+            Consumer { group, id },
+            Identifier::Name("kinds".into()),
+            Identifier::Name("t".into()),
+        )
+    };
+    let store = |group, id: Identifier, offset| {
+        let (consumer, stream, topic) = target(group, id);
+        Request::StoreConsumerOffset {
+            consumer,
+            stream,
+            topic,
+            partition: Some(0),
+            offset,
+            ack: 1,
+        }
+    };
+    let get = |group, id: Identifier| {
+        let (consumer, stream, topic) = target(group, id);
+        Request::GetConsumerOffset {
+            consumer,
+            stream,
+            topic,
+            partition: Some(0),
+        }
+    };
+    for request in [
+        store(false, Identifier::Name("reader".into()), 1),
+        store(true, Identifier::Numeric(5), 2),
+        store(false, Identifier::Numeric(5), 0),
+    ] {
+        let (code, _) = c.ask_until_accepted(&request);
+        assert_eq!(code, 0, "{request:?}");
+    }
+    let mut other = Client::connect(addresses[2], 0x481);
+    assert!(matches!(other.login("iggy"), Answer::Reply(..)));
+    for (request, stored) in [
+        (get(false, Identifier::Name("reader".into())), 1),
+        (get(true, Identifier::Numeric(5)), 2),
+        (get(false, Identifier::Numeric(5)), 0),
+    ] {
+        let (code, body) = other.ask(&request);
+        assert_eq!(code, 0);
+        let info = ConsumerOffsetInfo::read(&body)
+            .expect("offset")
+            .unwrap_or_else(|| panic!("nothing stored for {request:?}"));
+        assert_eq!(info.stored_offset, stored, "{request:?}");
+    }
+    // A `Next` poll of the group starts after the group's offset, not the consumer's.
+    let (consumer, stream, topic) = target(true, Identifier::Numeric(5));
+    let (code, body) = other.ask(&Request::PollMessages {
+        consumer,
+        stream,
+        topic,
+        partition: Some(0),
+        strategy: PollingStrategy::Next,
+        count: 10,
+        auto_commit: false,
+    });
+    assert_eq!(code, 0);
+    let (header, _) = PollHeader::read(&body).expect("poll");
+    assert_eq!(
+        header.messages_count, 0,
+        "the group had read through offset 2"
+    );
 }

@@ -8,7 +8,8 @@ use iggy_protocol::primitives::OptionEntry;
 use iggy_protocol::response::{read_stream_details, read_topic_details, split_result};
 use iggy_protocol::{Consumer, Identifier, Partitioning, PollingStrategy, Request, status};
 use iggy_recovery::PartitionKey;
-use iggy_server::translate::{Route, TopicDefaults, metadata_reply, route};
+use iggy_segments::offsets::ConsumerKind;
+use iggy_server::translate::{Route, TopicDefaults, metadata_reply, no_figures, route};
 
 /// The golden files, embedded (the tests read no files at run time).
 fn golden(name: &str) -> Vec<u8> {
@@ -69,7 +70,7 @@ fn key(partition: u32) -> PartitionKey {
 }
 
 fn routed(request: &Request) -> Route {
-    route(request, &state(), &defaults(), &mut 0)
+    route(request, &state(), &defaults(), &mut 0, &no_figures)
 }
 
 #[test]
@@ -81,7 +82,7 @@ fn the_clis_create_topic_becomes_a_metadata_op_with_its_durability() {
         partitions,
         durability,
         ..
-    }) = route(&request, &only_stream(), &defaults(), &mut 0)
+    }) = route(&request, &only_stream(), &defaults(), &mut 0, &no_figures)
     else {
         panic!("not a topic create");
     };
@@ -175,6 +176,7 @@ fn sends_pick_their_partition_as_the_sdk_expects() {
                 &state,
                 &defaults(),
                 &mut balanced,
+                &no_figures,
             ) {
                 Route::Messages { key, .. } => key.partition,
                 other => panic!("{other:?}"),
@@ -192,6 +194,7 @@ fn sends_pick_their_partition_as_the_sdk_expects() {
         &state,
         &defaults(),
         &mut 0,
+        &no_figures,
     ) {
         Route::Messages { key, .. } => key.partition,
         other => panic!("{other:?}"),
@@ -227,9 +230,10 @@ fn offsets_and_polls_go_to_their_partition() {
         count: 10,
         auto_commit: false,
     };
-    assert!(
-        matches!(routed(&poll), Route::Poll { key: k, consumer: 9, count: 10, .. } if k == key(2))
-    );
+    assert!(matches!(
+        routed(&poll),
+        Route::Poll { key: k, consumer: (ConsumerKind::Consumer, 9), count: 10, .. } if k == key(2)
+    ));
     let store = Request::decode(
         code::STORE_CONSUMER_OFFSET,
         &golden("store_consumer_offset_body"),
@@ -244,16 +248,51 @@ fn offsets_and_polls_go_to_their_partition() {
         &41u64.to_le_bytes(),
         "the offset the client stored"
     );
-    let named = Request::GetConsumerOffset {
-        consumer: Consumer {
-            group: false,
-            id: Identifier::Name("reader".into()),
-        },
+    // Issue #47: a named consumer's offsets are kept under the XXH32 (seed 0) of its name, as
+    // upstream keys them, and a consumer group's under the group kind: `consumer-offset set -k
+    // consumer-group` and `get -k consumer-group` name the same offset, another than the
+    // consumer's of the same id.
+    let get = |group, id| Request::GetConsumerOffset {
+        consumer: Consumer { group, id },
         stream: Identifier::Numeric(0),
         topic: Identifier::Numeric(0),
         partition: Some(0),
     };
-    assert_eq!(routed(&named), Route::Refuse(status::FEATURE_UNAVAILABLE));
+    assert_eq!(
+        routed(&get(false, Identifier::Name("reader".into()))),
+        Route::GetOffset {
+            key: key(1),
+            consumer: (
+                ConsumerKind::Consumer,
+                twox_hash::XxHash32::oneshot(0, b"reader")
+            ),
+        }
+    );
+    assert_eq!(
+        routed(&get(true, Identifier::Numeric(9))),
+        Route::GetOffset {
+            key: key(1),
+            consumer: (ConsumerKind::Group, 9),
+        }
+    );
+    let store_as_group = Request::StoreConsumerOffset {
+        consumer: Consumer {
+            group: true,
+            id: Identifier::Numeric(9),
+        },
+        stream: Identifier::Numeric(0),
+        topic: Identifier::Numeric(0),
+        partition: Some(0),
+        offset: 3,
+        ack: 1,
+    };
+    let Route::StoreOffset { body, .. } = routed(&store_as_group) else {
+        panic!("not a store")
+    };
+    assert_eq!(
+        body,
+        iggy_segments::entry::encode_consumer_offset(ConsumerKind::Group, 9, 3).to_vec()
+    );
 }
 
 #[test]
@@ -301,6 +340,7 @@ fn metadata_replies_are_result_framed_as_the_sdk_reads_them() {
         },
         &Reply::Applied(Applied::Stream(1)),
         &state,
+        &no_figures,
     );
     let payload = split_result(&created).unwrap().unwrap();
     let (stream, _) = read_stream_details(payload).unwrap();
@@ -324,9 +364,64 @@ fn metadata_replies_are_result_framed_as_the_sdk_reads_them() {
             message: "topic named \"payments\" exists already".into(),
         },
         &state,
+        &no_figures,
     );
     assert_eq!(
         split_result(&refused).unwrap(),
         Err(status::TOPIC_NAME_ALREADY_EXISTS)
+    );
+}
+
+/// Issue #47: the SDK's never (`u64::MAX`) and server default (0) for a topic's expiry and size
+/// are no limit here, and no limit reads back as never and unlimited (it read back as ~584,000
+/// years: the wire's microseconds of `u64::MAX / 10^6` seconds); a part of a second expires
+/// after a whole one.
+#[test]
+fn never_and_unlimited_round_trip_as_the_sdk_reads_them() {
+    let create = |expiry: u64, size: u64| {
+        let request = Request::CreateTopic {
+            stream: Identifier::Numeric(0),
+            partitions: 1,
+            name: "t".into(),
+            options: vec![
+                OptionEntry::uint64("message_expiry", expiry),
+                OptionEntry::uint64("max_topic_size", size),
+            ],
+        };
+        match routed(&request) {
+            Route::Metadata(Op::CreateTopic { retention, .. }) => {
+                (retention.max_age_seconds, retention.max_bytes)
+            }
+            other => panic!("{other:?}"),
+        }
+    };
+    assert_eq!(create(u64::MAX, u64::MAX), (0, 0));
+    assert_eq!(create(0, 0), (0, 0));
+    assert_eq!(create(1_500_000, 1 << 30), (2, 1 << 30));
+
+    let mut state = state();
+    let topic = state
+        .streams
+        .values_mut()
+        .flat_map(|s| s.topics.values_mut())
+        .next()
+        .expect("a topic");
+    topic.retention = Retention {
+        max_age_seconds: 0,
+        max_bytes: 0,
+    };
+    let info = iggy_server::translate::topic_info(1, topic, &no_figures);
+    assert_eq!(
+        (info.message_expiry, info.max_topic_size),
+        (u64::MAX, u64::MAX)
+    );
+    topic.retention = Retention {
+        max_age_seconds: 90,
+        max_bytes: 1 << 30,
+    };
+    let info = iggy_server::translate::topic_info(1, topic, &no_figures);
+    assert_eq!(
+        (info.message_expiry, info.max_topic_size),
+        (90_000_000, 1 << 30)
     );
 }

@@ -30,6 +30,13 @@ use iggy_binary_protocol::responses::system::get_cluster_metadata::{
 use iggy_binary_protocol::responses::topics::{
     GetTopicResponse, GetTopicsResponse, PartitionResponse,
 };
+use iggy_binary_protocol::requests::system::get_client::GetClientRequest;
+use iggy_binary_protocol::responses::clients::client_response::{
+    ClientResponse, ConsumerGroupInfoResponse,
+};
+use iggy_binary_protocol::responses::clients::get_client::ClientDetailsResponse;
+use iggy_binary_protocol::responses::clients::get_clients::GetClientsResponse;
+use iggy_binary_protocol::responses::system::get_stats::{CacheMetricEntry, StatsResponse};
 use iggy_binary_protocol::responses::users::LoginRegisterResponse;
 use iggy_binary_protocol::{
     AckLevel, ClientVersionInfo, EvictionReason, WireConsumer, WireEncode, WireIdentifier,
@@ -464,6 +471,88 @@ fn main() {
         &dir,
         "eviction_invalid_credentials",
         bytemuck::bytes_of(&eviction),
+    );
+
+    // System: stats, clients (issue #47).
+    let stats = StatsResponse {
+        process_id: 4242,
+        cpu_usage: 12.5,
+        total_cpu_usage: 37.25,
+        memory_usage: 123_456_789,
+        total_memory: 25_769_803_776,
+        available_memory: 20_000_000_000,
+        run_time: 3_600_000_000,
+        start_time: 1_700_000_000_000_000,
+        read_bytes: 1_000,
+        written_bytes: 2_000_000,
+        messages_size_bytes: 1_500_000,
+        streams_count: 2,
+        topics_count: 3,
+        partitions_count: 7,
+        segments_count: 9,
+        messages_count: 1_500,
+        clients_count: 4,
+        consumer_groups_count: 1,
+        hostname: "node-0".into(),
+        os_name: "Linux".into(),
+        os_version: "Debian 13".into(),
+        kernel_version: "6.12.0".into(),
+        iggy_server_version: "0.1.0".into(),
+        iggy_server_semver: Some(1_000),
+        cache_metrics: vec![CacheMetricEntry {
+            stream_id: 0,
+            topic_id: 1,
+            partition_id: 2,
+            hits: 10,
+            misses: 5,
+            hit_ratio: 0.5,
+        }],
+        threads_count: 11,
+        free_disk_space: 36_000_000_000,
+        total_disk_space: 252_000_000_000,
+    };
+    write(&dir, "get_stats_reply", &stats.to_bytes());
+    let client = ClientResponse {
+        client_id: 7,
+        user_id: 0,
+        transport: 1,
+        address: "127.0.0.1:53412".into(),
+        consumer_groups_count: 1,
+    };
+    write(
+        &dir,
+        "get_me_reply",
+        &ClientDetailsResponse {
+            client: client.clone(),
+            consumer_groups: vec![ConsumerGroupInfoResponse {
+                stream_id: 0,
+                topic_id: 1,
+                group_id: 2,
+            }],
+        }
+        .to_bytes(),
+    );
+    write(
+        &dir,
+        "get_clients_reply",
+        &GetClientsResponse {
+            clients: vec![
+                client,
+                ClientResponse {
+                    client_id: 8,
+                    user_id: 0,
+                    transport: 1,
+                    address: "10.0.0.2:40000".into(),
+                    consumer_groups_count: 0,
+                },
+            ],
+        }
+        .to_bytes(),
+    );
+    write(
+        &dir,
+        "get_client_body",
+        &GetClientRequest { client_id: 7 }.to_bytes(),
     );
     let _ = Bytes::new();
 }
