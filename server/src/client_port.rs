@@ -694,22 +694,27 @@ async fn serve<S: Storage + Clone + Send + Sync + 'static>(
     })
     .await;
     if let Some(session) = session {
-        let mut clients = shared
-            .clients
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        // Only this connection's entries: the same client may have logged in again on another.
-        for client in [session.internal, auto_commit_client(session.internal)] {
-            if clients
-                .get(&client)
-                .is_some_and(|sender| sender.same_channel(&session.sender))
-            {
-                clients.remove(&client);
-            }
-        }
-        drop(clients);
-        shared.count_sessions();
+        forget_session(&shared, &session);
     }
+}
+
+/// A session ended (a logout, or its connection closed): its reply routes go.
+fn forget_session<S: Storage + Clone>(shared: &Shared<S>, session: &Session) {
+    let mut clients = shared
+        .clients
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    // Only this connection's entries: the same client may have logged in again on another.
+    for client in [session.internal, auto_commit_client(session.internal)] {
+        if clients
+            .get(&client)
+            .is_some_and(|sender| sender.same_channel(&session.sender))
+        {
+            clients.remove(&client);
+        }
+    }
+    drop(clients);
+    shared.count_sessions();
 }
 
 async fn answer<S: Storage + Clone + Send + Sync + 'static>(
@@ -771,7 +776,18 @@ async fn answer<S: Storage + Clone + Send + Sync + 'static>(
         return error(status::UNAUTHENTICATED);
     };
     match &request {
-        Request::Logout => return ok(Vec::new()),
+        Request::Logout => {
+            // The session ends here: its reply routes go, and the connection is as before its
+            // login (every request but a ping or a login is refused `Unauthenticated`). The
+            // groups' client tables keep its entries until they evict them.
+            if let Some(ended) = session.take() {
+                forget_session(shared, &ended);
+            }
+            shared
+                .connections
+                .logged_in(connection, crate::system::NO_USER);
+            return ok(Vec::new());
+        }
         Request::GetClusterMetadata => return ok(cluster_metadata(shared)),
         Request::GetStats => return ok(stats(shared).await),
         Request::GetMe => {

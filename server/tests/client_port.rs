@@ -1288,6 +1288,26 @@ fn stats_and_clients_describe_the_node_that_answers() {
     let mut stranger = stranger;
     let (code, _) = stranger.ask(&Request::GetStats);
     assert_eq!(code, status::UNAUTHENTICATED);
+
+    // A logout ends the session (it answered OK and kept it): the connection stays, not
+    // logged in, and is listed so.
+    let (code, _) = reader.ask(&Request::Logout);
+    assert_eq!(code, 0);
+    let (code, _) = reader.ask(&Request::GetMe);
+    assert_eq!(
+        code,
+        status::UNAUTHENTICATED,
+        "the session outlived its logout"
+    );
+    assert_eq!(reader.ask(&Request::Ping), (0, vec![]));
+    let mut admin = Client::connect(addresses[1], 0x473);
+    assert!(matches!(admin.login("iggy"), Answer::Reply(..)));
+    let (code, body) = admin.ask(&Request::GetClient {
+        client_id: me.client_id,
+    });
+    assert_eq!(code, 0);
+    let (after, _) = response::read_client_details(&body).expect("client");
+    assert_eq!(after.user_id, u32::MAX, "logged out");
 }
 
 /// Issue #47: a named consumer (`iggy -c name`, `client.consumer("name", ..)`) stores and reads
