@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The official iggy-cli 0.14.0 against a local `iggy-server dev` cluster of three nodes: ping,
 # create a stream and a topic of 3 partitions (persisted), list them, the cluster's roster, send
-# to a partition, by key and balanced, and poll them back. Outside the default test run: the CLI
+# to a partition, by key and balanced, poll them back, then the topic's figures, `stats`, `me`
+# and `client list`. Outside the default test run: the CLI
 # takes about five minutes to install (once; set IGGY_CLI to an installed binary to skip it).
 #
 #   scripts/iggy-cli-check.sh            # exit 0 when every step did what it should
@@ -60,4 +61,12 @@ for _ in $(seq 1 20); do
     sleep 0.1
 done
 step "world" message poll --first --message-count 10 orders payments 0
+# Issue #47: the system commands and the figures a listing shows (the node asked has executed
+# partition 0's sends: the poll above read them through it).
+step "Topic message count *| [1-9]" topic get orders payments
+step "Message expiry *| unlimited" topic get orders payments
+step "Iggy Server PID" stats
+step "Partitions Count *| 3" stats
+step "Client ID" me
+step "TCP" client list
 echo "== every step passed"
