@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The official iggy-cli 0.14.0 against a local `iggy-server dev` cluster of three nodes: ping,
 # create a stream and a topic of 3 partitions (persisted), list them, the cluster's roster, send
-# to a partition, by key and balanced, poll them back, then the topic's figures, `stats`, `me`
-# and `client list`. Outside the default test run: the CLI
+# to a partition, by key and balanced, poll them back, then the topic's figures, `stats`, `me`,
+# `client list` and `options`. Outside the default test run: the CLI
 # takes about five minutes to install (once; set IGGY_CLI to an installed binary to skip it).
 #
 #   scripts/iggy-cli-check.sh            # exit 0 when every step did what it should
@@ -69,4 +69,6 @@ step "Iggy Server PID" stats
 step "Partitions Count *| 3" stats
 step "Client ID" me
 step "TCP" client list
+step "message_expiry" options topic
+step "accept no options" options stream
 echo "== every step passed"

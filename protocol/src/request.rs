@@ -44,6 +44,10 @@ pub enum Request {
     },
     /// Every client connection of the node.
     GetClients,
+    /// The option keys a create of `scope` accepts (1 topic, 2 stream, 3 user).
+    DescribeOptions {
+        scope: u8,
+    },
     GetStream {
         stream: Identifier,
     },
@@ -206,6 +210,18 @@ impl Request {
                 client_id: r.u32("client id")?,
             },
             code::GET_CLIENTS => Self::GetClients,
+            code::DESCRIBE_OPTIONS => {
+                let at = r.position();
+                let scope = r.u8("options scope")?;
+                if !(1..=3).contains(&scope) {
+                    return Err(r.invalid(
+                        "options scope",
+                        at,
+                        format!("{scope} (1 topic, 2 stream, 3 user)"),
+                    ));
+                }
+                Self::DescribeOptions { scope }
+            }
             code::GET_STREAM => Self::GetStream {
                 stream: Identifier::read(&mut r, "stream id")?,
             },
@@ -369,6 +385,10 @@ impl Request {
                 code::GET_CLIENT
             }
             Self::GetClients => code::GET_CLIENTS,
+            Self::DescribeOptions { scope } => {
+                out.put_u8(*scope);
+                code::DESCRIBE_OPTIONS
+            }
             Self::GetStream { stream } => {
                 stream.put(&mut out);
                 code::GET_STREAM

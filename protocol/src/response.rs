@@ -652,3 +652,48 @@ pub fn read_clients(body: &[u8]) -> Result<Vec<ClientInfo>, WireError> {
     }
     Ok(clients)
 }
+
+/// One option key a create accepts (`DescribeOptions`, 13): the key, its value kind (the
+/// options block's kind codes), its default as that kind's bytes, and what it does.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OptionDescriptor {
+    pub key: String,
+    pub kind: u8,
+    pub default_value: Vec<u8>,
+    pub description: String,
+}
+
+/// `DescribeOptions`: a u32 count, then each descriptor (the key as a name, the kind, the
+/// u32-prefixed default and description).
+pub fn put_option_descriptors(out: &mut Vec<u8>, descriptors: &[OptionDescriptor]) {
+    out.put_u32(len_u32(descriptors.len()));
+    for d in descriptors {
+        put_name(out, &d.key);
+        out.put_u8(d.kind);
+        out.put_u32(len_u32(d.default_value.len()));
+        out.put_bytes(&d.default_value);
+        out.put_long_str(&d.description);
+    }
+}
+
+pub fn read_option_descriptors(body: &[u8]) -> Result<Vec<OptionDescriptor>, WireError> {
+    let mut r = Reader::new(body);
+    let count = r.u32("descriptors count")? as usize;
+    let mut out = Vec::with_capacity(count.min(r.remaining() / 10));
+    for _ in 0..count {
+        let key = read_name(&mut r, "option key")?;
+        let kind = r.u8("option kind")?;
+        let len = r.u32("default length")? as usize;
+        let default_value = r.bytes(len, "default value")?.to_vec();
+        let len = r.u32("description length")? as usize;
+        let description = r.str(len, "description")?.to_owned();
+        out.push(OptionDescriptor {
+            key,
+            kind,
+            default_value,
+            description,
+        });
+    }
+    r.finish("descriptors")?;
+    Ok(out)
+}

@@ -17,6 +17,7 @@ const CODES: &[u32] = &[
     code::GET_ME,
     code::GET_CLIENT,
     code::GET_CLIENTS,
+    code::DESCRIBE_OPTIONS,
     code::GET_STREAM,
     code::GET_STREAMS,
     code::CREATE_STREAM,

@@ -9,9 +9,10 @@ use iggy_protocol::header::request_checksum;
 use iggy_protocol::primitives::OptionEntry;
 use iggy_protocol::response::{
     CacheMetric, ClientGroup, ClientInfo, ClusterMetadata, ClusterNode, ConsumerOffsetInfo,
-    LoginReply, PartitionInfo, PollHeader, SendConfirmation, StatsInfo, StreamInfo, TopicInfo,
-    put_client_details, put_clients, put_send_confirmations, put_stream_details, put_topic_details,
-    put_topics, read_client_details, read_clients, read_send_confirmations, read_stream_details,
+    LoginReply, OptionDescriptor, PartitionInfo, PollHeader, SendConfirmation, StatsInfo,
+    StreamInfo, TopicInfo, put_client_details, put_clients, put_option_descriptors,
+    put_send_confirmations, put_stream_details, put_topic_details, put_topics, read_client_details,
+    read_clients, read_option_descriptors, read_send_confirmations, read_stream_details,
     read_topic_details, read_topics,
 };
 use iggy_protocol::{
@@ -37,6 +38,8 @@ fn golden(name: &str) -> Vec<u8> {
         "create_stream_header",
         "create_topic_body",
         "delete_consumer_offset_body",
+        "describe_options_body",
+        "describe_options_reply",
         "delete_stream_body",
         "delete_topic_body",
         "eviction_invalid_credentials",
@@ -572,4 +575,36 @@ fn system_replies_are_the_sdks() {
         assert_eq!(Request::decode(code, &[]).unwrap(), request);
         assert!(Request::decode(code, &[0]).is_err(), "a byte too many");
     }
+}
+
+/// Issue #47: `DescribeOptions` (13), the body and the reply as the pinned crates encode them.
+#[test]
+fn describe_options_is_the_sdks() {
+    body_round_trip(
+        "describe_options_body",
+        code::DESCRIBE_OPTIONS,
+        Request::DescribeOptions { scope: 1 },
+    );
+    assert!(
+        Request::decode(code::DESCRIBE_OPTIONS, &[4]).is_err(),
+        "no scope 4"
+    );
+    let descriptors = vec![
+        OptionDescriptor {
+            key: "durability".into(),
+            kind: 2,
+            default_value: b"replicated".to_vec(),
+            description: "what an acknowledgment means".into(),
+        },
+        OptionDescriptor {
+            key: "segment_size".into(),
+            kind: 12,
+            default_value: (1u64 << 30).to_le_bytes().to_vec(),
+            description: String::new(),
+        },
+    ];
+    let mut out = Vec::new();
+    put_option_descriptors(&mut out, &descriptors);
+    assert_eq!(out, golden("describe_options_reply"));
+    assert_eq!(read_option_descriptors(&out).unwrap(), descriptors);
 }

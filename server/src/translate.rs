@@ -151,6 +151,66 @@ fn consumer_id(consumer: &iggy_protocol::Consumer) -> Result<(ConsumerKind, u32)
     }
 }
 
+/// The option keys a topic's create accepts ([`topic_op`] reads them), as `DescribeOptions`
+/// (13) lists them for `iggy options`.
+pub fn topic_options(defaults: &TopicDefaults) -> Vec<response::OptionDescriptor> {
+    use iggy_protocol::primitives::value_kind;
+    let string = |key: &str, default: &str, description: &str| response::OptionDescriptor {
+        key: key.into(),
+        kind: value_kind::STRING,
+        default_value: default.as_bytes().to_vec(),
+        description: description.into(),
+    };
+    let number =
+        |key: &str, kind: u8, default: Vec<u8>, description: &str| response::OptionDescriptor {
+            key: key.into(),
+            kind,
+            default_value: default,
+            description: description.into(),
+        };
+    let durability = match defaults.durability {
+        Durability::Replicated => "replicated",
+        Durability::Persisted => "persisted",
+    };
+    vec![
+        string(
+            "durability",
+            durability,
+            "replicated: a write is acknowledged once a quorum holds it in memory and will publish it; persisted: once a quorum has it on disk",
+        ),
+        string(
+            "consumer_offset_durability",
+            durability,
+            "accepted as replicated or persisted; stored offsets take the topic's durability",
+        ),
+        number(
+            "segment_size",
+            value_kind::UINT64,
+            defaults.segment_size_bytes.to_le_bytes().to_vec(),
+            "bytes of a segment before the next one starts",
+        ),
+        number(
+            "message_expiry",
+            value_kind::UINT64,
+            u64::MAX.to_le_bytes().to_vec(),
+            "microseconds a message is kept (whole seconds, rounded up); u64::MAX or 0: no limit",
+        ),
+        number(
+            "max_topic_size",
+            value_kind::UINT64,
+            u64::MAX.to_le_bytes().to_vec(),
+            "bytes a partition keeps before retention deletes its oldest segments; u64::MAX or 0: no limit",
+        ),
+        number(
+            "replication_factor",
+            value_kind::UINT8,
+            vec![defaults.replication_factor],
+            "replicas of each partition: every node of the cluster",
+        ),
+        string("compression_algorithm", "none", "none only"),
+    ]
+}
+
 /// Reads a topic's options: `durability` (`replicated` | `persisted`), `segment_size`,
 /// `message_expiry` (µs), `max_topic_size` (bytes), `replication_factor`; the
 /// `consumer_offset_durability` the CLI always sends is accepted (offsets replicate like the
@@ -417,6 +477,17 @@ fn route_inner(
         | Request::GetMe
         | Request::GetClient { .. }
         | Request::GetClients => return Err(status::INVALID_COMMAND),
+        Request::DescribeOptions { scope } => {
+            let mut out = Vec::new();
+            let descriptors = if *scope == 1 {
+                topic_options(defaults)
+            } else {
+                // A stream's create takes no options, and users are not built.
+                Vec::new()
+            };
+            response::put_option_descriptors(&mut out, &descriptors);
+            Route::Answer(out)
+        }
         Request::Other { .. } => return Err(status::INVALID_COMMAND),
     })
 }

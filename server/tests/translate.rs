@@ -425,3 +425,43 @@ fn never_and_unlimited_round_trip_as_the_sdk_reads_them() {
         (90_000_000, 1 << 30)
     );
 }
+
+/// Issue #47: `DescribeOptions` (13) lists what a topic's create accepts, and every key it lists
+/// is accepted with its listed default (a descriptor the parser refused would mislead `iggy
+/// options`); a stream's create takes none.
+#[test]
+fn described_topic_options_are_the_ones_a_create_accepts() {
+    let Route::Answer(body) = routed(&Request::DescribeOptions { scope: 1 }) else {
+        panic!("not answered")
+    };
+    let descriptors = iggy_protocol::response::read_option_descriptors(&body).unwrap();
+    let keys: Vec<&str> = descriptors.iter().map(|d| d.key.as_str()).collect();
+    assert!(keys.contains(&"durability") && keys.contains(&"message_expiry"));
+    for d in &descriptors {
+        let entry = OptionEntry {
+            key: d.key.clone(),
+            kind: d.kind,
+            value: d.default_value.clone(),
+        };
+        let create = Request::CreateTopic {
+            stream: Identifier::Numeric(0),
+            partitions: 1,
+            name: "t".into(),
+            options: vec![entry],
+        };
+        assert!(
+            matches!(routed(&create), Route::Metadata(Op::CreateTopic { .. })),
+            "{} with its default: {:?}",
+            d.key,
+            routed(&create)
+        );
+    }
+    let Route::Answer(body) = routed(&Request::DescribeOptions { scope: 2 }) else {
+        panic!("not answered")
+    };
+    assert!(
+        iggy_protocol::response::read_option_descriptors(&body)
+            .unwrap()
+            .is_empty()
+    );
+}

@@ -30,7 +30,9 @@ use iggy_binary_protocol::responses::system::get_cluster_metadata::{
 use iggy_binary_protocol::responses::topics::{
     GetTopicResponse, GetTopicsResponse, PartitionResponse,
 };
+use iggy_binary_protocol::requests::system::DescribeOptionsRequest;
 use iggy_binary_protocol::requests::system::get_client::GetClientRequest;
+use iggy_binary_protocol::responses::system::{DescribeOptionsResponse, OptionDescriptor};
 use iggy_binary_protocol::responses::clients::client_response::{
     ClientResponse, ConsumerGroupInfoResponse,
 };
@@ -553,6 +555,32 @@ fn main() {
         &dir,
         "get_client_body",
         &GetClientRequest { client_id: 7 }.to_bytes(),
+    );
+    write(
+        &dir,
+        "describe_options_body",
+        &DescribeOptionsRequest { scope: 1 }.to_bytes(),
+    );
+    write(
+        &dir,
+        "describe_options_reply",
+        &DescribeOptionsResponse {
+            entries: vec![
+                OptionDescriptor {
+                    key: name("durability"),
+                    kind: 2,
+                    default_value: Bytes::from_static(b"replicated"),
+                    description: "what an acknowledgment means".into(),
+                },
+                OptionDescriptor {
+                    key: name("segment_size"),
+                    kind: 12,
+                    default_value: Bytes::copy_from_slice(&(1u64 << 30).to_le_bytes()),
+                    description: String::new(),
+                },
+            ],
+        }
+        .to_bytes(),
     );
     let _ = Bytes::new();
 }
