@@ -488,6 +488,9 @@ pub struct Cluster {
     deaf_faults: u64,
     /// When each node last heard a message of a peer replica (the server's isolation check).
     heard_peer: Vec<u64>,
+    /// When a client, producer or consumer of each group last had a committed reply (checker
+    /// `availability`: an answered request waits no more, whether or not it committed anew).
+    replied_at: BTreeMap<u128, u64>,
 }
 
 /// A node that heard no peer for this long closes the connection of a producer whose request
@@ -659,6 +662,7 @@ impl Cluster {
             deaf: None,
             deaf_faults: 0,
             heard_peer: vec![0; replicas],
+            replied_at: BTreeMap::new(),
         };
         for node in 0..cluster.layout.replicas {
             cluster.start_ticking(node);
@@ -1038,8 +1042,9 @@ impl Cluster {
     }
 
     /// Checker `availability`, while the deaf fault lasts: the two other nodes hear each other
-    /// and every node is up, so a group with a request waiting commits again within
-    /// [`DEAF_STALL_US`] (its backups replace a deaf primary after the heartbeat timeout).
+    /// and every node is up, so a group with a request waiting commits again, or answers it,
+    /// within [`DEAF_STALL_US`] (its backups replace a deaf primary after the heartbeat
+    /// timeout).
     fn check_deaf(&mut self) {
         let Some(deaf) = self.deaf.as_mut() else {
             return;
@@ -1070,12 +1075,18 @@ impl Cluster {
                 )
                 .min()
                 .map(|at| at.max(deaf.since_us));
+            let replied = self.replied_at.get(&group).copied().unwrap_or(0);
             let entry = deaf.groups.entry(group).or_insert((commit, None));
-            if commit > entry.0 {
+            // Progress: the commit point moved, or a request was answered since the wait
+            // began (a resend of a committed request is answered from the client table
+            // without a new commit).
+            if commit > entry.0 || entry.1.is_some_and(|since| replied > since) {
                 *entry = (commit, None);
             }
             if entry.1.is_none() {
-                entry.1 = waiting;
+                // Counted from the last answer at the earliest (a wait that began before it is
+                // not forgiven twice).
+                entry.1 = waiting.map(|at| at.max(replied));
             }
             if let Some(since) = entry.1
                 && self.now.saturating_sub(since) > DEAF_STALL_US
@@ -1566,6 +1577,7 @@ impl Cluster {
                     self.clients[index].on_reply(self.now, think, &message)
                 {
                     self.checker.reply(group, client_id, request, op, &body);
+                    self.replied_at.insert(group, self.now);
                 }
                 if let Some((request, replica)) = self.clients[index].refused_as_reused.take() {
                     self.checker
@@ -1579,6 +1591,7 @@ impl Cluster {
                 let (group, id) = (producer.group, producer.id);
                 if let Some((request, op, body)) = producer.on_reply(self.now, &message) {
                     self.checker.reply(group, id, request, op, &body);
+                    self.replied_at.insert(group, self.now);
                 }
                 if let Some((request, replica)) = producer.refused_as_reused.take() {
                     self.checker.refused_as_reused(group, id, request, replica);
@@ -1594,6 +1607,7 @@ impl Cluster {
                 let (group, id) = (consumer.group, consumer.id);
                 if let Some((request, op, body)) = consumer.on_reply(self.now, &message) {
                     self.checker.reply(group, id, request, op, &body);
+                    self.replied_at.insert(group, self.now);
                 }
             }
             Endpoint::Node(node) => {
