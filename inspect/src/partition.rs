@@ -269,6 +269,7 @@ fn op_name(op: &iggy_metadata::Op) -> &'static str {
     match op {
         Op::CreateStream { .. } => "create stream",
         Op::DeleteStream { .. } => "delete stream",
+        Op::UpdateStream { .. } => "rename stream",
         Op::CreateTopic { .. } => "create topic",
         Op::DeleteTopic { .. } => "delete topic",
         Op::CreatePartitions { .. } => "create partitions",

@@ -354,6 +354,7 @@ pub fn encode_op(op: &crate::Op) -> Result<Vec<u8>, crate::ApplyError> {
     use crate::Op;
     let name = match op {
         Op::CreateStream { name }
+        | Op::UpdateStream { name, .. }
         | Op::CreateTopic { name, .. }
         | Op::CreateConsumerGroup { name, .. } => Some(name),
         _ => None,
@@ -435,6 +436,11 @@ pub fn encode_op(op: &crate::Op) -> Result<Vec<u8>, crate::ApplyError> {
             w.u128(*client);
             w.u64(*session);
         }
+        Op::UpdateStream { stream, name } => {
+            w.u8(9);
+            w.u32(*stream);
+            w.name(name);
+        }
     }
     Ok(w.0)
 }
@@ -484,6 +490,10 @@ pub fn decode_op(bytes: &[u8]) -> Result<crate::Op, DecodeError> {
         8 => Op::RegisterClient {
             client: r.u128()?,
             session: r.u64()?,
+        },
+        9 => Op::UpdateStream {
+            stream: r.u32()?,
+            name: r.name()?,
         },
         tag => {
             return Err(DecodeError::Invalid {

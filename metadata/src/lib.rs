@@ -124,6 +124,11 @@ pub enum Op {
     DeleteStream {
         stream: u32,
     },
+    /// Renames a stream (`UpdateStream`, 204; op tag 9).
+    UpdateStream {
+        stream: u32,
+        name: String,
+    },
     CreateTopic {
         stream: u32,
         name: String,
@@ -327,6 +332,26 @@ impl State {
                 };
                 self.streams.insert(id, stream);
                 Ok(Applied::Stream(id))
+            }
+            Op::UpdateStream { stream, name } => {
+                check_name(name)?;
+                if !self.streams.contains_key(stream) {
+                    return Err(ApplyError::UnknownStream(*stream));
+                }
+                if self
+                    .streams
+                    .values()
+                    .any(|s| s.name == *name && s.id != *stream)
+                {
+                    return Err(ApplyError::DuplicateName {
+                        what: "stream",
+                        name: name.clone(),
+                    });
+                }
+                if let Some(renamed) = self.streams.get_mut(stream) {
+                    renamed.name.clone_from(name);
+                }
+                Ok(Applied::Stream(*stream))
             }
             Op::DeleteStream { stream } => {
                 let removed = self

@@ -320,6 +320,7 @@ fn any_op() -> impl Strategy<Value = Op> {
     prop_oneof![
         name.prop_map(|name| Op::CreateStream { name }),
         (1u32..5).prop_map(|stream| Op::DeleteStream { stream }),
+        (1u32..5, name).prop_map(|(stream, name)| Op::UpdateStream { stream, name }),
         (1u32..5, name, 0u32..6, any::<bool>(), 1u8..4).prop_map(
             |(stream, name, partitions, persisted, replication_factor)| {
                 Op::CreateTopic {
@@ -388,4 +389,49 @@ proptest! {
     fn decode_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..400)) {
         let _ = codec::decode(PAYLOAD_VERSION, &bytes);
     }
+}
+
+/// Issue #47: a stream renamed keeps its id and topics; a name another stream holds, an unknown
+/// stream and an empty name are refused and change nothing; the op round-trips through the log's
+/// encoding.
+#[test]
+fn a_stream_is_renamed_in_place() {
+    let mut state = State::new(3);
+    for name in ["orders", "payments"] {
+        state
+            .apply(&Op::CreateStream { name: name.into() })
+            .unwrap();
+    }
+    state.apply(&topic(1, "t", 2)).unwrap();
+    let rename = |stream, name: &str| Op::UpdateStream {
+        stream,
+        name: name.into(),
+    };
+    assert_eq!(state.apply(&rename(1, "sales")), Ok(Applied::Stream(1)));
+    assert_eq!(state.streams[&1].name, "sales");
+    assert_eq!(state.streams[&1].topics.len(), 1);
+    let before = state.clone();
+    assert!(matches!(
+        state.apply(&rename(1, "payments")),
+        Err(ApplyError::DuplicateName { .. })
+    ));
+    assert_eq!(
+        state.apply(&rename(9, "x")),
+        Err(ApplyError::UnknownStream(9))
+    );
+    assert!(matches!(
+        state.apply(&rename(1, "")),
+        Err(ApplyError::NameLength { len: 0 })
+    ));
+    assert_eq!(state, before, "a refused rename changed the state");
+    assert_eq!(
+        state.apply(&rename(1, "sales")),
+        Ok(Applied::Stream(1)),
+        "its own name"
+    );
+    let op = rename(2, "refunds");
+    assert_eq!(
+        codec::decode_op(&codec::encode_op(&op).unwrap()).unwrap(),
+        op
+    );
 }

@@ -28,6 +28,7 @@ pub mod code {
     pub const GET_STREAMS: u32 = 201;
     pub const CREATE_STREAM: u32 = 202;
     pub const DELETE_STREAM: u32 = 203;
+    pub const UPDATE_STREAM: u32 = 204;
     pub const GET_TOPIC: u32 = 300;
     pub const GET_TOPICS: u32 = 301;
     pub const CREATE_TOPIC: u32 = 302;

@@ -59,6 +59,12 @@ pub enum Request {
     DeleteStream {
         stream: Identifier,
     },
+    /// Renames a stream; its options (the rest of the body) as a create's.
+    UpdateStream {
+        stream: Identifier,
+        name: String,
+        options: Vec<OptionEntry>,
+    },
     GetTopic {
         stream: Identifier,
         topic: Identifier,
@@ -237,6 +243,16 @@ impl Request {
             code::DELETE_STREAM => Self::DeleteStream {
                 stream: Identifier::read(&mut r, "stream id")?,
             },
+            code::UPDATE_STREAM => {
+                let stream = Identifier::read(&mut r, "stream id")?;
+                let name = read_name(&mut r, "stream name")?;
+                let len = r.remaining();
+                Self::UpdateStream {
+                    stream,
+                    name,
+                    options: read_options(&mut r, len)?,
+                }
+            }
             code::GET_TOPIC => Self::GetTopic {
                 stream: Identifier::read(&mut r, "stream id")?,
                 topic: Identifier::read(&mut r, "topic id")?,
@@ -402,6 +418,16 @@ impl Request {
             Self::DeleteStream { stream } => {
                 stream.put(&mut out);
                 code::DELETE_STREAM
+            }
+            Self::UpdateStream {
+                stream,
+                name,
+                options,
+            } => {
+                stream.put(&mut out);
+                put_name(&mut out, name);
+                put_options(&mut out, options);
+                code::UPDATE_STREAM
             }
             Self::GetTopic { stream, topic } => {
                 stream.put(&mut out);

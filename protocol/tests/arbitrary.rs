@@ -22,6 +22,7 @@ const CODES: &[u32] = &[
     code::GET_STREAMS,
     code::CREATE_STREAM,
     code::DELETE_STREAM,
+    code::UPDATE_STREAM,
     code::GET_TOPIC,
     code::GET_TOPICS,
     code::CREATE_TOPIC,

@@ -68,7 +68,8 @@ fn golden(name: &str) -> Vec<u8> {
         "send_messages_reply",
         "store_consumer_offset_body",
         "stream_reply",
-        "topic_options_durability"
+        "topic_options_durability",
+        "update_stream_body"
     )
 }
 
@@ -607,4 +608,19 @@ fn describe_options_is_the_sdks() {
     put_option_descriptors(&mut out, &descriptors);
     assert_eq!(out, golden("describe_options_reply"));
     assert_eq!(read_option_descriptors(&out).unwrap(), descriptors);
+}
+
+/// Issue #47: `UpdateStream` (204) as the pinned crates encode it: the stream, the new name, an
+/// empty options block.
+#[test]
+fn update_stream_body_is_the_sdks() {
+    body_round_trip(
+        "update_stream_body",
+        code::UPDATE_STREAM,
+        Request::UpdateStream {
+            stream: name("orders"),
+            name: "sales".into(),
+            options: vec![],
+        },
+    );
 }

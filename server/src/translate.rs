@@ -361,6 +361,19 @@ fn route_inner(
         Request::DeleteStream { stream } => Route::Metadata(Op::DeleteStream {
             stream: find_stream(state, stream)?.id,
         }),
+        Request::UpdateStream {
+            stream,
+            name,
+            options,
+        } => {
+            if !options.is_empty() {
+                return Err(status::UNSUPPORTED_OPTION_KEY);
+            }
+            Route::Metadata(Op::UpdateStream {
+                stream: find_stream(state, stream)?.id,
+                name: name.clone(),
+            })
+        }
         Request::CreateTopic {
             stream,
             partitions,

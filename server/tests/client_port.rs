@@ -1393,3 +1393,44 @@ fn named_consumers_and_group_offsets_are_kept_apart() {
         "the group had read through offset 2"
     );
 }
+
+/// Issue #47: `UpdateStream` (204) renames a stream through the metadata group: the new name
+/// resolves on another node at once (its read barrier), the old one no longer does, and a name
+/// another stream holds is refused with the SDK's status.
+#[test]
+fn a_stream_renamed_through_one_node_is_found_by_its_new_name_on_another() {
+    let cluster = start_cluster();
+    let addresses: Vec<SocketAddr> = cluster.nodes.iter().map(|n| n.client_address).collect();
+    let mut c = one_partition_topic(addresses[0], 0x490, "before");
+    let (code, _) = c.ask_until_accepted(&Request::CreateStream {
+        name: "taken".into(),
+        options: vec![],
+    });
+    assert_eq!(code, 0);
+    let rename = |name: &str| Request::UpdateStream {
+        stream: Identifier::Name("before".into()),
+        name: name.into(),
+        options: vec![],
+    };
+    let (code, body) = c.ask_until_accepted(&rename("taken"));
+    assert_eq!(code, 0);
+    assert_eq!(
+        split_result(&body).expect("framed"),
+        Err(status::STREAM_NAME_ALREADY_EXISTS)
+    );
+    let (code, body) = c.ask_until_accepted(&rename("after"));
+    assert_eq!(code, 0);
+    assert_eq!(split_result(&body).expect("framed"), Ok(&[][..]));
+    let mut other = Client::connect(addresses[2], 0x491);
+    assert!(matches!(other.login("iggy"), Answer::Reply(..)));
+    let (code, body) = other.ask(&Request::GetStream {
+        stream: Identifier::Name("after".into()),
+    });
+    assert_eq!(code, 0);
+    let (stream, topics) = read_stream_details(&body).expect("the renamed stream");
+    assert_eq!((stream.name.as_str(), topics.len()), ("after", 1));
+    let (code, body) = other.ask(&Request::GetStream {
+        stream: Identifier::Name("before".into()),
+    });
+    assert_eq!((code, body.len()), (0, 0), "the old name still resolves");
+}

@@ -13,7 +13,7 @@ use iggy_binary_protocol::requests::messages::PollMessagesRequest;
 use iggy_binary_protocol::requests::messages::send_messages::{RawMessage, SendMessagesEncoder};
 use iggy_binary_protocol::requests::partitions::CreatePartitionsRequest;
 use iggy_binary_protocol::requests::streams::{
-    CreateStreamRequest, DeleteStreamRequest, GetStreamRequest,
+    CreateStreamRequest, DeleteStreamRequest, GetStreamRequest, UpdateStreamRequest,
 };
 use iggy_binary_protocol::requests::topics::{
     CreateTopicRequest, DeleteTopicRequest, GetTopicRequest,
@@ -555,6 +555,16 @@ fn main() {
         &dir,
         "get_client_body",
         &GetClientRequest { client_id: 7 }.to_bytes(),
+    );
+    write(
+        &dir,
+        "update_stream_body",
+        &UpdateStreamRequest {
+            stream_id: WireIdentifier::named("orders").expect("a name"),
+            name: name("sales"),
+            options: options(&[]),
+        }
+        .to_bytes(),
     );
     write(
         &dir,
