@@ -2,7 +2,7 @@
 # The official iggy-cli 0.14.0 against a local `iggy-server dev` cluster of three nodes: ping,
 # create a stream and a topic of 3 partitions (persisted), list them, the cluster's roster, send
 # to a partition, by key and balanced, poll them back, then the topic's figures, `stats`, `me`,
-# `client list`, `options`, and a stream renamed. Outside the default test run: the CLI
+# `client list`, `options`, a stream renamed and a topic updated. Outside the default test run: the CLI
 # takes about five minutes to install (once; set IGGY_CLI to an installed binary to skip it).
 #
 #   scripts/iggy-cli-check.sh            # exit 0 when every step did what it should
@@ -73,4 +73,6 @@ step "message_expiry" options topic
 step "accept no options" options stream
 step "updated" stream update orders sales
 step "sales" stream list
+step "updated" topic update sales payments ledger none 1hour -m 1GB
+step "Message expiry *| 1h " topic get sales ledger
 echo "== every step passed"

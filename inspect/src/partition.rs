@@ -272,6 +272,7 @@ fn op_name(op: &iggy_metadata::Op) -> &'static str {
         Op::UpdateStream { .. } => "rename stream",
         Op::CreateTopic { .. } => "create topic",
         Op::DeleteTopic { .. } => "delete topic",
+        Op::UpdateTopic { .. } => "update topic",
         Op::CreatePartitions { .. } => "create partitions",
         Op::CreateConsumerGroup { .. } => "create consumer group",
         Op::DeleteConsumerGroup { .. } => "delete consumer group",

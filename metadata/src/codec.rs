@@ -355,6 +355,7 @@ pub fn encode_op(op: &crate::Op) -> Result<Vec<u8>, crate::ApplyError> {
     let name = match op {
         Op::CreateStream { name }
         | Op::UpdateStream { name, .. }
+        | Op::UpdateTopic { name, .. }
         | Op::CreateTopic { name, .. }
         | Op::CreateConsumerGroup { name, .. } => Some(name),
         _ => None,
@@ -441,6 +442,19 @@ pub fn encode_op(op: &crate::Op) -> Result<Vec<u8>, crate::ApplyError> {
             w.u32(*stream);
             w.name(name);
         }
+        Op::UpdateTopic {
+            stream,
+            topic,
+            name,
+            retention,
+        } => {
+            w.u8(10);
+            w.u32(*stream);
+            w.u32(*topic);
+            w.name(name);
+            w.u64(retention.max_age_seconds);
+            w.u64(retention.max_bytes);
+        }
     }
     Ok(w.0)
 }
@@ -494,6 +508,15 @@ pub fn decode_op(bytes: &[u8]) -> Result<crate::Op, DecodeError> {
         9 => Op::UpdateStream {
             stream: r.u32()?,
             name: r.name()?,
+        },
+        10 => Op::UpdateTopic {
+            stream: r.u32()?,
+            topic: r.u32()?,
+            name: r.name()?,
+            retention: Retention {
+                max_age_seconds: r.u64()?,
+                max_bytes: r.u64()?,
+            },
         },
         tag => {
             return Err(DecodeError::Invalid {

@@ -142,6 +142,14 @@ pub enum Op {
         stream: u32,
         topic: u32,
     },
+    /// Renames a topic and sets its retention (`UpdateTopic`, 304; op tag 10). The op carries
+    /// the values to hold, resolved against the state the request was read with.
+    UpdateTopic {
+        stream: u32,
+        topic: u32,
+        name: String,
+        retention: Retention,
+    },
     CreatePartitions {
         stream: u32,
         topic: u32,
@@ -431,6 +439,33 @@ impl State {
                     },
                 );
                 Ok(Applied::Topic(id))
+            }
+            Op::UpdateTopic {
+                stream,
+                topic,
+                name,
+                retention,
+            } => {
+                check_name(name)?;
+                let parent = self.stream_mut(*stream)?;
+                if !parent.topics.contains_key(topic) {
+                    return Err(ApplyError::UnknownTopic(*stream, *topic));
+                }
+                if parent
+                    .topics
+                    .values()
+                    .any(|t| t.name == *name && t.id != *topic)
+                {
+                    return Err(ApplyError::DuplicateName {
+                        what: "topic",
+                        name: name.clone(),
+                    });
+                }
+                if let Some(updated) = parent.topics.get_mut(topic) {
+                    updated.name.clone_from(name);
+                    updated.retention = *retention;
+                }
+                Ok(Applied::Topic(*topic))
             }
             Op::DeleteTopic { stream, topic } => {
                 let parent = self.stream_mut(*stream)?;

@@ -321,6 +321,17 @@ fn any_op() -> impl Strategy<Value = Op> {
         name.prop_map(|name| Op::CreateStream { name }),
         (1u32..5).prop_map(|stream| Op::DeleteStream { stream }),
         (1u32..5, name).prop_map(|(stream, name)| Op::UpdateStream { stream, name }),
+        (1u32..5, 1u32..4, name, 0u64..3, 0u64..3).prop_map(|(stream, topic, name, age, bytes)| {
+            Op::UpdateTopic {
+                stream,
+                topic,
+                name,
+                retention: Retention {
+                    max_age_seconds: age,
+                    max_bytes: bytes,
+                },
+            }
+        }),
         (1u32..5, name, 0u32..6, any::<bool>(), 1u8..4).prop_map(
             |(stream, name, partitions, persisted, replication_factor)| {
                 Op::CreateTopic {
@@ -430,6 +441,47 @@ fn a_stream_is_renamed_in_place() {
         "its own name"
     );
     let op = rename(2, "refunds");
+    assert_eq!(
+        codec::decode_op(&codec::encode_op(&op).unwrap()).unwrap(),
+        op
+    );
+}
+
+/// Issue #47: a topic's update renames it and sets its retention; a name another topic of the
+/// stream holds is refused and changes nothing; the op round-trips through the log's encoding.
+#[test]
+fn a_topic_is_updated_in_place() {
+    let mut state = State::new(3);
+    state.apply(&Op::CreateStream { name: "s".into() }).unwrap();
+    state.apply(&topic(1, "a", 2)).unwrap();
+    state.apply(&topic(1, "b", 1)).unwrap();
+    let retention = Retention {
+        max_age_seconds: 60,
+        max_bytes: 1 << 20,
+    };
+    let update = |topic, name: &str| Op::UpdateTopic {
+        stream: 1,
+        topic,
+        name: name.into(),
+        retention,
+    };
+    assert_eq!(state.apply(&update(1, "c")), Ok(Applied::Topic(1)));
+    let t = &state.streams[&1].topics[&1];
+    assert_eq!(
+        (t.name.as_str(), t.retention, t.partitions.len()),
+        ("c", retention, 2)
+    );
+    let before = state.clone();
+    assert!(matches!(
+        state.apply(&update(1, "b")),
+        Err(ApplyError::DuplicateName { .. })
+    ));
+    assert_eq!(
+        state.apply(&update(7, "x")),
+        Err(ApplyError::UnknownTopic(1, 7))
+    );
+    assert_eq!(state, before);
+    let op = update(2, "d");
     assert_eq!(
         codec::decode_op(&codec::encode_op(&op).unwrap()).unwrap(),
         op

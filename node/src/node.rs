@@ -778,7 +778,7 @@ impl<S: Storage + Clone> Node<S> {
     }
 
     /// The committed metadata state: the mirror, or the metadata group's own.
-    fn metadata_state(&self) -> Option<Arc<iggy_metadata::State>> {
+    pub fn metadata_state(&self) -> Option<Arc<iggy_metadata::State>> {
         if let Some(state) = &self.metadata {
             return Some(state.clone());
         }
@@ -944,15 +944,27 @@ impl<S: Storage + Clone> Node<S> {
         Some(ran)
     }
 
-    /// Hosts the partitions a metadata commit created and retires the ones it deleted.
+    /// Hosts the partitions a metadata commit created, retires the ones it deleted, and gives
+    /// the ones it kept their topic's retention as it now stands.
     fn apply(&mut self, changes: Changes<S>) -> Result<(), String> {
         let Changes {
             created,
             deleted,
+            retention,
             mirror,
             installed: _,
             unavailable,
         } = changes;
+        for (key, retention) in retention {
+            let id = GroupKind::Partition {
+                key,
+                persisted: false,
+            }
+            .id();
+            if let Some(group) = self.groups.get_mut(&id) {
+                group.retention = retention;
+            }
+        }
         for (key, reason) in unavailable {
             tracing::warn!(
                 replica = self.index,

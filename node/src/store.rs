@@ -95,6 +95,9 @@ pub struct Changes<S: Storage + Clone> {
     /// A partition state transfer installed: the partition booted on the installed files, for
     /// readers (the store holds it already).
     pub installed: Option<Arc<Partition<S>>>,
+    /// Partitions kept by the commit, with their topic's retention as it now stands (a topic's
+    /// update may have changed it): the node's retention passes follow it.
+    pub retention: Vec<(PartitionKey, iggy_metadata::Retention)>,
     /// Partitions the commit created in the metadata that this node had no room to create (a
     /// full disk, no descriptors: `PartitionError::is_exhaustion`), and why: the node keeps every
     /// other group running and tries them again ([`crate::Node::maintain`]). Their directories
@@ -107,6 +110,7 @@ impl<S: Storage + Clone> Default for Changes<S> {
         Self {
             created: Vec::new(),
             deleted: Vec::new(),
+            retention: Vec::new(),
             mirror: None,
             installed: None,
             unavailable: Vec::new(),
@@ -224,6 +228,10 @@ fn reconcile<S: Storage + Clone>(
 ) -> Result<(), String> {
     let after = iggy_recovery::known_partitions(state);
     changes.deleted = before.difference(&after).copied().collect();
+    changes.retention = after
+        .intersection(before)
+        .map(|&key| (key, retention(state, key)))
+        .collect();
     for &key in after.difference(before) {
         let created = iggy_recovery::create_partition(
             &catalog.storage,

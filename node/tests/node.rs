@@ -1750,3 +1750,61 @@ fn the_partitions_prepare_rings_share_the_nodes_ring_budget() {
         );
     }
 }
+
+/// Issue #47: a topic's update (`Op::UpdateTopic`) renames it and gives every node's replicas of
+/// its partitions the new retention, which their retention passes follow; the other topics'
+/// partitions keep theirs. Without the refresh a replica kept the retention it was created with
+/// until its node restarted.
+#[test]
+fn a_topics_update_reaches_every_nodes_retention_passes() {
+    let storages: Vec<SimStorage> = (0..3).map(genesis).collect();
+    let mut host = Host::boot(&storages, 1);
+    metadata_request(
+        &mut host,
+        1,
+        &Op::RegisterClient {
+            client: CLIENT,
+            session: 1,
+        },
+    );
+    metadata_request(
+        &mut host,
+        2,
+        &Op::CreateTopic {
+            stream: 1,
+            name: "kept".into(),
+            partitions: 2,
+            durability: Durability::Replicated,
+            segment_size_bytes: 64 << 10,
+            retention: Retention::default(),
+            replication_factor: 3,
+        },
+    );
+    let wanted = Retention {
+        max_age_seconds: 3_600,
+        max_bytes: 1 << 20,
+    };
+    metadata_request(
+        &mut host,
+        3,
+        &Op::UpdateTopic {
+            stream: 1,
+            topic: 2,
+            name: "trimmed".into(),
+            retention: wanted,
+        },
+    );
+    for (i, node) in host.nodes.iter().enumerate() {
+        for partition in 1..=2 {
+            let group = &node.groups[&partition_id(1, 2, partition)];
+            assert_eq!(group.retention, wanted, "node {i} partition {partition}");
+        }
+        assert_eq!(
+            node.groups[&partition_id(1, 1, 1)].retention,
+            Retention::default(),
+            "node {i}: the other topic's partition"
+        );
+        let state = node.metadata_state().expect("the metadata state");
+        assert_eq!(state.streams[&1].topics[&2].name, "trimmed");
+    }
+}

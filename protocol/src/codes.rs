@@ -33,6 +33,7 @@ pub mod code {
     pub const GET_TOPICS: u32 = 301;
     pub const CREATE_TOPIC: u32 = 302;
     pub const DELETE_TOPIC: u32 = 303;
+    pub const UPDATE_TOPIC: u32 = 304;
     pub const CREATE_PARTITIONS: u32 = 402;
 }
 

@@ -82,6 +82,13 @@ pub enum Request {
         stream: Identifier,
         topic: Identifier,
     },
+    /// Renames a topic and changes its options (the rest of the body, as a create's).
+    UpdateTopic {
+        stream: Identifier,
+        topic: Identifier,
+        name: String,
+        options: Vec<OptionEntry>,
+    },
     CreatePartitions {
         stream: Identifier,
         topic: Identifier,
@@ -276,6 +283,18 @@ impl Request {
                 stream: Identifier::read(&mut r, "stream id")?,
                 topic: Identifier::read(&mut r, "topic id")?,
             },
+            code::UPDATE_TOPIC => {
+                let stream = Identifier::read(&mut r, "stream id")?;
+                let topic = Identifier::read(&mut r, "topic id")?;
+                let name = read_name(&mut r, "topic name")?;
+                let len = r.remaining();
+                Self::UpdateTopic {
+                    stream,
+                    topic,
+                    name,
+                    options: read_options(&mut r, len)?,
+                }
+            }
             code::CREATE_PARTITIONS => Self::CreatePartitions {
                 stream: Identifier::read(&mut r, "stream id")?,
                 topic: Identifier::read(&mut r, "topic id")?,
@@ -454,6 +473,18 @@ impl Request {
                 stream.put(&mut out);
                 topic.put(&mut out);
                 code::DELETE_TOPIC
+            }
+            Self::UpdateTopic {
+                stream,
+                topic,
+                name,
+                options,
+            } => {
+                stream.put(&mut out);
+                topic.put(&mut out);
+                put_name(&mut out, name);
+                put_options(&mut out, options);
+                code::UPDATE_TOPIC
             }
             Self::CreatePartitions {
                 stream,

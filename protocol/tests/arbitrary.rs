@@ -27,6 +27,7 @@ const CODES: &[u32] = &[
     code::GET_TOPICS,
     code::CREATE_TOPIC,
     code::DELETE_TOPIC,
+    code::UPDATE_TOPIC,
     code::CREATE_PARTITIONS,
     code::SEND_MESSAGES,
     code::POLL_MESSAGES,

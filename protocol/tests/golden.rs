@@ -69,7 +69,8 @@ fn golden(name: &str) -> Vec<u8> {
         "store_consumer_offset_body",
         "stream_reply",
         "topic_options_durability",
-        "update_stream_body"
+        "update_stream_body",
+        "update_topic_body"
     )
 }
 
@@ -620,6 +621,21 @@ fn update_stream_body_is_the_sdks() {
         Request::UpdateStream {
             stream: name("orders"),
             name: "sales".into(),
+            options: vec![],
+        },
+    );
+}
+
+/// Issue #47: `UpdateTopic` (304) as the pinned crates encode it.
+#[test]
+fn update_topic_body_is_the_sdks() {
+    body_round_trip(
+        "update_topic_body",
+        code::UPDATE_TOPIC,
+        Request::UpdateTopic {
+            stream: name("orders"),
+            topic: Identifier::Numeric(0),
+            name: "ledger".into(),
             options: vec![],
         },
     );

@@ -282,6 +282,66 @@ fn topic_op(
     })
 }
 
+/// A topic's update (`UpdateTopic`, 304): the new name and the retention its options ask for,
+/// resolved against `topic` as it stands. `message_expiry` and `max_topic_size` of 0 (the SDK's
+/// server default) keep the current value and `u64::MAX` lifts the limit; what cannot change
+/// (durability, segment size, replication factor) is accepted only as it is; compression only
+/// as `none`. Any other key is refused.
+fn update_topic_op(
+    stream: u32,
+    topic: &Topic,
+    name: &str,
+    options: &[OptionEntry],
+) -> Result<Op, u32> {
+    let mut retention = topic.retention;
+    let bad = status::INVALID_OPTION_VALUE;
+    for entry in options {
+        match entry.key.as_str() {
+            "durability" | "consumer_offset_durability" => {
+                let current = match topic.durability {
+                    Durability::Replicated => "replicated",
+                    Durability::Persisted => "persisted",
+                };
+                if entry.as_str() != Some(current) {
+                    return Err(bad);
+                }
+            }
+            "segment_size" => {
+                if entry.as_u64() != Some(topic.segment_size_bytes) {
+                    return Err(bad);
+                }
+            }
+            "replication_factor" => {
+                if entry.as_u64() != Some(u64::from(topic.replication_factor)) {
+                    return Err(bad);
+                }
+            }
+            "message_expiry" => match entry.as_u64().ok_or(bad)? {
+                0 => {}
+                u64::MAX => retention.max_age_seconds = 0,
+                micros => retention.max_age_seconds = micros.div_ceil(1_000_000),
+            },
+            "max_topic_size" => match entry.as_u64().ok_or(bad)? {
+                0 => {}
+                u64::MAX => retention.max_bytes = 0,
+                bytes => retention.max_bytes = bytes,
+            },
+            "compression_algorithm" => {
+                if entry.as_str() != Some("none") {
+                    return Err(status::FEATURE_UNAVAILABLE);
+                }
+            }
+            _ => return Err(status::UNSUPPORTED_OPTION_KEY),
+        }
+    }
+    Ok(Op::UpdateTopic {
+        stream,
+        topic: topic.id,
+        name: name.to_owned(),
+        retention,
+    })
+}
+
 /// Where `request` goes, given the committed metadata `state`. `balanced`: the connection's
 /// round-robin counter for balanced sends; `figures`: what this node's partitions hold (the
 /// sizes and counts a listing shows). Login, logout, ping, cluster metadata and the system
@@ -386,6 +446,15 @@ fn route_inner(
             options,
             defaults,
         )?),
+        Request::UpdateTopic {
+            stream,
+            topic,
+            name,
+            options,
+        } => {
+            let (stream, topic) = find_topic(state, stream, topic)?;
+            Route::Metadata(update_topic_op(stream.id, topic, name, options)?)
+        }
         Request::DeleteTopic { stream, topic } => {
             let (stream, topic) = find_topic(state, stream, topic)?;
             Route::Metadata(Op::DeleteTopic {
@@ -620,7 +689,10 @@ pub fn partition_infos(stream: u32, topic: &Topic, figures: Figures<'_>) -> Vec<
 pub fn refusal_status(op: &Op, code: u8) -> u32 {
     let topic_level = matches!(
         op,
-        Op::CreateTopic { .. } | Op::DeleteTopic { .. } | Op::CreatePartitions { .. }
+        Op::CreateTopic { .. }
+            | Op::UpdateTopic { .. }
+            | Op::DeleteTopic { .. }
+            | Op::CreatePartitions { .. }
     );
     match code {
         1 if topic_level => status::INVALID_TOPIC_NAME,

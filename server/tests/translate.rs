@@ -465,3 +465,68 @@ fn described_topic_options_are_the_ones_a_create_accepts() {
             .is_empty()
     );
 }
+
+/// Issue #47: `UpdateTopic` (304) becomes the topic's new name and retention, resolved against
+/// the topic as it stands: the SDK's server default (0) keeps a limit, its never (`u64::MAX`)
+/// lifts it, a value sets it; what cannot change is accepted only as it is.
+#[test]
+fn a_topics_update_is_resolved_against_the_topic() {
+    let update = |options| Request::UpdateTopic {
+        stream: Identifier::Numeric(0),
+        topic: Identifier::Numeric(0),
+        name: "renamed".into(),
+        options,
+    };
+    let retention_of = |request: &Request| match routed(request) {
+        Route::Metadata(Op::UpdateTopic {
+            name, retention, ..
+        }) => {
+            assert_eq!(name, "renamed");
+            (retention.max_age_seconds, retention.max_bytes)
+        }
+        other => panic!("{other:?}"),
+    };
+    let current = state().streams[&1].topics[&1].retention;
+    let current = (current.max_age_seconds, current.max_bytes);
+    assert_eq!(
+        retention_of(&update(vec![])),
+        current,
+        "no options keep both"
+    );
+    assert_eq!(
+        retention_of(&update(vec![
+            OptionEntry::uint64("message_expiry", 0),
+            OptionEntry::uint64("max_topic_size", 0),
+        ])),
+        current,
+        "the server default keeps both"
+    );
+    assert_eq!(
+        retention_of(&update(vec![
+            OptionEntry::uint64("message_expiry", 2_500_000),
+            OptionEntry::uint64("max_topic_size", 1 << 30),
+        ])),
+        (3, 1 << 30)
+    );
+    assert_eq!(
+        retention_of(&update(vec![
+            OptionEntry::uint64("message_expiry", u64::MAX),
+            OptionEntry::uint64("max_topic_size", u64::MAX),
+        ])),
+        (0, 0),
+        "never and unlimited lift both"
+    );
+    let other = match state().streams[&1].topics[&1].durability {
+        Durability::Replicated => "persisted",
+        Durability::Persisted => "replicated",
+    };
+    assert_eq!(
+        routed(&update(vec![OptionEntry::string("durability", other)])),
+        Route::Refuse(status::INVALID_OPTION_VALUE),
+        "a topic's durability stays"
+    );
+    assert_eq!(
+        routed(&update(vec![OptionEntry::string("flush_interval", "1s")])),
+        Route::Refuse(status::UNSUPPORTED_OPTION_KEY)
+    );
+}

@@ -16,7 +16,7 @@ use iggy_binary_protocol::requests::streams::{
     CreateStreamRequest, DeleteStreamRequest, GetStreamRequest, UpdateStreamRequest,
 };
 use iggy_binary_protocol::requests::topics::{
-    CreateTopicRequest, DeleteTopicRequest, GetTopicRequest,
+    CreateTopicRequest, DeleteTopicRequest, GetTopicRequest, UpdateTopicRequest,
 };
 use iggy_binary_protocol::requests::users::LoginRegisterRequest;
 use iggy_binary_protocol::responses::consumer_offsets::ConsumerOffsetResponse;
@@ -562,6 +562,17 @@ fn main() {
         &UpdateStreamRequest {
             stream_id: WireIdentifier::named("orders").expect("a name"),
             name: name("sales"),
+            options: options(&[]),
+        }
+        .to_bytes(),
+    );
+    write(
+        &dir,
+        "update_topic_body",
+        &UpdateTopicRequest {
+            stream_id: WireIdentifier::named("orders").expect("a name"),
+            topic_id: WireIdentifier::numeric(0),
+            name: name("ledger"),
             options: options(&[]),
         }
         .to_bytes(),
