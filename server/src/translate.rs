@@ -151,6 +151,14 @@ fn consumer_id(consumer: &iggy_protocol::Consumer) -> Result<(ConsumerKind, u32)
     }
 }
 
+/// A durability as the `durability` option names it.
+fn durability_name(durability: Durability) -> &'static str {
+    match durability {
+        Durability::Replicated => "replicated",
+        Durability::Persisted => "persisted",
+    }
+}
+
 /// The option keys a topic's create accepts ([`topic_op`] reads them), as `DescribeOptions`
 /// (13) lists them for `iggy options`.
 pub fn topic_options(defaults: &TopicDefaults) -> Vec<response::OptionDescriptor> {
@@ -168,10 +176,7 @@ pub fn topic_options(defaults: &TopicDefaults) -> Vec<response::OptionDescriptor
             default_value: default,
             description: description.into(),
         };
-    let durability = match defaults.durability {
-        Durability::Replicated => "replicated",
-        Durability::Persisted => "persisted",
-    };
+    let durability = durability_name(defaults.durability);
     vec![
         string(
             "durability",
@@ -298,11 +303,7 @@ fn update_topic_op(
     for entry in options {
         match entry.key.as_str() {
             "durability" | "consumer_offset_durability" => {
-                let current = match topic.durability {
-                    Durability::Replicated => "replicated",
-                    Durability::Persisted => "persisted",
-                };
-                if entry.as_str() != Some(current) {
+                if entry.as_str() != Some(durability_name(topic.durability)) {
                     return Err(bad);
                 }
             }
@@ -637,10 +638,7 @@ fn max_topic_size(max_bytes: u64) -> u64 {
 }
 
 pub fn topic_info(stream: u32, topic: &Topic, figures: Figures<'_>) -> TopicInfo {
-    let durability = match topic.durability {
-        Durability::Replicated => "replicated",
-        Durability::Persisted => "persisted",
-    };
+    let durability = durability_name(topic.durability);
     let (messages_count, size_bytes) = topic_totals(stream, topic, figures);
     TopicInfo {
         id: wire(topic.id),
