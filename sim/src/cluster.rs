@@ -486,7 +486,8 @@ pub struct Cluster {
     deaf_waiting: bool,
     deaf: Option<Deaf>,
     deaf_faults: u64,
-    /// When each node last heard a message of a peer replica (the server's isolation check).
+    /// When each node last heard a peer (the server's isolation check): a message of a peer
+    /// replica, or a peer up behind a whole link (the server's pings).
     heard_peer: Vec<u64>,
     /// When a client, producer or consumer of each group last had a committed reply (checker
     /// `availability`: an answered request waits no more, whether or not it committed anew).
@@ -978,6 +979,14 @@ impl Cluster {
     /// The server's isolation check on `node`'s client port: heard no peer for a second, it
     /// closes the connection of every producer whose request has waited on it as long.
     fn close_if_isolated(&mut self, node: u8) {
+        // The server's peers ping each other every 250 ms: a node hears every peer that is up
+        // and whose link to it is whole, whether or not the replicas send anything (a primary's
+        // backups send each other nothing until a view change).
+        if (0..self.layout.replicas)
+            .any(|p| p != node && self.nodes[usize::from(p)].up && !self.network.is_cut(p, node))
+        {
+            self.heard_peer[usize::from(node)] = self.now;
+        }
         if self.now.saturating_sub(self.heard_peer[usize::from(node)]) < ISOLATED_US {
             return;
         }

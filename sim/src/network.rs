@@ -199,6 +199,12 @@ impl Network {
         self.healed = true;
     }
 
+    /// Whether the link from `from` to `to` is cut.
+    #[must_use]
+    pub fn is_cut(&self, from: u8, to: u8) -> bool {
+        !self.healed && self.cut.contains(&(from, to))
+    }
+
     #[must_use]
     pub fn is_partitioned(&self) -> bool {
         !self.cut.is_empty() || !self.clogged.is_empty()
