@@ -512,17 +512,32 @@ impl ClientStream for TcpStream {
         // stream yet when the node is busy (`poll_peek` then answers pending, and an
         // `an_auto_commit_poll_whose_client_left_stores_no_offset` run on a loaded machine saw
         // its orphan poll answered and its offset stored).
-        use std::os::fd::AsFd;
-        let mut byte = [0u8; 1];
-        match rustix::net::recv(
-            self.as_fd(),
-            &mut byte,
-            rustix::net::RecvFlags::PEEK | rustix::net::RecvFlags::DONTWAIT,
-        ) {
-            Ok((0, _)) => true,
-            Ok(_) => false,
-            Err(e) => e != rustix::io::Errno::AGAIN && e != rustix::io::Errno::INTR,
-        }
+        matches!(peek_first_byte(self), Peeked::End)
+    }
+}
+
+/// What a non-blocking peek at a client's socket finds.
+enum Peeked {
+    /// The client closed its side, or the connection failed.
+    End,
+    /// A byte waits to be read.
+    Byte(u8),
+    /// Nothing yet.
+    Nothing,
+}
+
+fn peek_first_byte(socket: &TcpStream) -> Peeked {
+    use std::os::fd::AsFd;
+    let mut byte = [0u8; 1];
+    match rustix::net::recv(
+        socket.as_fd(),
+        &mut byte,
+        rustix::net::RecvFlags::PEEK | rustix::net::RecvFlags::DONTWAIT,
+    ) {
+        Ok((0, _)) => Peeked::End,
+        Ok(_) => Peeked::Byte(byte[0]),
+        Err(e) if e == rustix::io::Errno::AGAIN || e == rustix::io::Errno::INTR => Peeked::Nothing,
+        Err(_) => Peeked::End,
     }
 }
 
@@ -532,16 +547,10 @@ const TLS_ALERT: u8 = 0x15;
 
 impl ClientStream for tokio_rustls::server::TlsStream<TcpStream> {
     fn gone(&self) -> bool {
-        use std::os::fd::AsFd;
-        let mut byte = [0u8; 1];
-        match rustix::net::recv(
-            self.get_ref().0.as_fd(),
-            &mut byte,
-            rustix::net::RecvFlags::PEEK | rustix::net::RecvFlags::DONTWAIT,
-        ) {
-            Ok((0, _)) => true,
-            Ok(_) => byte[0] == TLS_ALERT,
-            Err(e) => e != rustix::io::Errno::AGAIN && e != rustix::io::Errno::INTR,
+        match peek_first_byte(self.get_ref().0) {
+            Peeked::End => true,
+            Peeked::Byte(byte) => byte == TLS_ALERT,
+            Peeked::Nothing => false,
         }
     }
 }
