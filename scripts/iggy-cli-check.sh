@@ -2,7 +2,8 @@
 # The official iggy-cli 0.14.0 against a local `iggy-server dev` cluster of three nodes: ping,
 # create a stream and a topic of 3 partitions (persisted), list them, the cluster's roster, send
 # to a partition, by key and balanced, poll them back, then the topic's figures, `stats`, `me`,
-# `client list`, `options`, a stream renamed and a topic updated. Outside the default test run: the CLI
+# `client list`, `options`, a stream renamed, a topic updated, consumer groups created, listed,
+# read and deleted. Outside the default test run: the CLI
 # takes about five minutes to install (once; set IGGY_CLI to an installed binary to skip it).
 #
 #   scripts/iggy-cli-check.sh            # exit 0 when every step did what it should
@@ -75,4 +76,14 @@ step "updated" stream update orders sales
 step "sales" stream list
 step "updated" topic update sales payments ledger none 1hour -m 1GB
 step "Message expiry *| 1h " topic get sales ledger
+# Issue #47: consumer groups, created, listed and read back through the node the CLI talks to,
+# and deleted.
+step "created" consumer-group create sales ledger billing
+step "billing" consumer-group list sales ledger
+step "Members count *| 0" consumer-group get sales ledger billing
+step "created" consumer-group create sales ledger audit
+step "audit" consumer-group list sales ledger
+step "deleted" consumer-group delete sales ledger audit
+out=$(iggy consumer-group list sales ledger)
+if grep -q audit <<< "$out"; then echo "FAILED: the deleted group is still listed"; exit 1; fi
 echo "== every step passed"

@@ -1,5 +1,5 @@
 //! Any bytes into the segment index decoder: no panic, no allocation beyond the bytes given, and
-//! whatever decodes re-encodes to the same bytes. Inputs are also decoded with the magic planted
+//! whatever decodes as the current version with its summary re-encodes to the same bytes. Inputs are also decoded with the magic planted
 //! and the checksum resealed, so the fuzzer reaches the checks behind them.
 #![no_main]
 
@@ -10,8 +10,14 @@ fn check(bytes: &[u8]) {
     let start = bytes
         .get(32..40)
         .map_or(0, |b| u64::from_le_bytes(b.try_into().unwrap_or_default()));
-    if let Ok(file) = index::decode(bytes, start) {
-        assert_eq!(index::encode(start, file.interval_bytes, &file.entries), bytes);
+    if let Ok(file) = index::decode(bytes, start)
+        && file.version == index::VERSION
+        && let Some(summary) = &file.summary
+    {
+        assert_eq!(
+            index::encode(start, file.interval_bytes, &file.entries, summary),
+            bytes
+        );
     }
 }
 

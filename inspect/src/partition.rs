@@ -276,6 +276,10 @@ fn op_name(op: &iggy_metadata::Op) -> &'static str {
         Op::CreatePartitions { .. } => "create partitions",
         Op::CreateConsumerGroup { .. } => "create consumer group",
         Op::DeleteConsumerGroup { .. } => "delete consumer group",
+        Op::JoinConsumerGroup { .. } => "join consumer group",
+        Op::LeaveConsumerGroup { .. } => "leave consumer group",
+        Op::LeaveGroups { .. } => "session ended: leave its groups",
+        Op::DropNodeMembers { .. } => "node restarted: drop its members",
         Op::RegisterClient { .. } => "register client",
     }
 }

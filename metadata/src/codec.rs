@@ -1,5 +1,5 @@
-//! The metadata state's encoding inside `snapshot.bin` (payload version 2: sessions keep their
-//! reply bytes), the encoding of ops as WAL entry bodies, and of replies. Little-endian,
+//! The metadata state's encoding inside `snapshot.bin` (payload version 4: consumer groups keep
+//! their members; 3: sessions keep their request checksum; 2: sessions keep their reply bytes), the encoding of ops as WAL entry bodies, and of replies. Little-endian,
 //! fixed-width integers; strings as a u16 length and UTF-8 bytes; collections as a u32 count
 //! and their elements in id order (see `docs/format.md`, "Metadata payload").
 //!
@@ -11,18 +11,18 @@
 use std::collections::BTreeMap;
 
 use crate::{
-    Applied, ApplyError, ClientSession, ConsumerGroup, Durability, NAME_BYTES_MAX, Partition,
-    REPLY_BYTES_MAX, Retention, State, Stream, Topic,
+    Applied, ApplyError, ClientSession, ConsumerGroup, Durability, Member, NAME_BYTES_MAX,
+    Partition, REPLY_BYTES_MAX, Retention, State, Stream, Topic,
 };
 
-/// The payload version this build writes (it reads it and version 2, whose client sessions
-/// lack the request checksum).
-pub const PAYLOAD_VERSION: u16 = 3;
+/// The payload version this build writes (it reads it, version 3, whose consumer groups lack
+/// members, and version 2, whose client sessions also lack the request checksum).
+pub const PAYLOAD_VERSION: u16 = 4;
 
 /// Why bytes are not a valid metadata payload.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum DecodeError {
-    #[error("unknown metadata payload version {0} (this build reads 2 and {PAYLOAD_VERSION})")]
+    #[error("unknown metadata payload version {0} (this build reads 2 to {PAYLOAD_VERSION})")]
     UnknownVersion(u16),
     #[error("at byte {offset}: {reason}")]
     Invalid { offset: usize, reason: String },
@@ -65,7 +65,7 @@ impl Writer {
     }
 }
 
-/// Encodes `state` as payload version 2.
+/// Encodes `state` as payload version [`PAYLOAD_VERSION`].
 #[must_use]
 pub fn encode(state: &State) -> Vec<u8> {
     let mut w = Writer(Vec::new());
@@ -98,6 +98,15 @@ pub fn encode(state: &State) -> Vec<u8> {
             for group in topic.groups.values() {
                 w.u32(group.id);
                 w.name(&group.name);
+                w.u64(group.generation);
+                w.u32(group.next_member_id);
+                w.count(group.members.len());
+                for (id, member) in &group.members {
+                    w.u32(*id);
+                    w.u128(member.session);
+                    w.u8(member.node);
+                    w.u64(member.boot);
+                }
             }
         }
     }
@@ -213,7 +222,7 @@ fn insert_ordered<T>(
 
 /// Decodes a payload of `version`.
 pub fn decode(version: u16, bytes: &[u8]) -> Result<State, DecodeError> {
-    if version != PAYLOAD_VERSION && version != 2 {
+    if !(2..=PAYLOAD_VERSION).contains(&version) {
         return Err(DecodeError::UnknownVersion(version));
     }
     let mut r = Reader { bytes, at: 0 };
@@ -230,7 +239,7 @@ pub fn decode(version: u16, bytes: &[u8]) -> Result<State, DecodeError> {
         let next_topic_id = r.u32()?;
         let mut topics = BTreeMap::new();
         for _ in 0..r.count(45, crate::TOPICS_PER_STREAM_MAX)? {
-            let topic = decode_topic(&mut r, replica_count)?;
+            let topic = decode_topic(&mut r, replica_count, version)?;
             insert_ordered(&r, &mut topics, topic.id, topic)?;
         }
         if topics
@@ -288,7 +297,7 @@ pub fn decode(version: u16, bytes: &[u8]) -> Result<State, DecodeError> {
     Ok(state)
 }
 
-fn decode_topic(r: &mut Reader<'_>, replica_count: u8) -> Result<Topic, DecodeError> {
+fn decode_topic(r: &mut Reader<'_>, replica_count: u8, version: u16) -> Result<Topic, DecodeError> {
     let id = r.u32()?;
     let name = r.name()?;
     let durability = match r.u8()? {
@@ -322,11 +331,32 @@ fn decode_topic(r: &mut Reader<'_>, replica_count: u8) -> Result<Topic, DecodeEr
     }
     let next_group_id = r.u32()?;
     let mut groups = BTreeMap::new();
-    for _ in 0..r.count(7, crate::GROUPS_PER_TOPIC_MAX)? {
-        let group = ConsumerGroup {
-            id: r.u32()?,
-            name: r.name()?,
-        };
+    let group_bytes = if version >= 4 { 23 } else { 7 };
+    for _ in 0..r.count(group_bytes, crate::GROUPS_PER_TOPIC_MAX)? {
+        let mut group = ConsumerGroup::new(r.u32()?, r.name()?);
+        if version >= 4 {
+            group.generation = r.u64()?;
+            group.next_member_id = r.u32()?;
+            for _ in 0..r.count(29, crate::MEMBERS_PER_GROUP_MAX)? {
+                let id = r.u32()?;
+                let member = Member {
+                    session: r.u128()?,
+                    node: r.u8()?,
+                    boot: r.u64()?,
+                };
+                if member.node >= replica_count {
+                    return r.fail(format!("member {id} joined through node {}", member.node));
+                }
+                insert_ordered(r, &mut group.members, id, member)?;
+            }
+            if group
+                .members
+                .last_key_value()
+                .is_some_and(|(last, _)| *last >= group.next_member_id)
+            {
+                return r.fail("next_member_id not past every member id");
+            }
+        }
         insert_ordered(r, &mut groups, group.id, group)?;
     }
     if groups
@@ -455,6 +485,43 @@ pub fn encode_op(op: &crate::Op) -> Result<Vec<u8>, crate::ApplyError> {
             w.u64(retention.max_age_seconds);
             w.u64(retention.max_bytes);
         }
+        Op::JoinConsumerGroup {
+            stream,
+            topic,
+            group,
+            member,
+            node,
+            boot,
+        } => {
+            w.u8(11);
+            w.u32(*stream);
+            w.u32(*topic);
+            w.u32(*group);
+            w.u128(*member);
+            w.u8(*node);
+            w.u64(*boot);
+        }
+        Op::LeaveConsumerGroup {
+            stream,
+            topic,
+            group,
+            member,
+        } => {
+            w.u8(12);
+            w.u32(*stream);
+            w.u32(*topic);
+            w.u32(*group);
+            w.u128(*member);
+        }
+        Op::LeaveGroups { member } => {
+            w.u8(13);
+            w.u128(*member);
+        }
+        Op::DropNodeMembers { node, boot_before } => {
+            w.u8(14);
+            w.u8(*node);
+            w.u64(*boot_before);
+        }
     }
     Ok(w.0)
 }
@@ -518,6 +585,25 @@ pub fn decode_op(bytes: &[u8]) -> Result<crate::Op, DecodeError> {
                 max_bytes: r.u64()?,
             },
         },
+        11 => Op::JoinConsumerGroup {
+            stream: r.u32()?,
+            topic: r.u32()?,
+            group: r.u32()?,
+            member: r.u128()?,
+            node: r.u8()?,
+            boot: r.u64()?,
+        },
+        12 => Op::LeaveConsumerGroup {
+            stream: r.u32()?,
+            topic: r.u32()?,
+            group: r.u32()?,
+            member: r.u128()?,
+        },
+        13 => Op::LeaveGroups { member: r.u128()? },
+        14 => Op::DropNodeMembers {
+            node: r.u8()?,
+            boot_before: r.u64()?,
+        },
         tag => {
             return Err(DecodeError::Invalid {
                 offset: 0,
@@ -552,6 +638,7 @@ fn error_code(error: &ApplyError) -> u8 {
         ApplyError::StaleSession { .. } => 9,
         ApplyError::NoSession { .. } => 10,
         ApplyError::StaleRequest { .. } => 11,
+        ApplyError::NotMember(..) => 12,
     }
 }
 
@@ -584,6 +671,10 @@ pub fn encode_reply(result: &Result<Applied, ApplyError>) -> Vec<u8> {
                 }
                 Applied::Deleted => w.u8(5),
                 Applied::Client => w.u8(6),
+                Applied::Left(count) => {
+                    w.u8(7);
+                    w.u32(*count);
+                }
             }
         }
         Err(error) => {
@@ -615,6 +706,7 @@ pub fn decode_reply(bytes: &[u8]) -> Result<Reply, DecodeError> {
             4 => Applied::Group(r.u32()?),
             5 => Applied::Deleted,
             6 => Applied::Client,
+            7 => Applied::Left(r.u32()?),
             tag => return r.fail(format!("unknown reply tag {tag}")),
         }),
         1 => {

@@ -25,6 +25,8 @@ pub const TOPICS_PER_STREAM_MAX: usize = 10_000;
 pub const PARTITIONS_PER_TOPIC_MAX: u32 = 100_000;
 pub const PARTITIONS_MAX: usize = 1_000_000;
 pub const GROUPS_PER_TOPIC_MAX: usize = 10_000;
+/// Members of one consumer group (each is a client session).
+pub const MEMBERS_PER_GROUP_MAX: usize = 1_000;
 /// Sessions in the client table (each holds up to [`REPLY_BYTES_MAX`] of reply).
 pub const CLIENTS_MAX: usize = 16_384;
 /// The largest reply a session keeps (a metadata reply is an id or an error message).
@@ -54,10 +56,86 @@ pub struct Partition {
     pub leader: u8,
 }
 
+/// A member of a consumer group: a client session, and the node it joined through (a member
+/// leaves when its session ends there, or when that node restarts or is gone).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Member {
+    /// The session's client id (its id in the groups' client tables).
+    pub session: u128,
+    /// The node whose client port the session is connected to.
+    pub node: u8,
+    /// That node's boot stamp (its clock at start, µs): a restart drops members of older boots.
+    pub boot: u64,
+}
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ConsumerGroup {
     pub id: u32,
     pub name: String,
+    /// Bumped by every change of who holds which partition (a join, a leave, new partitions):
+    /// a member's assignment is current while the generation it read is.
+    pub generation: u64,
+    pub members: BTreeMap<u32, Member>,
+    pub next_member_id: u32,
+}
+
+impl ConsumerGroup {
+    #[must_use]
+    pub fn new(id: u32, name: String) -> Self {
+        Self {
+            id,
+            name,
+            generation: 0,
+            members: BTreeMap::new(),
+            next_member_id: 1,
+        }
+    }
+
+    /// The member id of `session`, if it is a member.
+    #[must_use]
+    pub fn member_of(&self, session: u128) -> Option<u32> {
+        self.members
+            .iter()
+            .find(|(_, member)| member.session == session)
+            .map(|(id, _)| *id)
+    }
+
+    /// Which partitions (ids 1 to `partitions`) each member holds: members in id order take
+    /// the partitions round-robin (partition `i` goes to member `(i - 1) % members`), so every
+    /// partition has exactly one holder while the group has a member, and the split is the
+    /// same on every replica.
+    #[must_use]
+    pub fn assignment(&self, partitions: u32) -> BTreeMap<u32, Vec<u32>> {
+        let ids: Vec<u32> = self.members.keys().copied().collect();
+        let mut out: BTreeMap<u32, Vec<u32>> = ids.iter().map(|id| (*id, Vec::new())).collect();
+        if ids.is_empty() {
+            return out;
+        }
+        for partition in 1..=partitions {
+            let holder = ids[(partition as usize - 1) % ids.len()];
+            out.entry(holder).or_default().push(partition);
+        }
+        out
+    }
+
+    /// The partitions `member` holds (empty for a non-member).
+    #[must_use]
+    pub fn partitions_of(&self, member: u32, partitions: u32) -> Vec<u32> {
+        self.assignment(partitions)
+            .remove(&member)
+            .unwrap_or_default()
+    }
+
+    /// Removes every member `leaves` selects; bumps the generation if any went.
+    fn remove_members(&mut self, leaves: impl Fn(&Member) -> bool) -> usize {
+        let before = self.members.len();
+        self.members.retain(|_, member| !leaves(member));
+        let removed = before - self.members.len();
+        if removed > 0 {
+            self.generation += 1;
+        }
+        removed
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -165,6 +243,33 @@ pub enum Op {
         topic: u32,
         group: u32,
     },
+    /// Session `member` joins a group through `node` (booted at `boot`); joining again changes
+    /// nothing (tag 11).
+    JoinConsumerGroup {
+        stream: u32,
+        topic: u32,
+        group: u32,
+        member: u128,
+        node: u8,
+        boot: u64,
+    },
+    /// Session `member` leaves a group (tag 12).
+    LeaveConsumerGroup {
+        stream: u32,
+        topic: u32,
+        group: u32,
+        member: u128,
+    },
+    /// Session `member` ended: it leaves every group it is in (tag 13).
+    LeaveGroups {
+        member: u128,
+    },
+    /// Node `node` restarted (or is gone): members that joined through it before `boot_before`
+    /// leave (`u64::MAX`: all of them) (tag 14).
+    DropNodeMembers {
+        node: u8,
+        boot_before: u64,
+    },
     /// Registers a client session (or replaces an older session of the same client).
     RegisterClient {
         client: u128,
@@ -177,10 +282,15 @@ pub enum Op {
 pub enum Applied {
     Stream(u32),
     Topic(u32),
-    Partitions { first: u32, count: u32 },
+    Partitions {
+        first: u32,
+        count: u32,
+    },
     Group(u32),
     Deleted,
     Client,
+    /// Members that left (a session's end, a node's restart).
+    Left(u32),
 }
 
 /// What executing a committed request did.
@@ -206,6 +316,8 @@ pub enum ApplyError {
     UnknownTopic(u32, u32),
     #[error("no consumer group {2} in topic {1} of stream {0}")]
     UnknownGroup(u32, u32, u32),
+    #[error("session {member:#x} is not a member of consumer group {2} in topic {1} of stream {0}", member = .3)]
+    NotMember(u32, u32, u32, u128),
     #[error("{what}: at most {max}")]
     Limit { what: &'static str, max: usize },
     #[error("replication factor {factor} must be 1 to {replicas} (the cluster size)")]
@@ -503,7 +615,14 @@ impl State {
                     .collect();
                 self.partition_count += added.len();
                 self.count_primaries(&added, true);
-                self.topic_mut(*stream, *topic)?.partitions.extend(added);
+                let grown = self.topic_mut(*stream, *topic)?;
+                grown.partitions.extend(added);
+                // Every group's split changes with the partition count.
+                for group in grown.groups.values_mut() {
+                    if !group.members.is_empty() {
+                        group.generation += 1;
+                    }
+                }
                 Ok(Applied::Partitions {
                     first,
                     count: *count,
@@ -530,13 +649,9 @@ impl State {
                 }
                 let id = parent.next_group_id;
                 parent.next_group_id += 1;
-                parent.groups.insert(
-                    id,
-                    ConsumerGroup {
-                        id,
-                        name: name.clone(),
-                    },
-                );
+                parent
+                    .groups
+                    .insert(id, ConsumerGroup::new(id, name.clone()));
                 Ok(Applied::Group(id))
             }
             Op::DeleteConsumerGroup {
@@ -550,6 +665,71 @@ impl State {
                     .remove(group)
                     .ok_or(ApplyError::UnknownGroup(*stream, *topic, *group))?;
                 Ok(Applied::Deleted)
+            }
+            Op::JoinConsumerGroup {
+                stream,
+                topic,
+                group,
+                member,
+                node,
+                boot,
+            } => {
+                if *node >= self.replica_count {
+                    return Err(ApplyError::Limit {
+                        what: "node index of a member",
+                        max: usize::from(self.replica_count) - 1,
+                    });
+                }
+                let joined = self
+                    .topic_mut(*stream, *topic)?
+                    .groups
+                    .get_mut(group)
+                    .ok_or(ApplyError::UnknownGroup(*stream, *topic, *group))?;
+                if joined.member_of(*member).is_some() {
+                    return Ok(Applied::Group(*group));
+                }
+                if joined.members.len() >= MEMBERS_PER_GROUP_MAX {
+                    return Err(ApplyError::Limit {
+                        what: "members per consumer group",
+                        max: MEMBERS_PER_GROUP_MAX,
+                    });
+                }
+                let id = joined.next_member_id;
+                joined.next_member_id += 1;
+                joined.members.insert(
+                    id,
+                    Member {
+                        session: *member,
+                        node: *node,
+                        boot: *boot,
+                    },
+                );
+                joined.generation += 1;
+                Ok(Applied::Group(*group))
+            }
+            Op::LeaveConsumerGroup {
+                stream,
+                topic,
+                group,
+                member,
+            } => {
+                let left = self
+                    .topic_mut(*stream, *topic)?
+                    .groups
+                    .get_mut(group)
+                    .ok_or(ApplyError::UnknownGroup(*stream, *topic, *group))?;
+                if left.remove_members(|m| m.session == *member) == 0 {
+                    return Err(ApplyError::NotMember(*stream, *topic, *group, *member));
+                }
+                Ok(Applied::Left(1))
+            }
+            Op::LeaveGroups { member } => {
+                Ok(Applied::Left(self.remove_members(|m| m.session == *member)))
+            }
+            Op::DropNodeMembers { node, boot_before } => {
+                Ok(Applied::Left(self.remove_members(|m| {
+                    m.node == *node && m.boot < *boot_before
+                })))
             }
             Op::RegisterClient { client, session } => {
                 match self.clients.get(client) {
@@ -576,6 +756,50 @@ impl State {
                 Ok(Applied::Client)
             }
         }
+    }
+
+    /// Removes every member `leaves` selects from every group; how many went.
+    fn remove_members(&mut self, leaves: impl Fn(&Member) -> bool) -> u32 {
+        let mut removed = 0;
+        for stream in self.streams.values_mut() {
+            for topic in stream.topics.values_mut() {
+                for group in topic.groups.values_mut() {
+                    removed += group.remove_members(&leaves);
+                }
+            }
+        }
+        u32::try_from(removed).unwrap_or(u32::MAX)
+    }
+
+    /// The groups `session` is a member of, as `(stream, topic, group)`.
+    #[must_use]
+    pub fn memberships(&self, session: u128) -> Vec<(u32, u32, u32)> {
+        let mut out = Vec::new();
+        for stream in self.streams.values() {
+            for topic in stream.topics.values() {
+                for group in topic.groups.values() {
+                    if group.member_of(session).is_some() {
+                        out.push((stream.id, topic.id, group.id));
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// Whether any group has a member that joined through `node` before `boot_before`.
+    #[must_use]
+    pub fn has_node_members(&self, node: u8, boot_before: u64) -> bool {
+        self.streams.values().any(|stream| {
+            stream.topics.values().any(|topic| {
+                topic.groups.values().any(|group| {
+                    group
+                        .members
+                        .values()
+                        .any(|m| m.node == node && m.boot < boot_before)
+                })
+            })
+        })
     }
 
     /// Evicts the session whose last request is the oldest op (the lowest client id among

@@ -1,8 +1,9 @@
 //! Golden snapshots holding a real metadata state, container version 1: `snapshot-v1.bin` with
 //! payload version 2 must still decode to the state below (its client session without a request
-//! checksum), and `snapshot-v1-payload-3.bin` (payload version 3) must decode to it and
-//! re-encode byte for byte, so changing the container or the state encoding without a version
-//! bump breaks these tests.
+//! checksum), `snapshot-v1-payload-3.bin` (payload version 3) must decode to it (its consumer
+//! groups without members), and `snapshot-v1-payload-4.bin` (payload version 4, the state with
+//! two members) must decode to it and re-encode byte for byte, so changing the container or the
+//! state encoding without a version bump breaks these tests.
 //! Regenerate the newest (only with a version bump): `IGGY_REGENERATE_GOLDEN=1 cargo test -p iggy-metadata --test golden`.
 #![allow(
     clippy::unwrap_used,
@@ -14,7 +15,7 @@ use iggy_metadata::{Durability, Op, Retention, State};
 
 /// The golden state; the session's last request has the request checksum `request_checksum`
 /// (0: unknown, as payload version 2 reads it).
-fn golden_state(request_checksum: u128) -> State {
+fn golden_state(request_checksum: u128, with_members: bool) -> State {
     let mut state = State::new(3);
     let ops = [
         Op::CreateStream {
@@ -73,6 +74,20 @@ fn golden_state(request_checksum: u128) -> State {
         }
     }
     state.primaries = vec![2, 2, 1];
+    if with_members {
+        for (member, node, boot) in [(0xAB, 0, 1_000), (0xCD, 2, 2_000)] {
+            state
+                .apply(&Op::JoinConsumerGroup {
+                    stream: 1,
+                    topic: 1,
+                    group: 1,
+                    member,
+                    node,
+                    boot,
+                })
+                .unwrap();
+        }
+    }
     // A session that registered (op 6) and whose request 3 was answered (op 7): the table keeps
     // its reply bytes.
     let client = 0x00C1_1E47;
@@ -100,14 +115,14 @@ const CHECKPOINT_CHECKSUM: u128 = 0x00C0_FFEE_0000_0000_0000_0000_0000_0007;
 
 #[test]
 fn the_golden_metadata_snapshot_decodes_and_re_encodes_byte_for_byte() {
-    let payload = codec::encode(&golden_state(REQUEST_CHECKSUM));
+    let payload = codec::encode(&golden_state(REQUEST_CHECKSUM, true));
     let bytes = iggy_snapshot::encode(
         CHECKPOINT_OP,
         CHECKPOINT_CHECKSUM,
         PAYLOAD_VERSION,
         &payload,
     );
-    let name = "snapshot-v1-payload-3.bin";
+    let name = "snapshot-v1-payload-4.bin";
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
     if std::env::var_os("IGGY_REGENERATE_GOLDEN").is_some() {
         let root = iggy_io::OsStorage::open(&path).unwrap();
@@ -116,14 +131,14 @@ fn the_golden_metadata_snapshot_decodes_and_re_encodes_byte_for_byte() {
         iggy_io::WriteFile::write_all_at(&file, 0, &bytes).unwrap();
         iggy_io::WriteFile::sync_data(&file).unwrap();
     }
-    let golden = include_bytes!("fixtures/snapshot-v1-payload-3.bin");
+    let golden = include_bytes!("fixtures/snapshot-v1-payload-4.bin");
     let (header, body) = iggy_snapshot::decode(name, golden).unwrap();
     assert_eq!(header.checkpoint_op, CHECKPOINT_OP);
     assert_eq!(header.checkpoint_checksum, CHECKPOINT_CHECKSUM);
-    assert_eq!(header.payload_version, 3);
+    assert_eq!(header.payload_version, 4);
     assert_eq!(
         codec::decode(header.payload_version, body).unwrap(),
-        golden_state(REQUEST_CHECKSUM)
+        golden_state(REQUEST_CHECKSUM, true)
     );
     assert_eq!(
         &bytes[..],
@@ -141,6 +156,18 @@ fn the_golden_snapshot_of_payload_version_2_still_decodes() {
     assert_eq!(header.payload_version, 2);
     assert_eq!(
         codec::decode(header.payload_version, body).unwrap(),
-        golden_state(0)
+        golden_state(0, false)
+    );
+}
+
+/// Payload version 3 (consumer groups without members) still boots.
+#[test]
+fn the_golden_snapshot_of_payload_version_3_still_decodes() {
+    let golden = include_bytes!("fixtures/snapshot-v1-payload-3.bin");
+    let (header, body) = iggy_snapshot::decode("snapshot-v1-payload-3.bin", golden).unwrap();
+    assert_eq!(header.payload_version, 3);
+    assert_eq!(
+        codec::decode(header.payload_version, body).unwrap(),
+        golden_state(REQUEST_CHECKSUM, false)
     );
 }

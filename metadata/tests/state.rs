@@ -291,8 +291,8 @@ fn decode_refuses_with_the_offset() {
         "payload version 1 (sessions without reply bytes) is refused"
     );
     assert_eq!(
-        codec::decode(4, &bytes),
-        Err(DecodeError::UnknownVersion(4))
+        codec::decode(5, &bytes),
+        Err(DecodeError::UnknownVersion(5))
     );
     // Version 2 has no request checksum after each session's reply: this payload's 16 bytes
     // of it are trailing bytes there.
@@ -369,6 +369,26 @@ fn any_op() -> impl Strategy<Value = Op> {
             group
         }),
         (0u128..4, 1u64..4).prop_map(|(client, session)| Op::RegisterClient { client, session }),
+        (1u32..5, 1u32..4, 1u32..4, 0u128..4, 0u8..4, 0u64..3).prop_map(
+            |(stream, topic, group, member, node, boot)| Op::JoinConsumerGroup {
+                stream,
+                topic,
+                group,
+                member,
+                node,
+                boot
+            }
+        ),
+        (1u32..5, 1u32..4, 1u32..4, 0u128..4).prop_map(|(stream, topic, group, member)| {
+            Op::LeaveConsumerGroup {
+                stream,
+                topic,
+                group,
+                member,
+            }
+        }),
+        (0u128..4).prop_map(|member| Op::LeaveGroups { member }),
+        (0u8..4, 0u64..4).prop_map(|(node, boot_before)| Op::DropNodeMembers { node, boot_before }),
     ]
 }
 
@@ -486,4 +506,110 @@ fn a_topic_is_updated_in_place() {
         codec::decode_op(&codec::encode_op(&op).unwrap()).unwrap(),
         op
     );
+}
+
+/// Issue #47: consumer-group membership. Members take the partitions round-robin in member-id
+/// order; every change of the split bumps the generation; a session leaves one group, all its
+/// groups (its end), or goes with its node's restart; the members survive a snapshot round
+/// trip; a version 3 payload (no members) still decodes.
+#[test]
+fn consumer_group_members_split_the_partitions_and_leave() {
+    let mut state = State::new(3);
+    state.apply(&Op::CreateStream { name: "s".into() }).unwrap();
+    state.apply(&topic(1, "t", 5)).unwrap();
+    let v3_groupless = codec::encode(&state);
+    state
+        .apply(&Op::CreateConsumerGroup {
+            stream: 1,
+            topic: 1,
+            name: "g".into(),
+        })
+        .unwrap();
+    let join = |member: u128, node: u8, boot: u64| Op::JoinConsumerGroup {
+        stream: 1,
+        topic: 1,
+        group: 1,
+        member,
+        node,
+        boot,
+    };
+    let group = |state: &State| state.streams[&1].topics[&1].groups[&1].clone();
+    assert_eq!(state.apply(&join(0xa, 0, 100)), Ok(Applied::Group(1)));
+    assert_eq!(group(&state).generation, 1);
+    assert_eq!(
+        group(&state).assignment(5).into_iter().collect::<Vec<_>>(),
+        vec![(1, vec![1, 2, 3, 4, 5])]
+    );
+    // Joining again changes nothing (a replayed join, or the SDK joining twice).
+    assert_eq!(state.apply(&join(0xa, 0, 100)), Ok(Applied::Group(1)));
+    assert_eq!(group(&state).generation, 1);
+    state.apply(&join(0xb, 1, 200)).unwrap();
+    state.apply(&join(0xc, 0, 100)).unwrap();
+    let split = group(&state).assignment(5);
+    assert_eq!(split[&1], vec![1, 4]);
+    assert_eq!(split[&2], vec![2, 5]);
+    assert_eq!(split[&3], vec![3]);
+    assert_eq!(group(&state).generation, 3);
+    assert_eq!(state.memberships(0xb), vec![(1, 1, 1)]);
+    // Snapshot round trip, members and all.
+    assert_eq!(
+        codec::decode(PAYLOAD_VERSION, &codec::encode(&state)).unwrap(),
+        state
+    );
+    // A node outside the cluster cannot hold a member (its snapshot would not decode).
+    assert!(state.apply(&join(0xd, 3, 1)).is_err());
+    // New partitions change the split: the generation moves.
+    state
+        .apply(&Op::CreatePartitions {
+            stream: 1,
+            topic: 1,
+            count: 1,
+        })
+        .unwrap();
+    assert_eq!(group(&state).generation, 4);
+    assert_eq!(group(&state).assignment(6)[&3], vec![3, 6]);
+    // One leave; a leave by a non-member is refused and changes nothing.
+    let leave = |member: u128| Op::LeaveConsumerGroup {
+        stream: 1,
+        topic: 1,
+        group: 1,
+        member,
+    };
+    assert_eq!(state.apply(&leave(0xa)), Ok(Applied::Left(1)));
+    let before = state.clone();
+    assert_eq!(
+        state.apply(&leave(0xa)),
+        Err(ApplyError::NotMember(1, 1, 1, 0xa))
+    );
+    assert_eq!(state, before);
+    // Node 0 restarted at boot 150: its members from boot 100 go, node 1's stays.
+    assert_eq!(
+        state.apply(&Op::DropNodeMembers {
+            node: 0,
+            boot_before: 150
+        }),
+        Ok(Applied::Left(1))
+    );
+    assert!(!state.has_node_members(0, u64::MAX));
+    assert!(state.has_node_members(1, u64::MAX));
+    // The session of node 1's member ends.
+    assert_eq!(
+        state.apply(&Op::LeaveGroups { member: 0xb }),
+        Ok(Applied::Left(1))
+    );
+    assert!(group(&state).members.is_empty());
+    assert!(group(&state).assignment(6).is_empty());
+    // Version 3 payloads (written before members existed) decode with no members.
+    assert!(codec::decode(3, &v3_groupless).is_ok());
+    for op in [
+        join(0xa, 2, 7),
+        leave(0xa),
+        Op::LeaveGroups { member: 3 },
+        Op::DropNodeMembers {
+            node: 1,
+            boot_before: u64::MAX,
+        },
+    ] {
+        assert_eq!(codec::decode_op(&codec::encode_op(&op).unwrap()), Ok(op));
+    }
 }

@@ -35,6 +35,13 @@ pub mod code {
     pub const DELETE_TOPIC: u32 = 303;
     pub const UPDATE_TOPIC: u32 = 304;
     pub const CREATE_PARTITIONS: u32 = 402;
+    pub const GET_CONSUMER_GROUP: u32 = 600;
+    pub const GET_CONSUMER_GROUPS: u32 = 601;
+    pub const CREATE_CONSUMER_GROUP: u32 = 602;
+    pub const DELETE_CONSUMER_GROUP: u32 = 603;
+    pub const JOIN_CONSUMER_GROUP: u32 = 604;
+    pub const LEAVE_CONSUMER_GROUP: u32 = 605;
+    pub const SYNC_CONSUMER_GROUP: u32 = 606;
 }
 
 /// The operation byte of a request header (offset 176).
@@ -200,6 +207,12 @@ pub mod status {
     pub const UNSUPPORTED_OPTION_KEY: u32 = 4041;
     pub const INVALID_OPTION_VALUE: u32 = 4042;
     pub const CONSUMER_GROUP_ID_NOT_FOUND: u32 = 5000;
+    pub const CONSUMER_GROUP_NAME_NOT_FOUND: u32 = 5003;
+    pub const CONSUMER_GROUP_NAME_ALREADY_EXISTS: u32 = 5004;
+    pub const INVALID_CONSUMER_GROUP_NAME: u32 = 5005;
+    pub const CONSUMER_GROUP_MEMBER_NOT_FOUND: u32 = 5006;
+    pub const CANNOT_CREATE_CONSUMER_GROUP_INFO: u32 = 5007;
+    pub const CONSUMER_GROUP_PARTITION_NOT_OWNED: u32 = 5009;
     pub const INCOMPATIBLE_PROTOCOL_VERSION: u32 = 14003;
 }
 

@@ -134,6 +134,45 @@ pub enum Request {
         partition: Option<u32>,
         ack: u8,
     },
+    /// One consumer group and its members with their partitions (600).
+    GetConsumerGroup {
+        stream: Identifier,
+        topic: Identifier,
+        group: Identifier,
+    },
+    /// A topic's consumer groups (601).
+    GetConsumerGroups {
+        stream: Identifier,
+        topic: Identifier,
+    },
+    CreateConsumerGroup {
+        stream: Identifier,
+        topic: Identifier,
+        name: String,
+    },
+    DeleteConsumerGroup {
+        stream: Identifier,
+        topic: Identifier,
+        group: Identifier,
+    },
+    /// The asking session joins the group (604, replicated).
+    JoinConsumerGroup {
+        stream: Identifier,
+        topic: Identifier,
+        group: Identifier,
+    },
+    /// The asking session leaves the group (605, replicated).
+    LeaveConsumerGroup {
+        stream: Identifier,
+        topic: Identifier,
+        group: Identifier,
+    },
+    /// The asking member's assignment: the group's generation and its partitions (606).
+    SyncConsumerGroup {
+        stream: Identifier,
+        topic: Identifier,
+        group: Identifier,
+    },
     Other {
         code: u32,
     },
@@ -295,6 +334,51 @@ impl Request {
                     options: read_options(&mut r, len)?,
                 }
             }
+            code::GET_CONSUMER_GROUP
+            | code::DELETE_CONSUMER_GROUP
+            | code::JOIN_CONSUMER_GROUP
+            | code::LEAVE_CONSUMER_GROUP
+            | code::SYNC_CONSUMER_GROUP => {
+                let stream = Identifier::read(&mut r, "stream id")?;
+                let topic = Identifier::read(&mut r, "topic id")?;
+                let group = Identifier::read(&mut r, "consumer group id")?;
+                match code {
+                    code::GET_CONSUMER_GROUP => Self::GetConsumerGroup {
+                        stream,
+                        topic,
+                        group,
+                    },
+                    code::DELETE_CONSUMER_GROUP => Self::DeleteConsumerGroup {
+                        stream,
+                        topic,
+                        group,
+                    },
+                    code::JOIN_CONSUMER_GROUP => Self::JoinConsumerGroup {
+                        stream,
+                        topic,
+                        group,
+                    },
+                    code::LEAVE_CONSUMER_GROUP => Self::LeaveConsumerGroup {
+                        stream,
+                        topic,
+                        group,
+                    },
+                    _ => Self::SyncConsumerGroup {
+                        stream,
+                        topic,
+                        group,
+                    },
+                }
+            }
+            code::GET_CONSUMER_GROUPS => Self::GetConsumerGroups {
+                stream: Identifier::read(&mut r, "stream id")?,
+                topic: Identifier::read(&mut r, "topic id")?,
+            },
+            code::CREATE_CONSUMER_GROUP => Self::CreateConsumerGroup {
+                stream: Identifier::read(&mut r, "stream id")?,
+                topic: Identifier::read(&mut r, "topic id")?,
+                name: read_name(&mut r, "consumer group name")?,
+            },
             code::CREATE_PARTITIONS => Self::CreatePartitions {
                 stream: Identifier::read(&mut r, "stream id")?,
                 topic: Identifier::read(&mut r, "topic id")?,
@@ -560,6 +644,57 @@ impl Request {
                 put_target(&mut out, consumer, stream, topic, *partition);
                 out.put_u8(*ack);
                 code::DELETE_CONSUMER_OFFSET
+            }
+            Self::GetConsumerGroup {
+                stream,
+                topic,
+                group,
+            }
+            | Self::DeleteConsumerGroup {
+                stream,
+                topic,
+                group,
+            }
+            | Self::JoinConsumerGroup {
+                stream,
+                topic,
+                group,
+            }
+            | Self::LeaveConsumerGroup {
+                stream,
+                topic,
+                group,
+            }
+            | Self::SyncConsumerGroup {
+                stream,
+                topic,
+                group,
+            } => {
+                stream.put(&mut out);
+                topic.put(&mut out);
+                group.put(&mut out);
+                match self {
+                    Self::GetConsumerGroup { .. } => code::GET_CONSUMER_GROUP,
+                    Self::DeleteConsumerGroup { .. } => code::DELETE_CONSUMER_GROUP,
+                    Self::JoinConsumerGroup { .. } => code::JOIN_CONSUMER_GROUP,
+                    Self::LeaveConsumerGroup { .. } => code::LEAVE_CONSUMER_GROUP,
+                    _ => code::SYNC_CONSUMER_GROUP,
+                }
+            }
+            Self::GetConsumerGroups { stream, topic } => {
+                stream.put(&mut out);
+                topic.put(&mut out);
+                code::GET_CONSUMER_GROUPS
+            }
+            Self::CreateConsumerGroup {
+                stream,
+                topic,
+                name,
+            } => {
+                stream.put(&mut out);
+                topic.put(&mut out);
+                put_name(&mut out, name);
+                code::CREATE_CONSUMER_GROUP
             }
             Self::Other { code } => *code,
         };

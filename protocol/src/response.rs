@@ -697,3 +697,117 @@ pub fn read_option_descriptors(body: &[u8]) -> Result<Vec<OptionDescriptor>, Wir
     r.finish("descriptors")?;
     Ok(out)
 }
+
+/// A consumer group as `GetConsumerGroups` lists it (`ConsumerGroupResponse` of 0.11.0: 12
+/// fixed bytes and the name).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConsumerGroupInfo {
+    /// 0-based on the wire.
+    pub id: u32,
+    pub partitions_count: u32,
+    pub members_count: u32,
+    pub name: String,
+}
+
+impl ConsumerGroupInfo {
+    pub fn put(&self, out: &mut Vec<u8>) {
+        out.put_u32(self.id);
+        out.put_u32(self.partitions_count);
+        out.put_u32(self.members_count);
+        put_name(out, &self.name);
+    }
+
+    pub fn read(r: &mut Reader<'_>) -> Result<Self, WireError> {
+        Ok(Self {
+            id: r.u32("consumer group id")?,
+            partitions_count: r.u32("partitions count")?,
+            members_count: r.u32("members count")?,
+            name: read_name(r, "consumer group name")?,
+        })
+    }
+}
+
+/// One member of a group and the partitions it holds (`ConsumerGroupMemberResponse`: id, count,
+/// the 0-based partition ids).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupMemberInfo {
+    pub id: u32,
+    pub partitions: Vec<u32>,
+}
+
+/// `GetConsumerGroups`: the groups one after another, no count.
+pub fn put_consumer_groups(out: &mut Vec<u8>, groups: &[ConsumerGroupInfo]) {
+    for group in groups {
+        group.put(out);
+    }
+}
+
+pub fn read_consumer_groups(body: &[u8]) -> Result<Vec<ConsumerGroupInfo>, WireError> {
+    let mut r = Reader::new(body);
+    let mut groups = Vec::new();
+    while r.remaining() > 0 {
+        groups.push(ConsumerGroupInfo::read(&mut r)?);
+    }
+    Ok(groups)
+}
+
+/// `GetConsumerGroup` and `CreateConsumerGroup`'s payload: the group, then its
+/// `members_count` members. `GetConsumerGroup` of an unknown group answers an empty body.
+pub fn put_consumer_group_details(
+    out: &mut Vec<u8>,
+    group: &ConsumerGroupInfo,
+    members: &[GroupMemberInfo],
+) {
+    group.put(out);
+    for member in members {
+        out.put_u32(member.id);
+        out.put_u32(len_u32(member.partitions.len()));
+        for partition in &member.partitions {
+            out.put_u32(*partition);
+        }
+    }
+}
+
+pub fn read_consumer_group_details(
+    body: &[u8],
+) -> Result<(ConsumerGroupInfo, Vec<GroupMemberInfo>), WireError> {
+    let mut r = Reader::new(body);
+    let group = ConsumerGroupInfo::read(&mut r)?;
+    let mut members = Vec::new();
+    for _ in 0..group.members_count {
+        let id = r.u32("member id")?;
+        let count = r.u32("member partitions count")? as usize;
+        let mut partitions = Vec::with_capacity(count.min(r.remaining() / 4));
+        for _ in 0..count {
+            partitions.push(r.u32("member partition id")?);
+        }
+        members.push(GroupMemberInfo { id, partitions });
+    }
+    r.finish("consumer group")?;
+    Ok((group, members))
+}
+
+/// `SyncConsumerGroup`: the group's generation and the asking member's partitions (0-based).
+/// A session that is not a member gets an empty body.
+pub fn put_group_assignment(out: &mut Vec<u8>, generation: u64, partitions: &[u32]) {
+    out.put_u64(generation);
+    out.put_u32(len_u32(partitions.len()));
+    for partition in partitions {
+        out.put_u32(*partition);
+    }
+}
+
+pub fn read_group_assignment(body: &[u8]) -> Result<Option<(u64, Vec<u32>)>, WireError> {
+    if body.is_empty() {
+        return Ok(None);
+    }
+    let mut r = Reader::new(body);
+    let generation = r.u64("generation")?;
+    let count = r.u32("partitions count")? as usize;
+    let mut partitions = Vec::with_capacity(count.min(r.remaining() / 4));
+    for _ in 0..count {
+        partitions.push(r.u32("partition id")?);
+    }
+    r.finish("assignment")?;
+    Ok(Some((generation, partitions)))
+}

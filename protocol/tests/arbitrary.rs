@@ -34,6 +34,13 @@ const CODES: &[u32] = &[
     code::GET_CONSUMER_OFFSET,
     code::STORE_CONSUMER_OFFSET,
     code::DELETE_CONSUMER_OFFSET,
+    code::GET_CONSUMER_GROUP,
+    code::GET_CONSUMER_GROUPS,
+    code::CREATE_CONSUMER_GROUP,
+    code::DELETE_CONSUMER_GROUP,
+    code::JOIN_CONSUMER_GROUP,
+    code::LEAVE_CONSUMER_GROUP,
+    code::SYNC_CONSUMER_GROUP,
 ];
 
 proptest! {

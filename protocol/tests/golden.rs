@@ -15,6 +15,10 @@ use iggy_protocol::response::{
     read_clients, read_option_descriptors, read_send_confirmations, read_stream_details,
     read_topic_details, read_topics,
 };
+use iggy_protocol::response::{
+    ConsumerGroupInfo, GroupMemberInfo, put_consumer_group_details, put_consumer_groups,
+    put_group_assignment, read_consumer_group_details, read_consumer_groups, read_group_assignment,
+};
 use iggy_protocol::{
     ClientVersion, Consumer, Eviction, EvictionReason, HEADER_SIZE, Identifier, Operation,
     Partitioning, PollingStrategy, ReplyHeader, Request, RequestHeader,
@@ -33,10 +37,12 @@ fn golden(name: &str) -> Vec<u8> {
     files!(
         "cluster_metadata_reply",
         "consumer_offset_reply",
+        "create_consumer_group_body",
         "create_partitions_body",
         "create_stream_body",
         "create_stream_header",
         "create_topic_body",
+        "delete_consumer_group_body",
         "delete_consumer_offset_body",
         "describe_options_body",
         "describe_options_reply",
@@ -45,6 +51,10 @@ fn golden(name: &str) -> Vec<u8> {
         "eviction_invalid_credentials",
         "get_client_body",
         "get_clients_reply",
+        "get_consumer_group_body",
+        "get_consumer_group_reply",
+        "get_consumer_groups_body",
+        "get_consumer_groups_reply",
         "get_consumer_offset_body",
         "get_me_reply",
         "get_stats_reply",
@@ -53,6 +63,8 @@ fn golden(name: &str) -> Vec<u8> {
         "get_topic_body",
         "get_topic_reply",
         "get_topics_reply",
+        "join_consumer_group_body",
+        "leave_consumer_group_body",
         "login_register_body",
         "login_register_header",
         "login_register_reply_payload",
@@ -68,6 +80,8 @@ fn golden(name: &str) -> Vec<u8> {
         "send_messages_reply",
         "store_consumer_offset_body",
         "stream_reply",
+        "sync_consumer_group_body",
+        "sync_consumer_group_reply",
         "topic_options_durability",
         "update_stream_body",
         "update_topic_body"
@@ -639,4 +653,126 @@ fn update_topic_body_is_the_sdks() {
             options: vec![],
         },
     );
+}
+
+#[test]
+fn consumer_group_bodies_and_replies_are_the_sdks() {
+    let target = || (Identifier::Numeric(1), name("orders"), name("billing"));
+    let (stream, topic, group) = target();
+    body_round_trip(
+        "get_consumer_group_body",
+        code::GET_CONSUMER_GROUP,
+        Request::GetConsumerGroup {
+            stream,
+            topic,
+            group,
+        },
+    );
+    let (stream, topic, group) = target();
+    body_round_trip(
+        "delete_consumer_group_body",
+        code::DELETE_CONSUMER_GROUP,
+        Request::DeleteConsumerGroup {
+            stream,
+            topic,
+            group,
+        },
+    );
+    let (stream, topic, group) = target();
+    body_round_trip(
+        "join_consumer_group_body",
+        code::JOIN_CONSUMER_GROUP,
+        Request::JoinConsumerGroup {
+            stream,
+            topic,
+            group,
+        },
+    );
+    let (stream, topic, group) = target();
+    body_round_trip(
+        "leave_consumer_group_body",
+        code::LEAVE_CONSUMER_GROUP,
+        Request::LeaveConsumerGroup {
+            stream,
+            topic,
+            group,
+        },
+    );
+    let (stream, topic, group) = target();
+    body_round_trip(
+        "sync_consumer_group_body",
+        code::SYNC_CONSUMER_GROUP,
+        Request::SyncConsumerGroup {
+            stream,
+            topic,
+            group,
+        },
+    );
+    body_round_trip(
+        "get_consumer_groups_body",
+        code::GET_CONSUMER_GROUPS,
+        Request::GetConsumerGroups {
+            stream: Identifier::Numeric(1),
+            topic: Identifier::Numeric(2),
+        },
+    );
+    body_round_trip(
+        "create_consumer_group_body",
+        code::CREATE_CONSUMER_GROUP,
+        Request::CreateConsumerGroup {
+            stream: Identifier::Numeric(1),
+            topic: Identifier::Numeric(2),
+            name: "billing".into(),
+        },
+    );
+
+    let billing = ConsumerGroupInfo {
+        id: 0,
+        partitions_count: 3,
+        members_count: 2,
+        name: "billing".into(),
+    };
+    let audit = ConsumerGroupInfo {
+        id: 1,
+        partitions_count: 3,
+        members_count: 0,
+        name: "audit".into(),
+    };
+    let mut out = Vec::new();
+    put_consumer_groups(&mut out, &[billing.clone(), audit.clone()]);
+    assert_eq!(out, golden("get_consumer_groups_reply"));
+    assert_eq!(
+        read_consumer_groups(&out).unwrap(),
+        vec![billing.clone(), audit]
+    );
+
+    let members = vec![
+        GroupMemberInfo {
+            id: 1,
+            partitions: vec![0, 2],
+        },
+        GroupMemberInfo {
+            id: 2,
+            partitions: vec![1],
+        },
+    ];
+    out.clear();
+    put_consumer_group_details(&mut out, &billing, &members);
+    assert_eq!(out, golden("get_consumer_group_reply"));
+    assert_eq!(
+        read_consumer_group_details(&out).unwrap(),
+        (billing, members)
+    );
+    for cut in 0..out.len() {
+        assert!(
+            read_consumer_group_details(&out[..cut]).is_err(),
+            "cut at {cut}"
+        );
+    }
+
+    out.clear();
+    put_group_assignment(&mut out, 5, &[0, 2]);
+    assert_eq!(out, golden("sync_consumer_group_reply"));
+    assert_eq!(read_group_assignment(&out).unwrap(), Some((5, vec![0, 2])));
+    assert_eq!(read_group_assignment(&[]).unwrap(), None);
 }

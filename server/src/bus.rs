@@ -237,6 +237,13 @@ impl BusCounters {
             .map(|(peer, _)| peer)
     }
 
+    /// When a frame of `peer` last arrived ([`epoch_ms`]; 0: not since this process began).
+    pub fn last_heard_ms(&self, peer: u8) -> u64 {
+        self.heard
+            .get(usize::from(peer))
+            .map_or(0, |slot| slot.load(Ordering::Relaxed))
+    }
+
     /// Whether a frame of any peer arrived at or after `since` (an [`epoch_ms`] reading).
     pub fn heard_any_since(&self, since: u64) -> bool {
         self.heard

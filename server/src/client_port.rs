@@ -161,6 +161,9 @@ struct Shared<S: Storage + Clone> {
     /// This node's client connections (`GetClients`) and its process figures (`GetStats`).
     connections: crate::system::Connections,
     process: crate::system::Process,
+    /// This process's boot stamp (its clock at start, µs): consumer-group members that joined
+    /// through this node carry it ([`keep_members`]).
+    boot: u64,
 }
 
 /// Password hashes are computed on one thread of the node, at a lower priority than the
@@ -342,6 +345,8 @@ pub async fn start<S: Storage + Clone + Send + Sync + 'static>(
     let kib = usize::try_from(config.in_flight_bytes.div_ceil(1024))
         .unwrap_or(usize::MAX)
         .min(tokio::sync::Semaphore::MAX_PERMITS);
+    let clock = Clock::default();
+    let boot = clock.now_us();
     let shared = Arc::new(Shared {
         in_flight: Arc::new(tokio::sync::Semaphore::new(kib)),
         config,
@@ -349,13 +354,15 @@ pub async fn start<S: Storage + Clone + Send + Sync + 'static>(
         views,
         inbox: Mutex::new(inbox),
         clients,
-        clock: Clock::default(),
+        clock,
         counters,
         logins: Logins::new(),
         connections: crate::system::Connections::default(),
         process: crate::system::Process::default(),
+        boot,
     });
     tokio::spawn(watch_free_space(shared.clone()));
+    tokio::spawn(keep_members(shared.clone()));
     tokio::spawn(async move {
         loop {
             let (stream, peer) = crate::accept::accept(&listener, "client").await;
@@ -462,6 +469,9 @@ struct Session {
     session: u64,
     /// The request number of this session's latest auto-commit (see [`auto_commit_client`]).
     auto_commits: u64,
+    /// The highest request number the client sent in this session: the session's end is
+    /// proposed as the next one ([`leave_groups`]).
+    last_request: u64,
     replies: mpsc::UnboundedReceiver<Message>,
     /// The sending half registered for this connection's replies.
     sender: mpsc::UnboundedSender<Message>,
@@ -710,7 +720,8 @@ async fn serve<S: Storage + Clone + Send + Sync + 'static>(
         let _ = stream.shutdown().await;
     })
     .await;
-    if let Some(session) = session {
+    if let Some(mut session) = session {
+        leave_groups(&shared, &mut session).await;
         forget_session(&shared, &session);
     }
 }
@@ -792,12 +803,14 @@ async fn answer<S: Storage + Clone + Send + Sync + 'static>(
     let Some(current) = session.as_mut() else {
         return error(status::UNAUTHENTICATED);
     };
+    current.last_request = current.last_request.max(header.request);
     match &request {
         Request::Logout => {
             // The session ends here: its reply routes go, and the connection is as before its
             // login (every request but a ping or a login is refused `Unauthenticated`). The
             // groups' client tables keep its entries until they evict them.
-            if let Some(ended) = session.take() {
+            if let Some(mut ended) = session.take() {
+                leave_groups(shared, &mut ended).await;
                 forget_session(shared, &ended);
             }
             shared
@@ -809,10 +822,30 @@ async fn answer<S: Storage + Clone + Send + Sync + 'static>(
         Request::GetStats => return ok(stats(shared).await),
         Request::GetMe => {
             let mut out = Vec::new();
-            if let Some(me) = shared.connections.get(connection) {
-                response::put_client_details(&mut out, &me, &[]);
+            if let Some(mut me) = shared.connections.get(connection) {
+                let groups = translate::client_groups(&shared.views.metadata(), current.internal);
+                me.consumer_groups_count = u32::try_from(groups.len()).unwrap_or(u32::MAX);
+                response::put_client_details(&mut out, &me, &groups);
             }
             return ok(out);
+        }
+        Request::SyncConsumerGroup {
+            stream,
+            topic,
+            group,
+        } => {
+            // Membership is read current: a join acknowledged through another node counts.
+            if let Err(code) = read_barrier(shared, GroupKind::Metadata.id()).await {
+                return error(code);
+            }
+            return match translate::group_assignment(
+                &shared.views.metadata(),
+                (stream, topic, group),
+                current.internal,
+            ) {
+                Ok(body) => ok(body),
+                Err(code) => error(code),
+            };
         }
         Request::GetClient { client_id } => {
             // An unknown id answers an empty body: the SDK reads it as none.
@@ -833,7 +866,13 @@ async fn answer<S: Storage + Clone + Send + Sync + 'static>(
     match route {
         Route::Answer(body) => ok(body),
         Route::Refuse(code) => error(code),
-        Route::Metadata(op) => {
+        Route::Metadata(mut op) => {
+            translate::bind_member(
+                &mut op,
+                current.internal,
+                shared.config.replica,
+                shared.boot,
+            );
             if let Err(refusal) =
                 crate::admission::admit(&op, &shared.views.metadata(), &shared.config.admission)
             {
@@ -948,6 +987,11 @@ async fn answer<S: Storage + Clone + Send + Sync + 'static>(
             count,
             auto_commit,
         } => {
+            if consumer.0 == ConsumerKind::Group
+                && let Err(code) = group_fence(shared, key, consumer.1, current.internal).await
+            {
+                return error(code);
+            }
             if let Err(code) = read_barrier(shared, key.group_id()).await {
                 return error(code);
             }
@@ -1042,13 +1086,31 @@ async fn store_offset<S: Storage + Clone + Send + Sync + 'static>(
     }
 }
 
+/// The ownership fence of a group's poll ([`translate::group_fence`]), checked against this
+/// node's metadata and, when that refuses, again after a read barrier (a join or a rebalance
+/// committed through another node an instant ago counts).
+async fn group_fence<S: Storage + Clone + Send + Sync + 'static>(
+    shared: &Arc<Shared<S>>,
+    key: PartitionKey,
+    group: u32,
+    member: u128,
+) -> Result<(), u32> {
+    if translate::group_fence(&shared.views.metadata(), key, group, member).is_ok() {
+        return Ok(());
+    }
+    read_barrier(shared, GroupKind::Metadata.id()).await?;
+    translate::group_fence(&shared.views.metadata(), key, group, member)
+}
+
 /// Statuses that say a name or id is not in this node's committed metadata.
-const NOT_FOUND: [u32; 5] = [
+const NOT_FOUND: [u32; 7] = [
     status::STREAM_ID_NOT_FOUND,
     status::STREAM_NAME_NOT_FOUND,
     status::TOPIC_ID_NOT_FOUND,
     status::TOPIC_NAME_NOT_FOUND,
     status::PARTITION_NOT_FOUND,
+    status::CONSUMER_GROUP_ID_NOT_FOUND,
+    status::CONSUMER_GROUP_NAME_NOT_FOUND,
 ];
 
 /// Routes `request` by this node's committed metadata, made current first where the answer
@@ -1231,66 +1293,24 @@ async fn login<S: Storage + Clone + Send + Sync + 'static>(
         tokio::time::sleep(FAILED_LOGIN_DELAY).await;
         return Answer::Evict(EvictionReason::InvalidCredentials);
     }
-    let (sender, replies) = mpsc::unbounded_channel();
-    let number = shared.clock.now_us();
-    let internal = session_client(header.client, number);
-    {
-        let mut clients = shared
-            .clients
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        clients.insert(internal, sender.clone());
-        clients.insert(auto_commit_client(internal), sender.clone());
-    }
-    let mut fresh = Session {
-        client: header.client,
-        internal,
-        session: number,
-        auto_commits: 0,
-        replies,
-        sender,
-    };
-    // Registered under the session's own id: the metadata group's table then takes this
-    // session's requests (numbered from the login's 0 again), whatever an earlier login of the
-    // same wire id left there.
-    let op = Op::RegisterClient {
-        client: internal,
-        session: number,
-    };
-    let Ok(encoded) = iggy_metadata::codec::encode_op(&op) else {
-        return error(status::ERROR);
-    };
-    let (op_number, reply) = match submit(
-        shared,
-        &mut fresh,
-        GroupKind::Metadata.id(),
-        header.request,
-        operation::METADATA,
-        encoded,
-    )
-    .await
-    {
-        Ok(reply) => reply,
+    let (fresh, op_number) = match register_session(shared, header.client, header.request).await {
+        Ok(registered) => registered,
         Err(code) => return error(code),
     };
-    if !matches!(
-        iggy_metadata::codec::decode_reply(&reply),
-        Ok(iggy_metadata::codec::Reply::Applied(_))
-    ) {
-        return error(status::STALE_CLIENT);
-    }
     let mut body = Vec::new();
     put_result_ok(&mut body);
     LoginReply {
         user_id: ROOT_USER_ID,
-        session: number,
+        session: fresh.session,
         protocol: iggy_protocol::PROTOCOL_VERSION,
         server_version: config.server_version.clone(),
     }
     .put(&mut body);
     // A second login on the same connection: the first session's reply routes go (the
     // connection's end removes only the session it ends with).
-    if let Some(old) = session.replace(fresh) {
+    if let Some(mut old) = session.replace(fresh) {
+        // It ended: it leaves its consumer groups as if its connection had closed.
+        leave_groups(shared, &mut old).await;
         let mut clients = shared
             .clients
             .lock()
@@ -1305,6 +1325,216 @@ async fn login<S: Storage + Clone + Send + Sync + 'static>(
         op: op_number,
     }
 }
+
+/// Registers a new session of wire client `client` through the metadata group (its login,
+/// request `request`): its reply routes are in place when this returns, with the registration's
+/// op.
+async fn register_session<S: Storage + Clone + Send + Sync + 'static>(
+    shared: &Arc<Shared<S>>,
+    client: u128,
+    request: u64,
+) -> Result<(Session, u64), u32> {
+    let (sender, replies) = mpsc::unbounded_channel();
+    let number = shared.clock.now_us();
+    let internal = session_client(client, number);
+    {
+        let mut clients = shared
+            .clients
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        clients.insert(internal, sender.clone());
+        clients.insert(auto_commit_client(internal), sender.clone());
+    }
+    let mut fresh = Session {
+        client,
+        internal,
+        session: number,
+        auto_commits: 0,
+        last_request: request,
+        replies,
+        sender,
+    };
+    // Registered under the session's own id: the metadata group's table then takes this
+    // session's requests (numbered from the login's 0 again), whatever an earlier login of the
+    // same wire id left there.
+    let op = Op::RegisterClient {
+        client: internal,
+        session: number,
+    };
+    let registered = match iggy_metadata::codec::encode_op(&op) {
+        Ok(encoded) => {
+            submit(
+                shared,
+                &mut fresh,
+                GroupKind::Metadata.id(),
+                request,
+                operation::METADATA,
+                encoded,
+            )
+            .await
+        }
+        Err(_) => Err(status::ERROR),
+    };
+    let registered = registered.and_then(|(op_number, reply)| {
+        match iggy_metadata::codec::decode_reply(&reply) {
+            Ok(iggy_metadata::codec::Reply::Applied(_)) => Ok(op_number),
+            _ => Err(status::STALE_CLIENT),
+        }
+    });
+    match registered {
+        Ok(op_number) => Ok((fresh, op_number)),
+        Err(code) => {
+            forget_session(shared, &fresh);
+            Err(code)
+        }
+    }
+}
+
+/// Proposes `op` through the metadata group under `session`'s next request number; the
+/// metadata reply, or the status.
+async fn propose<S: Storage + Clone + Send + Sync + 'static>(
+    shared: &Arc<Shared<S>>,
+    session: &mut Session,
+    op: &Op,
+) -> Result<iggy_metadata::codec::Reply, u32> {
+    let encoded = iggy_metadata::codec::encode_op(op).map_err(|_| status::ERROR)?;
+    session.last_request += 1;
+    let request = session.last_request;
+    let (_, reply) = submit(
+        shared,
+        session,
+        GroupKind::Metadata.id(),
+        request,
+        operation::METADATA,
+        encoded,
+    )
+    .await?;
+    iggy_metadata::codec::decode_reply(&reply).map_err(|_| status::ERROR)
+}
+
+/// A session that ended (its connection closed) leaves every consumer group it is in, so its
+/// partitions go to the other members. Tried a few times (a view change refuses, a lost reply
+/// is replayed under the same number); if it still fails, the node's member keeper
+/// ([`keep_members`]) drops it when this node restarts.
+async fn leave_groups<S: Storage + Clone + Send + Sync + 'static>(
+    shared: &Arc<Shared<S>>,
+    session: &mut Session,
+) {
+    if shared
+        .views
+        .metadata()
+        .memberships(session.internal)
+        .is_empty()
+    {
+        return;
+    }
+    let op = Op::LeaveGroups {
+        member: session.internal,
+    };
+    for attempt in 0..5u32 {
+        match propose(shared, session, &op).await {
+            Ok(reply) => {
+                tracing::info!(
+                    session = format_args!("{:#x}", session.internal),
+                    ?reply,
+                    "client port: a session ended; it left its consumer groups"
+                );
+                return;
+            }
+            Err(code) => {
+                tracing::debug!(
+                    session = format_args!("{:#x}", session.internal),
+                    code,
+                    attempt,
+                    "client port: a session's leave of its consumer groups failed"
+                );
+                if code == status::TRANSIENT_NOT_COMMITTED {
+                    // Replayed under the same number: the table answers it if it committed.
+                    session.last_request -= 1;
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+    }
+    tracing::warn!(
+        session = format_args!("{:#x}", session.internal),
+        "client port: a session ended but could not leave its consumer groups; they keep it until this node restarts"
+    );
+}
+
+/// A member whose node was not heard for this long is dropped from its groups by the node that
+/// leads the metadata group (its consumers reconnect elsewhere and join again).
+pub const MEMBER_TIMEOUT_MS: u64 = 10_000;
+
+/// The node's member keeper: once a second, members that joined through this node before its
+/// boot (their sessions died with the last process) are dropped, and, on the node leading the
+/// metadata group, so are the members of a peer not heard for [`MEMBER_TIMEOUT_MS`]. The
+/// proposals go under the node's own session, registered when first needed.
+async fn keep_members<S: Storage + Clone + Send + Sync + 'static>(shared: Arc<Shared<S>>) {
+    let mut own: Option<Session> = None;
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    loop {
+        tick.tick().await;
+        let state = shared.views.metadata();
+        let me = shared.config.replica;
+        let mut drops = Vec::new();
+        if state.has_node_members(me, shared.boot) {
+            drops.push((me, shared.boot));
+        }
+        if shared.views.leader(GroupKind::Metadata.id()) == Some(me) {
+            let now = crate::bus::epoch_ms();
+            for peer in 0..u8::try_from(shared.config.roster.len()).unwrap_or(u8::MAX) {
+                if peer != me
+                    && now.saturating_sub(shared.bus.counters().last_heard_ms(peer))
+                        >= MEMBER_TIMEOUT_MS
+                    && state.has_node_members(peer, u64::MAX)
+                {
+                    drops.push((peer, u64::MAX));
+                }
+            }
+        }
+        drop(state);
+        for (node, boot_before) in drops {
+            if own.is_none() {
+                let client = NODE_CLIENT ^ u128::from(me);
+                match register_session(&shared, client, 0).await {
+                    Ok((session, _)) => own = Some(session),
+                    Err(code) => {
+                        tracing::debug!(
+                            code,
+                            "member keeper: the node's session is not registered yet"
+                        );
+                        break;
+                    }
+                }
+            }
+            let Some(session) = own.as_mut() else { break };
+            match propose(&shared, session, &Op::DropNodeMembers { node, boot_before }).await {
+                Ok(reply) => {
+                    tracing::info!(
+                        node,
+                        boot_before,
+                        ?reply,
+                        "member keeper: dropped the consumer-group members of a node that restarted or was not heard for {MEMBER_TIMEOUT_MS} ms"
+                    );
+                }
+                Err(code) => {
+                    tracing::debug!(
+                        node,
+                        code,
+                        "member keeper: dropping a node's members failed; tried again in a second"
+                    );
+                    if code == status::TRANSIENT_NOT_COMMITTED {
+                        session.last_request -= 1;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The wire client id the node's own session is derived from (its replica index xored in).
+const NODE_CLIENT: u128 = 0x6e6f_6465_u128 << 96;
 
 /// Sends a request to this node's replica of `group` and waits for its reply: the op and body
 /// of a committed one, or the status to answer.

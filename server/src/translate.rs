@@ -6,7 +6,7 @@
 //! `n` is the metadata's `n + 1` everywhere in this module and nowhere else.
 
 use iggy_metadata::codec::Reply;
-use iggy_metadata::{Durability, Op, Retention, State, Stream, Topic};
+use iggy_metadata::{ConsumerGroup, Durability, Op, Retention, State, Stream, Topic};
 use iggy_protocol::primitives::OptionEntry;
 use iggy_protocol::response::{
     self, PartitionInfo, StreamInfo, TopicInfo, put_result_ok, put_stream_details,
@@ -138,17 +138,122 @@ pub fn pick_partition(
 }
 
 /// The kind and id a consumer's offsets are kept under. The storage keys offsets by a u32 id: a
-/// named consumer's is the XXH32 (seed 0) of its name, as upstream keys it.
-fn consumer_id(consumer: &iggy_protocol::Consumer) -> Result<(ConsumerKind, u32), u32> {
-    let kind = if consumer.group {
-        ConsumerKind::Group
-    } else {
-        ConsumerKind::Consumer
-    };
-    match &consumer.id {
-        Identifier::Numeric(id) => Ok((kind, *id)),
-        Identifier::Name(name) => Ok((kind, twox_hash::XxHash32::oneshot(0, name.as_bytes()))),
+/// named consumer's is the XXH32 (seed 0) of its name, as upstream keys it; a consumer group's
+/// is the group's wire id, resolved in `topic` (by id or by name: the group must exist).
+fn consumer_id(
+    consumer: &iggy_protocol::Consumer,
+    topic: &Topic,
+) -> Result<(ConsumerKind, u32), u32> {
+    if consumer.group {
+        let group = find_group(topic, &consumer.id)?;
+        return Ok((ConsumerKind::Group, wire(group.id)));
     }
+    match &consumer.id {
+        Identifier::Numeric(id) => Ok((ConsumerKind::Consumer, *id)),
+        Identifier::Name(name) => Ok((
+            ConsumerKind::Consumer,
+            twox_hash::XxHash32::oneshot(0, name.as_bytes()),
+        )),
+    }
+}
+
+/// A topic's consumer group by wire id or name.
+pub fn find_group<'a>(topic: &'a Topic, id: &Identifier) -> Result<&'a ConsumerGroup, u32> {
+    match id {
+        Identifier::Numeric(n) => ours(*n)
+            .and_then(|id| topic.groups.get(&id))
+            .ok_or(status::CONSUMER_GROUP_ID_NOT_FOUND),
+        Identifier::Name(name) => topic
+            .groups
+            .values()
+            .find(|group| group.name == *name)
+            .ok_or(status::CONSUMER_GROUP_NAME_NOT_FOUND),
+    }
+}
+
+fn topic_partition_count(topic: &Topic) -> u32 {
+    u32::try_from(topic.partitions.len()).unwrap_or(u32::MAX)
+}
+
+/// A group as the listings show it.
+pub fn group_info(topic: &Topic, group: &ConsumerGroup) -> response::ConsumerGroupInfo {
+    response::ConsumerGroupInfo {
+        id: wire(group.id),
+        partitions_count: topic_partition_count(topic),
+        members_count: u32::try_from(group.members.len()).unwrap_or(u32::MAX),
+        name: group.name.clone(),
+    }
+}
+
+/// `GetConsumerGroup`'s body: the group and each member with its partitions (wire ids).
+pub fn put_group_details(out: &mut Vec<u8>, topic: &Topic, group: &ConsumerGroup) {
+    let members: Vec<response::GroupMemberInfo> = group
+        .assignment(topic_partition_count(topic))
+        .into_iter()
+        .map(|(id, partitions)| response::GroupMemberInfo {
+            id,
+            partitions: partitions.into_iter().map(wire).collect(),
+        })
+        .collect();
+    response::put_consumer_group_details(out, &group_info(topic, group), &members);
+}
+
+/// `SyncConsumerGroup`'s body for session `member`: the group's generation and the member's
+/// partitions (wire ids), or an empty body when it is not a member (the SDK's "rejoin").
+pub fn group_assignment(
+    state: &State,
+    (stream, topic, group): (&Identifier, &Identifier, &Identifier),
+    member: u128,
+) -> Result<Vec<u8>, u32> {
+    let (_, topic) = find_topic(state, stream, topic)?;
+    let group = find_group(topic, group)?;
+    let mut out = Vec::new();
+    if let Some(id) = group.member_of(member) {
+        let partitions: Vec<u32> = group
+            .partitions_of(id, topic_partition_count(topic))
+            .into_iter()
+            .map(wire)
+            .collect();
+        response::put_group_assignment(&mut out, group.generation, &partitions);
+    }
+    Ok(out)
+}
+
+/// The ownership fence of a consumer group's poll: session `member` must be a member of the
+/// group (else `ConsumerGroupMemberNotFound`, 5006) holding the partition (else
+/// `ConsumerGroupPartitionNotOwned`, 5009, on which the SDK syncs its assignment again).
+pub fn group_fence(state: &State, key: PartitionKey, group: u32, member: u128) -> Result<(), u32> {
+    let topic = state
+        .streams
+        .get(&key.stream)
+        .and_then(|s| s.topics.get(&key.topic))
+        .ok_or(status::TOPIC_ID_NOT_FOUND)?;
+    let group = ours(group)
+        .and_then(|id| topic.groups.get(&id))
+        .ok_or(status::CONSUMER_GROUP_ID_NOT_FOUND)?;
+    let id = group
+        .member_of(member)
+        .ok_or(status::CONSUMER_GROUP_MEMBER_NOT_FOUND)?;
+    if !group
+        .partitions_of(id, topic_partition_count(topic))
+        .contains(&key.partition)
+    {
+        return Err(status::CONSUMER_GROUP_PARTITION_NOT_OWNED);
+    }
+    Ok(())
+}
+
+/// The groups session `member` is in, as `GetMe` lists them (wire ids).
+pub fn client_groups(state: &State, member: u128) -> Vec<response::ClientGroup> {
+    state
+        .memberships(member)
+        .into_iter()
+        .map(|(stream, topic, group)| response::ClientGroup {
+            stream_id: wire(stream),
+            topic_id: wire(topic),
+            group_id: wire(group),
+        })
+        .collect()
 }
 
 /// A durability as the `durability` option names it.
@@ -499,7 +604,7 @@ fn route_inner(
             auto_commit,
         } => {
             let (stream, topic) = find_topic(state, stream, topic)?;
-            let consumer = consumer_id(consumer)?;
+            let consumer = consumer_id(consumer, topic)?;
             Route::Poll {
                 key: partition_key(stream, topic, partition.unwrap_or(0))?,
                 consumer,
@@ -517,7 +622,7 @@ fn route_inner(
             ..
         } => {
             let (stream, topic) = find_topic(state, stream, topic)?;
-            let (kind, id) = consumer_id(consumer)?;
+            let (kind, id) = consumer_id(consumer, topic)?;
             Route::StoreOffset {
                 key: partition_key(stream, topic, partition.unwrap_or(0))?,
                 body: encode_consumer_offset(kind, id, *offset).to_vec(),
@@ -530,7 +635,7 @@ fn route_inner(
             partition,
         } => {
             let (stream, topic) = find_topic(state, stream, topic)?;
-            let consumer = consumer_id(consumer)?;
+            let consumer = consumer_id(consumer, topic)?;
             Route::GetOffset {
                 key: partition_key(stream, topic, partition.unwrap_or(0))?,
                 consumer,
@@ -544,12 +649,89 @@ fn route_inner(
             ..
         } => {
             let (stream, topic) = find_topic(state, stream, topic)?;
-            let (kind, id) = consumer_id(consumer)?;
+            let (kind, id) = consumer_id(consumer, topic)?;
             Route::DeleteOffset {
                 key: partition_key(stream, topic, partition.unwrap_or(0))?,
                 kind,
                 id,
             }
+        }
+        Request::GetConsumerGroups { stream, topic } => {
+            let (_, topic) = find_topic(state, stream, topic)?;
+            let groups: Vec<_> = topic
+                .groups
+                .values()
+                .map(|group| group_info(topic, group))
+                .collect();
+            let mut out = Vec::new();
+            response::put_consumer_groups(&mut out, &groups);
+            Route::Answer(out)
+        }
+        Request::GetConsumerGroup {
+            stream,
+            topic,
+            group,
+        } => {
+            let (_, topic) = find_topic(state, stream, topic)?;
+            let mut out = Vec::new();
+            // The SDK reads an empty body as "no such group".
+            if let Ok(group) = find_group(topic, group) {
+                put_group_details(&mut out, topic, group);
+            }
+            Route::Answer(out)
+        }
+        Request::CreateConsumerGroup {
+            stream,
+            topic,
+            name,
+        } => {
+            let (stream, topic) = find_topic(state, stream, topic)?;
+            Route::Metadata(Op::CreateConsumerGroup {
+                stream: stream.id,
+                topic: topic.id,
+                name: name.clone(),
+            })
+        }
+        Request::DeleteConsumerGroup {
+            stream,
+            topic,
+            group,
+        } => {
+            let (stream, topic) = find_topic(state, stream, topic)?;
+            Route::Metadata(Op::DeleteConsumerGroup {
+                stream: stream.id,
+                topic: topic.id,
+                group: find_group(topic, group)?.id,
+            })
+        }
+        // The member, its node and boot are the caller's to fill in ([`bind_member`]).
+        Request::JoinConsumerGroup {
+            stream,
+            topic,
+            group,
+        } => {
+            let (stream, topic) = find_topic(state, stream, topic)?;
+            Route::Metadata(Op::JoinConsumerGroup {
+                stream: stream.id,
+                topic: topic.id,
+                group: find_group(topic, group)?.id,
+                member: 0,
+                node: 0,
+                boot: 0,
+            })
+        }
+        Request::LeaveConsumerGroup {
+            stream,
+            topic,
+            group,
+        } => {
+            let (stream, topic) = find_topic(state, stream, topic)?;
+            Route::Metadata(Op::LeaveConsumerGroup {
+                stream: stream.id,
+                topic: topic.id,
+                group: find_group(topic, group)?.id,
+                member: 0,
+            })
         }
         Request::LoginRegisterWithToken { .. } => return Err(status::FEATURE_UNAVAILABLE),
         Request::Ping
@@ -559,7 +741,8 @@ fn route_inner(
         | Request::GetStats
         | Request::GetMe
         | Request::GetClient { .. }
-        | Request::GetClients => return Err(status::INVALID_COMMAND),
+        | Request::GetClients
+        | Request::SyncConsumerGroup { .. } => return Err(status::INVALID_COMMAND),
         Request::DescribeOptions { scope } => {
             let mut out = Vec::new();
             let descriptors = if *scope == 1 {
@@ -573,6 +756,22 @@ fn route_inner(
         }
         Request::Other { .. } => return Err(status::INVALID_COMMAND),
     })
+}
+
+/// Fills in who a membership op is for: session `member`, connected through `node` (booted at
+/// `boot`). Other ops are unchanged.
+pub fn bind_member(op: &mut Op, session: u128, replica: u8, boot_stamp: u64) {
+    match op {
+        Op::JoinConsumerGroup {
+            member, node, boot, ..
+        } => {
+            *member = session;
+            *node = replica;
+            *boot = boot_stamp;
+        }
+        Op::LeaveConsumerGroup { member, .. } => *member = session,
+        _ => {}
+    }
 }
 
 /// What this node's partitions hold, by key ([`iggy_segments::partition::Figures`]; default for a
@@ -692,7 +891,17 @@ pub fn refusal_status(op: &Op, code: u8) -> u32 {
             | Op::DeleteTopic { .. }
             | Op::CreatePartitions { .. }
     );
+    let group_level = matches!(
+        op,
+        Op::CreateConsumerGroup { .. }
+            | Op::DeleteConsumerGroup { .. }
+            | Op::JoinConsumerGroup { .. }
+            | Op::LeaveConsumerGroup { .. }
+    );
     match code {
+        1 if group_level => status::INVALID_CONSUMER_GROUP_NAME,
+        2 if group_level => status::CONSUMER_GROUP_NAME_ALREADY_EXISTS,
+        6 if group_level => status::CANNOT_CREATE_CONSUMER_GROUP_INFO,
         1 if topic_level => status::INVALID_TOPIC_NAME,
         1 => status::INVALID_STREAM_NAME,
         2 if topic_level => status::TOPIC_NAME_ALREADY_EXISTS,
@@ -705,6 +914,7 @@ pub fn refusal_status(op: &Op, code: u8) -> u32 {
         8 => status::INVALID_OPTION_VALUE,
         9 | 11 => status::STALE_CLIENT,
         10 => status::UNAUTHENTICATED,
+        12 => status::CONSUMER_GROUP_MEMBER_NOT_FOUND,
         _ => status::ERROR,
     }
 }
@@ -732,6 +942,13 @@ pub fn metadata_reply(op: &Op, reply: &Reply, state: &State, figures: Figures<'_
                     &topic_info(*stream, topic, figures),
                     &partition_infos(*stream, topic, figures),
                 );
+            }
+        }
+        (Op::CreateConsumerGroup { stream, topic, .. }, iggy_metadata::Applied::Group(id)) => {
+            if let Some(topic) = state.streams.get(stream).and_then(|s| s.topics.get(topic))
+                && let Some(group) = topic.groups.get(id)
+            {
+                put_group_details(&mut out, topic, group);
             }
         }
         _ => {}

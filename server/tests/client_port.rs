@@ -1326,6 +1326,13 @@ fn named_consumers_and_group_offsets_are_kept_apart() {
         batch: batch(&[b"a", b"b", b"c"]),
     });
     assert_eq!(code, 0);
+    // The group whose offsets are stored (wire id 0, the same number as the consumer's below).
+    let (code, _) = c.ask_until_accepted(&Request::CreateConsumerGroup {
+        stream: Identifier::Name("kinds".into()),
+        topic: Identifier::Name("t".into()),
+        name: "g".into(),
+    });
+    assert_eq!(code, 0);
     let target = |group, id: Identifier| {
         (
             Consumer { group, id },
@@ -1355,8 +1362,8 @@ fn named_consumers_and_group_offsets_are_kept_apart() {
     };
     for request in [
         store(false, Identifier::Name("reader".into()), 1),
-        store(true, Identifier::Numeric(5), 2),
-        store(false, Identifier::Numeric(5), 0),
+        store(true, Identifier::Numeric(0), 2),
+        store(false, Identifier::Numeric(0), 0),
     ] {
         let (code, _) = c.ask_until_accepted(&request);
         assert_eq!(code, 0, "{request:?}");
@@ -1365,8 +1372,8 @@ fn named_consumers_and_group_offsets_are_kept_apart() {
     assert!(matches!(other.login("iggy"), Answer::Reply(..)));
     for (request, stored) in [
         (get(false, Identifier::Name("reader".into())), 1),
-        (get(true, Identifier::Numeric(5)), 2),
-        (get(false, Identifier::Numeric(5)), 0),
+        (get(true, Identifier::Numeric(0)), 2),
+        (get(false, Identifier::Numeric(0)), 0),
     ] {
         let (code, body) = other.ask(&request);
         assert_eq!(code, 0);
@@ -1375,8 +1382,15 @@ fn named_consumers_and_group_offsets_are_kept_apart() {
             .unwrap_or_else(|| panic!("nothing stored for {request:?}"));
         assert_eq!(info.stored_offset, stored, "{request:?}");
     }
-    // A `Next` poll of the group starts after the group's offset, not the consumer's.
-    let (consumer, stream, topic) = target(true, Identifier::Numeric(5));
+    // A `Next` poll of the group (by a member: it joins first) starts after the group's offset,
+    // not the consumer's.
+    let (code, _) = other.ask_until_accepted(&Request::JoinConsumerGroup {
+        stream: Identifier::Name("kinds".into()),
+        topic: Identifier::Name("t".into()),
+        group: Identifier::Numeric(0),
+    });
+    assert_eq!(code, 0);
+    let (consumer, stream, topic) = target(true, Identifier::Numeric(0));
     let (code, body) = other.ask(&Request::PollMessages {
         consumer,
         stream,
@@ -1433,4 +1447,172 @@ fn a_stream_renamed_through_one_node_is_found_by_its_new_name_on_another() {
         stream: Identifier::Name("before".into()),
     });
     assert_eq!((code, body.len()), (0, 0), "the old name still resolves");
+}
+
+/// Issue #47: consumer groups. A group is created through one node and listed through another;
+/// two sessions on different nodes join it and split its three partitions between them (each
+/// partition held by exactly one); a poll of a partition the member does not hold is fenced
+/// (`ConsumerGroupPartitionNotOwned`, on which the SDK syncs again) and a non-member's poll is
+/// refused (`ConsumerGroupMemberNotFound`); when one member's connection closes, its session
+/// leaves the group and the other member holds every partition. Without `leave_groups` in
+/// `client_port.rs` the closed session keeps its partitions and nobody reads them.
+#[test]
+fn consumer_group_members_split_partitions_and_a_closed_session_leaves() {
+    let cluster = start_cluster();
+    let addresses: Vec<SocketAddr> = cluster.nodes.iter().map(|n| n.client_address).collect();
+    let mut admin = Client::connect(addresses[0], 0x600);
+    assert!(matches!(admin.login("iggy"), Answer::Reply(..)));
+    let (code, _) = admin.ask_until_accepted(&Request::CreateStream {
+        name: "cg".into(),
+        options: vec![],
+    });
+    assert_eq!(code, 0);
+    let (code, _) = admin.ask_until_accepted(&Request::CreateTopic {
+        stream: Identifier::Name("cg".into()),
+        partitions: 3,
+        name: "t".into(),
+        options: vec![],
+    });
+    assert_eq!(code, 0);
+    let (code, body) = admin.ask_until_accepted(&Request::CreateConsumerGroup {
+        stream: Identifier::Name("cg".into()),
+        topic: Identifier::Name("t".into()),
+        name: "billing".into(),
+    });
+    assert_eq!(code, 0);
+    let payload = split_result(&body).expect("framed").expect("ok");
+    let (created, members) = response::read_consumer_group_details(payload).expect("details");
+    assert_eq!((created.id, created.name.as_str()), (0, "billing"));
+    assert!(members.is_empty());
+    let (code, body) = admin.ask_until_accepted(&Request::CreateConsumerGroup {
+        stream: Identifier::Name("cg".into()),
+        topic: Identifier::Name("t".into()),
+        name: "billing".into(),
+    });
+    assert_eq!(code, 0, "a committed refusal is a result section");
+    assert_eq!(
+        split_result(&body).expect("framed"),
+        Err(status::CONSUMER_GROUP_NAME_ALREADY_EXISTS)
+    );
+
+    let group = || {
+        (
+            Identifier::Name("cg".into()),
+            Identifier::Name("t".into()),
+            Identifier::Name("billing".into()),
+        )
+    };
+    let join = || {
+        let (stream, topic, group) = group();
+        Request::JoinConsumerGroup {
+            stream,
+            topic,
+            group,
+        }
+    };
+    let sync = || {
+        let (stream, topic, group) = group();
+        Request::SyncConsumerGroup {
+            stream,
+            topic,
+            group,
+        }
+    };
+    let poll = |partition| Request::PollMessages {
+        consumer: Consumer {
+            group: true,
+            id: Identifier::Name("billing".into()),
+        },
+        stream: Identifier::Name("cg".into()),
+        topic: Identifier::Name("t".into()),
+        partition: Some(partition),
+        strategy: PollingStrategy::Next,
+        count: 10,
+        auto_commit: false,
+    };
+    let assignment = |c: &mut Client| {
+        let (code, body) = c.ask(&sync());
+        assert_eq!(code, 0);
+        response::read_group_assignment(&body).expect("assignment")
+    };
+
+    let mut a = Client::connect(addresses[1], 0x601);
+    assert!(matches!(a.login("iggy"), Answer::Reply(..)));
+    assert_eq!(assignment(&mut a), None, "not a member yet");
+    assert_eq!(a.ask(&poll(0)).0, status::CONSUMER_GROUP_MEMBER_NOT_FOUND);
+    assert_eq!(a.ask_until_accepted(&join()).0, 0);
+    let mut b = Client::connect(addresses[2], 0x602);
+    assert!(matches!(b.login("iggy"), Answer::Reply(..)));
+    assert_eq!(b.ask_until_accepted(&join()).0, 0);
+    let (_, held_by_a) = assignment(&mut a).expect("a member");
+    let (generation, held_by_b) = assignment(&mut b).expect("a member");
+    let mut all: Vec<u32> = held_by_a.iter().chain(&held_by_b).copied().collect();
+    all.sort_unstable();
+    assert_eq!(
+        all,
+        vec![0, 1, 2],
+        "each partition held by exactly one member"
+    );
+    assert!(!held_by_a.is_empty() && !held_by_b.is_empty());
+    assert_eq!(a.ask(&poll(held_by_a[0])).0, 0);
+    assert_eq!(
+        a.ask(&poll(held_by_b[0])).0,
+        status::CONSUMER_GROUP_PARTITION_NOT_OWNED
+    );
+    // The group as the listings show it, through the node that took neither join.
+    let (stream, topic, g) = group();
+    let (code, body) = admin.ask(&Request::GetConsumerGroup {
+        stream,
+        topic,
+        group: g,
+    });
+    assert_eq!(code, 0);
+    let (info, members) = response::read_consumer_group_details(&body).expect("details");
+    assert_eq!((info.members_count, info.partitions_count), (2, 3));
+    assert_eq!(members.len(), 2);
+    let (code, body) = admin.ask(&Request::GetConsumerGroups {
+        stream: Identifier::Name("cg".into()),
+        topic: Identifier::Name("t".into()),
+    });
+    assert_eq!(code, 0);
+    assert_eq!(
+        response::read_consumer_groups(&body).expect("groups").len(),
+        1
+    );
+
+    // A's connection closes: its session leaves, and B holds all three partitions.
+    drop(a);
+    let mut last = None;
+    for _ in 0..1_000 {
+        last = assignment(&mut b);
+        if last.as_ref().is_some_and(|(_, held)| held.len() == 3) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let (after, held) = last.expect("still a member");
+    assert_eq!(held, vec![0, 1, 2], "the closed session's partitions moved");
+    assert!(
+        after > generation,
+        "the split changed, so did the generation"
+    );
+    // B leaves explicitly; leaving again is refused.
+    let leave = || {
+        let (stream, topic, group) = group();
+        Request::LeaveConsumerGroup {
+            stream,
+            topic,
+            group,
+        }
+    };
+    let (code, body) = b.ask_until_accepted(&leave());
+    assert_eq!(code, 0);
+    assert_eq!(split_result(&body).expect("framed"), Ok(&[][..]));
+    let (code, body) = b.ask_until_accepted(&leave());
+    assert_eq!(code, 0);
+    assert_eq!(
+        split_result(&body).expect("framed"),
+        Err(status::CONSUMER_GROUP_MEMBER_NOT_FOUND)
+    );
+    assert_eq!(assignment(&mut b), None);
 }

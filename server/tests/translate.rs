@@ -268,17 +268,39 @@ fn offsets_and_polls_go_to_their_partition() {
             ),
         }
     );
+    // A consumer group's offsets are kept under the group's wire id, resolved by id or by name;
+    // a group the topic does not have is refused.
     assert_eq!(
         routed(&get(true, Identifier::Numeric(9))),
-        Route::GetOffset {
-            key: key(1),
-            consumer: (ConsumerKind::Group, 9),
-        }
+        Route::Refuse(status::CONSUMER_GROUP_ID_NOT_FOUND)
     );
+    assert_eq!(
+        routed(&get(true, Identifier::Name("billing".into()))),
+        Route::Refuse(status::CONSUMER_GROUP_NAME_NOT_FOUND)
+    );
+    let mut with_group = state();
+    with_group
+        .apply(&Op::CreateConsumerGroup {
+            stream: 1,
+            topic: 1,
+            name: "billing".into(),
+        })
+        .expect("a valid op");
+    let in_group =
+        |request: &Request| route(request, &with_group, &defaults(), &mut 0, &no_figures);
+    for id in [Identifier::Numeric(0), Identifier::Name("billing".into())] {
+        assert_eq!(
+            in_group(&get(true, id)),
+            Route::GetOffset {
+                key: key(1),
+                consumer: (ConsumerKind::Group, 0),
+            }
+        );
+    }
     let store_as_group = Request::StoreConsumerOffset {
         consumer: Consumer {
             group: true,
-            id: Identifier::Numeric(9),
+            id: Identifier::Name("billing".into()),
         },
         stream: Identifier::Numeric(0),
         topic: Identifier::Numeric(0),
@@ -286,12 +308,12 @@ fn offsets_and_polls_go_to_their_partition() {
         offset: 3,
         ack: 1,
     };
-    let Route::StoreOffset { body, .. } = routed(&store_as_group) else {
+    let Route::StoreOffset { body, .. } = in_group(&store_as_group) else {
         panic!("not a store")
     };
     assert_eq!(
         body,
-        iggy_segments::entry::encode_consumer_offset(ConsumerKind::Group, 9, 3).to_vec()
+        iggy_segments::entry::encode_consumer_offset(ConsumerKind::Group, 0, 3).to_vec()
     );
 }
 

@@ -9,6 +9,15 @@ use iggy_binary_protocol::primitives::polling_strategy::WirePollingStrategy;
 use iggy_binary_protocol::requests::consumer_offsets::{
     DeleteConsumerOffsetRequest, GetConsumerOffsetRequest, StoreConsumerOffsetRequest,
 };
+use iggy_binary_protocol::requests::consumer_groups::{
+    CreateConsumerGroupRequest, DeleteConsumerGroupRequest, GetConsumerGroupRequest,
+    GetConsumerGroupsRequest, JoinConsumerGroupRequest, LeaveConsumerGroupRequest,
+    SyncConsumerGroupRequest,
+};
+use iggy_binary_protocol::responses::consumer_groups::{
+    ConsumerGroupDetailsResponse, ConsumerGroupMemberResponse, ConsumerGroupResponse,
+    GetConsumerGroupsResponse, SyncConsumerGroupResponse,
+};
 use iggy_binary_protocol::requests::messages::PollMessagesRequest;
 use iggy_binary_protocol::requests::messages::send_messages::{RawMessage, SendMessagesEncoder};
 use iggy_binary_protocol::requests::partitions::CreatePartitionsRequest;
@@ -600,6 +609,139 @@ fn main() {
                     description: String::new(),
                 },
             ],
+        }
+        .to_bytes(),
+    );
+    // Consumer groups (600-606): the requests' bodies, and the replies as the SDK decodes them.
+    let group_target = || {
+        (
+            WireIdentifier::numeric(1),
+            WireIdentifier::named("orders").expect("a valid name"),
+            WireIdentifier::named("billing").expect("a valid name"),
+        )
+    };
+    let (stream_id, topic_id, group_id) = group_target();
+    write(
+        &dir,
+        "get_consumer_group_body",
+        &GetConsumerGroupRequest {
+            stream_id,
+            topic_id,
+            group_id,
+        }
+        .to_bytes(),
+    );
+    write(
+        &dir,
+        "get_consumer_groups_body",
+        &GetConsumerGroupsRequest {
+            stream_id: WireIdentifier::numeric(1),
+            topic_id: WireIdentifier::numeric(2),
+        }
+        .to_bytes(),
+    );
+    write(
+        &dir,
+        "create_consumer_group_body",
+        &CreateConsumerGroupRequest {
+            stream_id: WireIdentifier::numeric(1),
+            topic_id: WireIdentifier::numeric(2),
+            name: name("billing"),
+        }
+        .to_bytes(),
+    );
+    let (stream_id, topic_id, group_id) = group_target();
+    write(
+        &dir,
+        "delete_consumer_group_body",
+        &DeleteConsumerGroupRequest {
+            stream_id,
+            topic_id,
+            group_id,
+        }
+        .to_bytes(),
+    );
+    let (stream_id, topic_id, group_id) = group_target();
+    write(
+        &dir,
+        "join_consumer_group_body",
+        &JoinConsumerGroupRequest {
+            stream_id,
+            topic_id,
+            group_id,
+        }
+        .to_bytes(),
+    );
+    let (stream_id, topic_id, group_id) = group_target();
+    write(
+        &dir,
+        "leave_consumer_group_body",
+        &LeaveConsumerGroupRequest {
+            stream_id,
+            topic_id,
+            group_id,
+        }
+        .to_bytes(),
+    );
+    let (stream_id, topic_id, group_id) = group_target();
+    write(
+        &dir,
+        "sync_consumer_group_body",
+        &SyncConsumerGroupRequest {
+            stream_id,
+            topic_id,
+            group_id,
+        }
+        .to_bytes(),
+    );
+    let group = ConsumerGroupResponse {
+        id: 0,
+        partitions_count: 3,
+        members_count: 2,
+        name: name("billing"),
+    };
+    write(
+        &dir,
+        "get_consumer_groups_reply",
+        &GetConsumerGroupsResponse {
+            groups: vec![
+                group.clone(),
+                ConsumerGroupResponse {
+                    id: 1,
+                    partitions_count: 3,
+                    members_count: 0,
+                    name: name("audit"),
+                },
+            ],
+        }
+        .to_bytes(),
+    );
+    write(
+        &dir,
+        "get_consumer_group_reply",
+        &ConsumerGroupDetailsResponse {
+            group,
+            members: vec![
+                ConsumerGroupMemberResponse {
+                    id: 1,
+                    partitions_count: 2,
+                    partitions: vec![0, 2],
+                },
+                ConsumerGroupMemberResponse {
+                    id: 2,
+                    partitions_count: 1,
+                    partitions: vec![1],
+                },
+            ],
+        }
+        .to_bytes(),
+    );
+    write(
+        &dir,
+        "sync_consumer_group_reply",
+        &SyncConsumerGroupResponse {
+            generation: 5,
+            partitions: vec![0, 2],
         }
         .to_bytes(),
     );
