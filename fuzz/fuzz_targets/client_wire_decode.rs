@@ -8,7 +8,7 @@
 use iggy_protocol::{HEADER_SIZE, Request, RequestHeader};
 use libfuzzer_sys::fuzz_target;
 
-const CODES: &[u32] = &[1, 10, 12, 13, 20, 21, 22, 39, 40, 45, 100, 101, 120, 121, 122, 200, 201, 202, 203, 204, 300, 301, 302, 303, 304, 402, 600, 601, 602, 603, 604, 605, 606];
+const CODES: &[u32] = &[1, 10, 12, 13, 20, 21, 22, 39, 40, 45, 100, 101, 120, 121, 122, 200, 201, 202, 203, 204, 300, 301, 302, 303, 304, 402, 600, 601, 602, 603, 604, 605, 606, 14, 103, 104, 123];
 
 fn body(code: u32, bytes: &[u8]) {
     if let Ok(request) = Request::decode(code, bytes)

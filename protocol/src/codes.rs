@@ -35,6 +35,10 @@ pub mod code {
     pub const DELETE_TOPIC: u32 = 303;
     pub const UPDATE_TOPIC: u32 = 304;
     pub const CREATE_PARTITIONS: u32 = 402;
+    pub const ATTACH_CONSUMER_SESSION: u32 = 14;
+    pub const GET_POLL_ROUTING: u32 = 103;
+    pub const POLL_MESSAGES_ON_PRIMARY: u32 = 104;
+    pub const GET_CONSUMER_OFFSET_ROUTING: u32 = 123;
     pub const GET_CONSUMER_GROUP: u32 = 600;
     pub const GET_CONSUMER_GROUPS: u32 = 601;
     pub const CREATE_CONSUMER_GROUP: u32 = 602;

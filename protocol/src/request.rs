@@ -173,6 +173,20 @@ pub enum Request {
         topic: Identifier,
         group: Identifier,
     },
+    /// 14: binds a routed data connection to the coordinator connection's session (the
+    /// identity a consumer group knows), as `GetPollRouting` handed it out.
+    AttachConsumerSession {
+        client_id: u128,
+        session: u64,
+        metadata_watermark: u64,
+    },
+    /// 103: where a clustered SDK sends an auto-commit poll (a [`Request::PollMessages`]).
+    GetPollRouting(Box<Request>),
+    /// 104: an auto-commit poll on a routed data connection (a [`Request::PollMessages`]).
+    PollMessagesOnPrimary(Box<Request>),
+    /// 123: where a clustered SDK sends an offset store or delete (a
+    /// [`Request::GetConsumerOffset`]: the target alone).
+    GetConsumerOffsetRouting(Box<Request>),
     Other {
         code: u32,
     },
@@ -431,6 +445,24 @@ impl Request {
                     },
                 }
             }
+            code::GET_POLL_ROUTING | code::POLL_MESSAGES_ON_PRIMARY => {
+                let poll = Box::new(Self::decode_inner(code::POLL_MESSAGES, body)?);
+                return Ok(if code == code::GET_POLL_ROUTING {
+                    Self::GetPollRouting(poll)
+                } else {
+                    Self::PollMessagesOnPrimary(poll)
+                });
+            }
+            code::GET_CONSUMER_OFFSET_ROUTING => {
+                return Ok(Self::GetConsumerOffsetRouting(Box::new(
+                    Self::decode_inner(code::GET_CONSUMER_OFFSET, body)?,
+                )));
+            }
+            code::ATTACH_CONSUMER_SESSION => Self::AttachConsumerSession {
+                client_id: r.u128("client id")?,
+                session: r.u64("session")?,
+                metadata_watermark: r.u64("metadata watermark")?,
+            },
             code::GET_CONSUMER_OFFSET => {
                 let (consumer, stream, topic, partition) = read_target(&mut r)?;
                 Self::GetConsumerOffset {
@@ -695,6 +727,27 @@ impl Request {
                 topic.put(&mut out);
                 put_name(&mut out, name);
                 code::CREATE_CONSUMER_GROUP
+            }
+            Self::AttachConsumerSession {
+                client_id,
+                session,
+                metadata_watermark,
+            } => {
+                out.put_u128(*client_id);
+                out.put_u64(*session);
+                out.put_u64(*metadata_watermark);
+                code::ATTACH_CONSUMER_SESSION
+            }
+            Self::GetPollRouting(inner)
+            | Self::PollMessagesOnPrimary(inner)
+            | Self::GetConsumerOffsetRouting(inner) => {
+                let (_, body) = inner.encode();
+                out = body;
+                match self {
+                    Self::GetPollRouting(_) => code::GET_POLL_ROUTING,
+                    Self::PollMessagesOnPrimary(_) => code::POLL_MESSAGES_ON_PRIMARY,
+                    _ => code::GET_CONSUMER_OFFSET_ROUTING,
+                }
             }
             Self::Other { code } => *code,
         };

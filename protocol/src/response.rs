@@ -59,6 +59,67 @@ impl LoginReply {
     }
 }
 
+impl ClusterNode {
+    pub fn put(&self, out: &mut Vec<u8>) {
+        out.put_long_str(&self.name);
+        out.put_long_str(&self.ip);
+        out.put_u16(self.tcp_port);
+        out.put_u16(self.quic_port);
+        out.put_u16(self.http_port);
+        out.put_u16(self.websocket_port);
+        out.put_u8(self.role);
+        out.put_u8(self.status);
+    }
+
+    pub fn read(r: &mut Reader<'_>) -> Result<Self, WireError> {
+        let read_long = |r: &mut Reader<'_>, what| -> Result<String, WireError> {
+            let len = r.u32(what)? as usize;
+            Ok(r.str(len, what)?.to_owned())
+        };
+        Ok(Self {
+            name: read_long(r, "node name")?,
+            ip: read_long(r, "node ip")?,
+            tcp_port: r.u16("tcp port")?,
+            quic_port: r.u16("quic port")?,
+            http_port: r.u16("http port")?,
+            websocket_port: r.u16("websocket port")?,
+            role: r.u8("role")?,
+            status: r.u8("status")?,
+        })
+    }
+}
+
+/// `GetPollRouting` and `GetConsumerOffsetRouting`: the session a routed data connection
+/// attaches (`AttachConsumerSession`'s 32 bytes), then the node to connect to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PollRoute {
+    pub client_id: u128,
+    pub session: u64,
+    pub metadata_watermark: u64,
+    pub primary: ClusterNode,
+}
+
+impl PollRoute {
+    pub fn put(&self, out: &mut Vec<u8>) {
+        out.put_u128(self.client_id);
+        out.put_u64(self.session);
+        out.put_u64(self.metadata_watermark);
+        self.primary.put(out);
+    }
+
+    pub fn read(body: &[u8]) -> Result<Self, WireError> {
+        let mut r = Reader::new(body);
+        let route = Self {
+            client_id: r.u128("client id")?,
+            session: r.u64("session")?,
+            metadata_watermark: r.u64("metadata watermark")?,
+            primary: ClusterNode::read(&mut r)?,
+        };
+        r.finish("poll route")?;
+        Ok(route)
+    }
+}
+
 /// One node of `GetClusterMetadata`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClusterNode {
@@ -85,14 +146,7 @@ impl ClusterMetadata {
         out.put_long_str(&self.name);
         out.put_u32(len_u32(self.nodes.len()));
         for node in &self.nodes {
-            out.put_long_str(&node.name);
-            out.put_long_str(&node.ip);
-            out.put_u16(node.tcp_port);
-            out.put_u16(node.quic_port);
-            out.put_u16(node.http_port);
-            out.put_u16(node.websocket_port);
-            out.put_u8(node.role);
-            out.put_u8(node.status);
+            node.put(out);
         }
     }
 
@@ -105,16 +159,7 @@ impl ClusterMetadata {
         let count = r.u32("nodes count")?;
         let mut nodes = Vec::new();
         for _ in 0..count {
-            nodes.push(ClusterNode {
-                name: read_long(r, "node name")?,
-                ip: read_long(r, "node ip")?,
-                tcp_port: r.u16("tcp port")?,
-                quic_port: r.u16("quic port")?,
-                http_port: r.u16("http port")?,
-                websocket_port: r.u16("websocket port")?,
-                role: r.u8("role")?,
-                status: r.u8("status")?,
-            });
+            nodes.push(ClusterNode::read(r)?);
         }
         Ok(Self { name, nodes })
     }

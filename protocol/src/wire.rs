@@ -84,6 +84,10 @@ impl<'a> Reader<'a> {
         self.array(what).map(u64::from_le_bytes)
     }
 
+    pub fn u128(&mut self, what: &'static str) -> Result<u128, WireError> {
+        self.array(what).map(u128::from_le_bytes)
+    }
+
     /// UTF-8 of `n` bytes.
     pub fn str(&mut self, n: usize, what: &'static str) -> Result<&'a str, WireError> {
         let offset = self.pos;
@@ -125,6 +129,7 @@ pub trait Put {
     fn put_u16(&mut self, value: u16);
     fn put_u32(&mut self, value: u32);
     fn put_u64(&mut self, value: u64);
+    fn put_u128(&mut self, value: u128);
     fn put_bytes(&mut self, value: &[u8]);
     /// A length as a u32 prefix, then the bytes.
     fn put_long_str(&mut self, value: &str);
@@ -141,6 +146,9 @@ impl Put for Vec<u8> {
         self.extend_from_slice(&value.to_le_bytes());
     }
     fn put_u64(&mut self, value: u64) {
+        self.extend_from_slice(&value.to_le_bytes());
+    }
+    fn put_u128(&mut self, value: u128) {
         self.extend_from_slice(&value.to_le_bytes());
     }
     fn put_bytes(&mut self, value: &[u8]) {

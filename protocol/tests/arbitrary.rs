@@ -41,6 +41,10 @@ const CODES: &[u32] = &[
     code::JOIN_CONSUMER_GROUP,
     code::LEAVE_CONSUMER_GROUP,
     code::SYNC_CONSUMER_GROUP,
+    code::ATTACH_CONSUMER_SESSION,
+    code::GET_POLL_ROUTING,
+    code::POLL_MESSAGES_ON_PRIMARY,
+    code::GET_CONSUMER_OFFSET_ROUTING,
 ];
 
 proptest! {

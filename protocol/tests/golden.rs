@@ -35,6 +35,7 @@ fn golden(name: &str) -> Vec<u8> {
         };
     }
     files!(
+        "attach_consumer_session_body",
         "cluster_metadata_reply",
         "consumer_offset_reply",
         "create_consumer_group_body",
@@ -72,6 +73,7 @@ fn golden(name: &str) -> Vec<u8> {
         "poll_messages_body",
         "poll_messages_next_body",
         "poll_reply_header",
+        "poll_routing_reply",
         "reply_header",
         "send_messages_balanced_body",
         "send_messages_header",
@@ -775,4 +777,64 @@ fn consumer_group_bodies_and_replies_are_the_sdks() {
     assert_eq!(out, golden("sync_consumer_group_reply"));
     assert_eq!(read_group_assignment(&out).unwrap(), Some((5, vec![0, 2])));
     assert_eq!(read_group_assignment(&[]).unwrap(), None);
+}
+
+/// Issue #47: the routed poll's commands (a clustered SDK's auto-commit polls and offset
+/// writes): 103 and 104 carry a poll's body, 123 an offset target, 14 the coordinator's session;
+/// the routing reply is the SDK's own encoding.
+#[test]
+fn poll_routing_bodies_and_reply_are_the_sdks() {
+    body_round_trip(
+        "attach_consumer_session_body",
+        code::ATTACH_CONSUMER_SESSION,
+        Request::AttachConsumerSession {
+            client_id: CLIENT,
+            session: 1_700_000_000_000_001,
+            metadata_watermark: 42,
+        },
+    );
+    let poll = Request::decode(code::POLL_MESSAGES, &golden("poll_messages_body")).unwrap();
+    for code in [code::GET_POLL_ROUTING, code::POLL_MESSAGES_ON_PRIMARY] {
+        let routed = Request::decode(code, &golden("poll_messages_body")).unwrap();
+        let inner = match &routed {
+            Request::GetPollRouting(inner) | Request::PollMessagesOnPrimary(inner) => inner,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(**inner, poll);
+        assert_eq!(routed.encode(), (code, golden("poll_messages_body")));
+    }
+    let target = Request::decode(
+        code::GET_CONSUMER_OFFSET,
+        &golden("get_consumer_offset_body"),
+    )
+    .unwrap();
+    let routed = Request::decode(
+        code::GET_CONSUMER_OFFSET_ROUTING,
+        &golden("get_consumer_offset_body"),
+    )
+    .unwrap();
+    assert_eq!(routed, Request::GetConsumerOffsetRouting(Box::new(target)));
+
+    let route = iggy_protocol::response::PollRoute {
+        client_id: CLIENT,
+        session: 1_700_000_000_000_001,
+        metadata_watermark: 0,
+        primary: ClusterNode {
+            name: "node-2".into(),
+            ip: "127.0.0.1".into(),
+            tcp_port: 8092,
+            quic_port: 0,
+            http_port: 0,
+            websocket_port: 0,
+            role: 1,
+            status: 0,
+        },
+    };
+    let mut out = Vec::new();
+    route.put(&mut out);
+    assert_eq!(out, golden("poll_routing_reply"));
+    assert_eq!(
+        iggy_protocol::response::PollRoute::read(&out).unwrap(),
+        route
+    );
 }

@@ -136,6 +136,10 @@ pub struct PortCounters {
     pub isolated_closes: std::sync::atomic::AtomicU64,
     /// Auto-commit polls not stored because their client had left (see [`peer_closed`]).
     pub orphan_polls: std::sync::atomic::AtomicU64,
+    /// Routes handed to clustered SDKs (`GetPollRouting`, `GetConsumerOffsetRouting`).
+    pub poll_routes: std::sync::atomic::AtomicU64,
+    /// Data connections bound to a coordinator's session (`AttachConsumerSession`).
+    pub attached_sessions: std::sync::atomic::AtomicU64,
     /// Logins refused for a wrong username or password.
     pub failed_logins: std::sync::atomic::AtomicU64,
     /// Logins whose connection was closed unchecked because [`PASSWORD_QUEUE`] checks already
@@ -472,6 +476,10 @@ struct Session {
     /// The highest request number the client sent in this session: the session's end is
     /// proposed as the next one ([`leave_groups`]).
     last_request: u64,
+    /// On a routed data connection: the coordinator connection's session (its id in the
+    /// client tables) that `AttachConsumerSession` bound, whose consumer-group membership this
+    /// connection's polls act for.
+    attached: Option<u128>,
     replies: mpsc::UnboundedReceiver<Message>,
     /// The sending half registered for this connection's replies.
     sender: mpsc::UnboundedSender<Message>,
@@ -829,6 +837,57 @@ async fn answer<S: Storage + Clone + Send + Sync + 'static>(
             }
             return ok(out);
         }
+        Request::AttachConsumerSession {
+            client_id, session, ..
+        } => {
+            // The coordinator's session must be one the metadata group registered (read
+            // current: it logged in through another node an instant ago).
+            let coordinator = session_client(*client_id, *session);
+            if !shared.views.metadata().clients.contains_key(&coordinator) {
+                if let Err(code) = read_barrier(shared, GroupKind::Metadata.id()).await {
+                    return error(code);
+                }
+                if !shared.views.metadata().clients.contains_key(&coordinator) {
+                    return error(status::STALE_CLIENT);
+                }
+            }
+            current.attached = Some(coordinator);
+            shared
+                .counters
+                .attached_sessions
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            return ok(Vec::new());
+        }
+        Request::GetPollRouting(target) | Request::GetConsumerOffsetRouting(target) => {
+            // The node that leads the partition's group answers the routed poll or offset
+            // write (any node could: reads pass a barrier; the SDK asks where, and this says
+            // the primary, as upstream does).
+            let key = match route_when_known(shared, target, balanced).await {
+                Route::Poll { key, .. } | Route::GetOffset { key, .. } => key,
+                Route::Refuse(code) => return error(code),
+                _ => return error(status::INVALID_COMMAND),
+            };
+            let primary = shared
+                .views
+                .leader(key.group_id())
+                .unwrap_or(shared.config.replica);
+            let Some(node) = roster_node(shared, primary) else {
+                return error(status::ERROR);
+            };
+            shared
+                .counters
+                .poll_routes
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let mut out = Vec::new();
+            response::PollRoute {
+                client_id: current.client,
+                session: current.session,
+                metadata_watermark: 0,
+                primary: node,
+            }
+            .put(&mut out);
+            return ok(out);
+        }
         Request::SyncConsumerGroup {
             stream,
             topic,
@@ -988,7 +1047,13 @@ async fn answer<S: Storage + Clone + Send + Sync + 'static>(
             auto_commit,
         } => {
             if consumer.0 == ConsumerKind::Group
-                && let Err(code) = group_fence(shared, key, consumer.1, current.internal).await
+                && let Err(code) = group_fence(
+                    shared,
+                    key,
+                    consumer.1,
+                    current.attached.unwrap_or(current.internal),
+                )
+                .await
             {
                 return error(code);
             }
@@ -1351,6 +1416,7 @@ async fn register_session<S: Storage + Clone + Send + Sync + 'static>(
         session: number,
         auto_commits: 0,
         last_request: request,
+        attached: None,
         replies,
         sender,
     };
@@ -1681,23 +1747,26 @@ async fn submit_as<S: Storage + Clone + Send + Sync + 'static>(
     }
 }
 
-fn cluster_metadata<S: Storage + Clone>(shared: &Shared<S>) -> Vec<u8> {
+/// Node `index` of the roster as `GetClusterMetadata` lists it (role: whether it leads the
+/// metadata group).
+fn roster_node<S: Storage + Clone>(shared: &Shared<S>, index: u8) -> Option<ClusterNode> {
     let leader = shared.views.leader(GroupKind::Metadata.id());
-    let nodes = shared
-        .config
-        .roster
-        .iter()
-        .zip(0u8..)
-        .map(|(node, index)| ClusterNode {
-            name: node.name.clone(),
-            ip: node.client_address.ip().to_string(),
-            tcp_port: node.client_address.port(),
-            quic_port: 0,
-            http_port: 0,
-            websocket_port: 0,
-            role: u8::from(leader != Some(index)),
-            status: 0,
-        })
+    let node = shared.config.roster.get(usize::from(index))?;
+    Some(ClusterNode {
+        name: node.name.clone(),
+        ip: node.client_address.ip().to_string(),
+        tcp_port: node.client_address.port(),
+        quic_port: 0,
+        http_port: 0,
+        websocket_port: 0,
+        role: u8::from(leader != Some(index)),
+        status: 0,
+    })
+}
+
+fn cluster_metadata<S: Storage + Clone>(shared: &Shared<S>) -> Vec<u8> {
+    let nodes = (0..u8::try_from(shared.config.roster.len()).unwrap_or(u8::MAX))
+        .filter_map(|index| roster_node(shared, index))
         .collect();
     let mut out = Vec::new();
     ClusterMetadata {

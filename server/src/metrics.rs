@@ -252,6 +252,20 @@ pub fn render(node: &NodeMetrics, bus: &BusCounters, port: &PortCounters) -> Str
         "counter",
         load(&port.orphan_polls),
     );
+    counter(
+        &mut out,
+        "iggy_client_poll_routes_total",
+        "Routes answered to clustered SDKs for an auto-commit poll or an offset write (GetPollRouting, GetConsumerOffsetRouting).",
+        "counter",
+        load(&port.poll_routes),
+    );
+    counter(
+        &mut out,
+        "iggy_client_attached_sessions_total",
+        "Routed data connections bound to their coordinator connection's session (AttachConsumerSession).",
+        "counter",
+        load(&port.attached_sessions),
+    );
     out.push_str("# HELP iggy_client_errors_total Error replies to clients, by status code.\n# TYPE iggy_client_errors_total counter\n");
     for (code, n) in port
         .errors

@@ -733,6 +733,10 @@ fn route_inner(
                 member: 0,
             })
         }
+        // A routed poll is a poll (the data connection's session answers it).
+        Request::PollMessagesOnPrimary(poll) => {
+            return route_inner(poll, state, defaults, balanced, figures);
+        }
         Request::LoginRegisterWithToken { .. } => return Err(status::FEATURE_UNAVAILABLE),
         Request::Ping
         | Request::LoginRegister { .. }
@@ -742,7 +746,10 @@ fn route_inner(
         | Request::GetMe
         | Request::GetClient { .. }
         | Request::GetClients
-        | Request::SyncConsumerGroup { .. } => return Err(status::INVALID_COMMAND),
+        | Request::SyncConsumerGroup { .. }
+        | Request::AttachConsumerSession { .. }
+        | Request::GetPollRouting(_)
+        | Request::GetConsumerOffsetRouting(_) => return Err(status::INVALID_COMMAND),
         Request::DescribeOptions { scope } => {
             let mut out = Vec::new();
             let descriptors = if *scope == 1 {

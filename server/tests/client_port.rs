@@ -1616,3 +1616,94 @@ fn consumer_group_members_split_partitions_and_a_closed_session_leaves() {
     );
     assert_eq!(assignment(&mut b), None);
 }
+
+/// Issue #47: poll routing for clustered SDKs. The coordinator connection (a group member) asks
+/// where to send an auto-commit poll (`GetPollRouting`, 103) and gets the partition's primary
+/// and its own session; a data connection to that node polls (`PollMessagesOnPrimary`, 104) for
+/// the coordinator's membership once it attached that session (`AttachConsumerSession`, 14),
+/// and is refused as a non-member before (without `attached` in `client_port.rs` every routed
+/// group poll is refused). An unknown session cannot be attached. `GetConsumerOffsetRouting`
+/// (123) answers the same route for the partition's offset writes.
+#[test]
+fn a_routed_poll_acts_for_the_attached_coordinator_session() {
+    let cluster = start_cluster();
+    let addresses: Vec<SocketAddr> = cluster.nodes.iter().map(|n| n.client_address).collect();
+    let mut coordinator = one_partition_topic(addresses[0], 0x700, "routed");
+    let (code, _) = coordinator.ask_until_accepted(&Request::CreateConsumerGroup {
+        stream: Identifier::Name("routed".into()),
+        topic: Identifier::Name("t".into()),
+        name: "g".into(),
+    });
+    assert_eq!(code, 0);
+    let (code, _) = coordinator.ask_until_accepted(&Request::JoinConsumerGroup {
+        stream: Identifier::Name("routed".into()),
+        topic: Identifier::Name("t".into()),
+        group: Identifier::Name("g".into()),
+    });
+    assert_eq!(code, 0);
+    let (code, _) = coordinator.ask_until_accepted(&Request::SendMessages {
+        stream: Identifier::Name("routed".into()),
+        topic: Identifier::Name("t".into()),
+        partitioning: Partitioning::PartitionId(0),
+        count: 2,
+        batch: batch(&[b"x", b"y"]),
+    });
+    assert_eq!(code, 0);
+    let poll = Request::PollMessages {
+        consumer: Consumer {
+            group: true,
+            id: Identifier::Name("g".into()),
+        },
+        stream: Identifier::Name("routed".into()),
+        topic: Identifier::Name("t".into()),
+        partition: Some(0),
+        strategy: PollingStrategy::Next,
+        count: 10,
+        auto_commit: true,
+    };
+    let (code, body) = coordinator.ask(&Request::GetPollRouting(Box::new(poll.clone())));
+    assert_eq!(code, 0);
+    let route = response::PollRoute::read(&body).expect("a route");
+    assert_eq!(route.client_id, 0x700, "the coordinator's own session");
+    let node = addresses
+        .iter()
+        .position(|a| a.port() == route.primary.tcp_port)
+        .expect("a node of the roster");
+    let (code, body) = coordinator.ask(&Request::GetConsumerOffsetRouting(Box::new(
+        Request::GetConsumerOffset {
+            consumer: Consumer {
+                group: true,
+                id: Identifier::Name("g".into()),
+            },
+            stream: Identifier::Name("routed".into()),
+            topic: Identifier::Name("t".into()),
+            partition: Some(0),
+        },
+    )));
+    assert_eq!(code, 0);
+    assert_eq!(response::PollRoute::read(&body).expect("a route"), route);
+
+    let mut data = Client::connect(addresses[node], 0x701);
+    assert!(matches!(data.login("iggy"), Answer::Reply(..)));
+    let on_primary = Request::PollMessagesOnPrimary(Box::new(poll));
+    assert_eq!(
+        data.ask(&on_primary).0,
+        status::CONSUMER_GROUP_MEMBER_NOT_FOUND,
+        "not attached: the data session is no member"
+    );
+    let attach = |client_id, session| Request::AttachConsumerSession {
+        client_id,
+        session,
+        metadata_watermark: route.metadata_watermark,
+    };
+    assert_eq!(
+        data.ask(&attach(0x999, route.session)).0,
+        status::STALE_CLIENT,
+        "no such session"
+    );
+    assert_eq!(data.ask(&attach(route.client_id, route.session)).0, 0);
+    let (code, body) = data.ask(&on_primary);
+    assert_eq!(code, 0);
+    let (header, _) = PollHeader::read(&body).expect("poll");
+    assert_eq!(header.messages_count, 2);
+}

@@ -39,7 +39,9 @@ use iggy_binary_protocol::responses::system::get_cluster_metadata::{
 use iggy_binary_protocol::responses::topics::{
     GetTopicResponse, GetTopicsResponse, PartitionResponse,
 };
+use iggy_binary_protocol::requests::system::AttachConsumerSessionRequest;
 use iggy_binary_protocol::requests::system::DescribeOptionsRequest;
+use iggy_binary_protocol::responses::messages::PollRoutingResponse;
 use iggy_binary_protocol::requests::system::get_client::GetClientRequest;
 use iggy_binary_protocol::responses::system::{DescribeOptionsResponse, OptionDescriptor};
 use iggy_binary_protocol::responses::clients::client_response::{
@@ -742,6 +744,40 @@ fn main() {
         &SyncConsumerGroupResponse {
             generation: 5,
             partitions: vec![0, 2],
+        }
+        .to_bytes(),
+    );
+    // Poll routing (14, 103/104 carry a poll body, 123 an offset target): the attach body and
+    // the routing reply.
+    write(
+        &dir,
+        "attach_consumer_session_body",
+        &AttachConsumerSessionRequest {
+            client_id: CLIENT,
+            session: 1_700_000_000_000_001,
+            metadata_watermark: 42,
+        }
+        .to_bytes(),
+    );
+    write(
+        &dir,
+        "poll_routing_reply",
+        &PollRoutingResponse {
+            consumer_session: AttachConsumerSessionRequest {
+                client_id: CLIENT,
+                session: 1_700_000_000_000_001,
+                metadata_watermark: 0,
+            },
+            primary: ClusterNodeResponse {
+                name: "node-2".into(),
+                ip: "127.0.0.1".into(),
+                tcp_port: 8092,
+                quic_port: 0,
+                http_port: 0,
+                websocket_port: 0,
+                role: 1,
+                status: 0,
+            },
         }
         .to_bytes(),
     );
