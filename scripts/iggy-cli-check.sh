@@ -86,4 +86,10 @@ step "audit" consumer-group list sales ledger
 step "deleted" consumer-group delete sales ledger audit
 out=$(iggy consumer-group list sales ledger)
 if grep -q audit <<< "$out"; then echo "FAILED: the deleted group is still listed"; exit 1; fi
+# Offsets on a roster of three: the CLI asks for the route (123), then stores through the
+# partition's primary.
+step "set to 1" consumer-offset set reader sales ledger 0 1
+step "Stored offset *| 1 " consumer-offset get reader sales ledger 0
+step "set to 2" consumer-offset set -k consumer-group billing sales ledger 0 2
+step "Stored offset *| 2 " consumer-offset get -k consumer-group billing sales ledger 0
 echo "== every step passed"
