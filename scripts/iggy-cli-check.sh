@@ -3,7 +3,7 @@
 # create a stream and a topic of 3 partitions (persisted), list them, the cluster's roster, send
 # to a partition, by key and balanced, poll them back, then the topic's figures, `stats`, `me`,
 # `client list`, `options`, a stream renamed, a topic updated, consumer groups created, listed,
-# read and deleted. Outside the default test run: the CLI
+# read and deleted, offsets on three nodes, users created, changed and held to their permissions. Outside the default test run: the CLI
 # takes about five minutes to install (once; set IGGY_CLI to an installed binary to skip it).
 #
 #   scripts/iggy-cli-check.sh            # exit 0 when every step did what it should
@@ -92,4 +92,23 @@ step "set to 1" consumer-offset set reader sales ledger 0 1
 step "Stored offset *| 1 " consumer-offset get reader sales ledger 0
 step "set to 2" consumer-offset set -k consumer-group billing sales ledger 0 2
 step "Stored offset *| 2 " consumer-offset get -k consumer-group billing sales ledger 0
+# Issue #47: users and their permissions.
+step "created" user create alice alice-pw -g r_str,p_msg
+step "alice" user list
+step "Read Streams *| true" user get alice
+step "updated" user permissions alice -g r_str,m_str
+step "Manage Streams *| true" user get alice
+step "updated" user name alice alicia
+step "updated" user status alicia inactive
+step "changed" user password alicia alice-pw new-pw
+step "inactive" user list
+step "deleted" user delete alicia
+step "created" user create bob bob-pw -g r_str
+as_bob() { "$CLI" --tcp-server-address "127.0.0.1:$base" -u bob -p bob-pw "$@" 2>&1 | grep -v keyring; }
+echo "== iggy -u bob stream list"
+out=$(as_bob stream list) || true
+grep -q sales <<< "$out" || { echo "$out"; echo "FAILED: bob cannot list streams"; exit 1; }
+echo "== iggy -u bob stream create nope (refused: Unauthorized)"
+out=$(as_bob stream create nope) || true
+grep -qi unauthorized <<< "$out" || { echo "$out"; echo "FAILED: bob created a stream"; exit 1; }
 echo "== every step passed"

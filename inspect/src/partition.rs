@@ -280,6 +280,11 @@ fn op_name(op: &iggy_metadata::Op) -> &'static str {
         Op::LeaveConsumerGroup { .. } => "leave consumer group",
         Op::LeaveGroups { .. } => "session ended: leave its groups",
         Op::DropNodeMembers { .. } => "node restarted: drop its members",
+        Op::CreateUser { .. } => "create user",
+        Op::DeleteUser { .. } => "delete user",
+        Op::UpdateUser { .. } => "update user",
+        Op::UpdatePermissions { .. } => "update permissions",
+        Op::ChangePassword { .. } => "change password",
         Op::RegisterClient { .. } => "register client",
     }
 }

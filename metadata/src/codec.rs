@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 
 use crate::{
     Applied, ApplyError, ClientSession, ConsumerGroup, Durability, Member, NAME_BYTES_MAX,
-    Partition, REPLY_BYTES_MAX, Retention, State, Stream, Topic,
+    PERMISSIONS_BYTES_MAX, Partition, REPLY_BYTES_MAX, Retention, State, Stream, Topic, User,
 };
 
 /// The payload version this build writes (it reads it, version 3, whose consumer groups lack
@@ -54,6 +54,21 @@ impl Writer {
         assert!(bytes.len() <= REPLY_BYTES_MAX, "a reply is bounded");
         self.u16(u16::try_from(bytes.len()).unwrap_or(u16::MAX));
         self.0.extend_from_slice(bytes);
+    }
+    /// At most [`PERMISSIONS_BYTES_MAX`] bytes, with a u32 length.
+    fn blob(&mut self, bytes: &[u8]) {
+        assert!(bytes.len() <= PERMISSIONS_BYTES_MAX, "a blob is bounded");
+        self.count(bytes.len());
+        self.0.extend_from_slice(bytes);
+    }
+    fn optional_blob(&mut self, bytes: Option<&[u8]>) {
+        match bytes {
+            Some(bytes) => {
+                self.u8(1);
+                self.blob(bytes);
+            }
+            None => self.u8(0),
+        }
     }
     fn name(&mut self, name: &str) {
         assert!(
@@ -118,6 +133,15 @@ pub fn encode(state: &State) -> Vec<u8> {
         w.u64(session.last_op);
         w.bytes(&session.reply);
         w.u128(session.request_checksum);
+    }
+    w.u32(state.next_user_id);
+    w.count(state.users.len());
+    for user in state.users.values() {
+        w.u32(user.id);
+        w.name(&user.username);
+        w.name(&user.password_hash);
+        w.u8(user.status);
+        w.optional_blob(user.permissions.as_deref());
     }
     w.0
 }
@@ -191,6 +215,32 @@ impl<'a> Reader<'a> {
             ));
         }
         Ok(self.take(len)?.to_vec())
+    }
+
+    fn blob(&mut self) -> Result<Vec<u8>, DecodeError> {
+        let len = self.u32()? as usize;
+        if len > PERMISSIONS_BYTES_MAX {
+            return self.fail(format!(
+                "a blob of {len} bytes (at most {PERMISSIONS_BYTES_MAX})"
+            ));
+        }
+        Ok(self.take(len)?.to_vec())
+    }
+
+    fn optional_blob(&mut self) -> Result<Option<Vec<u8>>, DecodeError> {
+        match self.u8()? {
+            0 => Ok(None),
+            1 => self.blob().map(Some),
+            other => self.fail(format!("optional flag {other}")),
+        }
+    }
+
+    fn optional_name(&mut self) -> Result<Option<String>, DecodeError> {
+        match self.u8()? {
+            0 => Ok(None),
+            1 => self.name().map(Some),
+            other => self.fail(format!("optional flag {other}")),
+        }
     }
 
     fn name(&mut self) -> Result<String, DecodeError> {
@@ -291,6 +341,30 @@ pub fn decode(version: u16, bytes: &[u8]) -> Result<State, DecodeError> {
         };
         state.clients.insert(client, session);
     }
+    if version >= 4 {
+        state.next_user_id = r.u32()?;
+        for _ in 0..r.count(12, crate::USERS_MAX)? {
+            let user = User {
+                id: r.u32()?,
+                username: r.name()?,
+                password_hash: r.name()?,
+                status: r.u8()?,
+                permissions: r.optional_blob()?,
+            };
+            if !(1..=2).contains(&user.status) || user.id == 0 {
+                return r.fail(format!("user {} (status {})", user.id, user.status));
+            }
+            let id = user.id;
+            insert_ordered(&r, &mut state.users, id, user)?;
+        }
+        if state
+            .users
+            .last_key_value()
+            .is_some_and(|(last, _)| *last >= state.next_user_id)
+        {
+            return r.fail("next_user_id not past every user id");
+        }
+    }
     if r.at != bytes.len() {
         return r.fail(format!("{} trailing bytes", bytes.len() - r.at));
     }
@@ -387,9 +461,40 @@ pub fn encode_op(op: &crate::Op) -> Result<Vec<u8>, crate::ApplyError> {
         | Op::UpdateStream { name, .. }
         | Op::UpdateTopic { name, .. }
         | Op::CreateTopic { name, .. }
-        | Op::CreateConsumerGroup { name, .. } => Some(name),
+        | Op::CreateConsumerGroup { name, .. }
+        | Op::CreateUser { username: name, .. }
+        | Op::UpdateUser {
+            username: Some(name),
+            ..
+        }
+        | Op::ChangePassword {
+            password_hash: name,
+            ..
+        } => Some(name),
         _ => None,
     };
+    if let Op::CreateUser { password_hash, .. } = op
+        && (password_hash.is_empty() || password_hash.len() > NAME_BYTES_MAX)
+    {
+        return Err(crate::ApplyError::NameLength {
+            len: password_hash.len(),
+        });
+    }
+    if let Op::CreateUser {
+        permissions: Some(p),
+        ..
+    }
+    | Op::UpdatePermissions {
+        permissions: Some(p),
+        ..
+    } = op
+        && p.len() > PERMISSIONS_BYTES_MAX
+    {
+        return Err(crate::ApplyError::Limit {
+            what: "bytes of a user's permissions",
+            max: PERMISSIONS_BYTES_MAX,
+        });
+    }
     if let Some(name) = name
         && (name.is_empty() || name.len() > NAME_BYTES_MAX)
     {
@@ -522,6 +627,57 @@ pub fn encode_op(op: &crate::Op) -> Result<Vec<u8>, crate::ApplyError> {
             w.u8(*node);
             w.u64(*boot_before);
         }
+        Op::CreateUser {
+            username,
+            password_hash,
+            status,
+            permissions,
+        } => {
+            w.u8(15);
+            w.name(username);
+            w.name(password_hash);
+            w.u8(*status);
+            w.optional_blob(permissions.as_deref());
+        }
+        Op::DeleteUser { user } => {
+            w.u8(16);
+            w.u32(*user);
+        }
+        Op::UpdateUser {
+            user,
+            username,
+            status,
+        } => {
+            w.u8(17);
+            w.u32(*user);
+            match username {
+                Some(name) => {
+                    w.u8(1);
+                    w.name(name);
+                }
+                None => w.u8(0),
+            }
+            match status {
+                Some(status) => {
+                    w.u8(1);
+                    w.u8(*status);
+                }
+                None => w.u8(0),
+            }
+        }
+        Op::UpdatePermissions { user, permissions } => {
+            w.u8(18);
+            w.u32(*user);
+            w.optional_blob(permissions.as_deref());
+        }
+        Op::ChangePassword {
+            user,
+            password_hash,
+        } => {
+            w.u8(19);
+            w.u32(*user);
+            w.name(password_hash);
+        }
     }
     Ok(w.0)
 }
@@ -604,6 +760,30 @@ pub fn decode_op(bytes: &[u8]) -> Result<crate::Op, DecodeError> {
             node: r.u8()?,
             boot_before: r.u64()?,
         },
+        15 => Op::CreateUser {
+            username: r.name()?,
+            password_hash: r.name()?,
+            status: r.u8()?,
+            permissions: r.optional_blob()?,
+        },
+        16 => Op::DeleteUser { user: r.u32()? },
+        17 => Op::UpdateUser {
+            user: r.u32()?,
+            username: r.optional_name()?,
+            status: match r.u8()? {
+                0 => None,
+                1 => Some(r.u8()?),
+                other => return r.fail(format!("optional flag {other}")),
+            },
+        },
+        18 => Op::UpdatePermissions {
+            user: r.u32()?,
+            permissions: r.optional_blob()?,
+        },
+        19 => Op::ChangePassword {
+            user: r.u32()?,
+            password_hash: r.name()?,
+        },
         tag => {
             return Err(DecodeError::Invalid {
                 offset: 0,
@@ -639,6 +819,8 @@ fn error_code(error: &ApplyError) -> u8 {
         ApplyError::NoSession { .. } => 10,
         ApplyError::StaleRequest { .. } => 11,
         ApplyError::NotMember(..) => 12,
+        ApplyError::UnknownUser(_) => 13,
+        ApplyError::UserStatus(_) => 14,
     }
 }
 
@@ -675,6 +857,10 @@ pub fn encode_reply(result: &Result<Applied, ApplyError>) -> Vec<u8> {
                     w.u8(7);
                     w.u32(*count);
                 }
+                Applied::User(id) => {
+                    w.u8(8);
+                    w.u32(*id);
+                }
             }
         }
         Err(error) => {
@@ -707,6 +893,7 @@ pub fn decode_reply(bytes: &[u8]) -> Result<Reply, DecodeError> {
             5 => Applied::Deleted,
             6 => Applied::Client,
             7 => Applied::Left(r.u32()?),
+            8 => Applied::User(r.u32()?),
             tag => return r.fail(format!("unknown reply tag {tag}")),
         }),
         1 => {

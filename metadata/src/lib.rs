@@ -27,6 +27,10 @@ pub const PARTITIONS_MAX: usize = 1_000_000;
 pub const GROUPS_PER_TOPIC_MAX: usize = 10_000;
 /// Members of one consumer group (each is a client session).
 pub const MEMBERS_PER_GROUP_MAX: usize = 1_000;
+/// Users besides the root user (whom the configuration defines, id 0).
+pub const USERS_MAX: usize = 10_000;
+/// The largest encoding of a user's permissions the state keeps.
+pub const PERMISSIONS_BYTES_MAX: usize = 65_535;
 /// Sessions in the client table (each holds up to [`REPLY_BYTES_MAX`] of reply).
 pub const CLIENTS_MAX: usize = 16_384;
 /// The largest reply a session keeps (a metadata reply is an id or an error message).
@@ -159,6 +163,21 @@ pub struct Stream {
     pub next_topic_id: u32,
 }
 
+/// A user of the client port (the root user is the configuration's, not the state's).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct User {
+    pub id: u32,
+    pub username: String,
+    /// The password's argon2id hash in PHC form, computed by the node that took the request
+    /// (the op carries it, so every replica stores the same).
+    pub password_hash: String,
+    /// 1 active, 2 inactive (an inactive user cannot log in).
+    pub status: u8,
+    /// The permissions in the client wire's encoding (`iggy_protocol::permissions`), as the
+    /// request carried them; none: no permissions.
+    pub permissions: Option<Vec<u8>>,
+}
+
 /// One client's session in the client table.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct ClientSession {
@@ -191,6 +210,8 @@ pub struct State {
     pub partition_count: usize,
     /// Partitions each replica leads (index: replica), kept to spread new ones.
     pub primaries: Vec<u32>,
+    pub users: BTreeMap<u32, User>,
+    pub next_user_id: u32,
 }
 
 /// A metadata operation.
@@ -270,6 +291,33 @@ pub enum Op {
         node: u8,
         boot_before: u64,
     },
+    /// A user (tag 15).
+    CreateUser {
+        username: String,
+        password_hash: String,
+        status: u8,
+        permissions: Option<Vec<u8>>,
+    },
+    /// Tag 16.
+    DeleteUser {
+        user: u32,
+    },
+    /// A new name and/or status (tag 17).
+    UpdateUser {
+        user: u32,
+        username: Option<String>,
+        status: Option<u8>,
+    },
+    /// The user's permissions, replaced (tag 18).
+    UpdatePermissions {
+        user: u32,
+        permissions: Option<Vec<u8>>,
+    },
+    /// The user's new password hash (tag 19).
+    ChangePassword {
+        user: u32,
+        password_hash: String,
+    },
     /// Registers a client session (or replaces an older session of the same client).
     RegisterClient {
         client: u128,
@@ -291,6 +339,7 @@ pub enum Applied {
     Client,
     /// Members that left (a session's end, a node's restart).
     Left(u32),
+    User(u32),
 }
 
 /// What executing a committed request did.
@@ -318,6 +367,10 @@ pub enum ApplyError {
     UnknownGroup(u32, u32, u32),
     #[error("session {member:#x} is not a member of consumer group {2} in topic {1} of stream {0}", member = .3)]
     NotMember(u32, u32, u32, u128),
+    #[error("no user {0}")]
+    UnknownUser(u32),
+    #[error("user status {0} (1 active, 2 inactive)")]
+    UserStatus(u8),
     #[error("{what}: at most {max}")]
     Limit { what: &'static str, max: usize },
     #[error("replication factor {factor} must be 1 to {replicas} (the cluster size)")]
@@ -343,6 +396,19 @@ fn check_name(name: &str) -> Result<(), ApplyError> {
     Ok(())
 }
 
+fn check_user(status: u8, permissions: Option<&[u8]>) -> Result<(), ApplyError> {
+    if !(1..=2).contains(&status) {
+        return Err(ApplyError::UserStatus(status));
+    }
+    if permissions.is_some_and(|p| p.len() > PERMISSIONS_BYTES_MAX) {
+        return Err(ApplyError::Limit {
+            what: "bytes of a user's permissions",
+            max: PERMISSIONS_BYTES_MAX,
+        });
+    }
+    Ok(())
+}
+
 impl State {
     /// An empty state for a cluster of `replica_count` replicas.
     #[must_use]
@@ -355,6 +421,8 @@ impl State {
             clients: BTreeMap::new(),
             partition_count: 0,
             primaries: vec![0; usize::from(replica_count)],
+            users: BTreeMap::new(),
+            next_user_id: 1,
         }
     }
 
@@ -730,6 +798,101 @@ impl State {
                 Ok(Applied::Left(self.remove_members(|m| {
                     m.node == *node && m.boot < *boot_before
                 })))
+            }
+            Op::CreateUser {
+                username,
+                password_hash,
+                status,
+                permissions,
+            } => {
+                check_name(username)?;
+                check_name(password_hash)?;
+                check_user(*status, permissions.as_deref())?;
+                if self.users.len() >= USERS_MAX {
+                    return Err(ApplyError::Limit {
+                        what: "users",
+                        max: USERS_MAX,
+                    });
+                }
+                if self.users.values().any(|u| u.username == *username) {
+                    return Err(ApplyError::DuplicateName {
+                        what: "user",
+                        name: username.clone(),
+                    });
+                }
+                let id = self.next_user_id;
+                self.next_user_id += 1;
+                self.users.insert(
+                    id,
+                    User {
+                        id,
+                        username: username.clone(),
+                        password_hash: password_hash.clone(),
+                        status: *status,
+                        permissions: permissions.clone(),
+                    },
+                );
+                Ok(Applied::User(id))
+            }
+            Op::DeleteUser { user } => {
+                self.users
+                    .remove(user)
+                    .ok_or(ApplyError::UnknownUser(*user))?;
+                Ok(Applied::Deleted)
+            }
+            Op::UpdateUser {
+                user,
+                username,
+                status,
+            } => {
+                if let Some(name) = username {
+                    check_name(name)?;
+                    if self
+                        .users
+                        .values()
+                        .any(|u| u.username == *name && u.id != *user)
+                    {
+                        return Err(ApplyError::DuplicateName {
+                            what: "user",
+                            name: name.clone(),
+                        });
+                    }
+                }
+                if let Some(status) = status {
+                    check_user(*status, None)?;
+                }
+                let updated = self
+                    .users
+                    .get_mut(user)
+                    .ok_or(ApplyError::UnknownUser(*user))?;
+                if let Some(name) = username {
+                    updated.username.clone_from(name);
+                }
+                if let Some(status) = status {
+                    updated.status = *status;
+                }
+                Ok(Applied::User(*user))
+            }
+            Op::UpdatePermissions { user, permissions } => {
+                check_user(1, permissions.as_deref())?;
+                self.users
+                    .get_mut(user)
+                    .ok_or(ApplyError::UnknownUser(*user))?
+                    .permissions
+                    .clone_from(permissions);
+                Ok(Applied::User(*user))
+            }
+            Op::ChangePassword {
+                user,
+                password_hash,
+            } => {
+                check_name(password_hash)?;
+                self.users
+                    .get_mut(user)
+                    .ok_or(ApplyError::UnknownUser(*user))?
+                    .password_hash
+                    .clone_from(password_hash);
+                Ok(Applied::User(*user))
             }
             Op::RegisterClient { client, session } => {
                 match self.clients.get(client) {

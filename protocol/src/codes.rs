@@ -14,6 +14,13 @@ pub mod code {
     pub const GET_ME: u32 = 20;
     pub const GET_CLIENT: u32 = 21;
     pub const GET_CLIENTS: u32 = 22;
+    pub const GET_USER: u32 = 31;
+    pub const GET_USERS: u32 = 32;
+    pub const CREATE_USER: u32 = 33;
+    pub const DELETE_USER: u32 = 34;
+    pub const UPDATE_USER: u32 = 35;
+    pub const UPDATE_PERMISSIONS: u32 = 36;
+    pub const CHANGE_PASSWORD: u32 = 37;
     pub const LOGIN_USER: u32 = 38;
     pub const LOGOUT_USER: u32 = 39;
     pub const LOGIN_REGISTER: u32 = 40;
@@ -186,6 +193,13 @@ pub mod status {
     pub const UNAUTHENTICATED: u32 = 40;
     pub const UNAUTHORIZED: u32 = 41;
     pub const INVALID_CREDENTIALS: u32 = 42;
+    pub const INVALID_USERNAME: u32 = 43;
+    pub const INVALID_PASSWORD: u32 = 44;
+    pub const INVALID_USER_STATUS: u32 = 45;
+    pub const USER_ALREADY_EXISTS: u32 = 46;
+    pub const CANNOT_DELETE_USER: u32 = 48;
+    pub const CANNOT_CHANGE_PERMISSIONS: u32 = 49;
+    pub const USERS_LIMIT_REACHED: u32 = 55;
     /// The outcome is unknown: the same request on the same session may have committed.
     pub const TRANSIENT_NOT_COMMITTED: u32 = 57;
     /// The request was never admitted; it may be sent anywhere again.

@@ -10,6 +10,7 @@
 
 pub mod codes;
 pub mod header;
+pub mod permissions;
 pub mod primitives;
 pub mod request;
 pub mod response;

@@ -2,6 +2,7 @@
 //! Every body must be consumed exactly; a byte too many is as wrong as a byte too few.
 
 use crate::codes::code;
+use crate::permissions::Permissions;
 use crate::primitives::{
     Consumer, Identifier, OptionEntry, Partitioning, PollingStrategy, put_name,
     put_optional_partition, put_options, read_name, read_optional_partition, read_options,
@@ -172,6 +173,43 @@ pub enum Request {
         stream: Identifier,
         topic: Identifier,
         group: Identifier,
+    },
+    /// 31: one user, by id or name.
+    GetUser {
+        user: Identifier,
+    },
+    /// 32: every user.
+    GetUsers,
+    /// 33: a user with a password (at most 255 bytes), a status (1 active, 2 inactive) and
+    /// optional permissions; the options block is the rest of the body.
+    CreateUser {
+        username: String,
+        password: String,
+        status: u8,
+        permissions: Option<Permissions>,
+        options: Vec<OptionEntry>,
+    },
+    /// 34.
+    DeleteUser {
+        user: Identifier,
+    },
+    /// 35: a new name and/or status; the options block is the rest of the body.
+    UpdateUser {
+        user: Identifier,
+        username: Option<String>,
+        status: Option<u8>,
+        options: Vec<OptionEntry>,
+    },
+    /// 36: the user's permissions, replaced (none: no permissions).
+    UpdatePermissions {
+        user: Identifier,
+        permissions: Option<Permissions>,
+    },
+    /// 37.
+    ChangePassword {
+        user: Identifier,
+        current_password: String,
+        new_password: String,
     },
     /// 14: binds a routed data connection to the coordinator connection's session (the
     /// identity a consumer group knows), as `GetPollRouting` handed it out.
@@ -458,6 +496,52 @@ impl Request {
                     Self::decode_inner(code::GET_CONSUMER_OFFSET, body)?,
                 )));
             }
+            code::GET_USER => Self::GetUser {
+                user: Identifier::read(&mut r, "user id")?,
+            },
+            code::GET_USERS => Self::GetUsers,
+            code::CREATE_USER => {
+                let username = read_name(&mut r, "username")?;
+                let password = read_password(&mut r, "password")?;
+                let status = read_status(&mut r)?;
+                let permissions = crate::permissions::read_optional(&mut r)?;
+                let len = r.remaining();
+                Self::CreateUser {
+                    username,
+                    password,
+                    status,
+                    permissions,
+                    options: read_options(&mut r, len)?,
+                }
+            }
+            code::DELETE_USER => Self::DeleteUser {
+                user: Identifier::read(&mut r, "user id")?,
+            },
+            code::UPDATE_USER => {
+                let user = Identifier::read(&mut r, "user id")?;
+                let username = read_flag(&mut r, "has username")?
+                    .then(|| read_name(&mut r, "username"))
+                    .transpose()?;
+                let status = read_flag(&mut r, "has status")?
+                    .then(|| read_status(&mut r))
+                    .transpose()?;
+                let len = r.remaining();
+                Self::UpdateUser {
+                    user,
+                    username,
+                    status,
+                    options: read_options(&mut r, len)?,
+                }
+            }
+            code::UPDATE_PERMISSIONS => Self::UpdatePermissions {
+                user: Identifier::read(&mut r, "user id")?,
+                permissions: crate::permissions::read_optional(&mut r)?,
+            },
+            code::CHANGE_PASSWORD => Self::ChangePassword {
+                user: Identifier::read(&mut r, "user id")?,
+                current_password: read_password(&mut r, "current password")?,
+                new_password: read_password(&mut r, "new password")?,
+            },
             code::ATTACH_CONSUMER_SESSION => Self::AttachConsumerSession {
                 client_id: r.u128("client id")?,
                 session: r.u64("session")?,
@@ -728,6 +812,62 @@ impl Request {
                 put_name(&mut out, name);
                 code::CREATE_CONSUMER_GROUP
             }
+            Self::GetUser { user } => {
+                user.put(&mut out);
+                code::GET_USER
+            }
+            Self::GetUsers => code::GET_USERS,
+            Self::CreateUser {
+                username,
+                password,
+                status,
+                permissions,
+                options,
+            } => {
+                put_name(&mut out, username);
+                put_password(&mut out, password);
+                out.put_u8(*status);
+                crate::permissions::put_optional(&mut out, permissions.as_ref());
+                put_options(&mut out, options);
+                code::CREATE_USER
+            }
+            Self::DeleteUser { user } => {
+                user.put(&mut out);
+                code::DELETE_USER
+            }
+            Self::UpdateUser {
+                user,
+                username,
+                status,
+                options,
+            } => {
+                user.put(&mut out);
+                out.put_u8(u8::from(username.is_some()));
+                if let Some(username) = username {
+                    put_name(&mut out, username);
+                }
+                out.put_u8(u8::from(status.is_some()));
+                if let Some(status) = status {
+                    out.put_u8(*status);
+                }
+                put_options(&mut out, options);
+                code::UPDATE_USER
+            }
+            Self::UpdatePermissions { user, permissions } => {
+                user.put(&mut out);
+                crate::permissions::put_optional(&mut out, permissions.as_ref());
+                code::UPDATE_PERMISSIONS
+            }
+            Self::ChangePassword {
+                user,
+                current_password,
+                new_password,
+            } => {
+                user.put(&mut out);
+                put_password(&mut out, current_password);
+                put_password(&mut out, new_password);
+                code::CHANGE_PASSWORD
+            }
             Self::AttachConsumerSession {
                 client_id,
                 session,
@@ -779,6 +919,36 @@ fn put_target(
     stream.put(out);
     topic.put(out);
     put_optional_partition(out, partition);
+}
+
+/// A password: a u8 length and UTF-8 (empty allowed on the wire; the server refuses it).
+fn read_password(r: &mut Reader<'_>, what: &'static str) -> Result<String, WireError> {
+    let len = r.u8(what)? as usize;
+    Ok(r.str(len, what)?.to_owned())
+}
+
+fn put_password(out: &mut Vec<u8>, password: &str) {
+    let bytes = &password.as_bytes()[..password.len().min(255)];
+    out.put_u8(len_u8(bytes.len()));
+    out.put_bytes(bytes);
+}
+
+/// A user's status: 1 active, 2 inactive.
+fn read_status(r: &mut Reader<'_>) -> Result<u8, WireError> {
+    let at = r.position();
+    match r.u8("user status")? {
+        status @ (1 | 2) => Ok(status),
+        other => Err(r.invalid("user status", at, format!("{other}, not 1 or 2"))),
+    }
+}
+
+fn read_flag(r: &mut Reader<'_>, what: &'static str) -> Result<bool, WireError> {
+    let at = r.position();
+    match r.u8(what)? {
+        0 => Ok(false),
+        1 => Ok(true),
+        other => Err(r.invalid(what, at, format!("{other}, not 0 or 1"))),
+    }
 }
 
 fn read_ack(r: &mut Reader<'_>) -> Result<u8, WireError> {

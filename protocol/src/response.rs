@@ -856,3 +856,84 @@ pub fn read_group_assignment(body: &[u8]) -> Result<Option<(u64, Vec<u32>)>, Wir
     r.finish("assignment")?;
     Ok(Some((generation, partitions)))
 }
+
+/// A user as `GetUsers` lists it (`UserResponse` of 0.11.0: id, created at, status, name, the
+/// u32-prefixed options block).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UserInfo {
+    pub id: u32,
+    pub created_at: u64,
+    /// 1 active, 2 inactive.
+    pub status: u8,
+    pub username: String,
+    pub options: Vec<OptionEntry>,
+}
+
+impl UserInfo {
+    pub fn put(&self, out: &mut Vec<u8>) {
+        out.put_u32(self.id);
+        out.put_u64(self.created_at);
+        out.put_u8(self.status);
+        put_name(out, &self.username);
+        put_options_prefixed(out, &self.options);
+    }
+
+    pub fn read(r: &mut Reader<'_>) -> Result<Self, WireError> {
+        Ok(Self {
+            id: r.u32("user id")?,
+            created_at: r.u64("created at")?,
+            status: r.u8("user status")?,
+            username: read_name(r, "username")?,
+            options: read_prefixed_options(r)?,
+        })
+    }
+}
+
+/// `GetUsers`: the users one after another, no count.
+pub fn put_users(out: &mut Vec<u8>, users: &[UserInfo]) {
+    for user in users {
+        user.put(out);
+    }
+}
+
+pub fn read_users(body: &[u8]) -> Result<Vec<UserInfo>, WireError> {
+    let mut r = Reader::new(body);
+    let mut users = Vec::new();
+    while r.remaining() > 0 {
+        users.push(UserInfo::read(&mut r)?);
+    }
+    Ok(users)
+}
+
+/// `GetUser`: the user, then its permissions as `1`, a u32 length and the encoding, or four
+/// zero bytes for none (the reply's form, unlike a request's single `0`). An unknown user is an
+/// empty body.
+pub fn put_user_details(
+    out: &mut Vec<u8>,
+    user: &UserInfo,
+    permissions: Option<&crate::permissions::Permissions>,
+) {
+    user.put(out);
+    match permissions {
+        Some(_) => crate::permissions::put_optional(out, permissions),
+        None => out.put_u32(0),
+    }
+}
+
+pub fn read_user_details(
+    body: &[u8],
+) -> Result<(UserInfo, Option<crate::permissions::Permissions>), WireError> {
+    let mut r = Reader::new(body);
+    let user = UserInfo::read(&mut r)?;
+    let permissions = if body.get(r.position()) == Some(&0) {
+        let at = r.position();
+        if r.u32("no permissions")? != 0 {
+            return Err(r.invalid("no permissions", at, "not four zero bytes".into()));
+        }
+        None
+    } else {
+        crate::permissions::read_optional(&mut r)?
+    };
+    r.finish("user")?;
+    Ok((user, permissions))
+}

@@ -45,6 +45,13 @@ const CODES: &[u32] = &[
     code::GET_POLL_ROUTING,
     code::POLL_MESSAGES_ON_PRIMARY,
     code::GET_CONSUMER_OFFSET_ROUTING,
+    code::GET_USER,
+    code::GET_USERS,
+    code::CREATE_USER,
+    code::DELETE_USER,
+    code::UPDATE_USER,
+    code::UPDATE_PERMISSIONS,
+    code::CHANGE_PASSWORD,
 ];
 
 proptest! {

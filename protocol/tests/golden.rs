@@ -36,6 +36,7 @@ fn golden(name: &str) -> Vec<u8> {
     }
     files!(
         "attach_consumer_session_body",
+        "change_password_body",
         "cluster_metadata_reply",
         "consumer_offset_reply",
         "create_consumer_group_body",
@@ -43,12 +44,15 @@ fn golden(name: &str) -> Vec<u8> {
         "create_stream_body",
         "create_stream_header",
         "create_topic_body",
+        "create_user_body",
+        "create_user_plain_body",
         "delete_consumer_group_body",
         "delete_consumer_offset_body",
-        "describe_options_body",
-        "describe_options_reply",
         "delete_stream_body",
         "delete_topic_body",
+        "delete_user_body",
+        "describe_options_body",
+        "describe_options_reply",
         "eviction_invalid_credentials",
         "get_client_body",
         "get_clients_reply",
@@ -64,6 +68,10 @@ fn golden(name: &str) -> Vec<u8> {
         "get_topic_body",
         "get_topic_reply",
         "get_topics_reply",
+        "get_user_body",
+        "get_user_plain_reply",
+        "get_user_reply",
+        "get_users_reply",
         "join_consumer_group_body",
         "leave_consumer_group_body",
         "login_register_body",
@@ -85,8 +93,12 @@ fn golden(name: &str) -> Vec<u8> {
         "sync_consumer_group_body",
         "sync_consumer_group_reply",
         "topic_options_durability",
+        "update_permissions_body",
+        "update_permissions_none_body",
         "update_stream_body",
-        "update_topic_body"
+        "update_topic_body",
+        "update_user_body",
+        "update_user_status_only_body"
     )
 }
 
@@ -836,5 +848,169 @@ fn poll_routing_bodies_and_reply_are_the_sdks() {
     assert_eq!(
         iggy_protocol::response::PollRoute::read(&out).unwrap(),
         route
+    );
+}
+
+fn permissions() -> iggy_protocol::permissions::Permissions {
+    use iggy_protocol::permissions::{
+        GlobalPermissions, Permissions, StreamPermissions, TopicPermissions,
+    };
+    Permissions {
+        global: GlobalPermissions {
+            read_servers: true,
+            read_users: true,
+            read_streams: true,
+            read_topics: true,
+            poll_messages: true,
+            ..GlobalPermissions::default()
+        },
+        streams: vec![
+            StreamPermissions {
+                stream_id: 0,
+                manage_stream: false,
+                read_stream: true,
+                manage_topics: true,
+                read_topics: true,
+                poll_messages: true,
+                send_messages: true,
+                topics: vec![
+                    TopicPermissions {
+                        topic_id: 1,
+                        manage_topic: true,
+                        read_topic: true,
+                        poll_messages: false,
+                        send_messages: true,
+                    },
+                    TopicPermissions {
+                        topic_id: 2,
+                        manage_topic: false,
+                        read_topic: true,
+                        poll_messages: true,
+                        send_messages: false,
+                    },
+                ],
+            },
+            StreamPermissions {
+                stream_id: 3,
+                manage_stream: true,
+                read_stream: true,
+                ..StreamPermissions::default()
+            },
+        ],
+    }
+}
+
+/// Issue #47: the user commands' bodies (31-37) and replies, permissions and all.
+#[test]
+fn user_bodies_and_replies_are_the_sdks() {
+    body_round_trip(
+        "create_user_body",
+        code::CREATE_USER,
+        Request::CreateUser {
+            username: "alice".into(),
+            password: "s3cret-pw".into(),
+            status: 1,
+            permissions: Some(permissions()),
+            options: vec![],
+        },
+    );
+    body_round_trip(
+        "create_user_plain_body",
+        code::CREATE_USER,
+        Request::CreateUser {
+            username: "bob".into(),
+            password: "pw-of-bob".into(),
+            status: 2,
+            permissions: None,
+            options: vec![],
+        },
+    );
+    body_round_trip(
+        "get_user_body",
+        code::GET_USER,
+        Request::GetUser {
+            user: name("alice"),
+        },
+    );
+    body_round_trip(
+        "delete_user_body",
+        code::DELETE_USER,
+        Request::DeleteUser {
+            user: Identifier::Numeric(3),
+        },
+    );
+    body_round_trip(
+        "update_user_body",
+        code::UPDATE_USER,
+        Request::UpdateUser {
+            user: Identifier::Numeric(1),
+            username: Some("alicia".into()),
+            status: Some(2),
+            options: vec![],
+        },
+    );
+    body_round_trip(
+        "update_user_status_only_body",
+        code::UPDATE_USER,
+        Request::UpdateUser {
+            user: Identifier::Numeric(1),
+            username: None,
+            status: Some(1),
+            options: vec![],
+        },
+    );
+    body_round_trip(
+        "update_permissions_body",
+        code::UPDATE_PERMISSIONS,
+        Request::UpdatePermissions {
+            user: name("alice"),
+            permissions: Some(permissions()),
+        },
+    );
+    body_round_trip(
+        "update_permissions_none_body",
+        code::UPDATE_PERMISSIONS,
+        Request::UpdatePermissions {
+            user: Identifier::Numeric(1),
+            permissions: None,
+        },
+    );
+    body_round_trip(
+        "change_password_body",
+        code::CHANGE_PASSWORD,
+        Request::ChangePassword {
+            user: name("alice"),
+            current_password: "s3cret-pw".into(),
+            new_password: "n3w-secret".into(),
+        },
+    );
+    let user = |id: u32, name: &str| iggy_protocol::response::UserInfo {
+        id,
+        created_at: 0,
+        status: 1,
+        username: name.into(),
+        options: vec![],
+    };
+    let mut out = Vec::new();
+    iggy_protocol::response::put_users(&mut out, &[user(0, "iggy"), user(1, "alice")]);
+    assert_eq!(out, golden("get_users_reply"));
+    assert_eq!(
+        iggy_protocol::response::read_users(&out).unwrap(),
+        vec![user(0, "iggy"), user(1, "alice")]
+    );
+    out.clear();
+    let with = permissions();
+    iggy_protocol::response::put_user_details(&mut out, &user(1, "alice"), Some(&with));
+    assert_eq!(out, golden("get_user_reply"));
+    assert_eq!(
+        iggy_protocol::response::read_user_details(&out).unwrap(),
+        (user(1, "alice"), Some(with))
+    );
+    out.clear();
+    iggy_protocol::response::put_user_details(&mut out, &user(1, "alice"), None);
+    assert_eq!(out, golden("get_user_plain_reply"));
+    assert_eq!(
+        iggy_protocol::response::read_user_details(&out).unwrap(),
+        (user(1, "alice"), None)
     );
 }

@@ -52,6 +52,7 @@ use tokio::sync::mpsc;
 
 use crate::runtime::{Clock, Input, Views};
 use crate::translate::{self, Route, TopicDefaults};
+use crate::users::ROOT_USER_ID;
 
 /// One node of the roster, as `GetClusterMetadata` lists it.
 #[derive(Clone, Debug)]
@@ -258,7 +259,8 @@ impl Logins {
         }
     }
 
-    fn digest(&self, username: &str, password: &str) -> Option<[u8; 32]> {
+    /// Keyed by the hash too: a password changed since leaves no remembered way in.
+    fn digest(&self, username: &str, hash: &str, password: &str) -> Option<[u8; 32]> {
         use hmac::Mac;
         if self.key == [0; 32] {
             return None;
@@ -266,6 +268,8 @@ impl Logins {
         let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(&self.key).ok()?;
         mac.update(&(username.len() as u64).to_le_bytes());
         mac.update(username.as_bytes());
+        mac.update(&(hash.len() as u64).to_le_bytes());
+        mac.update(hash.as_bytes());
         mac.update(password.as_bytes());
         Some(mac.finalize().into_bytes().into())
     }
@@ -293,25 +297,32 @@ impl Logins {
         }
     }
 
-    /// Whether `username` and `password` are the root's: remembered, or checked against
-    /// `hash` on the checking thread. `None`: [`PASSWORD_QUEUE`] checks wait already; the
-    /// login is not checked.
-    async fn check(&self, username: &str, password: &str, root: (&str, &str)) -> Option<bool> {
-        let digest = self.digest(username, password);
-        if self.is_known(digest) {
+    /// Whether `password` is the one `account`'s hash was made of (`account`: the user the
+    /// username names, `None` when none does): remembered, or checked on the checking thread.
+    /// `None`: [`PASSWORD_QUEUE`] checks wait already; the login is not checked.
+    async fn check(
+        &self,
+        username: &str,
+        password: &str,
+        account: Option<&str>,
+        fallback_hash: &str,
+    ) -> Option<bool> {
+        let hash = account.unwrap_or(fallback_hash);
+        let digest = self.digest(username, hash, password);
+        if account.is_some() && self.is_known(digest) {
             return Some(true);
         }
-        // A username that is not the root's is still hashed: the answer takes as long.
+        // A username that names no user is still hashed: the answer takes as long.
         let (verdict, answer) = tokio::sync::oneshot::channel();
         match self
             .checks
-            .try_send((root.1.to_owned(), password.to_owned(), verdict))
+            .try_send((hash.to_owned(), password.to_owned(), verdict))
         {
             Ok(()) => {}
             Err(std::sync::mpsc::TrySendError::Full(_)) => return None,
             Err(std::sync::mpsc::TrySendError::Disconnected(_)) => return Some(false),
         }
-        let matches = answer.await.unwrap_or(false) && username == root.0;
+        let matches = answer.await.unwrap_or(false) && account.is_some();
         if matches {
             self.remember(digest);
         }
@@ -410,9 +421,6 @@ pub async fn start<S: Storage + Clone + Send + Sync + 'static>(
     Ok(bound)
 }
 
-/// The root user's id (the only user until users are built).
-const ROOT_USER_ID: u32 = 0;
-
 /// How long a connection may wait before it logs in, for each request until it has.
 const PRE_LOGIN_IDLE: Duration = Duration::from_secs(10);
 /// The largest body taken before login (a login is a few hundred bytes).
@@ -476,6 +484,8 @@ struct Session {
     /// The highest request number the client sent in this session: the session's end is
     /// proposed as the next one ([`leave_groups`]).
     last_request: u64,
+    /// The user logged in (0: the root).
+    user_id: u32,
     /// On a routed data connection: the coordinator connection's session (its id in the
     /// client tables) that `AttachConsumerSession` bound, whose consumer-group membership this
     /// connection's polls act for.
@@ -797,8 +807,10 @@ async fn answer<S: Storage + Clone + Send + Sync + 'static>(
                 session,
             )
             .await;
-            if matches!(answer, Answer::Reply { status: 0, .. }) {
-                shared.connections.logged_in(connection, ROOT_USER_ID);
+            if matches!(answer, Answer::Reply { status: 0, .. })
+                && let Some(current) = session.as_ref()
+            {
+                shared.connections.logged_in(connection, current.user_id);
             }
             return answer;
         }
@@ -812,6 +824,9 @@ async fn answer<S: Storage + Clone + Send + Sync + 'static>(
         return error(status::UNAUTHENTICATED);
     };
     current.last_request = current.last_request.max(header.request);
+    if let Err(code) = authorized(shared, current.user_id, &request).await {
+        return error(code);
+    }
     match &request {
         Request::Logout => {
             // The session ends here: its reply routes go, and the connection is as before its
@@ -921,6 +936,9 @@ async fn answer<S: Storage + Clone + Send + Sync + 'static>(
         }
         _ => {}
     }
+    if let Some(answer) = user_request(shared, current, header, &request).await {
+        return answer;
+    }
     let route = route_when_known(shared, &request, balanced).await;
     match route {
         Route::Answer(body) => ok(body),
@@ -932,46 +950,7 @@ async fn answer<S: Storage + Clone + Send + Sync + 'static>(
                 shared.config.replica,
                 shared.boot,
             );
-            if let Err(refusal) =
-                crate::admission::admit(&op, &shared.views.metadata(), &shared.config.admission)
-            {
-                tracing::warn!(client = %format_args!("{:#x}", header.client), status = refusal.status, reason = %refusal.reason, "client port: a metadata request refused before it was proposed");
-                return error(refusal.status);
-            }
-            let Ok(encoded) = iggy_metadata::codec::encode_op(&op) else {
-                return error(status::INVALID_FORMAT);
-            };
-            let (op_number, reply) = match submit(
-                shared,
-                current,
-                GroupKind::Metadata.id(),
-                header.request,
-                operation::METADATA,
-                encoded,
-            )
-            .await
-            {
-                Ok(reply) => reply,
-                Err(code) => return error(code),
-            };
-            let Ok(decoded) = iggy_metadata::codec::decode_reply(&reply) else {
-                return error(status::ERROR);
-            };
-            // The reply describes what the op created from this node's state: a node that does
-            // not lead the metadata group executes the commit a moment after the primary's
-            // reply, so it first reads through a barrier (the commit is acknowledged: the
-            // barrier's index covers it). Without it, a stream created through a backup was
-            // answered with an empty body.
-            if shared.views.leader(GroupKind::Metadata.id()) != Some(shared.config.replica) {
-                let _ = read_barrier(shared, GroupKind::Metadata.id()).await;
-            }
-            Answer::Reply {
-                status: 0,
-                body: translate::metadata_reply(&op, &decoded, &shared.views.metadata(), &|key| {
-                    partition_figures(shared, key)
-                }),
-                op: op_number,
-            }
+            propose_for_client(shared, current, header, &op).await
         }
         Route::Messages { key, batch } => {
             if iggy_format::batch::decode(&batch).is_err() {
@@ -1148,6 +1127,232 @@ async fn store_offset<S: Storage + Clone + Send + Sync + 'static>(
             op,
         },
         Err(code) => error(code),
+    }
+}
+
+/// Whether the session's user may send `request` ([`crate::users::authorize`]), against this
+/// node's metadata and, when that refuses, again after a read barrier (a permission granted
+/// through another node an instant ago counts).
+async fn authorized<S: Storage + Clone + Send + Sync + 'static>(
+    shared: &Arc<Shared<S>>,
+    user: u32,
+    request: &Request,
+) -> Result<(), u32> {
+    let check = |state: &iggy_metadata::State| {
+        crate::users::authorize(state, &shared.config, user, request)
+    };
+    if check(&shared.views.metadata()).is_ok() {
+        return Ok(());
+    }
+    read_barrier(shared, GroupKind::Metadata.id()).await?;
+    check(&shared.views.metadata())
+}
+
+/// The user commands (31-37): reads answered after a metadata read barrier, writes proposed as
+/// metadata ops (a password hashed off the async threads first). `None`: not a user command.
+async fn user_request<S: Storage + Clone + Send + Sync + 'static>(
+    shared: &Arc<Shared<S>>,
+    current: &mut Session,
+    header: &RequestHeader,
+    request: &Request,
+) -> Option<Answer> {
+    use crate::users::{ROOT_USER_ID, find_user};
+    let is_user_command = matches!(
+        request,
+        Request::GetUser { .. }
+            | Request::GetUsers
+            | Request::CreateUser { .. }
+            | Request::DeleteUser { .. }
+            | Request::UpdateUser { .. }
+            | Request::UpdatePermissions { .. }
+            | Request::ChangePassword { .. }
+    );
+    if !is_user_command {
+        return None;
+    }
+    if let Err(code) = read_barrier(shared, GroupKind::Metadata.id()).await {
+        return Some(error(code));
+    }
+    let state = shared.views.metadata();
+    let config = &shared.config;
+    let hash = |password: String| async move {
+        tokio::task::spawn_blocking(move || hash_password(&password))
+            .await
+            .map_err(|_| status::ERROR)
+    };
+    let op = match request {
+        Request::GetUsers => {
+            let mut out = Vec::new();
+            response::put_users(&mut out, &crate::users::user_infos(&state, config));
+            return Some(ok(out));
+        }
+        Request::GetUser { user } => {
+            let mut out = Vec::new();
+            // An unknown user is an empty body (the SDK's none).
+            if let Some((info, permissions)) = find_user(&state, config, user)
+                .ok()
+                .and_then(|id| crate::users::user_details(&state, config, id))
+            {
+                response::put_user_details(&mut out, &info, permissions.as_ref());
+            }
+            return Some(ok(out));
+        }
+        Request::CreateUser {
+            username,
+            password,
+            status,
+            permissions,
+            options,
+        } => {
+            if !options.is_empty() {
+                return Some(error(status::UNSUPPORTED_OPTION_KEY));
+            }
+            if let Err(code) = crate::users::check_username(username)
+                .and_then(|()| crate::users::check_password(password))
+            {
+                return Some(error(code));
+            }
+            if *username == config.root_username {
+                return Some(error(status::USER_ALREADY_EXISTS));
+            }
+            let password_hash = match hash(password.clone()).await {
+                Ok(hash) => hash,
+                Err(code) => return Some(error(code)),
+            };
+            Op::CreateUser {
+                username: username.clone(),
+                password_hash,
+                status: *status,
+                permissions: permissions.as_ref().map(|p| p.to_bytes()),
+            }
+        }
+        Request::DeleteUser { user } => match find_user(&state, config, user) {
+            Ok(ROOT_USER_ID) => return Some(error(status::CANNOT_DELETE_USER)),
+            Ok(user) => Op::DeleteUser { user },
+            Err(code) => return Some(error(code)),
+        },
+        Request::UpdateUser {
+            user,
+            username,
+            status,
+            options,
+        } => {
+            if !options.is_empty() {
+                return Some(error(status::UNSUPPORTED_OPTION_KEY));
+            }
+            if let Some(name) = username {
+                if let Err(code) = crate::users::check_username(name) {
+                    return Some(error(code));
+                }
+                if *name == config.root_username {
+                    return Some(error(status::USER_ALREADY_EXISTS));
+                }
+            }
+            match find_user(&state, config, user) {
+                // The root is the configuration's: renamed or deactivated there.
+                Ok(ROOT_USER_ID) => return Some(error(status::FEATURE_UNAVAILABLE)),
+                Ok(user) => Op::UpdateUser {
+                    user,
+                    username: username.clone(),
+                    status: *status,
+                },
+                Err(code) => return Some(error(code)),
+            }
+        }
+        Request::UpdatePermissions { user, permissions } => match find_user(&state, config, user) {
+            Ok(ROOT_USER_ID) => return Some(error(status::CANNOT_CHANGE_PERMISSIONS)),
+            Ok(user) => Op::UpdatePermissions {
+                user,
+                permissions: permissions.as_ref().map(|p| p.to_bytes()),
+            },
+            Err(code) => return Some(error(code)),
+        },
+        Request::ChangePassword {
+            user,
+            current_password,
+            new_password,
+        } => {
+            let user = match find_user(&state, config, user) {
+                // The root's password is the configuration's.
+                Ok(ROOT_USER_ID) => return Some(error(status::FEATURE_UNAVAILABLE)),
+                Ok(user) => user,
+                Err(code) => return Some(error(code)),
+            };
+            if let Err(code) = crate::users::check_password(new_password) {
+                return Some(error(code));
+            }
+            let Some(stored) = state.users.get(&user).map(|u| u.password_hash.clone()) else {
+                return Some(error(status::RESOURCE_NOT_FOUND));
+            };
+            let current_password = current_password.clone();
+            let matches =
+                tokio::task::spawn_blocking(move || password_matches(&stored, &current_password))
+                    .await
+                    .unwrap_or(false);
+            if !matches {
+                return Some(error(status::INVALID_CREDENTIALS));
+            }
+            match hash(new_password.clone()).await {
+                Ok(password_hash) => Op::ChangePassword {
+                    user,
+                    password_hash,
+                },
+                Err(code) => return Some(error(code)),
+            }
+        }
+        _ => return None,
+    };
+    drop(state);
+    Some(propose_for_client(shared, current, header, &op).await)
+}
+
+/// Proposes a client's metadata op (admitted first) under its request number and answers what
+/// it did.
+async fn propose_for_client<S: Storage + Clone + Send + Sync + 'static>(
+    shared: &Arc<Shared<S>>,
+    current: &mut Session,
+    header: &RequestHeader,
+    op: &Op,
+) -> Answer {
+    if let Err(refusal) =
+        crate::admission::admit(op, &shared.views.metadata(), &shared.config.admission)
+    {
+        tracing::warn!(client = %format_args!("{:#x}", header.client), status = refusal.status, reason = %refusal.reason, "client port: a metadata request refused before it was proposed");
+        return error(refusal.status);
+    }
+    let Ok(encoded) = iggy_metadata::codec::encode_op(op) else {
+        return error(status::INVALID_FORMAT);
+    };
+    let (op_number, reply) = match submit(
+        shared,
+        current,
+        GroupKind::Metadata.id(),
+        header.request,
+        operation::METADATA,
+        encoded,
+    )
+    .await
+    {
+        Ok(reply) => reply,
+        Err(code) => return error(code),
+    };
+    let Ok(decoded) = iggy_metadata::codec::decode_reply(&reply) else {
+        return error(status::ERROR);
+    };
+    // The reply describes what the op created from this node's state: a node that does
+    // not lead the metadata group executes the commit a moment after the primary's
+    // reply, so it first reads through a barrier (the commit is acknowledged: the
+    // barrier's index covers it). Without it, a stream created through a backup was
+    // answered with an empty body.
+    if shared.views.leader(GroupKind::Metadata.id()) != Some(shared.config.replica) {
+        let _ = read_barrier(shared, GroupKind::Metadata.id()).await;
+    }
+    Answer::Reply {
+        status: 0,
+        body: translate::metadata_reply(op, &decoded, &shared.views.metadata(), &|key| {
+            partition_figures(shared, key)
+        }),
+        op: op_number,
     }
 }
 
@@ -1328,12 +1533,20 @@ async fn login<S: Storage + Clone + Send + Sync + 'static>(
         return Answer::Evict(EvictionReason::IncompatibleProtocol);
     }
     let config = &shared.config;
+    // The root (the configuration's) or an active user of the metadata state, read current (a
+    // user deactivated, deleted or given a new password through another node an instant ago
+    // counts). Without a barrier the session cannot register either.
+    if let Err(code) = read_barrier(shared, GroupKind::Metadata.id()).await {
+        return error(code);
+    }
+    let account = crate::users::account(&shared.views.metadata(), config, username);
     let Some(matches) = shared
         .logins
         .check(
             username,
             password,
-            (&config.root_username, &config.root_password_hash),
+            account.as_ref().map(|(_, hash)| hash.as_str()),
+            &config.root_password_hash,
         )
         .await
     else {
@@ -1358,14 +1571,17 @@ async fn login<S: Storage + Clone + Send + Sync + 'static>(
         tokio::time::sleep(FAILED_LOGIN_DELAY).await;
         return Answer::Evict(EvictionReason::InvalidCredentials);
     }
-    let (fresh, op_number) = match register_session(shared, header.client, header.request).await {
+    let user_id = account.map_or(ROOT_USER_ID, |(id, _)| id);
+    let (mut fresh, op_number) = match register_session(shared, header.client, header.request).await
+    {
         Ok(registered) => registered,
         Err(code) => return error(code),
     };
+    fresh.user_id = user_id;
     let mut body = Vec::new();
     put_result_ok(&mut body);
     LoginReply {
-        user_id: ROOT_USER_ID,
+        user_id,
         session: fresh.session,
         protocol: iggy_protocol::PROTOCOL_VERSION,
         server_version: config.server_version.clone(),
@@ -1416,6 +1632,7 @@ async fn register_session<S: Storage + Clone + Send + Sync + 'static>(
         session: number,
         auto_commits: 0,
         last_request: request,
+        user_id: ROOT_USER_ID,
         attached: None,
         replies,
         sender,

@@ -19,3 +19,4 @@ pub mod runtime;
 pub mod system;
 pub mod tls;
 pub mod translate;
+pub mod users;

@@ -749,7 +749,14 @@ fn route_inner(
         | Request::SyncConsumerGroup { .. }
         | Request::AttachConsumerSession { .. }
         | Request::GetPollRouting(_)
-        | Request::GetConsumerOffsetRouting(_) => return Err(status::INVALID_COMMAND),
+        | Request::GetConsumerOffsetRouting(_)
+        | Request::GetUser { .. }
+        | Request::GetUsers
+        | Request::CreateUser { .. }
+        | Request::DeleteUser { .. }
+        | Request::UpdateUser { .. }
+        | Request::UpdatePermissions { .. }
+        | Request::ChangePassword { .. } => return Err(status::INVALID_COMMAND),
         Request::DescribeOptions { scope } => {
             let mut out = Vec::new();
             let descriptors = if *scope == 1 {
@@ -905,7 +912,20 @@ pub fn refusal_status(op: &Op, code: u8) -> u32 {
             | Op::JoinConsumerGroup { .. }
             | Op::LeaveConsumerGroup { .. }
     );
+    let user_level = matches!(
+        op,
+        Op::CreateUser { .. }
+            | Op::DeleteUser { .. }
+            | Op::UpdateUser { .. }
+            | Op::UpdatePermissions { .. }
+            | Op::ChangePassword { .. }
+    );
     match code {
+        1 if user_level => status::INVALID_USERNAME,
+        2 if user_level => status::USER_ALREADY_EXISTS,
+        6 if user_level => status::USERS_LIMIT_REACHED,
+        13 => status::RESOURCE_NOT_FOUND,
+        14 => status::INVALID_USER_STATUS,
         1 if group_level => status::INVALID_CONSUMER_GROUP_NAME,
         2 if group_level => status::CONSUMER_GROUP_NAME_ALREADY_EXISTS,
         6 if group_level => status::CANNOT_CREATE_CONSUMER_GROUP_INFO,
@@ -949,6 +969,11 @@ pub fn metadata_reply(op: &Op, reply: &Reply, state: &State, figures: Figures<'_
                     &topic_info(*stream, topic, figures),
                     &partition_infos(*stream, topic, figures),
                 );
+            }
+        }
+        (Op::CreateUser { .. }, iggy_metadata::Applied::User(id)) => {
+            if let Some((user, permissions)) = crate::users::state_user_details(state, *id) {
+                response::put_user_details(&mut out, &user, permissions.as_ref());
             }
         }
         (Op::CreateConsumerGroup { stream, topic, .. }, iggy_metadata::Applied::Group(id)) => {

@@ -27,7 +27,14 @@ use iggy_binary_protocol::requests::streams::{
 use iggy_binary_protocol::requests::topics::{
     CreateTopicRequest, DeleteTopicRequest, GetTopicRequest, UpdateTopicRequest,
 };
-use iggy_binary_protocol::requests::users::LoginRegisterRequest;
+use iggy_binary_protocol::requests::users::{
+    ChangePasswordRequest, CreateUserRequest, DeleteUserRequest, GetUserRequest,
+    LoginRegisterRequest, UpdatePermissionsRequest, UpdateUserRequest,
+};
+use iggy_binary_protocol::responses::users::{GetUsersResponse, UserDetailsResponse, UserResponse};
+use iggy_binary_protocol::primitives::permissions::{
+    WireGlobalPermissions, WirePermissions, WireStreamPermissions, WireTopicPermissions,
+};
 use iggy_binary_protocol::responses::consumer_offsets::ConsumerOffsetResponse;
 use iggy_binary_protocol::responses::messages::{
     PollMessagesResponseHeader, SendMessagesConfirmationResponse, SendMessagesResponse,
@@ -778,6 +785,190 @@ fn main() {
                 role: 1,
                 status: 0,
             },
+        }
+        .to_bytes(),
+    );
+    // Users (31-37): bodies and replies, permissions with a stream and its topics.
+    let permissions = WirePermissions {
+        global: WireGlobalPermissions {
+            manage_servers: false,
+            read_servers: true,
+            manage_users: false,
+            read_users: true,
+            manage_streams: false,
+            read_streams: true,
+            manage_topics: false,
+            read_topics: true,
+            poll_messages: true,
+            send_messages: false,
+        },
+        streams: vec![
+            WireStreamPermissions {
+                stream_id: 0,
+                manage_stream: false,
+                read_stream: true,
+                manage_topics: true,
+                read_topics: true,
+                poll_messages: true,
+                send_messages: true,
+                topics: vec![
+                    WireTopicPermissions {
+                        topic_id: 1,
+                        manage_topic: true,
+                        read_topic: true,
+                        poll_messages: false,
+                        send_messages: true,
+                    },
+                    WireTopicPermissions {
+                        topic_id: 2,
+                        manage_topic: false,
+                        read_topic: true,
+                        poll_messages: true,
+                        send_messages: false,
+                    },
+                ],
+            },
+            WireStreamPermissions {
+                stream_id: 3,
+                manage_stream: true,
+                read_stream: true,
+                manage_topics: false,
+                read_topics: false,
+                poll_messages: false,
+                send_messages: false,
+                topics: vec![],
+            },
+        ],
+    };
+    write(
+        &dir,
+        "create_user_body",
+        &CreateUserRequest {
+            username: name("alice"),
+            password: "s3cret-pw".into(),
+            status: 1,
+            permissions: Some(permissions.clone()),
+            options: WireOptions::empty(),
+        }
+        .to_bytes(),
+    );
+    write(
+        &dir,
+        "create_user_plain_body",
+        &CreateUserRequest {
+            username: name("bob"),
+            password: "pw-of-bob".into(),
+            status: 2,
+            permissions: None,
+            options: WireOptions::empty(),
+        }
+        .to_bytes(),
+    );
+    write(
+        &dir,
+        "get_user_body",
+        &GetUserRequest {
+            user_id: WireIdentifier::named("alice").unwrap(),
+        }
+        .to_bytes(),
+    );
+    write(
+        &dir,
+        "delete_user_body",
+        &DeleteUserRequest {
+            user_id: WireIdentifier::numeric(3),
+        }
+        .to_bytes(),
+    );
+    write(
+        &dir,
+        "update_user_body",
+        &UpdateUserRequest {
+            user_id: WireIdentifier::numeric(1),
+            username: Some(name("alicia")),
+            status: Some(2),
+            options: WireOptions::empty(),
+        }
+        .to_bytes(),
+    );
+    write(
+        &dir,
+        "update_user_status_only_body",
+        &UpdateUserRequest {
+            user_id: WireIdentifier::numeric(1),
+            username: None,
+            status: Some(1),
+            options: WireOptions::empty(),
+        }
+        .to_bytes(),
+    );
+    write(
+        &dir,
+        "update_permissions_body",
+        &UpdatePermissionsRequest {
+            user_id: WireIdentifier::named("alice").unwrap(),
+            permissions: Some(permissions.clone()),
+        }
+        .to_bytes(),
+    );
+    write(
+        &dir,
+        "update_permissions_none_body",
+        &UpdatePermissionsRequest {
+            user_id: WireIdentifier::numeric(1),
+            permissions: None,
+        }
+        .to_bytes(),
+    );
+    write(
+        &dir,
+        "change_password_body",
+        &ChangePasswordRequest {
+            user_id: WireIdentifier::named("alice").unwrap(),
+            current_password: "s3cret-pw".into(),
+            new_password: "n3w-secret".into(),
+        }
+        .to_bytes(),
+    );
+    let alice = UserResponse {
+        id: 1,
+        created_at: 0,
+        status: 1,
+        username: name("alice"),
+        options: WireOptions::empty(),
+    };
+    write(
+        &dir,
+        "get_users_reply",
+        &GetUsersResponse {
+            users: vec![
+                UserResponse {
+                    id: 0,
+                    created_at: 0,
+                    status: 1,
+                    username: name("iggy"),
+                    options: WireOptions::empty(),
+                },
+                alice.clone(),
+            ],
+        }
+        .to_bytes(),
+    );
+    write(
+        &dir,
+        "get_user_reply",
+        &UserDetailsResponse {
+            user: alice.clone(),
+            permissions: Some(permissions),
+        }
+        .to_bytes(),
+    );
+    write(
+        &dir,
+        "get_user_plain_reply",
+        &UserDetailsResponse {
+            user: alice,
+            permissions: None,
         }
         .to_bytes(),
     );

@@ -109,12 +109,17 @@ impl Client {
     }
 
     pub fn login(&mut self, password: &str) -> Answer {
-        let mut answer = self.login_once(password);
+        self.login_as("iggy", password)
+    }
+
+    /// [`Client::login`] as `username`.
+    pub fn login_as(&mut self, username: &str, password: &str) -> Answer {
+        let mut answer = self.login_once_as(username, password);
         for _ in 0..500 {
             match &answer {
                 Answer::Reply(header, _) if header.status == status::TRANSIENT_NOT_ACCEPTED => {
                     std::thread::sleep(Duration::from_millis(10));
-                    answer = self.login_once(password);
+                    answer = self.login_once_as(username, password);
                 }
                 _ => break,
             }
@@ -123,13 +128,17 @@ impl Client {
     }
 
     pub fn login_once(&mut self, password: &str) -> Answer {
+        self.login_once_as("iggy", password)
+    }
+
+    pub fn login_once_as(&mut self, username: &str, password: &str) -> Answer {
         let answer = self.call(&Request::LoginRegister {
             version: ClientVersion {
                 protocol: iggy_protocol::PROTOCOL_VERSION,
                 sdk_name: "test".into(),
                 sdk_version: "0".into(),
             },
-            username: "iggy".into(),
+            username: username.into(),
             password: password.into(),
             context: None,
         });
