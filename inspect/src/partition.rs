@@ -285,6 +285,8 @@ fn op_name(op: &iggy_metadata::Op) -> &'static str {
         Op::UpdateUser { .. } => "update user",
         Op::UpdatePermissions { .. } => "update permissions",
         Op::ChangePassword { .. } => "change password",
+        Op::CreateToken { .. } => "create personal access token",
+        Op::DeleteToken { .. } => "delete personal access token",
         Op::RegisterClient { .. } => "register client",
     }
 }

@@ -143,6 +143,13 @@ pub fn encode(state: &State) -> Vec<u8> {
         w.u8(user.status);
         w.optional_blob(user.permissions.as_deref());
     }
+    w.count(state.tokens.len());
+    for ((user, name), token) in &state.tokens {
+        w.u32(*user);
+        w.name(name);
+        w.name(&token.hash);
+        w.u64(token.expiry_at);
+    }
     w.0
 }
 
@@ -364,6 +371,22 @@ pub fn decode(version: u16, bytes: &[u8]) -> Result<State, DecodeError> {
         {
             return r.fail("next_user_id not past every user id");
         }
+        let mut last: Option<(u32, String)> = None;
+        for _ in 0..r.count(18, crate::USERS_MAX * crate::TOKENS_PER_USER_MAX)? {
+            let key = (r.u32()?, r.name()?);
+            let token = crate::Token {
+                hash: r.name()?,
+                expiry_at: r.u64()?,
+            };
+            if last.as_ref().is_some_and(|last| *last >= key) {
+                return r.fail("tokens out of order or repeated");
+            }
+            if key.0 != 0 && !state.users.contains_key(&key.0) {
+                return r.fail(format!("a token of user {}, who does not exist", key.0));
+            }
+            last = Some(key.clone());
+            state.tokens.insert(key, token);
+        }
     }
     if r.at != bytes.len() {
         return r.fail(format!("{} trailing bytes", bytes.len() - r.at));
@@ -470,7 +493,9 @@ pub fn encode_op(op: &crate::Op) -> Result<Vec<u8>, crate::ApplyError> {
         | Op::ChangePassword {
             password_hash: name,
             ..
-        } => Some(name),
+        }
+        | Op::CreateToken { name, .. }
+        | Op::DeleteToken { name, .. } => Some(name),
         _ => None,
     };
     if let Op::CreateUser { password_hash, .. } = op
@@ -678,6 +703,26 @@ pub fn encode_op(op: &crate::Op) -> Result<Vec<u8>, crate::ApplyError> {
             w.u32(*user);
             w.name(password_hash);
         }
+        Op::CreateToken {
+            user,
+            name,
+            hash,
+            expiry_at,
+        } => {
+            if hash.is_empty() || hash.len() > NAME_BYTES_MAX {
+                return Err(crate::ApplyError::NameLength { len: hash.len() });
+            }
+            w.u8(20);
+            w.u32(*user);
+            w.name(name);
+            w.name(hash);
+            w.u64(*expiry_at);
+        }
+        Op::DeleteToken { user, name } => {
+            w.u8(21);
+            w.u32(*user);
+            w.name(name);
+        }
     }
     Ok(w.0)
 }
@@ -784,6 +829,16 @@ pub fn decode_op(bytes: &[u8]) -> Result<crate::Op, DecodeError> {
             user: r.u32()?,
             password_hash: r.name()?,
         },
+        20 => Op::CreateToken {
+            user: r.u32()?,
+            name: r.name()?,
+            hash: r.name()?,
+            expiry_at: r.u64()?,
+        },
+        21 => Op::DeleteToken {
+            user: r.u32()?,
+            name: r.name()?,
+        },
         tag => {
             return Err(DecodeError::Invalid {
                 offset: 0,
@@ -821,6 +876,7 @@ fn error_code(error: &ApplyError) -> u8 {
         ApplyError::NotMember(..) => 12,
         ApplyError::UnknownUser(_) => 13,
         ApplyError::UserStatus(_) => 14,
+        ApplyError::UnknownToken(..) => 15,
     }
 }
 

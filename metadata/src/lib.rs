@@ -29,6 +29,8 @@ pub const GROUPS_PER_TOPIC_MAX: usize = 10_000;
 pub const MEMBERS_PER_GROUP_MAX: usize = 1_000;
 /// Users besides the root user (whom the configuration defines, id 0).
 pub const USERS_MAX: usize = 10_000;
+/// Personal access tokens of one user.
+pub const TOKENS_PER_USER_MAX: usize = 100;
 /// The largest encoding of a user's permissions the state keeps.
 pub const PERMISSIONS_BYTES_MAX: usize = 65_535;
 /// Sessions in the client table (each holds up to [`REPLY_BYTES_MAX`] of reply).
@@ -178,6 +180,16 @@ pub struct User {
     pub permissions: Option<Vec<u8>>,
 }
 
+/// A personal access token: what logs in is the secret whose SHA-256 this holds (the secret is
+/// shown once, to the user who created it).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Token {
+    /// SHA-256 of the secret, in hex.
+    pub hash: String,
+    /// When it stops logging in (µs since the epoch, the creating node's clock); 0: never.
+    pub expiry_at: u64,
+}
+
 /// One client's session in the client table.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct ClientSession {
@@ -212,6 +224,8 @@ pub struct State {
     pub primaries: Vec<u32>,
     pub users: BTreeMap<u32, User>,
     pub next_user_id: u32,
+    /// Personal access tokens by (user, name) (user 0: the root).
+    pub tokens: BTreeMap<(u32, String), Token>,
 }
 
 /// A metadata operation.
@@ -318,6 +332,18 @@ pub enum Op {
         user: u32,
         password_hash: String,
     },
+    /// A personal access token of `user` (tag 20).
+    CreateToken {
+        user: u32,
+        name: String,
+        hash: String,
+        expiry_at: u64,
+    },
+    /// Tag 21.
+    DeleteToken {
+        user: u32,
+        name: String,
+    },
     /// Registers a client session (or replaces an older session of the same client).
     RegisterClient {
         client: u128,
@@ -367,6 +393,8 @@ pub enum ApplyError {
     UnknownGroup(u32, u32, u32),
     #[error("session {member:#x} is not a member of consumer group {2} in topic {1} of stream {0}", member = .3)]
     NotMember(u32, u32, u32, u128),
+    #[error("no token {1:?} of user {0}")]
+    UnknownToken(u32, String),
     #[error("no user {0}")]
     UnknownUser(u32),
     #[error("user status {0} (1 active, 2 inactive)")]
@@ -423,6 +451,7 @@ impl State {
             primaries: vec![0; usize::from(replica_count)],
             users: BTreeMap::new(),
             next_user_id: 1,
+            tokens: BTreeMap::new(),
         }
     }
 
@@ -838,6 +867,52 @@ impl State {
                 self.users
                     .remove(user)
                     .ok_or(ApplyError::UnknownUser(*user))?;
+                // Its tokens go with it.
+                self.tokens.retain(|(owner, _), _| owner != user);
+                Ok(Applied::Deleted)
+            }
+            Op::CreateToken {
+                user,
+                name,
+                hash,
+                expiry_at,
+            } => {
+                check_name(name)?;
+                check_name(hash)?;
+                if *user != 0 && !self.users.contains_key(user) {
+                    return Err(ApplyError::UnknownUser(*user));
+                }
+                if self.tokens.contains_key(&(*user, name.clone())) {
+                    return Err(ApplyError::DuplicateName {
+                        what: "token",
+                        name: name.clone(),
+                    });
+                }
+                if self
+                    .tokens
+                    .keys()
+                    .filter(|(owner, _)| owner == user)
+                    .count()
+                    >= TOKENS_PER_USER_MAX
+                {
+                    return Err(ApplyError::Limit {
+                        what: "tokens per user",
+                        max: TOKENS_PER_USER_MAX,
+                    });
+                }
+                self.tokens.insert(
+                    (*user, name.clone()),
+                    Token {
+                        hash: hash.clone(),
+                        expiry_at: *expiry_at,
+                    },
+                );
+                Ok(Applied::User(*user))
+            }
+            Op::DeleteToken { user, name } => {
+                self.tokens
+                    .remove(&(*user, name.clone()))
+                    .ok_or_else(|| ApplyError::UnknownToken(*user, name.clone()))?;
                 Ok(Applied::Deleted)
             }
             Op::UpdateUser {

@@ -2,7 +2,7 @@
 //! payload version 2 must still decode to the state below (its client session without a request
 //! checksum), `snapshot-v1-payload-3.bin` (payload version 3) must decode to it (its consumer
 //! groups without members), and `snapshot-v1-payload-4.bin` (payload version 4, the state with
-//! two members and a user) must decode to it and re-encode byte for byte, so changing the container or the
+//! two members, a user and a token) must decode to it and re-encode byte for byte, so changing the container or the
 //! state encoding without a version bump breaks these tests.
 //! Regenerate the newest (only with a version bump): `IGGY_REGENERATE_GOLDEN=1 cargo test -p iggy-metadata --test golden`.
 #![allow(
@@ -81,6 +81,14 @@ fn golden_state(request_checksum: u128, with_members: bool) -> State {
                 password_hash: "$argon2id$v=19$m=19456,t=2,p=1$c2FsdHNhbHQ$aGFzaGhhc2g".into(),
                 status: 1,
                 permissions: Some(vec![0, 1, 0, 1, 0, 1, 0, 1, 1, 0, 0]),
+            })
+            .unwrap();
+        state
+            .apply(&Op::CreateToken {
+                user: 1,
+                name: "ci".into(),
+                hash: "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08".into(),
+                expiry_at: 1_800_000_000_000_000,
             })
             .unwrap();
         for (member, node, boot) in [(0xAB, 0, 1_000), (0xCD, 2, 2_000)] {

@@ -420,6 +420,13 @@ fn any_op() -> impl Strategy<Value = Op> {
             user,
             password_hash
         }),
+        (0u32..4, name, 0u64..3).prop_map(|(user, name, expiry_at)| Op::CreateToken {
+            user,
+            name,
+            hash: "5e88489".into(),
+            expiry_at
+        }),
+        (0u32..4, name).prop_map(|(user, name)| Op::DeleteToken { user, name }),
     ]
 }
 

@@ -22,6 +22,9 @@ pub mod code {
     pub const UPDATE_PERMISSIONS: u32 = 36;
     pub const CHANGE_PASSWORD: u32 = 37;
     pub const LOGIN_USER: u32 = 38;
+    pub const GET_PERSONAL_ACCESS_TOKENS: u32 = 41;
+    pub const CREATE_PERSONAL_ACCESS_TOKEN: u32 = 42;
+    pub const DELETE_PERSONAL_ACCESS_TOKEN: u32 = 43;
     pub const LOGOUT_USER: u32 = 39;
     pub const LOGIN_REGISTER: u32 = 40;
     pub const LOGIN_WITH_PERSONAL_ACCESS_TOKEN: u32 = 44;
@@ -199,6 +202,10 @@ pub mod status {
     pub const USER_ALREADY_EXISTS: u32 = 46;
     pub const CANNOT_DELETE_USER: u32 = 48;
     pub const CANNOT_CHANGE_PERMISSIONS: u32 = 49;
+    pub const INVALID_PERSONAL_ACCESS_TOKEN_NAME: u32 = 50;
+    pub const PERSONAL_ACCESS_TOKEN_ALREADY_EXISTS: u32 = 51;
+    pub const PERSONAL_ACCESS_TOKENS_LIMIT_REACHED: u32 = 52;
+    pub const INVALID_PERSONAL_ACCESS_TOKEN: u32 = 53;
     pub const USERS_LIMIT_REACHED: u32 = 55;
     /// The outcome is unknown: the same request on the same session may have committed.
     pub const TRANSIENT_NOT_COMMITTED: u32 = 57;

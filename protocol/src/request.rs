@@ -29,9 +29,23 @@ pub enum Request {
         password: String,
         context: Option<String>,
     },
-    /// A login with a personal access token (not served: tokens are not built).
+    /// A login with a personal access token (45, or 40 with the token form's body).
     LoginRegisterWithToken {
         version: ClientVersion,
+        token: String,
+        context: Option<String>,
+    },
+    /// 41: the asking user's tokens.
+    GetPersonalAccessTokens,
+    /// 42: a token for the asking user, named, expiring after `expiry` µs (0: the server's
+    /// default, never; `u64::MAX`: never).
+    CreatePersonalAccessToken {
+        name: String,
+        expiry: u64,
+    },
+    /// 43: one of the asking user's tokens, by name.
+    DeletePersonalAccessToken {
+        name: String,
     },
     Logout,
     GetClusterMetadata,
@@ -272,12 +286,16 @@ fn read_login(r: &mut Reader<'_>, version: ClientVersion) -> Result<Request, Wir
     })
 }
 
-/// A token login: the version, a u8-long token, the context. Only its shape is checked.
+/// A token login: the version, a u8-long token, the context.
 fn read_token_login(r: &mut Reader<'_>, version: ClientVersion) -> Result<Request, WireError> {
     let len = r.u8("token length")? as usize;
-    r.bytes(len, "token")?;
-    read_context(r)?;
-    Ok(Request::LoginRegisterWithToken { version })
+    let token = r.str(len, "token")?.to_owned();
+    let context = read_context(r)?;
+    Ok(Request::LoginRegisterWithToken {
+        version,
+        token,
+        context,
+    })
 }
 
 impl Request {
@@ -500,6 +518,14 @@ impl Request {
                 user: Identifier::read(&mut r, "user id")?,
             },
             code::GET_USERS => Self::GetUsers,
+            code::GET_PERSONAL_ACCESS_TOKENS => Self::GetPersonalAccessTokens,
+            code::CREATE_PERSONAL_ACCESS_TOKEN => Self::CreatePersonalAccessToken {
+                name: read_name(&mut r, "token name")?,
+                expiry: r.u64("token expiry")?,
+            },
+            code::DELETE_PERSONAL_ACCESS_TOKEN => Self::DeletePersonalAccessToken {
+                name: read_name(&mut r, "token name")?,
+            },
             code::CREATE_USER => {
                 let username = read_name(&mut r, "username")?;
                 let password = read_password(&mut r, "password")?;
@@ -605,11 +631,25 @@ impl Request {
                 out.put_long_str(context.as_deref().unwrap_or(""));
                 code::LOGIN_REGISTER
             }
-            Self::LoginRegisterWithToken { version } => {
+            Self::LoginRegisterWithToken {
+                version,
+                token,
+                context,
+            } => {
                 put_version(&mut out, version);
-                out.put_u8(0);
-                out.put_u32(0);
+                put_password(&mut out, token);
+                out.put_long_str(context.as_deref().unwrap_or(""));
                 code::LOGIN_REGISTER_WITH_PAT
+            }
+            Self::GetPersonalAccessTokens => code::GET_PERSONAL_ACCESS_TOKENS,
+            Self::CreatePersonalAccessToken { name, expiry } => {
+                put_name(&mut out, name);
+                out.put_u64(*expiry);
+                code::CREATE_PERSONAL_ACCESS_TOKEN
+            }
+            Self::DeletePersonalAccessToken { name } => {
+                put_name(&mut out, name);
+                code::DELETE_PERSONAL_ACCESS_TOKEN
             }
             Self::Logout => code::LOGOUT_USER,
             Self::GetClusterMetadata => code::GET_CLUSTER_METADATA,

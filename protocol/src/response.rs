@@ -937,3 +937,33 @@ pub fn read_user_details(
     r.finish("user")?;
     Ok((user, permissions))
 }
+
+/// `CreatePersonalAccessToken`'s payload: the token, as a u8-long name (shown once).
+pub fn put_raw_token(out: &mut Vec<u8>, token: &str) {
+    put_name(out, token);
+}
+
+pub fn read_raw_token(body: &[u8]) -> Result<String, WireError> {
+    let mut r = Reader::new(body);
+    let token = read_name(&mut r, "token")?;
+    r.finish("token")?;
+    Ok(token)
+}
+
+/// `GetPersonalAccessTokens`: each token's name and when it expires (µs since the epoch; 0:
+/// never), one after another.
+pub fn put_tokens(out: &mut Vec<u8>, tokens: &[(String, u64)]) {
+    for (name, expiry_at) in tokens {
+        put_name(out, name);
+        out.put_u64(*expiry_at);
+    }
+}
+
+pub fn read_tokens(body: &[u8]) -> Result<Vec<(String, u64)>, WireError> {
+    let mut r = Reader::new(body);
+    let mut tokens = Vec::new();
+    while r.remaining() > 0 {
+        tokens.push((read_name(&mut r, "token name")?, r.u64("token expiry")?));
+    }
+    Ok(tokens)
+}

@@ -52,6 +52,9 @@ const CODES: &[u32] = &[
     code::UPDATE_USER,
     code::UPDATE_PERMISSIONS,
     code::CHANGE_PASSWORD,
+    code::GET_PERSONAL_ACCESS_TOKENS,
+    code::CREATE_PERSONAL_ACCESS_TOKEN,
+    code::DELETE_PERSONAL_ACCESS_TOKEN,
 ];
 
 proptest! {

@@ -43,12 +43,15 @@ fn golden(name: &str) -> Vec<u8> {
         "create_partitions_body",
         "create_stream_body",
         "create_stream_header",
+        "create_token_body",
+        "create_token_reply",
         "create_topic_body",
         "create_user_body",
         "create_user_plain_body",
         "delete_consumer_group_body",
         "delete_consumer_offset_body",
         "delete_stream_body",
+        "delete_token_body",
         "delete_topic_body",
         "delete_user_body",
         "describe_options_body",
@@ -65,6 +68,7 @@ fn golden(name: &str) -> Vec<u8> {
         "get_stats_reply",
         "get_stream_body",
         "get_stream_reply",
+        "get_tokens_reply",
         "get_topic_body",
         "get_topic_reply",
         "get_topics_reply",
@@ -77,6 +81,7 @@ fn golden(name: &str) -> Vec<u8> {
         "login_register_body",
         "login_register_header",
         "login_register_reply_payload",
+        "login_token_body",
         "ping_header",
         "poll_messages_body",
         "poll_messages_next_body",
@@ -1013,4 +1018,47 @@ fn user_bodies_and_replies_are_the_sdks() {
         iggy_protocol::response::read_user_details(&out).unwrap(),
         (user(1, "alice"), None)
     );
+}
+
+/// Issue #47: the personal access token commands (41-43) and the token login (45).
+#[test]
+fn token_bodies_and_replies_are_the_sdks() {
+    const SECRET: &str = "c6f8f6d00fe1ddf9dfbbeed53e32bd665f5daeb2d23219d9ce8d6e65b9da27a3";
+    body_round_trip(
+        "create_token_body",
+        code::CREATE_PERSONAL_ACCESS_TOKEN,
+        Request::CreatePersonalAccessToken {
+            name: "deploy".into(),
+            expiry: 3_600_000_000,
+        },
+    );
+    body_round_trip(
+        "delete_token_body",
+        code::DELETE_PERSONAL_ACCESS_TOKEN,
+        Request::DeletePersonalAccessToken {
+            name: "deploy".into(),
+        },
+    );
+    let login =
+        Request::decode(code::LOGIN_REGISTER_WITH_PAT, &golden("login_token_body")).unwrap();
+    let Request::LoginRegisterWithToken { token, context, .. } = &login else {
+        panic!("{login:?}")
+    };
+    assert_eq!((token.as_str(), context), (SECRET, &None));
+    assert_eq!(login.encode().1, golden("login_token_body"));
+    let mut out = Vec::new();
+    iggy_protocol::response::put_raw_token(&mut out, SECRET);
+    assert_eq!(out, golden("create_token_reply"));
+    assert_eq!(
+        iggy_protocol::response::read_raw_token(&out).unwrap(),
+        SECRET
+    );
+    out.clear();
+    let tokens = vec![
+        ("deploy".to_string(), 0),
+        ("brief".to_string(), 1_800_000_000_000_000),
+    ];
+    iggy_protocol::response::put_tokens(&mut out, &tokens);
+    assert_eq!(out, golden("get_tokens_reply"));
+    assert_eq!(iggy_protocol::response::read_tokens(&out).unwrap(), tokens);
 }

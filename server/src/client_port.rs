@@ -814,8 +814,15 @@ async fn answer<S: Storage + Clone + Send + Sync + 'static>(
             }
             return answer;
         }
-        Request::LoginRegisterWithToken { .. } => {
-            return Answer::Evict(EvictionReason::InvalidToken);
+        Request::LoginRegisterWithToken { version, token, .. } => {
+            let answer =
+                login_with_token(shared, (header, peer), version.protocol, token, session).await;
+            if matches!(answer, Answer::Reply { status: 0, .. })
+                && let Some(current) = session.as_ref()
+            {
+                shared.connections.logged_in(connection, current.user_id);
+            }
+            return answer;
         }
         _ => {}
     }
@@ -1159,7 +1166,10 @@ async fn user_request<S: Storage + Clone + Send + Sync + 'static>(
     use crate::users::{ROOT_USER_ID, find_user};
     let is_user_command = matches!(
         request,
-        Request::GetUser { .. }
+        Request::GetPersonalAccessTokens
+            | Request::CreatePersonalAccessToken { .. }
+            | Request::DeletePersonalAccessToken { .. }
+            | Request::GetUser { .. }
             | Request::GetUsers
             | Request::CreateUser { .. }
             | Request::DeleteUser { .. }
@@ -1181,6 +1191,51 @@ async fn user_request<S: Storage + Clone + Send + Sync + 'static>(
             .map_err(|_| status::ERROR)
     };
     let op = match request {
+        Request::GetPersonalAccessTokens => {
+            let mut out = Vec::new();
+            response::put_tokens(&mut out, &crate::users::tokens_of(&state, current.user_id));
+            return Some(ok(out));
+        }
+        Request::CreatePersonalAccessToken { name, expiry } => {
+            if !(3..=30).contains(&name.len()) {
+                return Some(error(status::INVALID_PERSONAL_ACCESS_TOKEN_NAME));
+            }
+            if state.tokens.contains_key(&(current.user_id, name.clone())) {
+                return Some(error(status::PERSONAL_ACCESS_TOKEN_ALREADY_EXISTS));
+            }
+            let secret = crate::users::new_token();
+            let op = Op::CreateToken {
+                user: current.user_id,
+                name: name.clone(),
+                hash: crate::users::token_hash(&secret),
+                expiry_at: crate::users::token_expiry_at(shared.clock.now_us(), *expiry),
+            };
+            drop(state);
+            // The secret is in the reply alone: the state keeps its hash.
+            return Some(
+                match propose_for_client(shared, current, header, &op).await {
+                    Answer::Reply {
+                        status: 0,
+                        body,
+                        op,
+                    } if matches!(response::split_result(&body), Ok(Ok(_))) => {
+                        let mut out = Vec::new();
+                        put_result_ok(&mut out);
+                        response::put_raw_token(&mut out, &secret);
+                        Answer::Reply {
+                            status: 0,
+                            body: out,
+                            op,
+                        }
+                    }
+                    other => other,
+                },
+            );
+        }
+        Request::DeletePersonalAccessToken { name } => Op::DeleteToken {
+            user: current.user_id,
+            name: name.clone(),
+        },
         Request::GetUsers => {
             let mut out = Vec::new();
             response::put_users(&mut out, &crate::users::user_infos(&state, config));
@@ -1572,6 +1627,51 @@ async fn login<S: Storage + Clone + Send + Sync + 'static>(
         return Answer::Evict(EvictionReason::InvalidCredentials);
     }
     let user_id = account.map_or(ROOT_USER_ID, |(id, _)| id);
+    start_session(shared, header, user_id, session).await
+}
+
+/// A login with a personal access token: the token's SHA-256 must name a token of the
+/// metadata state (read current) that has not expired, of the root or of an active user.
+async fn login_with_token<S: Storage + Clone + Send + Sync + 'static>(
+    shared: &Arc<Shared<S>>,
+    (header, peer): (&RequestHeader, SocketAddr),
+    protocol: u32,
+    token: &str,
+    session: &mut Option<Session>,
+) -> Answer {
+    if !iggy_protocol::codes::is_compatible(protocol) {
+        return Answer::Evict(EvictionReason::IncompatibleProtocol);
+    }
+    if let Err(code) = read_barrier(shared, GroupKind::Metadata.id()).await {
+        return error(code);
+    }
+    let user = crate::users::token_user(
+        &shared.views.metadata(),
+        &crate::users::token_hash(token),
+        shared.clock.now_us(),
+    );
+    let Some(user_id) = user else {
+        shared
+            .counters
+            .failed_logins
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        if let Some(left_out) = shared.logins.log_failure() {
+            tracing::warn!(%peer, not_logged_before = left_out, "client port: a login with an unknown or expired token (at most 10 lines per 10 s; iggy_client_failed_logins_total counts them all)");
+        }
+        tokio::time::sleep(FAILED_LOGIN_DELAY).await;
+        return Answer::Evict(EvictionReason::InvalidToken);
+    };
+    start_session(shared, header, user_id, session).await
+}
+
+/// Registers the session of a login that passed, for `user_id`, and answers the login.
+async fn start_session<S: Storage + Clone + Send + Sync + 'static>(
+    shared: &Arc<Shared<S>>,
+    header: &RequestHeader,
+    user_id: u32,
+    session: &mut Option<Session>,
+) -> Answer {
+    let config = &shared.config;
     let (mut fresh, op_number) = match register_session(shared, header.client, header.request).await
     {
         Ok(registered) => registered,

@@ -756,7 +756,10 @@ fn route_inner(
         | Request::DeleteUser { .. }
         | Request::UpdateUser { .. }
         | Request::UpdatePermissions { .. }
-        | Request::ChangePassword { .. } => return Err(status::INVALID_COMMAND),
+        | Request::ChangePassword { .. }
+        | Request::GetPersonalAccessTokens
+        | Request::CreatePersonalAccessToken { .. }
+        | Request::DeletePersonalAccessToken { .. } => return Err(status::INVALID_COMMAND),
         Request::DescribeOptions { scope } => {
             let mut out = Vec::new();
             let descriptors = if *scope == 1 {
@@ -920,11 +923,15 @@ pub fn refusal_status(op: &Op, code: u8) -> u32 {
             | Op::UpdatePermissions { .. }
             | Op::ChangePassword { .. }
     );
+    let token_level = matches!(op, Op::CreateToken { .. } | Op::DeleteToken { .. });
     match code {
+        1 if token_level => status::INVALID_PERSONAL_ACCESS_TOKEN_NAME,
+        2 if token_level => status::PERSONAL_ACCESS_TOKEN_ALREADY_EXISTS,
+        6 if token_level => status::PERSONAL_ACCESS_TOKENS_LIMIT_REACHED,
         1 if user_level => status::INVALID_USERNAME,
         2 if user_level => status::USER_ALREADY_EXISTS,
         6 if user_level => status::USERS_LIMIT_REACHED,
-        13 => status::RESOURCE_NOT_FOUND,
+        13 | 15 => status::RESOURCE_NOT_FOUND,
         14 => status::INVALID_USER_STATUS,
         1 if group_level => status::INVALID_CONSUMER_GROUP_NAME,
         2 if group_level => status::CONSUMER_GROUP_NAME_ALREADY_EXISTS,

@@ -89,6 +89,52 @@ pub fn user_details(
     state_user_details(state, id)
 }
 
+/// The SHA-256 of a token's secret, in hex: what the state keeps and a login looks up (a
+/// token is 256 random bits, so a fast hash is as good as a slow one).
+pub fn token_hash(token: &str) -> String {
+    use sha2::Digest;
+    let digest = sha2::Sha256::digest(token.as_bytes());
+    digest.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// A fresh secret: 32 random bytes in hex (64 characters, within a wire name).
+pub fn new_token() -> String {
+    let mut bytes = [0u8; 32];
+    if let Err(e) = getrandom::fill(&mut bytes) {
+        tracing::error!(error = %e, "no randomness for a token");
+    }
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// When a token created at `now_us` with the wire's `expiry` stops working: 0 (never) for the
+/// SDK's server default (0) and never (`u64::MAX`), else `now_us + expiry`.
+pub fn token_expiry_at(now_us: u64, expiry: u64) -> u64 {
+    match expiry {
+        0 | u64::MAX => 0,
+        duration => now_us.saturating_add(duration).max(1),
+    }
+}
+
+/// The user a token's hash logs in as, if the token exists, has not expired at `now_us`, and
+/// its user is the root or active.
+pub fn token_user(state: &State, hash: &str, now_us: u64) -> Option<u32> {
+    let ((user, _), token) = state.tokens.iter().find(|(_, t)| t.hash == hash)?;
+    if token.expiry_at != 0 && now_us >= token.expiry_at {
+        return None;
+    }
+    (*user == ROOT_USER_ID || state.users.get(user).is_some_and(|u| u.status == 1)).then_some(*user)
+}
+
+/// A user's tokens as `GetPersonalAccessTokens` lists them: name and expiry (0: never).
+pub fn tokens_of(state: &State, user: u32) -> Vec<(String, u64)> {
+    state
+        .tokens
+        .iter()
+        .filter(|((owner, _), _)| *owner == user)
+        .map(|((_, name), token)| (name.clone(), token.expiry_at))
+        .collect()
+}
+
 /// Usernames are 3 to 50 bytes, passwords 3 to 100 (upstream's bounds).
 pub fn check_username(username: &str) -> Result<(), u32> {
     if (3..=50).contains(&username.len()) {
@@ -261,6 +307,9 @@ pub fn authorize(
         | Request::GetClusterMetadata
         | Request::DescribeOptions { .. }
         | Request::AttachConsumerSession { .. }
+        | Request::GetPersonalAccessTokens
+        | Request::CreatePersonalAccessToken { .. }
+        | Request::DeletePersonalAccessToken { .. }
         | Request::Other { .. } => true,
         Request::GetStats | Request::GetClients | Request::GetClient { .. } => {
             g.read_servers || g.manage_servers

@@ -1864,3 +1864,71 @@ fn users_log_in_and_are_held_to_their_permissions() {
     }
     assert!(refused, "a deleted user's session keeps its permissions");
 }
+
+/// Issue #47: personal access tokens. A token created through one node logs in through another
+/// as its user (the secret is in the create's reply alone; the state keeps its SHA-256); the
+/// list shows it with its expiry; a deleted token, a token past its expiry and a made-up one are
+/// refused with `InvalidToken`.
+#[test]
+fn personal_access_tokens_log_in_until_deleted_or_expired() {
+    let cluster = start_cluster();
+    let addresses: Vec<SocketAddr> = cluster.nodes.iter().map(|n| n.client_address).collect();
+    let mut root = Client::connect(addresses[0], 0x900);
+    assert!(matches!(root.login("iggy"), Answer::Reply(..)));
+    let create = |name: &str, expiry| Request::CreatePersonalAccessToken {
+        name: name.into(),
+        expiry,
+    };
+    let (code, body) = root.ask_until_accepted(&create("deploy", 0));
+    assert_eq!(code, 0);
+    let secret =
+        response::read_raw_token(split_result(&body).expect("framed").expect("ok")).expect("token");
+    assert_eq!(secret.len(), 64);
+    // Expires a microsecond after its creation: refused by the time anyone logs in with it.
+    let (code, body) = root.ask_until_accepted(&create("brief", 1));
+    assert_eq!(code, 0);
+    let brief =
+        response::read_raw_token(split_result(&body).expect("framed").expect("ok")).expect("token");
+    let (code, body) = root.ask(&Request::GetPersonalAccessTokens);
+    assert_eq!(code, 0);
+    let tokens = response::read_tokens(&body).expect("tokens");
+    assert_eq!(tokens.len(), 2);
+    assert!(
+        tokens
+            .iter()
+            .any(|(name, expiry)| name == "deploy" && *expiry == 0)
+    );
+    assert!(
+        tokens
+            .iter()
+            .any(|(name, expiry)| name == "brief" && *expiry != 0)
+    );
+
+    let mut ci = Client::connect(addresses[1], 0x901);
+    match ci.login_with_token(&secret) {
+        Answer::Reply(header, body) => {
+            assert_eq!(header.status, 0);
+            let payload = split_result(&body).expect("framed").expect("a session");
+            let reply = response::LoginReply::read(&mut Reader::new(payload)).expect("reply");
+            assert_eq!(reply.user_id, 0, "the root's token");
+        }
+        Answer::Evicted(e) => panic!("evicted: {:?}", e.reason),
+    }
+    assert_eq!(ci.ask(&Request::GetStreams).0, 0);
+    for refused in [
+        brief.as_str(),
+        "0000000000000000000000000000000000000000000000000000000000000000",
+    ] {
+        let mut c = Client::connect(addresses[2], 0x902);
+        assert!(matches!(
+            c.login_with_token(refused),
+            Answer::Evicted(e) if e.reason == EvictionReason::InvalidToken
+        ));
+    }
+    let (code, _) = root.ask_until_accepted(&Request::DeletePersonalAccessToken {
+        name: "deploy".into(),
+    });
+    assert_eq!(code, 0);
+    let mut late = Client::connect(addresses[2], 0x903);
+    assert!(matches!(late.login_with_token(&secret), Answer::Evicted(_)));
+}

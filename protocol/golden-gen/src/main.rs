@@ -27,6 +27,13 @@ use iggy_binary_protocol::requests::streams::{
 use iggy_binary_protocol::requests::topics::{
     CreateTopicRequest, DeleteTopicRequest, GetTopicRequest, UpdateTopicRequest,
 };
+use iggy_binary_protocol::requests::personal_access_tokens::{
+    CreatePersonalAccessTokenRequest, DeletePersonalAccessTokenRequest,
+};
+use iggy_binary_protocol::responses::personal_access_tokens::{
+    GetPersonalAccessTokensResponse, PersonalAccessTokenResponse, RawPersonalAccessTokenResponse,
+};
+use iggy_binary_protocol::requests::users::LoginRegisterWithPatRequest;
 use iggy_binary_protocol::requests::users::{
     ChangePasswordRequest, CreateUserRequest, DeleteUserRequest, GetUserRequest,
     LoginRegisterRequest, UpdatePermissionsRequest, UpdateUserRequest,
@@ -969,6 +976,65 @@ fn main() {
         &UserDetailsResponse {
             user: alice,
             permissions: None,
+        }
+        .to_bytes(),
+    );
+    // Personal access tokens (41-43, and the token login, 45).
+    write(
+        &dir,
+        "create_token_body",
+        &CreatePersonalAccessTokenRequest {
+            name: name("deploy"),
+            expiry: 3_600_000_000,
+        }
+        .to_bytes(),
+    );
+    write(
+        &dir,
+        "delete_token_body",
+        &DeletePersonalAccessTokenRequest {
+            name: name("deploy"),
+        }
+        .to_bytes(),
+    );
+    write(
+        &dir,
+        "create_token_reply",
+        &RawPersonalAccessTokenResponse {
+            token: name("c6f8f6d00fe1ddf9dfbbeed53e32bd665f5daeb2d23219d9ce8d6e65b9da27a3"),
+        }
+        .to_bytes(),
+    );
+    write(
+        &dir,
+        "get_tokens_reply",
+        &GetPersonalAccessTokensResponse {
+            tokens: vec![
+                PersonalAccessTokenResponse {
+                    name: name("deploy"),
+                    expiry_at: 0,
+                },
+                PersonalAccessTokenResponse {
+                    name: name("brief"),
+                    expiry_at: 1_800_000_000_000_000,
+                },
+            ],
+        }
+        .to_bytes(),
+    );
+    write(
+        &dir,
+        "login_token_body",
+        &LoginRegisterWithPatRequest {
+            version_info: ClientVersionInfo {
+                protocol_version: iggy_binary_protocol::version::IGGY_PROTOCOL_VERSION,
+                sdk_name: name("rust-sdk"),
+                sdk_version: name("0.11.0"),
+            },
+            token: SecretString::from(
+                "c6f8f6d00fe1ddf9dfbbeed53e32bd665f5daeb2d23219d9ce8d6e65b9da27a3",
+            ),
+            client_context: None,
         }
         .to_bytes(),
     );

@@ -127,6 +127,27 @@ impl Client {
         answer
     }
 
+    /// A login with a personal access token (45).
+    pub fn login_with_token(&mut self, token: &str) -> Answer {
+        let answer = self.call(&Request::LoginRegisterWithToken {
+            version: ClientVersion {
+                protocol: iggy_protocol::PROTOCOL_VERSION,
+                sdk_name: "test".into(),
+                sdk_version: "0".into(),
+            },
+            token: token.into(),
+            context: None,
+        });
+        if let Answer::Reply(header, body) = &answer
+            && header.status == 0
+        {
+            let payload = split_result(body).expect("framed").expect("a session");
+            let reply = LoginReply::read(&mut Reader::new(payload)).expect("login reply");
+            self.session = reply.session;
+        }
+        answer
+    }
+
     pub fn login_once(&mut self, password: &str) -> Answer {
         self.login_once_as("iggy", password)
     }
