@@ -1846,8 +1846,12 @@ async fn leave_groups<S: Storage + Clone + Send + Sync + 'static>(
 }
 
 /// A member whose node was not heard for this long is dropped from its groups by the node that
-/// leads the metadata group (its consumers reconnect elsewhere and join again).
-pub const MEMBER_TIMEOUT_MS: u64 = 10_000;
+/// leads the metadata group (its consumers reconnect elsewhere and join again). Three times the
+/// bus's silence for a gone peer ([`crate::bus::SILENT_MS`]): a kill -9 (the partitions of the
+/// dead node's members wait this long, about 4 s with the keeper's tick), while a blip of a
+/// second or two does not churn the groups; a longer pause does, and its consumers join again
+/// when it ends (at least once: what they read past their last commit is read again).
+pub const MEMBER_TIMEOUT_MS: u64 = 3 * crate::bus::SILENT_MS;
 
 /// The node's member keeper: once a second, members that joined through this node before its
 /// boot (their sessions died with the last process) are dropped, and, on the node leading the

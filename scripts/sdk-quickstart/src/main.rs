@@ -134,6 +134,10 @@ async fn main() -> Result<(), Box<dyn Error + Send + Sync>> {
     let mut sent = 0u64;
     let mut second = None;
     let mut killed = false;
+    // The longest time the group read nothing new while sent messages waited, after the kill.
+    let mut last_done = 0;
+    let mut last_progress = Instant::now();
+    let mut longest_stall = Duration::ZERO;
     let consumed = |reads: &Arc<Mutex<Reads>>| {
         reads
             .lock()
@@ -153,6 +157,12 @@ async fn main() -> Result<(), Box<dyn Error + Send + Sync>> {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         let done = consumed(&reads);
+        if done > last_done {
+            last_done = done;
+            last_progress = Instant::now();
+        } else if killed && done < sent {
+            longest_stall = longest_stall.max(last_progress.elapsed());
+        }
         if second.is_none() && done >= messages / 3 {
             eprintln!("{done} read: a second member joins");
             second = Some(tokio::spawn(member(
@@ -200,10 +210,12 @@ async fn main() -> Result<(), Box<dyn Error + Send + Sync>> {
     }
     println!(
         "sent {sent}, consumed {} distinct, {duplicates} read more than once, {out_of_order} \
-         steps back within a member's partition, missing {}, killed: {killed}, {:.1} s",
+         steps back within a member's partition, missing {}, killed: {killed}, {:.1} s; \
+         longest stall of the group after the kill: {:.1} s",
         reads.numbers.len(),
         missing.len(),
-        started.elapsed().as_secs_f64()
+        started.elapsed().as_secs_f64(),
+        longest_stall.as_secs_f64()
     );
     if !missing.is_empty() || sent < messages {
         eprintln!(
