@@ -183,7 +183,12 @@ const PASSWORD_QUEUE: usize = 64;
 const KNOWN_CREDENTIALS: usize = 16;
 
 /// A password to check against a hash, and where the verdict goes.
-type PasswordCheck = (String, String, tokio::sync::oneshot::Sender<bool>);
+/// A job of the password thread: a check of a password against a hash (a login, a password
+/// change's current password), or the hash of a new password (a user's create, a change).
+enum PasswordCheck {
+    Verify(String, String, tokio::sync::oneshot::Sender<bool>),
+    Hash(String, tokio::sync::oneshot::Sender<String>),
+}
 
 /// The password checks of the client port ([`login`]).
 struct Logins {
@@ -205,8 +210,15 @@ fn check_passwords(checks: std::sync::mpsc::Receiver<PasswordCheck>) {
     if let Err(e) = rustix::process::setpriority_process(Some(rustix::thread::gettid()), 10) {
         tracing::warn!(error = %e, "cannot lower the password-check thread's priority");
     }
-    for (hash, password, verdict) in checks {
-        let _ = verdict.send(password_matches(&hash, &password));
+    for job in checks {
+        match job {
+            PasswordCheck::Verify(hash, password, verdict) => {
+                let _ = verdict.send(password_matches(&hash, &password));
+            }
+            PasswordCheck::Hash(password, hashed) => {
+                let _ = hashed.send(hash_password(&password));
+            }
+        }
     }
 }
 
@@ -314,10 +326,11 @@ impl Logins {
         }
         // A username that names no user is still hashed: the answer takes as long.
         let (verdict, answer) = tokio::sync::oneshot::channel();
-        match self
-            .checks
-            .try_send((hash.to_owned(), password.to_owned(), verdict))
-        {
+        match self.checks.try_send(PasswordCheck::Verify(
+            hash.to_owned(),
+            password.to_owned(),
+            verdict,
+        )) {
             Ok(()) => {}
             Err(std::sync::mpsc::TrySendError::Full(_)) => return None,
             Err(std::sync::mpsc::TrySendError::Disconnected(_)) => return Some(false),
@@ -327,6 +340,32 @@ impl Logins {
             self.remember(digest);
         }
         Some(matches)
+    }
+}
+
+impl Logins {
+    /// `password`'s argon2id hash, computed on the password thread (bounded like the logins'
+    /// checks: `Err(TRANSIENT_NOT_ACCEPTED)` when [`PASSWORD_QUEUE`] jobs wait already).
+    async fn hash(&self, password: &str) -> Result<String, u32> {
+        let (hashed, answer) = tokio::sync::oneshot::channel();
+        self.checks
+            .try_send(PasswordCheck::Hash(password.to_owned(), hashed))
+            .map_err(|_| status::TRANSIENT_NOT_ACCEPTED)?;
+        answer.await.map_err(|_| status::ERROR)
+    }
+
+    /// Whether `password` matches `hash`, checked on the password thread (bounded as
+    /// [`Logins::hash`]).
+    async fn verify(&self, hash: &str, password: &str) -> Result<bool, u32> {
+        let (verdict, answer) = tokio::sync::oneshot::channel();
+        self.checks
+            .try_send(PasswordCheck::Verify(
+                hash.to_owned(),
+                password.to_owned(),
+                verdict,
+            ))
+            .map_err(|_| status::TRANSIENT_NOT_ACCEPTED)?;
+        answer.await.map_err(|_| status::ERROR)
     }
 }
 
@@ -1185,11 +1224,9 @@ async fn user_request<S: Storage + Clone + Send + Sync + 'static>(
     }
     let state = shared.views.metadata();
     let config = &shared.config;
-    let hash = |password: String| async move {
-        tokio::task::spawn_blocking(move || hash_password(&password))
-            .await
-            .map_err(|_| status::ERROR)
-    };
+    // Hashes and checks run on the password thread, whose queue bounds what users' creates and
+    // password changes can cost the node (as it bounds logins).
+    let logins = &shared.logins;
     let op = match request {
         Request::GetPersonalAccessTokens => {
             let mut out = Vec::new();
@@ -1270,7 +1307,7 @@ async fn user_request<S: Storage + Clone + Send + Sync + 'static>(
             if *username == config.root_username {
                 return Some(error(status::USER_ALREADY_EXISTS));
             }
-            let password_hash = match hash(password.clone()).await {
+            let password_hash = match logins.hash(password).await {
                 Ok(hash) => hash,
                 Err(code) => return Some(error(code)),
             };
@@ -1339,15 +1376,12 @@ async fn user_request<S: Storage + Clone + Send + Sync + 'static>(
             let Some(stored) = state.users.get(&user).map(|u| u.password_hash.clone()) else {
                 return Some(error(status::RESOURCE_NOT_FOUND));
             };
-            let current_password = current_password.clone();
-            let matches =
-                tokio::task::spawn_blocking(move || password_matches(&stored, &current_password))
-                    .await
-                    .unwrap_or(false);
-            if !matches {
-                return Some(error(status::INVALID_CREDENTIALS));
+            match logins.verify(&stored, current_password).await {
+                Ok(true) => {}
+                Ok(false) => return Some(error(status::INVALID_CREDENTIALS)),
+                Err(code) => return Some(error(code)),
             }
-            match hash(new_password.clone()).await {
+            match logins.hash(new_password).await {
                 Ok(password_hash) => Op::ChangePassword {
                     user,
                     password_hash,
