@@ -90,11 +90,13 @@ pub fn encode(state: &State) -> Vec<u8> {
     for stream in state.streams.values() {
         w.u32(stream.id);
         w.name(&stream.name);
+        w.u64(stream.created_at);
         w.u32(stream.next_topic_id);
         w.count(stream.topics.len());
         for topic in stream.topics.values() {
             w.u32(topic.id);
             w.name(&topic.name);
+            w.u64(topic.created_at);
             w.u8(match topic.durability {
                 Durability::Replicated => 1,
                 Durability::Persisted => 2,
@@ -139,6 +141,7 @@ pub fn encode(state: &State) -> Vec<u8> {
     for user in state.users.values() {
         w.u32(user.id);
         w.name(&user.username);
+        w.u64(user.created_at);
         w.name(&user.password_hash);
         w.u8(user.status);
         w.optional_blob(user.permissions.as_deref());
@@ -289,13 +292,15 @@ pub fn decode(version: u16, bytes: &[u8]) -> Result<State, DecodeError> {
     }
     let mut state = State::new(replica_count);
     state.next_stream_id = r.u32()?;
-    let stream_count = r.count(15, crate::STREAMS_MAX)?;
+    let stamped = version >= 4;
+    let stream_count = r.count(if stamped { 23 } else { 15 }, crate::STREAMS_MAX)?;
     for _ in 0..stream_count {
         let id = r.u32()?;
         let name = r.name()?;
+        let created_at = if stamped { r.u64()? } else { 0 };
         let next_topic_id = r.u32()?;
         let mut topics = BTreeMap::new();
-        for _ in 0..r.count(45, crate::TOPICS_PER_STREAM_MAX)? {
+        for _ in 0..r.count(if stamped { 53 } else { 45 }, crate::TOPICS_PER_STREAM_MAX)? {
             let topic = decode_topic(&mut r, replica_count, version)?;
             insert_ordered(&r, &mut topics, topic.id, topic)?;
         }
@@ -316,6 +321,7 @@ pub fn decode(version: u16, bytes: &[u8]) -> Result<State, DecodeError> {
             Stream {
                 id,
                 name,
+                created_at,
                 topics,
                 next_topic_id,
             },
@@ -350,10 +356,11 @@ pub fn decode(version: u16, bytes: &[u8]) -> Result<State, DecodeError> {
     }
     if version >= 4 {
         state.next_user_id = r.u32()?;
-        for _ in 0..r.count(12, crate::USERS_MAX)? {
+        for _ in 0..r.count(20, crate::USERS_MAX)? {
             let user = User {
                 id: r.u32()?,
                 username: r.name()?,
+                created_at: r.u64()?,
                 password_hash: r.name()?,
                 status: r.u8()?,
                 permissions: r.optional_blob()?,
@@ -397,6 +404,7 @@ pub fn decode(version: u16, bytes: &[u8]) -> Result<State, DecodeError> {
 fn decode_topic(r: &mut Reader<'_>, replica_count: u8, version: u16) -> Result<Topic, DecodeError> {
     let id = r.u32()?;
     let name = r.name()?;
+    let created_at = if version >= 4 { r.u64()? } else { 0 };
     let durability = match r.u8()? {
         1 => Durability::Replicated,
         2 => Durability::Persisted,
@@ -465,6 +473,7 @@ fn decode_topic(r: &mut Reader<'_>, replica_count: u8, version: u16) -> Result<T
     Ok(Topic {
         id,
         name,
+        created_at,
         durability,
         segment_size_bytes,
         retention,

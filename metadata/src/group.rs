@@ -339,8 +339,8 @@ fn execute(state: &mut State, entry: &iggy_wal::Entry) -> Result<Executed, Group
         error,
     })?;
     let header = &entry.header;
-    Ok(state.execute_in_view(
-        header.view,
+    Ok(state.execute_at(
+        (header.view, header.timestamp_ns / 1_000),
         header.op,
         (header.client, header.request, header.request_checksum),
         &decoded,

@@ -148,6 +148,9 @@ impl ConsumerGroup {
 pub struct Topic {
     pub id: u32,
     pub name: String,
+    /// When the create was prepared (the metadata primary's clock, µs since the epoch; 0: before
+    /// payload version 4).
+    pub created_at: u64,
     pub durability: Durability,
     pub segment_size_bytes: u64,
     pub retention: Retention,
@@ -161,6 +164,8 @@ pub struct Topic {
 pub struct Stream {
     pub id: u32,
     pub name: String,
+    /// When the create was prepared (as [`Topic::created_at`]).
+    pub created_at: u64,
     pub topics: BTreeMap<u32, Topic>,
     pub next_topic_id: u32,
 }
@@ -170,6 +175,8 @@ pub struct Stream {
 pub struct User {
     pub id: u32,
     pub username: String,
+    /// When the create was prepared (as [`Topic::created_at`]).
+    pub created_at: u64,
     /// The password's argon2id hash in PHC form, computed by the node that took the request
     /// (the op carries it, so every replica stores the same).
     pub password_hash: String,
@@ -524,6 +531,13 @@ impl State {
     /// partitions' primaries go). Validation happens before any change, so a refused op
     /// changes nothing.
     pub fn apply_in_view(&mut self, op: &Op, view: u32) -> Result<Applied, ApplyError> {
+        self.apply_at(op, view, 0)
+    }
+
+    /// [`State::apply_in_view`] of a prepare stamped `now_us` by the metadata group's primary
+    /// (its header's timestamp: every replica executes the same): what a create makes records
+    /// it as its creation time.
+    pub fn apply_at(&mut self, op: &Op, view: u32, now_us: u64) -> Result<Applied, ApplyError> {
         match op {
             Op::CreateStream { name } => {
                 check_name(name)?;
@@ -544,6 +558,7 @@ impl State {
                 let stream = Stream {
                     id,
                     name: name.clone(),
+                    created_at: now_us,
                     topics: BTreeMap::new(),
                     next_topic_id: 1,
                 };
@@ -638,6 +653,7 @@ impl State {
                     Topic {
                         id,
                         name: name.clone(),
+                        created_at: now_us,
                         durability: *durability,
                         segment_size_bytes: *segment_size_bytes,
                         retention: *retention,
@@ -856,6 +872,7 @@ impl State {
                     User {
                         id,
                         username: username.clone(),
+                        created_at: now_us,
                         password_hash: password_hash.clone(),
                         status: *status,
                         permissions: permissions.clone(),
@@ -1070,6 +1087,17 @@ impl State {
         &mut self,
         view: u32,
         op_number: u64,
+        header: (u128, u64, u128),
+        op: &Op,
+    ) -> Executed {
+        self.execute_at((view, 0), op_number, header, op)
+    }
+
+    /// [`State::execute_in_view`] of a prepare stamped `now_us` ([`State::apply_at`]).
+    pub fn execute_at(
+        &mut self,
+        (view, now_us): (u32, u64),
+        op_number: u64,
         (client, request, request_checksum): (u128, u64, u128),
         op: &Op,
     ) -> Executed {
@@ -1078,13 +1106,13 @@ impl State {
             result: Some(result),
         };
         if client == 0 {
-            return executed(self.apply_in_view(op, view));
+            return executed(self.apply_at(op, view, now_us));
         }
         if let Op::RegisterClient {
             client: registered, ..
         } = op
         {
-            let done = executed(self.apply_in_view(op, view));
+            let done = executed(self.apply_at(op, view, now_us));
             if done.result.as_ref().is_some_and(Result::is_ok)
                 && let Some(session) = self.clients.get_mut(registered)
             {
@@ -1114,7 +1142,7 @@ impl State {
                 last,
             }));
         }
-        let done = executed(self.apply_in_view(op, view));
+        let done = executed(self.apply_at(op, view, now_us));
         if let Some(session) = self.clients.get_mut(&client) {
             session.last_request = request;
             session.last_op = op_number;

@@ -2,7 +2,7 @@
 //! payload version 2 must still decode to the state below (its client session without a request
 //! checksum), `snapshot-v1-payload-3.bin` (payload version 3) must decode to it (its consumer
 //! groups without members), and `snapshot-v1-payload-4.bin` (payload version 4, the state with
-//! two members, a user and a token) must decode to it and re-encode byte for byte, so changing the container or the
+//! two members, a user, a token and creation times) must decode to it and re-encode byte for byte, so changing the container or the
 //! state encoding without a version bump breaks these tests.
 //! Regenerate the newest (only with a version bump): `IGGY_REGENERATE_GOLDEN=1 cargo test -p iggy-metadata --test golden`.
 #![allow(
@@ -54,8 +54,12 @@ fn golden_state(request_checksum: u128, with_members: bool) -> State {
             name: "billing".into(),
         },
     ];
-    for op in &ops {
-        state.apply(op).unwrap();
+    // Payload version 4 records creation times (the prepare's timestamp); older versions
+    // read them as 0.
+    for (stamp, op) in (1_765_000_000_000_000u64..).zip(&ops) {
+        state
+            .apply_at(op, 0, if with_members { stamp } else { 0 })
+            .unwrap();
     }
     // The fixture was written when leaders went round-robin by stream + topic + partition; the
     // codec stores whichever leader the state holds, so the state takes those leaders back.

@@ -85,8 +85,8 @@ fn executed(prepared: &[(Header, Vec<u8>)]) -> State {
     let mut state = State::new(PRIMARY.replica_count);
     for (header, body) in prepared {
         let op = codec::decode_op(body).unwrap();
-        state.execute_in_view(
-            header.view,
+        state.execute_at(
+            (header.view, header.timestamp_ns / 1_000),
             header.op,
             (header.client, header.request, header.request_checksum),
             &op,

@@ -826,7 +826,7 @@ pub fn stream_info(stream: &Stream, figures: Figures<'_>) -> StreamInfo {
         .fold((0, 0), |(m, b), (tm, tb)| (m + tm, b + tb));
     StreamInfo {
         id: wire(stream.id),
-        created_at: 0,
+        created_at: stream.created_at,
         topics_count: u32::try_from(stream.topics.len()).unwrap_or(u32::MAX),
         size_bytes,
         messages_count,
@@ -858,7 +858,7 @@ pub fn topic_info(stream: u32, topic: &Topic, figures: Figures<'_>) -> TopicInfo
     let (messages_count, size_bytes) = topic_totals(stream, topic, figures);
     TopicInfo {
         id: wire(topic.id),
-        created_at: 0,
+        created_at: topic.created_at,
         partitions_count: u32::try_from(topic.partitions.len()).unwrap_or(u32::MAX),
         message_expiry: message_expiry(topic.retention.max_age_seconds),
         compression_algorithm: 1,
@@ -887,7 +887,7 @@ pub fn partition_infos(stream: u32, topic: &Topic, figures: Figures<'_>) -> Vec<
             });
             PartitionInfo {
                 id: wire(p.id),
-                created_at: 0,
+                created_at: topic.created_at,
                 segments_count: u32::try_from(f.segments).unwrap_or(u32::MAX),
                 // The offset of the last message (0 when empty, as upstream's).
                 current_offset: f.next_offset.saturating_sub(1),

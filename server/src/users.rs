@@ -59,7 +59,7 @@ pub fn user_infos(state: &State, config: &PortConfig) -> Vec<UserInfo> {
     let mut out = vec![root_info(config)];
     out.extend(state.users.values().map(|u| UserInfo {
         id: u.id,
-        created_at: 0,
+        created_at: u.created_at,
         status: u.status,
         username: u.username.clone(),
         options: Vec::new(),
@@ -158,7 +158,7 @@ pub fn state_user_details(state: &State, id: u32) -> Option<(UserInfo, Option<Pe
     Some((
         UserInfo {
             id: user.id,
-            created_at: 0,
+            created_at: user.created_at,
             status: user.status,
             username: user.username.clone(),
             options: Vec::new(),

@@ -1932,3 +1932,41 @@ fn personal_access_tokens_log_in_until_deleted_or_expired() {
     let mut late = Client::connect(addresses[2], 0x903);
     assert!(matches!(late.login_with_token(&secret), Answer::Evicted(_)));
 }
+
+/// Issue #47: a stream's and a topic's creation time is the metadata primary's clock at the
+/// create's prepare, the same through every node (each replica executes the same header), and
+/// within the test's own clock window. Before payload version 4 it was 0 (1970 in the CLI).
+#[test]
+fn creation_times_are_recorded_once_and_read_alike_through_every_node() {
+    let cluster = start_cluster();
+    let addresses: Vec<SocketAddr> = cluster.nodes.iter().map(|n| n.client_address).collect();
+    let now_us = || {
+        u64::try_from(
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .expect("after 1970")
+                .as_micros(),
+        )
+        .expect("fits")
+    };
+    let before = now_us();
+    let _c = one_partition_topic(addresses[0], 0xa00, "stamped");
+    let after = now_us();
+    let mut seen = Vec::new();
+    for (i, address) in addresses.iter().enumerate() {
+        let mut c = Client::connect(*address, 0xa01 + i as u128);
+        assert!(matches!(c.login("iggy"), Answer::Reply(..)));
+        let (code, body) = c.ask(&Request::GetStream {
+            stream: Identifier::Name("stamped".into()),
+        });
+        assert_eq!(code, 0);
+        let (stream, topics) = read_stream_details(&body).expect("stream");
+        seen.push((stream.created_at, topics[0].created_at));
+    }
+    let (stream_at, topic_at) = seen[0];
+    assert!(
+        (before..=after).contains(&stream_at) && (stream_at..=after).contains(&topic_at),
+        "{before} <= {stream_at} <= {topic_at} <= {after}"
+    );
+    assert!(seen.iter().all(|s| *s == seen[0]), "{seen:?}");
+}
