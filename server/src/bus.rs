@@ -127,6 +127,9 @@ pub struct BusCounters {
     /// Per peer index (the first [`HEARD_PEERS`]): when a frame of it last arrived, in
     /// milliseconds since the bus's epoch, plus one (0: never).
     pub heard: [AtomicU64; HEARD_PEERS],
+    /// Per peer index: when its connection to this node last ended from its side (an
+    /// [`epoch_ms`] reading, plus one; 0: never), the evidence a process died.
+    pub closed: [AtomicU64; HEARD_PEERS],
     /// Per peer index: the `hears` of its last `Ping` (which nodes it heard lately).
     pub peer_hears: [AtomicU64; HEARD_PEERS],
     /// Per peer index: since when (an [`epoch_ms`] reading, plus one; 0: it does not) every
@@ -177,6 +180,22 @@ pub fn epoch_ms() -> u64 {
 }
 
 impl BusCounters {
+    fn closed_from(&self, peer: u8) {
+        if let Some(slot) = self.closed.get(usize::from(peer)) {
+            slot.fetch_max(epoch_ms() + 1, Ordering::Relaxed);
+        }
+    }
+
+    /// Whether `peer`'s connection ended from its side at least `grace_ms` ago and nothing of
+    /// it arrived since (a process that died, not one that reconnected).
+    pub fn closed_and_silent(&self, peer: u8, grace_ms: u64) -> bool {
+        let closed = self
+            .closed
+            .get(usize::from(peer))
+            .map_or(0, |slot| slot.load(Ordering::Relaxed));
+        closed != 0 && closed >= self.last_heard_ms(peer) && epoch_ms() + 1 >= closed + grace_ms
+    }
+
     fn heard_from(&self, peer: u8) {
         if let Some(slot) = self.heard.get(usize::from(peer)) {
             slot.fetch_max(epoch_ms() + 1, Ordering::Relaxed);
@@ -801,6 +820,7 @@ async fn serve_peer(
     let mut header = [0u8; FRAME_HEADER];
     loop {
         if stream.read_exact(&mut header).await.is_err() {
+            counters.closed_from(peer);
             closed(peer);
             return;
         }
@@ -824,6 +844,7 @@ async fn serve_peer(
         while at < size {
             let end = (at + FRAME_CHUNK).min(size);
             if stream.read_exact(&mut frame[at..end]).await.is_err() {
+                counters.closed_from(peer);
                 closed(peer);
                 return;
             }

@@ -1887,6 +1887,12 @@ async fn leave_groups<S: Storage + Clone + Send + Sync + 'static>(
 /// when it ends (at least once: what they read past their last commit is read again).
 pub const MEMBER_TIMEOUT_MS: u64 = 3 * crate::bus::SILENT_MS;
 
+/// A peer whose bus connection ended from its side (its process exited: the kernel closes its
+/// sockets at once) and that sent nothing since for this long has its members dropped without
+/// waiting out [`MEMBER_TIMEOUT_MS`]; a peer that reconnects within it (a restart) is heard
+/// again and keeps them (its own keeper drops those of its earlier boot).
+pub const MEMBER_CLOSED_GRACE_MS: u64 = 1_000;
+
 /// The node's member keeper: once a second, members that joined through this node before its
 /// boot (their sessions died with the last process) are dropped, and, on the node leading the
 /// metadata group, so are the members of a peer not heard for [`MEMBER_TIMEOUT_MS`]. The
@@ -1905,11 +1911,10 @@ async fn keep_members<S: Storage + Clone + Send + Sync + 'static>(shared: Arc<Sh
         if shared.views.leader(GroupKind::Metadata.id()) == Some(me) {
             let now = crate::bus::epoch_ms();
             for peer in 0..u8::try_from(shared.config.roster.len()).unwrap_or(u8::MAX) {
-                if peer != me
-                    && now.saturating_sub(shared.bus.counters().last_heard_ms(peer))
-                        >= MEMBER_TIMEOUT_MS
-                    && state.has_node_members(peer, u64::MAX)
-                {
+                let counters = shared.bus.counters();
+                let gone = counters.closed_and_silent(peer, MEMBER_CLOSED_GRACE_MS)
+                    || now.saturating_sub(counters.last_heard_ms(peer)) >= MEMBER_TIMEOUT_MS;
+                if peer != me && gone && state.has_node_members(peer, u64::MAX) {
                     drops.push((peer, u64::MAX));
                 }
             }
@@ -1936,7 +1941,7 @@ async fn keep_members<S: Storage + Clone + Send + Sync + 'static>(shared: Arc<Sh
                         node,
                         boot_before,
                         ?reply,
-                        "member keeper: dropped the consumer-group members of a node that restarted or was not heard for {MEMBER_TIMEOUT_MS} ms"
+                        "member keeper: dropped the consumer-group members of a node that restarted, closed its connection or was not heard for {MEMBER_TIMEOUT_MS} ms"
                     );
                 }
                 Err(code) => {

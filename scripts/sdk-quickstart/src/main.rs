@@ -7,7 +7,7 @@
 //!
 //!   iggy-sdk-quickstart PRODUCER_ADDR CONSUMER_ADDR MESSAGES KILL_PID
 //!
-//! Prints what each member read, the duplicates (a message read twice: after a rebalance or a
+//! Sends are paced at about 4,000 messages a second. Prints what each member read, the duplicates (a message read twice: after a rebalance or a
 //! reconnect, before the group's commit) and exits 1 if a message was never consumed.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -153,6 +153,9 @@ async fn main() -> Result<(), Box<dyn Error + Send + Sync>> {
             let count = batch.len() as u64;
             producer.send(batch).await?;
             sent += count;
+            // Paced (about 4,000 messages a second), so that the kill lands with a third of
+            // the stream still to send and read.
+            tokio::time::sleep(Duration::from_millis(25)).await;
         } else {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
