@@ -1,5 +1,7 @@
 //! The metadata state's encoding inside `snapshot.bin` (payload version 4: consumer groups keep
-//! their members; 3: sessions keep their request checksum; 2: sessions keep their reply bytes), the encoding of ops as WAL entry bodies, and of replies. Little-endian,
+//! their members, the state its users and tokens, creates their times; 3: sessions keep their
+//! request checksum; 2: sessions keep their reply bytes), the encoding of ops as WAL entry
+//! bodies, and of replies. Little-endian,
 //! fixed-width integers; strings as a u16 length and UTF-8 bytes; collections as a u32 count
 //! and their elements in id order (see `docs/format.md`, "Metadata payload").
 //!

@@ -124,12 +124,24 @@ impl ConsumerGroup {
         out
     }
 
-    /// The partitions `member` holds (empty for a non-member).
+    /// The partitions `member` holds (empty for a non-member): as [`ConsumerGroup::assignment`]
+    /// splits them, the member at index `k` in id order holds `k + 1`, `k + 1 + members`, ...
     #[must_use]
     pub fn partitions_of(&self, member: u32, partitions: u32) -> Vec<u32> {
-        self.assignment(partitions)
-            .remove(&member)
-            .unwrap_or_default()
+        let Some(index) = self.members.keys().position(|id| *id == member) else {
+            return Vec::new();
+        };
+        let step = self.members.len();
+        (1..=partitions).skip(index).step_by(step).collect()
+    }
+
+    /// The member that holds `partition` (1-based), as [`ConsumerGroup::assignment`] splits
+    /// them; none while the group has no member. What a group poll's fence asks, without
+    /// building the whole split.
+    #[must_use]
+    pub fn holder(&self, partition: u32) -> Option<u32> {
+        let index = (partition.checked_sub(1)? as usize).checked_rem(self.members.len())?;
+        self.members.keys().nth(index).copied()
     }
 
     /// Removes every member `leaves` selects; bumps the generation if any went.

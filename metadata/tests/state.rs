@@ -588,6 +588,18 @@ fn consumer_group_members_split_the_partitions_and_leave() {
     assert_eq!(split[&3], vec![3]);
     assert_eq!(group(&state).generation, 3);
     assert_eq!(state.memberships(0xb), vec![(1, 1, 1)]);
+    // The fence's shortcuts agree with the whole split, whatever the partition count.
+    for partitions in 0..8 {
+        let g = group(&state);
+        let split = g.assignment(partitions);
+        for (member, held) in &split {
+            assert_eq!(&g.partitions_of(*member, partitions), held);
+            for partition in held {
+                assert_eq!(g.holder(*partition), Some(*member));
+            }
+        }
+    }
+    assert_eq!(group(&state).partitions_of(99, 5), Vec::<u32>::new());
     // Snapshot round trip, members and all.
     assert_eq!(
         codec::decode(PAYLOAD_VERSION, &codec::encode(&state)).unwrap(),

@@ -325,17 +325,7 @@ impl Logins {
             return Some(true);
         }
         // A username that names no user is still hashed: the answer takes as long.
-        let (verdict, answer) = tokio::sync::oneshot::channel();
-        match self.checks.try_send(PasswordCheck::Verify(
-            hash.to_owned(),
-            password.to_owned(),
-            verdict,
-        )) {
-            Ok(()) => {}
-            Err(std::sync::mpsc::TrySendError::Full(_)) => return None,
-            Err(std::sync::mpsc::TrySendError::Disconnected(_)) => return Some(false),
-        }
-        let matches = answer.await.unwrap_or(false) && account.is_some();
+        let matches = self.verify(hash, password).await? && account.is_some();
         if matches {
             self.remember(digest);
         }
@@ -354,18 +344,19 @@ impl Logins {
         answer.await.map_err(|_| status::ERROR)
     }
 
-    /// Whether `password` matches `hash`, checked on the password thread (bounded as
-    /// [`Logins::hash`]).
-    async fn verify(&self, hash: &str, password: &str) -> Result<bool, u32> {
+    /// Whether `password` matches `hash`, checked on the password thread. `None`:
+    /// [`PASSWORD_QUEUE`] checks wait already (not checked); a thread gone answers no match.
+    async fn verify(&self, hash: &str, password: &str) -> Option<bool> {
         let (verdict, answer) = tokio::sync::oneshot::channel();
-        self.checks
-            .try_send(PasswordCheck::Verify(
-                hash.to_owned(),
-                password.to_owned(),
-                verdict,
-            ))
-            .map_err(|_| status::TRANSIENT_NOT_ACCEPTED)?;
-        answer.await.map_err(|_| status::ERROR)
+        match self.checks.try_send(PasswordCheck::Verify(
+            hash.to_owned(),
+            password.to_owned(),
+            verdict,
+        )) {
+            Ok(()) => Some(answer.await.unwrap_or(false)),
+            Err(std::sync::mpsc::TrySendError::Full(_)) => None,
+            Err(std::sync::mpsc::TrySendError::Disconnected(_)) => Some(false),
+        }
     }
 }
 
@@ -1184,6 +1175,10 @@ async fn authorized<S: Storage + Clone + Send + Sync + 'static>(
     user: u32,
     request: &Request,
 ) -> Result<(), u32> {
+    // The root may do anything: every request of the hot path skips the metadata.
+    if user == ROOT_USER_ID {
+        return Ok(());
+    }
     let check = |state: &iggy_metadata::State| {
         crate::users::authorize(state, &shared.config, user, request)
     };
@@ -1241,14 +1236,19 @@ async fn user_request<S: Storage + Clone + Send + Sync + 'static>(
                 return Some(error(status::PERSONAL_ACCESS_TOKEN_ALREADY_EXISTS));
             }
             let secret = crate::users::new_token();
+            let hash = crate::users::token_hash(&secret);
             let op = Op::CreateToken {
                 user: current.user_id,
                 name: name.clone(),
-                hash: crate::users::token_hash(&secret),
+                hash: hash.clone(),
                 expiry_at: crate::users::token_expiry_at(shared.clock.now_us(), *expiry),
             };
             drop(state);
-            // The secret is in the reply alone: the state keeps its hash.
+            // The secret is in the reply alone: the state keeps its hash. A replayed request
+            // is answered from the client table without applying this proposal, so the hash
+            // committed may be an earlier try's: the secret is answered only if it is this
+            // one's (else the token exists, its secret lost with the first reply).
+            let name = name.clone();
             return Some(
                 match propose_for_client(shared, current, header, &op).await {
                     Answer::Reply {
@@ -1256,13 +1256,23 @@ async fn user_request<S: Storage + Clone + Send + Sync + 'static>(
                         body,
                         op,
                     } if matches!(response::split_result(&body), Ok(Ok(_))) => {
-                        let mut out = Vec::new();
-                        put_result_ok(&mut out);
-                        response::put_raw_token(&mut out, &secret);
-                        Answer::Reply {
-                            status: 0,
-                            body: out,
-                            op,
+                        let committed = shared
+                            .views
+                            .metadata()
+                            .tokens
+                            .get(&(current.user_id, name))
+                            .is_some_and(|t| t.hash == hash);
+                        if committed {
+                            let mut out = Vec::new();
+                            put_result_ok(&mut out);
+                            response::put_raw_token(&mut out, &secret);
+                            Answer::Reply {
+                                status: 0,
+                                body: out,
+                                op,
+                            }
+                        } else {
+                            error(status::PERSONAL_ACCESS_TOKEN_ALREADY_EXISTS)
                         }
                     }
                     other => other,
@@ -1377,9 +1387,9 @@ async fn user_request<S: Storage + Clone + Send + Sync + 'static>(
                 return Some(error(status::RESOURCE_NOT_FOUND));
             };
             match logins.verify(&stored, current_password).await {
-                Ok(true) => {}
-                Ok(false) => return Some(error(status::INVALID_CREDENTIALS)),
-                Err(code) => return Some(error(code)),
+                Some(true) => {}
+                Some(false) => return Some(error(status::INVALID_CREDENTIALS)),
+                None => return Some(error(status::TRANSIENT_NOT_ACCEPTED)),
             }
             match logins.hash(new_password).await {
                 Ok(password_hash) => Op::ChangePassword {
@@ -1726,12 +1736,7 @@ async fn start_session<S: Storage + Clone + Send + Sync + 'static>(
     if let Some(mut old) = session.replace(fresh) {
         // It ended: it leaves its consumer groups as if its connection had closed.
         leave_groups(shared, &mut old).await;
-        let mut clients = shared
-            .clients
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        clients.remove(&old.internal);
-        clients.remove(&auto_commit_client(old.internal));
+        forget_session(shared, &old);
     }
     shared.count_sessions();
     Answer::Reply {
@@ -1817,7 +1822,7 @@ async fn propose<S: Storage + Clone + Send + Sync + 'static>(
     let encoded = iggy_metadata::codec::encode_op(op).map_err(|_| status::ERROR)?;
     session.last_request += 1;
     let request = session.last_request;
-    let (_, reply) = submit(
+    let submitted = submit(
         shared,
         session,
         GroupKind::Metadata.id(),
@@ -1825,7 +1830,13 @@ async fn propose<S: Storage + Clone + Send + Sync + 'static>(
         operation::METADATA,
         encoded,
     )
-    .await?;
+    .await;
+    if submitted == Err(status::TRANSIENT_NOT_COMMITTED) {
+        // It may have committed: the next proposal replays it under the same number, and the
+        // group's client table answers it if it did (a new number could apply it twice).
+        session.last_request -= 1;
+    }
+    let (_, reply) = submitted?;
     iggy_metadata::codec::decode_reply(&reply).map_err(|_| status::ERROR)
 }
 
@@ -1865,10 +1876,6 @@ async fn leave_groups<S: Storage + Clone + Send + Sync + 'static>(
                     attempt,
                     "client port: a session's leave of its consumer groups failed"
                 );
-                if code == status::TRANSIENT_NOT_COMMITTED {
-                    // Replayed under the same number: the table answers it if it committed.
-                    session.last_request -= 1;
-                }
                 tokio::time::sleep(Duration::from_millis(200)).await;
             }
         }
@@ -1950,9 +1957,6 @@ async fn keep_members<S: Storage + Clone + Send + Sync + 'static>(shared: Arc<Sh
                         code,
                         "member keeper: dropping a node's members failed; tried again in a second"
                     );
-                    if code == status::TRANSIENT_NOT_COMMITTED {
-                        session.last_request -= 1;
-                    }
                 }
             }
         }

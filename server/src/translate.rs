@@ -234,10 +234,7 @@ pub fn group_fence(state: &State, key: PartitionKey, group: u32, member: u128) -
     let id = group
         .member_of(member)
         .ok_or(status::CONSUMER_GROUP_MEMBER_NOT_FOUND)?;
-    if !group
-        .partitions_of(id, topic_partition_count(topic))
-        .contains(&key.partition)
-    {
+    if group.holder(key.partition) != Some(id) {
         return Err(status::CONSUMER_GROUP_PARTITION_NOT_OWNED);
     }
     Ok(())
