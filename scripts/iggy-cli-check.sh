@@ -3,7 +3,8 @@
 # create a stream and a topic of 3 partitions (persisted), list them, the cluster's roster, send
 # to a partition, by key and balanced, poll them back, then the topic's figures, `stats`, `me`,
 # `client list`, `options`, a stream renamed, a topic updated, consumer groups created, listed,
-# read and deleted, offsets on three nodes, users created, changed and held to their permissions,
+# read and deleted, offsets on three nodes, partitions added and deleted, a topic and a stream
+# purged, users created, changed and held to their permissions,
 # personal access tokens. Outside the default test run: the CLI
 # takes about five minutes to install (once; set IGGY_CLI to an installed binary to skip it).
 #
@@ -93,6 +94,20 @@ step "set to 1" consumer-offset set reader sales ledger 0 1
 step "Stored offset *| 1 " consumer-offset get reader sales ledger 0
 step "set to 2" consumer-offset set -k consumer-group billing sales ledger 0 2
 step "Stored offset *| 2 " consumer-offset get -k consumer-group billing sales ledger 0
+# Partitions added and deleted, a topic and a stream purged.
+step "Created 2 partitions" partition create sales ledger 2
+step "Partitions count *| 5" topic get sales ledger
+step "Deleted 2 partitions" partition delete sales ledger 2
+step "Partitions count *| 3" topic get sales ledger
+step "Sent messages" message send -p 2 sales ledger purge-me
+step "purged" topic purge sales ledger
+step "Topic message count *| 0 " topic get sales ledger
+step "Sent messages" message send -p 2 sales ledger after-purge
+out=$(iggy message poll --offset 0 --message-count 10 sales ledger 2) || true
+echo "$out"
+grep -q after-purge <<< "$out" && ! grep -q purge-me <<< "$out" || { echo "FAILED: the purge kept messages or lost the next"; exit 1; }
+step "purged" stream purge sales
+step "Topic message count *| 0 " topic get sales ledger
 # Issue #47: users and their permissions.
 step "created" user create alice alice-pw -g r_str,p_msg
 step "alice" user list

@@ -17,9 +17,11 @@ use crate::{
     PERMISSIONS_BYTES_MAX, Partition, REPLY_BYTES_MAX, Retention, State, Stream, Topic, User,
 };
 
-/// The payload version this build writes (it reads it, version 3, whose consumer groups lack
-/// members, and version 2, whose client sessions also lack the request checksum).
-pub const PAYLOAD_VERSION: u16 = 4;
+/// The payload version this build writes (it reads it; version 4, whose topics lack
+/// `next_partition_id` (their partitions' ids run 1 to the count); version 3, whose consumer
+/// groups also lack members; and version 2, whose client sessions also lack the request
+/// checksum).
+pub const PAYLOAD_VERSION: u16 = 5;
 
 /// Why bytes are not a valid metadata payload.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -112,6 +114,7 @@ pub fn encode(state: &State) -> Vec<u8> {
                 w.u32(partition.id);
                 w.u8(partition.leader);
             }
+            w.u32(topic.next_partition_id);
             w.u32(topic.next_group_id);
             w.count(topic.groups.len());
             for group in topic.groups.values() {
@@ -302,7 +305,13 @@ pub fn decode(version: u16, bytes: &[u8]) -> Result<State, DecodeError> {
         let created_at = if stamped { r.u64()? } else { 0 };
         let next_topic_id = r.u32()?;
         let mut topics = BTreeMap::new();
-        for _ in 0..r.count(if stamped { 53 } else { 45 }, crate::TOPICS_PER_STREAM_MAX)? {
+        // A topic's least bytes: version 4 stamped its creation, version 5 its next partition id.
+        let topic_bytes = match version {
+            5.. => 57,
+            4 => 53,
+            _ => 45,
+        };
+        for _ in 0..r.count(topic_bytes, crate::TOPICS_PER_STREAM_MAX)? {
             let topic = decode_topic(&mut r, replica_count, version)?;
             insert_ordered(&r, &mut topics, topic.id, topic)?;
         }
@@ -428,7 +437,15 @@ fn decode_topic(r: &mut Reader<'_>, replica_count: u8, version: u16) -> Result<T
             id: r.u32()?,
             leader: r.u8()?,
         };
-        if partition.id as usize != index + 1 || partition.leader >= replica_count {
+        // Before version 5 the ids ran 1 to the count; since, they only grow along the list.
+        let in_order = if version >= 5 {
+            partitions
+                .last()
+                .map_or(partition.id >= 1, |last: &Partition| partition.id > last.id)
+        } else {
+            partition.id as usize == index + 1
+        };
+        if !in_order || partition.leader >= replica_count {
             return r.fail(format!(
                 "partition {} (leader {})",
                 partition.id, partition.leader
@@ -436,6 +453,17 @@ fn decode_topic(r: &mut Reader<'_>, replica_count: u8, version: u16) -> Result<T
         }
         partitions.push(partition);
     }
+    let next_partition_id = if version >= 5 {
+        let next = r.u32()?;
+        if partitions.last().is_some_and(|last| last.id >= next) || next == 0 {
+            return r.fail(format!(
+                "next_partition_id {next} not past every partition id"
+            ));
+        }
+        next
+    } else {
+        u32::try_from(partition_count).unwrap_or(u32::MAX) + 1
+    };
     let next_group_id = r.u32()?;
     let mut groups = BTreeMap::new();
     let group_bytes = if version >= 4 { 23 } else { 7 };
@@ -481,6 +509,7 @@ fn decode_topic(r: &mut Reader<'_>, replica_count: u8, version: u16) -> Result<T
         retention,
         replication_factor,
         partitions,
+        next_partition_id,
         groups,
         next_group_id,
     })
@@ -734,6 +763,25 @@ pub fn encode_op(op: &crate::Op) -> Result<Vec<u8>, crate::ApplyError> {
             w.u32(*user);
             w.name(name);
         }
+        Op::DeletePartitions {
+            stream,
+            topic,
+            count,
+        } => {
+            w.u8(22);
+            w.u32(*stream);
+            w.u32(*topic);
+            w.u32(*count);
+        }
+        Op::PurgeTopic { stream, topic } => {
+            w.u8(23);
+            w.u32(*stream);
+            w.u32(*topic);
+        }
+        Op::PurgeStream { stream } => {
+            w.u8(24);
+            w.u32(*stream);
+        }
     }
     Ok(w.0)
 }
@@ -850,6 +898,16 @@ pub fn decode_op(bytes: &[u8]) -> Result<crate::Op, DecodeError> {
             user: r.u32()?,
             name: r.name()?,
         },
+        22 => Op::DeletePartitions {
+            stream: r.u32()?,
+            topic: r.u32()?,
+            count: r.u32()?,
+        },
+        23 => Op::PurgeTopic {
+            stream: r.u32()?,
+            topic: r.u32()?,
+        },
+        24 => Op::PurgeStream { stream: r.u32()? },
         tag => {
             return Err(DecodeError::Invalid {
                 offset: 0,
@@ -888,6 +946,7 @@ fn error_code(error: &ApplyError) -> u8 {
         ApplyError::UnknownUser(_) => 13,
         ApplyError::UserStatus(_) => 14,
         ApplyError::UnknownToken(..) => 15,
+        ApplyError::PartitionCount { .. } => 16,
     }
 }
 

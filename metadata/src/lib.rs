@@ -167,9 +167,33 @@ pub struct Topic {
     pub segment_size_bytes: u64,
     pub retention: Retention,
     pub replication_factor: u8,
+    /// In wire order: the wire's partition `n` (from 0) is `partitions[n]`. A partition's `id`
+    /// names its directory and consensus group, and is never given again within the topic: a
+    /// deleted or purged partition's group can never be mistaken for the one that follows it.
     pub partitions: Vec<Partition>,
+    /// The id the next created partition gets (payload version 5; before it, partitions were
+    /// never deleted and their ids ran 1 to the count).
+    pub next_partition_id: u32,
     pub groups: BTreeMap<u32, ConsumerGroup>,
     pub next_group_id: u32,
+}
+
+impl Topic {
+    /// The 1-based slot of the partition whose id is `id` (the wire's id plus one, what
+    /// [`ConsumerGroup::assignment`] counts in); none if the topic no longer has it.
+    #[must_use]
+    pub fn slot_of(&self, id: u32) -> Option<u32> {
+        // Ids only grow along the list (a create appends higher ones, a purge renumbers in order).
+        let index = self.partitions.binary_search_by_key(&id, |p| p.id).ok()?;
+        u32::try_from(index + 1).ok()
+    }
+
+    /// The partition in 1-based slot `slot`.
+    #[must_use]
+    pub fn at_slot(&self, slot: u32) -> Option<&Partition> {
+        self.partitions
+            .get(usize::try_from(slot.checked_sub(1)?).ok()?)
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -286,6 +310,24 @@ pub enum Op {
         stream: u32,
         topic: u32,
         count: u32,
+    },
+    /// Deletes a topic's last `count` partitions, their messages and offsets with them
+    /// (`DeletePartitions`, 403; op tag 22).
+    DeletePartitions {
+        stream: u32,
+        topic: u32,
+        count: u32,
+    },
+    /// Replaces every partition of a topic with a new, empty one under a new id, on the same
+    /// leader: the messages and consumer offsets go, offsets start at 0 again (`PurgeTopic`,
+    /// 305; op tag 23).
+    PurgeTopic {
+        stream: u32,
+        topic: u32,
+    },
+    /// [`Op::PurgeTopic`] of every topic of a stream (`PurgeStream`, 205; op tag 24).
+    PurgeStream {
+        stream: u32,
     },
     CreateConsumerGroup {
         stream: u32,
@@ -424,6 +466,8 @@ pub enum ApplyError {
     ReplicationFactor { factor: u8, replicas: u8 },
     #[error("segment size must be positive")]
     SegmentSize,
+    #[error("cannot delete {asked} partitions of a topic that has {have}")]
+    PartitionCount { have: u32, asked: u32 },
     #[error("session {session} of client {client:#x} is older than its current one")]
     StaleSession { client: u128, session: u64 },
     #[error("client {client:#x} has no session (never registered, or evicted)")]
@@ -452,6 +496,27 @@ fn check_user(status: u8, permissions: Option<&[u8]>) -> Result<(), ApplyError> 
             what: "bytes of a user's permissions",
             max: PERMISSIONS_BYTES_MAX,
         });
+    }
+    Ok(())
+}
+
+/// The ids a purge of `topic` gives its partitions: the next ones, one each.
+fn purge_ids(topic: &Topic) -> Result<std::ops::Range<u32>, ApplyError> {
+    let count = u32::try_from(topic.partitions.len()).unwrap_or(u32::MAX);
+    let first = topic.next_partition_id;
+    let end = first.checked_add(count).ok_or(ApplyError::Limit {
+        what: "partition ids of a topic",
+        max: u32::MAX as usize,
+    })?;
+    Ok(first..end)
+}
+
+/// Gives every partition of `topic` a new id ([`Op::PurgeTopic`]); leaders stay.
+fn purge(topic: &mut Topic) -> Result<(), ApplyError> {
+    let ids = purge_ids(topic)?;
+    topic.next_partition_id = ids.end;
+    for (partition, id) in topic.partitions.iter_mut().zip(ids) {
+        partition.id = id;
     }
     Ok(())
 }
@@ -671,6 +736,7 @@ impl State {
                         retention: *retention,
                         replication_factor: *replication_factor,
                         partitions: leaders,
+                        next_partition_id: partitions + 1,
                         groups: BTreeMap::new(),
                         next_group_id: 1,
                     },
@@ -719,18 +785,22 @@ impl State {
                 topic,
                 count,
             } => {
-                let existing = self
+                let grown = self
                     .streams
                     .get(stream)
                     .ok_or(ApplyError::UnknownStream(*stream))?
                     .topics
                     .get(topic)
-                    .ok_or(ApplyError::UnknownTopic(*stream, *topic))?
-                    .partitions
-                    .len();
-                let existing = u32::try_from(existing).unwrap_or(u32::MAX);
+                    .ok_or(ApplyError::UnknownTopic(*stream, *topic))?;
+                let existing = u32::try_from(grown.partitions.len()).unwrap_or(u32::MAX);
                 self.check_partition_budget(*count, existing)?;
-                let first = existing + 1;
+                let first = grown.next_partition_id;
+                if first.checked_add(*count).is_none() {
+                    return Err(ApplyError::Limit {
+                        what: "partition ids of a topic",
+                        max: u32::MAX as usize,
+                    });
+                }
                 let added: Vec<Partition> = (first..first + count)
                     .zip(self.spread(*count, view))
                     .map(|(partition, leader)| Partition {
@@ -742,6 +812,7 @@ impl State {
                 self.count_primaries(&added, true);
                 let grown = self.topic_mut(*stream, *topic)?;
                 grown.partitions.extend(added);
+                grown.next_partition_id = first + count;
                 // Every group's split changes with the partition count.
                 for group in grown.groups.values_mut() {
                     if !group.members.is_empty() {
@@ -752,6 +823,47 @@ impl State {
                     first,
                     count: *count,
                 })
+            }
+            Op::DeletePartitions {
+                stream,
+                topic,
+                count,
+            } => {
+                let shrunk = self.topic_mut(*stream, *topic)?;
+                let have = u32::try_from(shrunk.partitions.len()).unwrap_or(u32::MAX);
+                if *count == 0 || *count > have {
+                    return Err(ApplyError::PartitionCount {
+                        have,
+                        asked: *count,
+                    });
+                }
+                let kept = (have - count) as usize;
+                let removed = shrunk.partitions.split_off(kept);
+                // Every group's split changes with the partition count.
+                for group in shrunk.groups.values_mut() {
+                    if !group.members.is_empty() {
+                        group.generation += 1;
+                    }
+                }
+                self.partition_count -= removed.len();
+                self.count_primaries(&removed, false);
+                Ok(Applied::Deleted)
+            }
+            Op::PurgeTopic { stream, topic } => {
+                let purged = self.topic_mut(*stream, *topic)?;
+                purge(purged)?;
+                Ok(Applied::Deleted)
+            }
+            Op::PurgeStream { stream } => {
+                let purged = self.stream_mut(*stream)?;
+                // Checked for every topic first: a refused op changes nothing.
+                for topic in purged.topics.values() {
+                    purge_ids(topic)?;
+                }
+                for topic in purged.topics.values_mut() {
+                    purge(topic)?;
+                }
+                Ok(Applied::Deleted)
             }
             Op::CreateConsumerGroup {
                 stream,

@@ -1,9 +1,11 @@
 //! Golden snapshots holding a real metadata state, container version 1: `snapshot-v1.bin` with
 //! payload version 2 must still decode to the state below (its client session without a request
 //! checksum), `snapshot-v1-payload-3.bin` (payload version 3) must decode to it (its consumer
-//! groups without members), and `snapshot-v1-payload-4.bin` (payload version 4, the state with
-//! two members, a user, a token and creation times) must decode to it and re-encode byte for byte, so changing the container or the
-//! state encoding without a version bump breaks these tests.
+//! groups without members), `snapshot-v1-payload-4.bin` (payload version 4, the state with
+//! two members, a user, a token and creation times) must decode to it, and
+//! `snapshot-v1-payload-5.bin` (payload version 5: also partitions deleted and purged, so that
+//! their ids no longer run 1 to the count) must decode to it and re-encode byte for byte, so
+//! changing the container or the state encoding without a version bump breaks these tests.
 //! Regenerate the newest (only with a version bump): `IGGY_REGENERATE_GOLDEN=1 cargo test -p iggy-metadata --test golden`.
 #![allow(
     clippy::unwrap_used,
@@ -16,6 +18,11 @@ use iggy_metadata::{Durability, Op, Retention, State};
 /// The golden state; the session's last request has the request checksum `request_checksum`
 /// (0: unknown, as payload version 2 reads it).
 fn golden_state(request_checksum: u128, with_members: bool) -> State {
+    golden_state_of(request_checksum, with_members, false)
+}
+
+/// [`golden_state`], with (payload version 5) partitions created, deleted and purged.
+fn golden_state_of(request_checksum: u128, with_members: bool, renumbered: bool) -> State {
     let mut state = State::new(3);
     let ops = [
         Op::CreateStream {
@@ -108,6 +115,28 @@ fn golden_state(request_checksum: u128, with_members: bool) -> State {
                 .unwrap();
         }
     }
+    if renumbered {
+        // Topic 1.1 grows to partitions 1 to 6 and loses 6 (1 to 5 stay, the next id is 7);
+        // topic 2.1's one partition is purged into partition 2.
+        for op in [
+            Op::CreatePartitions {
+                stream: 1,
+                topic: 1,
+                count: 2,
+            },
+            Op::DeletePartitions {
+                stream: 1,
+                topic: 1,
+                count: 1,
+            },
+            Op::PurgeTopic {
+                stream: 2,
+                topic: 1,
+            },
+        ] {
+            state.apply(&op).unwrap();
+        }
+    }
     // A session that registered (op 6) and whose request 3 was answered (op 7): the table keeps
     // its reply bytes.
     let client = 0x00C1_1E47;
@@ -135,14 +164,14 @@ const CHECKPOINT_CHECKSUM: u128 = 0x00C0_FFEE_0000_0000_0000_0000_0000_0007;
 
 #[test]
 fn the_golden_metadata_snapshot_decodes_and_re_encodes_byte_for_byte() {
-    let payload = codec::encode(&golden_state(REQUEST_CHECKSUM, true));
+    let payload = codec::encode(&golden_state_of(REQUEST_CHECKSUM, true, true));
     let bytes = iggy_snapshot::encode(
         CHECKPOINT_OP,
         CHECKPOINT_CHECKSUM,
         PAYLOAD_VERSION,
         &payload,
     );
-    let name = "snapshot-v1-payload-4.bin";
+    let name = "snapshot-v1-payload-5.bin";
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
     if std::env::var_os("IGGY_REGENERATE_GOLDEN").is_some() {
         let root = iggy_io::OsStorage::open(&path).unwrap();
@@ -151,15 +180,21 @@ fn the_golden_metadata_snapshot_decodes_and_re_encodes_byte_for_byte() {
         iggy_io::WriteFile::write_all_at(&file, 0, &bytes).unwrap();
         iggy_io::WriteFile::sync_data(&file).unwrap();
     }
-    let golden = include_bytes!("fixtures/snapshot-v1-payload-4.bin");
+    let golden = include_bytes!("fixtures/snapshot-v1-payload-5.bin");
     let (header, body) = iggy_snapshot::decode(name, golden).unwrap();
     assert_eq!(header.checkpoint_op, CHECKPOINT_OP);
     assert_eq!(header.checkpoint_checksum, CHECKPOINT_CHECKSUM);
-    assert_eq!(header.payload_version, 4);
-    assert_eq!(
-        codec::decode(header.payload_version, body).unwrap(),
-        golden_state(REQUEST_CHECKSUM, true)
-    );
+    assert_eq!(header.payload_version, 5);
+    let decoded = codec::decode(header.payload_version, body).unwrap();
+    assert_eq!(decoded, golden_state_of(REQUEST_CHECKSUM, true, true));
+    let ids: Vec<u32> = decoded.streams[&1].topics[&1]
+        .partitions
+        .iter()
+        .map(|p| p.id)
+        .collect();
+    assert_eq!(ids, [1, 2, 3, 4, 5]);
+    assert_eq!(decoded.streams[&1].topics[&1].next_partition_id, 7);
+    assert_eq!(decoded.streams[&2].topics[&1].partitions[0].id, 2);
     assert_eq!(
         &bytes[..],
         &golden[..],
@@ -178,6 +213,18 @@ fn the_golden_snapshot_of_payload_version_2_still_decodes() {
         codec::decode(header.payload_version, body).unwrap(),
         golden_state(0, false)
     );
+}
+
+/// Payload version 4 (topics without `next_partition_id`: their ids ran 1 to the count) still
+/// boots, and its topics give the next partition the id past the count.
+#[test]
+fn the_golden_snapshot_of_payload_version_4_still_decodes() {
+    let golden = include_bytes!("fixtures/snapshot-v1-payload-4.bin");
+    let (header, body) = iggy_snapshot::decode("snapshot-v1-payload-4.bin", golden).unwrap();
+    assert_eq!(header.payload_version, 4);
+    let decoded = codec::decode(header.payload_version, body).unwrap();
+    assert_eq!(decoded, golden_state(REQUEST_CHECKSUM, true));
+    assert_eq!(decoded.streams[&1].topics[&1].next_partition_id, 5);
 }
 
 /// Payload version 3 (consumer groups without members) still boots.

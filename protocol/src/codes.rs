@@ -39,12 +39,15 @@ pub mod code {
     pub const CREATE_STREAM: u32 = 202;
     pub const DELETE_STREAM: u32 = 203;
     pub const UPDATE_STREAM: u32 = 204;
+    pub const PURGE_STREAM: u32 = 205;
     pub const GET_TOPIC: u32 = 300;
     pub const GET_TOPICS: u32 = 301;
     pub const CREATE_TOPIC: u32 = 302;
     pub const DELETE_TOPIC: u32 = 303;
     pub const UPDATE_TOPIC: u32 = 304;
+    pub const PURGE_TOPIC: u32 = 305;
     pub const CREATE_PARTITIONS: u32 = 402;
+    pub const DELETE_PARTITIONS: u32 = 403;
     pub const ATTACH_CONSUMER_SESSION: u32 = 14;
     pub const GET_POLL_ROUTING: u32 = 103;
     pub const POLL_MESSAGES_ON_PRIMARY: u32 = 104;
@@ -218,6 +221,7 @@ pub mod status {
     pub const TOPIC_ID_NOT_FOUND: u32 = 2010;
     pub const TOPIC_NAME_NOT_FOUND: u32 = 2011;
     pub const TOPIC_NAME_ALREADY_EXISTS: u32 = 2013;
+    pub const INVALID_PARTITIONS_COUNT: u32 = 2019;
     pub const PARTITION_NOT_FOUND: u32 = 3007;
     pub const NO_PARTITIONS: u32 = 3008;
     pub const CONSUMER_OFFSET_NOT_FOUND: u32 = 3021;

@@ -109,6 +109,21 @@ pub enum Request {
         topic: Identifier,
         count: u32,
     },
+    /// Deletes the topic's last `count` partitions.
+    DeletePartitions {
+        stream: Identifier,
+        topic: Identifier,
+        count: u32,
+    },
+    /// Deletes every message of every topic of the stream; offsets start at 0 again.
+    PurgeStream {
+        stream: Identifier,
+    },
+    /// Deletes every message of the topic; offsets start at 0 again.
+    PurgeTopic {
+        stream: Identifier,
+        topic: Identifier,
+    },
     SendMessages {
         stream: Identifier,
         topic: Identifier,
@@ -454,6 +469,18 @@ impl Request {
                 topic: Identifier::read(&mut r, "topic id")?,
                 count: r.u32("partitions count")?,
             },
+            code::DELETE_PARTITIONS => Self::DeletePartitions {
+                stream: Identifier::read(&mut r, "stream id")?,
+                topic: Identifier::read(&mut r, "topic id")?,
+                count: r.u32("partitions count")?,
+            },
+            code::PURGE_STREAM => Self::PurgeStream {
+                stream: Identifier::read(&mut r, "stream id")?,
+            },
+            code::PURGE_TOPIC => Self::PurgeTopic {
+                stream: Identifier::read(&mut r, "stream id")?,
+                topic: Identifier::read(&mut r, "topic id")?,
+            },
             code::SEND_MESSAGES => {
                 let at = r.position();
                 let metadata_len = r.u32("metadata length")? as usize;
@@ -735,6 +762,25 @@ impl Request {
                 topic.put(&mut out);
                 out.put_u32(*count);
                 code::CREATE_PARTITIONS
+            }
+            Self::DeletePartitions {
+                stream,
+                topic,
+                count,
+            } => {
+                stream.put(&mut out);
+                topic.put(&mut out);
+                out.put_u32(*count);
+                code::DELETE_PARTITIONS
+            }
+            Self::PurgeStream { stream } => {
+                stream.put(&mut out);
+                code::PURGE_STREAM
+            }
+            Self::PurgeTopic { stream, topic } => {
+                stream.put(&mut out);
+                topic.put(&mut out);
+                code::PURGE_TOPIC
             }
             Self::SendMessages {
                 stream,

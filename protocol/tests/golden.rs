@@ -50,6 +50,7 @@ fn golden(name: &str) -> Vec<u8> {
         "create_user_plain_body",
         "delete_consumer_group_body",
         "delete_consumer_offset_body",
+        "delete_partitions_body",
         "delete_stream_body",
         "delete_token_body",
         "delete_topic_body",
@@ -87,6 +88,8 @@ fn golden(name: &str) -> Vec<u8> {
         "poll_messages_next_body",
         "poll_reply_header",
         "poll_routing_reply",
+        "purge_stream_body",
+        "purge_topic_body",
         "reply_header",
         "send_messages_balanced_body",
         "send_messages_header",
@@ -266,6 +269,30 @@ fn login_and_metadata_request_bodies() {
             stream: Identifier::Numeric(0),
             topic: Identifier::Numeric(0),
             count: 2,
+        },
+    );
+    body_round_trip(
+        "delete_partitions_body",
+        code::DELETE_PARTITIONS,
+        Request::DeletePartitions {
+            stream: Identifier::Numeric(0),
+            topic: name("payments"),
+            count: 3,
+        },
+    );
+    body_round_trip(
+        "purge_stream_body",
+        code::PURGE_STREAM,
+        Request::PurgeStream {
+            stream: name("orders"),
+        },
+    );
+    body_round_trip(
+        "purge_topic_body",
+        code::PURGE_TOPIC,
+        Request::PurgeTopic {
+            stream: Identifier::Numeric(0),
+            topic: Identifier::Numeric(1),
         },
     );
 }

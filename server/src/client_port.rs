@@ -1019,7 +1019,11 @@ async fn answer<S: Storage + Clone + Send + Sync + 'static>(
                         .map_or(0, u64::from_le_bytes);
                     Answer::Reply {
                         status: 0,
-                        body: translate::send_reply(key, base_offset),
+                        body: translate::send_reply(
+                            key,
+                            translate::wire_partition(&shared.views.metadata(), key),
+                            base_offset,
+                        ),
                         op,
                     }
                 }
@@ -2199,7 +2203,7 @@ fn poll<S: Storage + Clone>(
         }
         out.reserve(POLL_HEADER_SIZE + bytes.len());
         PollHeader {
-            partition_id: key.partition.saturating_sub(1),
+            partition_id: translate::wire_partition(&views.metadata(), key),
             current_offset: next.saturating_sub(1),
             messages_count: messages,
         }
@@ -2207,7 +2211,7 @@ fn poll<S: Storage + Clone>(
         out.extend_from_slice(&bytes);
     } else {
         PollHeader {
-            partition_id: key.partition.saturating_sub(1),
+            partition_id: translate::wire_partition(&views.metadata(), key),
             current_offset: next.saturating_sub(1),
             messages_count: 0,
         }
@@ -2229,7 +2233,7 @@ fn stored_offset<S: Storage + Clone>(
     let mut out = Vec::new();
     if let Some(stored) = stored.filter(|stored| stored.offset != DELETED) {
         ConsumerOffsetInfo {
-            partition_id: key.partition.saturating_sub(1),
+            partition_id: translate::wire_partition(&views.metadata(), key),
             current_offset: partition.next_offset().saturating_sub(1),
             stored_offset: stored.offset,
         }

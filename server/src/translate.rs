@@ -102,17 +102,28 @@ pub fn find_topic<'a>(
     Ok((stream, topic))
 }
 
-/// A partition of a topic by wire id, as a partition key.
+/// A partition of a topic by wire id (its slot in the topic, from 0), as a partition key (which
+/// names it by its id, never given again within the topic).
 fn partition_key(stream: &Stream, topic: &Topic, wire_partition: u32) -> Result<PartitionKey, u32> {
-    let id = ours(wire_partition).ok_or(status::PARTITION_NOT_FOUND)?;
-    if !topic.partitions.iter().any(|p| p.id == id) {
-        return Err(status::PARTITION_NOT_FOUND);
-    }
+    let partition = ours(wire_partition)
+        .and_then(|slot| topic.at_slot(slot))
+        .ok_or(status::PARTITION_NOT_FOUND)?;
     Ok(PartitionKey {
         stream: stream.id,
         topic: topic.id,
-        partition: id,
+        partition: partition.id,
     })
+}
+
+/// The wire id of partition `key` as replies name it (its slot in its topic, from 0); for a
+/// partition `state` no longer lists, the wire id its id would have had before any deletion.
+pub fn wire_partition(state: &State, key: PartitionKey) -> u32 {
+    state
+        .streams
+        .get(&key.stream)
+        .and_then(|stream| stream.topics.get(&key.topic))
+        .and_then(|topic| topic.slot_of(key.partition))
+        .map_or(wire(key.partition), wire)
 }
 
 /// The partition a send picks: by id, by the key's XXH32 (seed 0) modulo the count (what the
@@ -234,7 +245,10 @@ pub fn group_fence(state: &State, key: PartitionKey, group: u32, member: u128) -
     let id = group
         .member_of(member)
         .ok_or(status::CONSUMER_GROUP_MEMBER_NOT_FOUND)?;
-    if group.holder(key.partition) != Some(id) {
+    let slot = topic
+        .slot_of(key.partition)
+        .ok_or(status::PARTITION_NOT_FOUND)?;
+    if group.holder(slot) != Some(id) {
         return Err(status::CONSUMER_GROUP_PARTITION_NOT_OWNED);
     }
     Ok(())
@@ -558,6 +572,28 @@ fn route_inner(
             let (stream, topic) = find_topic(state, stream, topic)?;
             Route::Metadata(update_topic_op(stream.id, topic, name, options)?)
         }
+        Request::PurgeStream { stream } => Route::Metadata(Op::PurgeStream {
+            stream: find_stream(state, stream)?.id,
+        }),
+        Request::PurgeTopic { stream, topic } => {
+            let (stream, topic) = find_topic(state, stream, topic)?;
+            Route::Metadata(Op::PurgeTopic {
+                stream: stream.id,
+                topic: topic.id,
+            })
+        }
+        Request::DeletePartitions {
+            stream,
+            topic,
+            count,
+        } => {
+            let (stream, topic) = find_topic(state, stream, topic)?;
+            Route::Metadata(Op::DeletePartitions {
+                stream: stream.id,
+                topic: topic.id,
+                count: *count,
+            })
+        }
         Request::DeleteTopic { stream, topic } => {
             let (stream, topic) = find_topic(state, stream, topic)?;
             Route::Metadata(Op::DeleteTopic {
@@ -876,14 +912,15 @@ pub fn partition_infos(stream: u32, topic: &Topic, figures: Figures<'_>) -> Vec<
     topic
         .partitions
         .iter()
-        .map(|p| {
+        .zip(0..)
+        .map(|(p, wire_id)| {
             let f = figures(PartitionKey {
                 stream,
                 topic: topic.id,
                 partition: p.id,
             });
             PartitionInfo {
-                id: wire(p.id),
+                id: wire_id,
                 created_at: topic.created_at,
                 segments_count: u32::try_from(f.segments).unwrap_or(u32::MAX),
                 // The offset of the last message (0 when empty, as upstream's).
@@ -904,6 +941,8 @@ pub fn refusal_status(op: &Op, code: u8) -> u32 {
             | Op::UpdateTopic { .. }
             | Op::DeleteTopic { .. }
             | Op::CreatePartitions { .. }
+            | Op::DeletePartitions { .. }
+            | Op::PurgeTopic { .. }
     );
     let group_level = matches!(
         op,
@@ -943,6 +982,7 @@ pub fn refusal_status(op: &Op, code: u8) -> u32 {
         6 => status::TOO_MANY_PARTITIONS,
         7 => status::INVALID_REPLICATION_FACTOR,
         8 => status::INVALID_OPTION_VALUE,
+        16 => status::INVALID_PARTITIONS_COUNT,
         9 | 11 => status::STALE_CLIENT,
         10 => status::UNAUTHENTICATED,
         12 => status::CONSUMER_GROUP_MEMBER_NOT_FOUND,
@@ -999,15 +1039,16 @@ pub fn offset_stored_reply() -> Vec<u8> {
     out
 }
 
-/// The SDK's send confirmation for a batch committed at `base_offset` of partition `key`.
-pub fn send_reply(key: PartitionKey, base_offset: u64) -> Vec<u8> {
+/// The SDK's send confirmation for a batch committed at `base_offset` of partition `key`, whose
+/// wire id is `partition`.
+pub fn send_reply(key: PartitionKey, partition: u32, base_offset: u64) -> Vec<u8> {
     let mut out = Vec::new();
     response::put_send_confirmations(
         &mut out,
         &[response::SendConfirmation {
             stream_id: wire(key.stream),
             topic_id: wire(key.topic),
-            partition_id: wire(key.partition),
+            partition_id: partition,
             base_offset,
         }],
     );

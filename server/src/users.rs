@@ -240,12 +240,15 @@ fn target(state: &State, request: &Request) -> (Option<u32>, Option<u32>) {
         Request::GetStream { stream }
         | Request::DeleteStream { stream }
         | Request::UpdateStream { stream, .. }
+        | Request::PurgeStream { stream }
         | Request::GetTopics { stream }
         | Request::CreateTopic { stream, .. } => (stream, None),
         Request::GetTopic { stream, topic }
         | Request::DeleteTopic { stream, topic }
         | Request::UpdateTopic { stream, topic, .. }
         | Request::CreatePartitions { stream, topic, .. }
+        | Request::DeletePartitions { stream, topic, .. }
+        | Request::PurgeTopic { stream, topic }
         | Request::SendMessages { stream, topic, .. }
         | Request::PollMessages { stream, topic, .. }
         | Request::GetConsumerOffset { stream, topic, .. }
@@ -328,7 +331,9 @@ pub fn authorize(
         Request::GetStreams => g.read_streams || g.manage_streams,
         Request::CreateStream { .. } => scope.manage_streams(),
         Request::GetStream { .. } => scope.read_stream(),
-        Request::DeleteStream { .. } | Request::UpdateStream { .. } => scope.manage_stream(),
+        Request::DeleteStream { .. }
+        | Request::UpdateStream { .. }
+        | Request::PurgeStream { .. } => scope.manage_stream(),
         Request::GetTopics { .. } => scope.read_topics(),
         Request::CreateTopic { .. } => scope.manage_topics(),
         Request::GetTopic { .. }
@@ -337,6 +342,8 @@ pub fn authorize(
         Request::DeleteTopic { .. }
         | Request::UpdateTopic { .. }
         | Request::CreatePartitions { .. }
+        | Request::DeletePartitions { .. }
+        | Request::PurgeTopic { .. }
         | Request::CreateConsumerGroup { .. }
         | Request::DeleteConsumerGroup { .. } => scope.manage_topic(),
         Request::SendMessages { .. } => scope.send(),

@@ -1970,3 +1970,199 @@ fn creation_times_are_recorded_once_and_read_alike_through_every_node() {
     );
     assert!(seen.iter().all(|s| *s == seen[0]), "{seen:?}");
 }
+
+/// Issue #47: `PurgeTopic` (305), `PurgeStream` (205) and `DeletePartitions` (403). Every write
+/// is read back through another node at once. A deleted partition is gone (its wire id answers
+/// `PartitionNotFound`) and one created after it starts empty at offset 0; a purge empties every
+/// partition of the topic or stream: the next send is at offset 0, the messages and the stored
+/// offsets are gone, through every node. (The metadata tests pin that the new partitions take
+/// ids never given before: `deleted_and_purged_partitions_never_give_their_ids_again`.)
+#[test]
+fn purged_and_deleted_partitions_start_again_empty() {
+    let cluster = start_cluster();
+    let addresses: Vec<SocketAddr> = cluster.nodes.iter().map(|n| n.client_address).collect();
+    let mut sessions: Vec<Client> = Vec::new();
+    for (i, address) in addresses.iter().enumerate() {
+        let mut c = Client::connect(*address, 0x700 + i as u128);
+        assert!(matches!(c.login("iggy"), Answer::Reply(..)));
+        sessions.push(c);
+    }
+    let stream = || Identifier::Name("purges".into());
+    let topic = || Identifier::Name("t".into());
+    let (code, _) = sessions[0].ask_until_accepted(&Request::CreateStream {
+        name: "purges".into(),
+        options: vec![],
+    });
+    assert_eq!(code, 0);
+    for name in ["t", "u"] {
+        let (code, body) = sessions[0].ask_until_accepted(&Request::CreateTopic {
+            stream: stream(),
+            partitions: 3,
+            name: name.into(),
+            options: vec![],
+        });
+        assert_eq!(
+            (code, split_result(&body).map(|r| r.is_ok())),
+            (0, Ok(true))
+        );
+    }
+    let consumer = Consumer {
+        group: false,
+        id: Identifier::Numeric(5),
+    };
+    // Sends `count` messages to `partition` of `topic` through node `via`; the base offsets.
+    let send = |sessions: &mut [Client], via: usize, topic: &str, partition: u32, count: u32| {
+        (0..count)
+            .map(|i| {
+                let (code, body) = sessions[via].ask_until_accepted(&Request::SendMessages {
+                    stream: Identifier::Name("purges".into()),
+                    topic: Identifier::Name(topic.into()),
+                    partitioning: Partitioning::PartitionId(partition),
+                    count: 1,
+                    batch: batch(&[format!("{topic}-{partition}-{i}").as_bytes()]),
+                });
+                assert_eq!(code, 0, "send to {topic} {partition}");
+                let confirmed = read_send_confirmations(&body).expect("confirmation")[0];
+                assert_eq!(
+                    confirmed.partition_id, partition,
+                    "the wire id, not the group's"
+                );
+                confirmed.base_offset
+            })
+            .collect::<Vec<u64>>()
+    };
+    // What `partition` of `topic` holds from offset 0 through node `via`: the status and count.
+    let held = |sessions: &mut [Client], via: usize, topic: &str, partition: u32| {
+        // (A poll that meets a group going away mid-read is answered TransientNotAccepted, which
+        // a client retries.)
+        let (code, body) = sessions[via].ask_until_accepted(&Request::PollMessages {
+            consumer: Consumer {
+                group: false,
+                id: Identifier::Numeric(9),
+            },
+            stream: Identifier::Name("purges".into()),
+            topic: Identifier::Name(topic.into()),
+            partition: Some(partition),
+            strategy: PollingStrategy::Offset(0),
+            count: 100,
+            auto_commit: false,
+        });
+        if code != 0 {
+            return (code, 0);
+        }
+        let (header, _) = PollHeader::read(&body).expect("poll");
+        assert_eq!(header.partition_id, partition);
+        (code, header.messages_count)
+    };
+    for partition in 0..3 {
+        assert_eq!(send(&mut sessions, 0, "t", partition, 2), [0, 1]);
+        assert_eq!(send(&mut sessions, 1, "u", partition, 1), [0]);
+    }
+    let (code, _) = sessions[0].ask_until_accepted(&Request::StoreConsumerOffset {
+        consumer: consumer.clone(),
+        stream: stream(),
+        topic: topic(),
+        partition: Some(0),
+        offset: 1,
+        ack: 1,
+    });
+    assert_eq!(code, 0);
+
+    // Deleting more partitions than the topic has is refused; deleting one goes through.
+    let (code, body) = sessions[1].ask_until_accepted(&Request::DeletePartitions {
+        stream: stream(),
+        topic: topic(),
+        count: 4,
+    });
+    assert_eq!(
+        (code, split_result(&body).map(|r| r.map(<[u8]>::len))),
+        (0, Ok(Err(status::INVALID_PARTITIONS_COUNT)))
+    );
+    let (code, body) = sessions[1].ask_until_accepted(&Request::DeletePartitions {
+        stream: stream(),
+        topic: topic(),
+        count: 1,
+    });
+    assert_eq!(
+        (code, split_result(&body).map(|r| r.is_ok())),
+        (0, Ok(true))
+    );
+    for via in 0..3 {
+        assert_eq!(
+            held(&mut sessions, via, "t", 2).0,
+            status::PARTITION_NOT_FOUND
+        );
+        assert_eq!(held(&mut sessions, via, "t", 1), (0, 2));
+    }
+    let (code, _) = sessions[2].ask_until_accepted(&Request::CreatePartitions {
+        stream: stream(),
+        topic: topic(),
+        count: 1,
+    });
+    assert_eq!(code, 0);
+    for via in 0..3 {
+        assert_eq!(
+            held(&mut sessions, via, "t", 2),
+            (0, 0),
+            "through node {via}"
+        );
+    }
+    assert_eq!(
+        send(&mut sessions, 2, "t", 2, 1),
+        [0],
+        "the new partition starts at 0"
+    );
+
+    // A purge of the topic: every partition empty through every node, the stored offset gone,
+    // the next send at offset 0; the stream's other topic keeps its messages.
+    let (code, body) = sessions[2].ask_until_accepted(&Request::PurgeTopic {
+        stream: stream(),
+        topic: topic(),
+    });
+    assert_eq!(
+        (code, split_result(&body).map(|r| r.is_ok())),
+        (0, Ok(true))
+    );
+    for via in 0..3 {
+        for partition in 0..3 {
+            assert_eq!(held(&mut sessions, via, "t", partition), (0, 0));
+            assert_eq!(held(&mut sessions, via, "u", partition), (0, 1));
+        }
+        let (code, body) = sessions[via].ask(&Request::GetConsumerOffset {
+            consumer: consumer.clone(),
+            stream: stream(),
+            topic: topic(),
+            partition: Some(0),
+        });
+        assert_eq!(code, 0);
+        assert_eq!(ConsumerOffsetInfo::read(&body).expect("offset"), None);
+        let (code, body) = sessions[via].ask(&Request::GetTopic {
+            stream: stream(),
+            topic: topic(),
+        });
+        assert_eq!(code, 0);
+        let (info, partitions) = read_topic_details(&body).expect("topic");
+        assert_eq!(info.messages_count, 0);
+        let ids: Vec<u32> = partitions.iter().map(|p| p.id).collect();
+        assert_eq!(
+            ids,
+            [0, 1, 2],
+            "wire ids are slots, whatever the groups' ids"
+        );
+    }
+    assert_eq!(send(&mut sessions, 0, "t", 0, 2), [0, 1]);
+
+    // A purge of the stream empties its other topic too.
+    let (code, body) = sessions[0].ask_until_accepted(&Request::PurgeStream { stream: stream() });
+    assert_eq!(
+        (code, split_result(&body).map(|r| r.is_ok())),
+        (0, Ok(true))
+    );
+    for via in 0..3 {
+        for partition in 0..3 {
+            assert_eq!(held(&mut sessions, via, "t", partition), (0, 0));
+            assert_eq!(held(&mut sessions, via, "u", partition), (0, 0));
+        }
+    }
+    assert_eq!(send(&mut sessions, 1, "u", 1, 1), [0]);
+}

@@ -20,12 +20,14 @@ use iggy_binary_protocol::responses::consumer_groups::{
 };
 use iggy_binary_protocol::requests::messages::PollMessagesRequest;
 use iggy_binary_protocol::requests::messages::send_messages::{RawMessage, SendMessagesEncoder};
-use iggy_binary_protocol::requests::partitions::CreatePartitionsRequest;
+use iggy_binary_protocol::requests::partitions::{CreatePartitionsRequest, DeletePartitionsRequest};
 use iggy_binary_protocol::requests::streams::{
-    CreateStreamRequest, DeleteStreamRequest, GetStreamRequest, UpdateStreamRequest,
+    CreateStreamRequest, DeleteStreamRequest, GetStreamRequest, PurgeStreamRequest,
+    UpdateStreamRequest,
 };
 use iggy_binary_protocol::requests::topics::{
-    CreateTopicRequest, DeleteTopicRequest, GetTopicRequest, UpdateTopicRequest,
+    CreateTopicRequest, DeleteTopicRequest, GetTopicRequest, PurgeTopicRequest,
+    UpdateTopicRequest,
 };
 use iggy_binary_protocol::requests::personal_access_tokens::{
     CreatePersonalAccessTokenRequest, DeletePersonalAccessTokenRequest,
@@ -238,6 +240,33 @@ fn main() {
             stream_id: WireIdentifier::numeric(0),
             topic_id: WireIdentifier::numeric(0),
             partitions_count: 2,
+        }
+        .to_bytes(),
+    );
+    write(
+        &dir,
+        "delete_partitions_body",
+        &DeletePartitionsRequest {
+            stream_id: WireIdentifier::numeric(0),
+            topic_id: WireIdentifier::named("payments").unwrap(),
+            partitions_count: 3,
+        }
+        .to_bytes(),
+    );
+    write(
+        &dir,
+        "purge_stream_body",
+        &PurgeStreamRequest {
+            stream_id: WireIdentifier::named("orders").unwrap(),
+        }
+        .to_bytes(),
+    );
+    write(
+        &dir,
+        "purge_topic_body",
+        &PurgeTopicRequest {
+            stream_id: WireIdentifier::numeric(0),
+            topic_id: WireIdentifier::numeric(1),
         }
         .to_bytes(),
     );
