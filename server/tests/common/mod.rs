@@ -177,9 +177,23 @@ impl Client {
 
 /// Loopback addresses with ports free a moment ago, one per node.
 pub fn free_addresses(count: usize) -> Vec<SocketAddr> {
-    let listeners: Vec<std::net::TcpListener> = (0..count)
-        .map(|_| std::net::TcpListener::bind("127.0.0.1:0").expect("bind"))
-        .collect();
+    // Below the kernel's ephemeral range (32768 and up on Linux), so that no outgoing
+    // connection and no bind to port 0 takes one between this check and the node's bind (port 0
+    // handed a just-freed port to a peer's connection, and a node then failed to start); each
+    // call takes ports no earlier call of this process took, and processes start apart.
+    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    const FIRST: u32 = 20_000;
+    const SPAN: u32 = 12_000;
+    let start = std::process::id().wrapping_mul(97) % SPAN;
+    let mut listeners = Vec::with_capacity(count);
+    while listeners.len() < count {
+        let taken = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        assert!(taken < SPAN, "no free port left below the ephemeral range");
+        let port = u16::try_from(FIRST + (start + taken) % SPAN).expect("a port");
+        if let Ok(listener) = std::net::TcpListener::bind(("127.0.0.1", port)) {
+            listeners.push(listener);
+        }
+    }
     listeners
         .iter()
         .map(|l| l.local_addr().expect("address"))
