@@ -100,6 +100,8 @@ step "Partitions count *| 5" topic get sales ledger
 step "Deleted 2 partitions" partition delete sales ledger 2
 step "Partitions count *| 3" topic get sales ledger
 step "Sent messages" message send -p 2 sales ledger purge-me
+step "Flushed" message flush --fsync sales ledger 2
+step "Deleted 1 segment " segment delete sales ledger 2 1
 step "purged" topic purge sales ledger
 step "Topic message count *| 0 " topic get sales ledger
 step "Sent messages" message send -p 2 sales ledger after-purge

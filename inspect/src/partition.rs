@@ -277,6 +277,7 @@ fn op_name(op: &iggy_metadata::Op) -> &'static str {
         Op::DeletePartitions { .. } => "delete partitions",
         Op::PurgeTopic { .. } => "purge topic",
         Op::PurgeStream { .. } => "purge stream",
+        Op::DeleteSegments { .. } => "delete segments below an offset",
         Op::CreateConsumerGroup { .. } => "create consumer group",
         Op::DeleteConsumerGroup { .. } => "delete consumer group",
         Op::JoinConsumerGroup { .. } => "join consumer group",

@@ -113,6 +113,7 @@ pub fn encode(state: &State) -> Vec<u8> {
             for partition in &topic.partitions {
                 w.u32(partition.id);
                 w.u8(partition.leader);
+                w.u64(partition.floor);
             }
             w.u32(topic.next_partition_id);
             w.u32(topic.next_group_id);
@@ -430,12 +431,16 @@ fn decode_topic(r: &mut Reader<'_>, replica_count: u8, version: u16) -> Result<T
     if segment_size_bytes == 0 || replication_factor == 0 || replication_factor > replica_count {
         return r.fail("segment size 0 or replication factor outside the cluster");
     }
-    let partition_count = r.count(5, crate::PARTITIONS_PER_TOPIC_MAX as usize)?;
+    let partition_count = r.count(
+        if version >= 5 { 13 } else { 5 },
+        crate::PARTITIONS_PER_TOPIC_MAX as usize,
+    )?;
     let mut partitions = Vec::with_capacity(partition_count);
     for index in 0..partition_count {
         let partition = Partition {
             id: r.u32()?,
             leader: r.u8()?,
+            floor: if version >= 5 { r.u64()? } else { 0 },
         };
         // Before version 5 the ids ran 1 to the count; since, they only grow along the list.
         let in_order = if version >= 5 {
@@ -782,6 +787,18 @@ pub fn encode_op(op: &crate::Op) -> Result<Vec<u8>, crate::ApplyError> {
             w.u8(24);
             w.u32(*stream);
         }
+        Op::DeleteSegments {
+            stream,
+            topic,
+            partition,
+            below,
+        } => {
+            w.u8(25);
+            w.u32(*stream);
+            w.u32(*topic);
+            w.u32(*partition);
+            w.u64(*below);
+        }
     }
     Ok(w.0)
 }
@@ -908,6 +925,12 @@ pub fn decode_op(bytes: &[u8]) -> Result<crate::Op, DecodeError> {
             topic: r.u32()?,
         },
         24 => Op::PurgeStream { stream: r.u32()? },
+        25 => Op::DeleteSegments {
+            stream: r.u32()?,
+            topic: r.u32()?,
+            partition: r.u32()?,
+            below: r.u64()?,
+        },
         tag => {
             return Err(DecodeError::Invalid {
                 offset: 0,
@@ -947,6 +970,7 @@ fn error_code(error: &ApplyError) -> u8 {
         ApplyError::UserStatus(_) => 14,
         ApplyError::UnknownToken(..) => 15,
         ApplyError::PartitionCount { .. } => 16,
+        ApplyError::UnknownPartition(..) => 17,
     }
 }
 

@@ -60,6 +60,9 @@ pub struct Partition {
     pub id: u32,
     /// The replica that leads this partition's consensus group.
     pub leader: u8,
+    /// Messages below this offset are deleted (`DeleteSegments`): every replica's retention
+    /// deletes its settled segments that lie wholly below it (payload version 5; 0: none).
+    pub floor: u64,
 }
 
 /// A member of a consumer group: a client session, and the node it joined through (a member
@@ -329,6 +332,15 @@ pub enum Op {
     PurgeStream {
         stream: u32,
     },
+    /// Raises partition `partition`'s (its id) floor to `below` (`DeleteSegments`, 503; op tag
+    /// 25): the node that took the request resolved the count of segments to the offset past
+    /// them, as its own segments lie.
+    DeleteSegments {
+        stream: u32,
+        topic: u32,
+        partition: u32,
+        below: u64,
+    },
     CreateConsumerGroup {
         stream: u32,
         topic: u32,
@@ -468,6 +480,8 @@ pub enum ApplyError {
     SegmentSize,
     #[error("cannot delete {asked} partitions of a topic that has {have}")]
     PartitionCount { have: u32, asked: u32 },
+    #[error("no partition {2} in topic {1} of stream {0}")]
+    UnknownPartition(u32, u32, u32),
     #[error("session {session} of client {client:#x} is older than its current one")]
     StaleSession { client: u128, session: u64 },
     #[error("client {client:#x} has no session (never registered, or evicted)")]
@@ -517,6 +531,7 @@ fn purge(topic: &mut Topic) -> Result<(), ApplyError> {
     topic.next_partition_id = ids.end;
     for (partition, id) in topic.partitions.iter_mut().zip(ids) {
         partition.id = id;
+        partition.floor = 0;
     }
     Ok(())
 }
@@ -719,6 +734,7 @@ impl State {
                     .map(|(partition, leader)| Partition {
                         id: partition,
                         leader,
+                        floor: 0,
                     })
                     .collect();
                 self.partition_count += leaders.len();
@@ -806,6 +822,7 @@ impl State {
                     .map(|(partition, leader)| Partition {
                         id: partition,
                         leader,
+                        floor: 0,
                     })
                     .collect();
                 self.partition_count += added.len();
@@ -847,6 +864,21 @@ impl State {
                 }
                 self.partition_count -= removed.len();
                 self.count_primaries(&removed, false);
+                Ok(Applied::Deleted)
+            }
+            Op::DeleteSegments {
+                stream,
+                topic,
+                partition,
+                below,
+            } => {
+                let parent = self.topic_mut(*stream, *topic)?;
+                let slot = parent
+                    .slot_of(*partition)
+                    .ok_or(ApplyError::UnknownPartition(*stream, *topic, *partition))?;
+                if let Some(found) = parent.partitions.get_mut(slot as usize - 1) {
+                    found.floor = found.floor.max(*below);
+                }
                 Ok(Applied::Deleted)
             }
             Op::PurgeTopic { stream, topic } => {

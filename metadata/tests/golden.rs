@@ -117,7 +117,8 @@ fn golden_state_of(request_checksum: u128, with_members: bool, renumbered: bool)
     }
     if renumbered {
         // Topic 1.1 grows to partitions 1 to 6 and loses 6 (1 to 5 stay, the next id is 7);
-        // topic 2.1's one partition is purged into partition 2.
+        // topic 2.1's one partition is purged into partition 2; partition 1.1.2 deletes below
+        // offset 500.
         for op in [
             Op::CreatePartitions {
                 stream: 1,
@@ -132,6 +133,12 @@ fn golden_state_of(request_checksum: u128, with_members: bool, renumbered: bool)
             Op::PurgeTopic {
                 stream: 2,
                 topic: 1,
+            },
+            Op::DeleteSegments {
+                stream: 1,
+                topic: 1,
+                partition: 2,
+                below: 500,
             },
         ] {
             state.apply(&op).unwrap();
@@ -195,6 +202,7 @@ fn the_golden_metadata_snapshot_decodes_and_re_encodes_byte_for_byte() {
     assert_eq!(ids, [1, 2, 3, 4, 5]);
     assert_eq!(decoded.streams[&1].topics[&1].next_partition_id, 7);
     assert_eq!(decoded.streams[&2].topics[&1].partitions[0].id, 2);
+    assert_eq!(decoded.streams[&1].topics[&1].partitions[1].floor, 500);
     assert_eq!(
         &bytes[..],
         &golden[..],

@@ -368,6 +368,14 @@ fn any_op() -> impl Strategy<Value = Op> {
         }),
         (1u32..5, 1u32..4).prop_map(|(stream, topic)| Op::PurgeTopic { stream, topic }),
         (1u32..5).prop_map(|stream| Op::PurgeStream { stream }),
+        (1u32..5, 1u32..4, 1u32..8, 0u64..100).prop_map(|(stream, topic, partition, below)| {
+            Op::DeleteSegments {
+                stream,
+                topic,
+                partition,
+                below,
+            }
+        }),
         (1u32..5, 1u32..4, name).prop_map(|(stream, topic, name)| Op::CreateConsumerGroup {
             stream,
             topic,
@@ -894,6 +902,65 @@ fn deleted_and_purged_partitions_never_give_their_ids_again() {
     let keys = state.partition_keys();
     assert!(keys.contains(&(1, 1, 14)) && !keys.contains(&(1, 1, 1)));
 
+    let payload = codec::encode(&state);
+    assert_eq!(codec::decode(PAYLOAD_VERSION, &payload).unwrap(), state);
+}
+
+/// Issue #47's `DeleteSegments`: a partition's floor only rises; an unknown partition (or one
+/// a purge renumbered away) is refused and changes nothing; a purge starts the new partition
+/// at floor 0.
+#[test]
+fn a_partitions_floor_only_rises_and_a_purge_clears_it() {
+    let mut state = State::new(3);
+    state
+        .apply(&Op::CreateStream {
+            name: "orders".into(),
+        })
+        .unwrap();
+    state.apply(&topic(1, "eu", 2)).unwrap();
+    let floor = |state: &State| -> Vec<u64> {
+        state.streams[&1].topics[&1]
+            .partitions
+            .iter()
+            .map(|p| p.floor)
+            .collect()
+    };
+    let delete = |partition, below| Op::DeleteSegments {
+        stream: 1,
+        topic: 1,
+        partition,
+        below,
+    };
+    for (op, after) in [
+        (delete(2, 300), [0, 300]),
+        (delete(2, 100), [0, 300]),
+        (delete(1, 50), [50, 300]),
+    ] {
+        assert_eq!(state.apply(&op), Ok(Applied::Deleted));
+        assert_eq!(
+            codec::decode_op(&codec::encode_op(&op).unwrap()),
+            Ok(op.clone())
+        );
+        assert_eq!(floor(&state), after);
+    }
+    let before = state.clone();
+    assert_eq!(
+        state.apply(&delete(3, 10)),
+        Err(ApplyError::UnknownPartition(1, 1, 3))
+    );
+    assert_eq!(state, before);
+    state
+        .apply(&Op::PurgeTopic {
+            stream: 1,
+            topic: 1,
+        })
+        .unwrap();
+    assert_eq!(floor(&state), [0, 0]);
+    assert_eq!(
+        state.apply(&delete(2, 10)),
+        Err(ApplyError::UnknownPartition(1, 1, 2)),
+        "the purged partition's id is gone"
+    );
     let payload = codec::encode(&state);
     assert_eq!(codec::decode(PAYLOAD_VERSION, &payload).unwrap(), state);
 }

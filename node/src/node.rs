@@ -27,8 +27,8 @@ use std::collections::{BTreeMap, VecDeque};
 use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
+use crate::store::Retention;
 use iggy_io::Storage;
-use iggy_metadata::Retention;
 use iggy_recovery::{BootConfig, Mode, NodeLock, PartitionKey, Report};
 use iggy_segments::Partition;
 use iggy_vsr::{
@@ -634,6 +634,13 @@ impl<S: Storage + Clone> Node<S> {
         Some(())
     }
 
+    /// Asks `group`'s replica to publish what it journaled now (`Replica::publish_now`); none if
+    /// this node hosts no such group.
+    pub fn publish_now(&mut self, group: u128) -> Option<()> {
+        self.groups.get_mut(&group)?.replica.publish_now();
+        Some(())
+    }
+
     /// Takes `group`'s new effects: sends are returned in the order emitted, storage effects
     /// join its lane.
     pub fn drain(&mut self, group: u128) -> Drained {
@@ -704,7 +711,7 @@ impl<S: Storage + Clone> Node<S> {
             return;
         }
         for (id, group) in &self.groups {
-            let retains = group.retention.max_age_seconds > 0 || group.retention.max_bytes > 0;
+            let retains = group.retention.retains();
             if group.partition.is_some() && retains && group.image_asked.is_none() {
                 self.retention.push_back((*id, now_us));
             }

@@ -67,7 +67,7 @@ pub(crate) enum Task {
     /// Runs retention over the partition (`Partition::apply_retention`) at the host's clock.
     Retain {
         now_us: u64,
-        retention: iggy_metadata::Retention,
+        retention: crate::store::Retention,
     },
 }
 
@@ -158,12 +158,12 @@ impl<S: Storage + Clone> Read<S> {
 fn retain<S: Storage + Clone>(
     partition: &Partition<S>,
     now_us: u64,
-    retention: iggy_metadata::Retention,
+    retention: crate::store::Retention,
 ) -> Served {
     let max_age_us = (retention.max_age_seconds > 0)
         .then(|| retention.max_age_seconds.saturating_mul(1_000_000));
     let max_bytes = (retention.max_bytes > 0).then_some(retention.max_bytes);
-    match partition.apply_retention(now_us, max_age_us, max_bytes) {
+    match partition.apply_retention_below(now_us, max_age_us, max_bytes, retention.floor) {
         Ok(retained) => Served {
             retained,
             ..Served::default()

@@ -79,7 +79,7 @@ pub struct Catalog<S: Storage + Clone> {
 pub struct Created<S: Storage + Clone> {
     pub key: PartitionKey,
     pub persisted: bool,
-    pub retention: iggy_metadata::Retention,
+    pub retention: Retention,
     pub partition: Partition<S>,
 }
 
@@ -97,7 +97,7 @@ pub struct Changes<S: Storage + Clone> {
     pub installed: Option<Arc<Partition<S>>>,
     /// Partitions kept by the commit, with their topic's retention as it now stands (a topic's
     /// update may have changed it): the node's retention passes follow it.
-    pub retention: Vec<(PartitionKey, iggy_metadata::Retention)>,
+    pub retention: Vec<(PartitionKey, Retention)>,
     /// Partitions the commit created in the metadata that this node had no room to create (a
     /// full disk, no descriptors: `PartitionError::is_exhaustion`), and why: the node keeps every
     /// other group running and tries them again ([`crate::Node::maintain`]). Their directories
@@ -354,15 +354,43 @@ fn install_image<S: Storage + Clone>(
     (Outcome::Installed { clients }, changes)
 }
 
-/// Partition `key`'s topic's retention, by the metadata `state` (zero: keeps everything).
+/// What retention keeps of one partition: its topic's limits by age and size, and the
+/// partition's own floor (`DeleteSegments`). All zero: keeps everything.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Retention {
+    pub max_age_seconds: u64,
+    pub max_bytes: u64,
+    /// Settled segments wholly below this offset go.
+    pub floor: u64,
+}
+
+impl Retention {
+    /// Whether a retention pass could delete anything.
+    #[must_use]
+    pub fn retains(&self) -> bool {
+        self.max_age_seconds > 0 || self.max_bytes > 0 || self.floor > 0
+    }
+}
+
+/// Partition `key`'s retention, by the metadata `state` (zero: keeps everything).
 #[must_use]
-pub fn retention(state: &iggy_metadata::State, key: PartitionKey) -> iggy_metadata::Retention {
-    state
+pub fn retention(state: &iggy_metadata::State, key: PartitionKey) -> Retention {
+    let Some(topic) = state
         .streams
         .get(&key.stream)
         .and_then(|s| s.topics.get(&key.topic))
-        .map(|t| t.retention)
-        .unwrap_or_default()
+    else {
+        return Retention::default();
+    };
+    let floor = topic
+        .slot_of(key.partition)
+        .and_then(|slot| topic.at_slot(slot))
+        .map_or(0, |p| p.floor);
+    Retention {
+        max_age_seconds: topic.retention.max_age_seconds,
+        max_bytes: topic.retention.max_bytes,
+        floor,
+    }
 }
 
 /// Whether partition `key`'s topic is persisted, by the metadata `state`.

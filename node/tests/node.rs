@@ -1794,14 +1794,34 @@ fn a_topics_update_reaches_every_nodes_retention_passes() {
             retention: wanted,
         },
     );
+    // A `DeleteSegments` raises one partition's floor (issue #47): its retention passes
+    // follow it on every node, its sibling's do not.
+    metadata_request(
+        &mut host,
+        4,
+        &Op::DeleteSegments {
+            stream: 1,
+            topic: 2,
+            partition: 1,
+            below: 40,
+        },
+    );
     for (i, node) in host.nodes.iter().enumerate() {
-        for partition in 1..=2 {
+        for (partition, floor) in [(1, 40), (2, 0)] {
             let group = &node.groups[&partition_id(1, 2, partition)];
-            assert_eq!(group.retention, wanted, "node {i} partition {partition}");
+            assert_eq!(
+                group.retention,
+                iggy_node::store::Retention {
+                    max_age_seconds: wanted.max_age_seconds,
+                    max_bytes: wanted.max_bytes,
+                    floor,
+                },
+                "node {i} partition {partition}"
+            );
         }
         assert_eq!(
             node.groups[&partition_id(1, 1, 1)].retention,
-            Retention::default(),
+            iggy_node::store::Retention::default(),
             "node {i}: the other topic's partition"
         );
         let state = node.metadata_state().expect("the metadata state");

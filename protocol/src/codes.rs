@@ -31,6 +31,7 @@ pub mod code {
     pub const LOGIN_REGISTER_WITH_PAT: u32 = 45;
     pub const POLL_MESSAGES: u32 = 100;
     pub const SEND_MESSAGES: u32 = 101;
+    pub const FLUSH_UNSAVED_BUFFER: u32 = 102;
     pub const GET_CONSUMER_OFFSET: u32 = 120;
     pub const STORE_CONSUMER_OFFSET: u32 = 121;
     pub const DELETE_CONSUMER_OFFSET: u32 = 122;
@@ -48,6 +49,7 @@ pub mod code {
     pub const PURGE_TOPIC: u32 = 305;
     pub const CREATE_PARTITIONS: u32 = 402;
     pub const DELETE_PARTITIONS: u32 = 403;
+    pub const DELETE_SEGMENTS: u32 = 503;
     pub const ATTACH_CONSUMER_SESSION: u32 = 14;
     pub const GET_POLL_ROUTING: u32 = 103;
     pub const POLL_MESSAGES_ON_PRIMARY: u32 = 104;

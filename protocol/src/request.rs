@@ -109,10 +109,24 @@ pub enum Request {
         topic: Identifier,
         count: u32,
     },
+    /// Makes what the partition holds durable on the node asked (with `fsync`).
+    FlushUnsavedBuffer {
+        stream: Identifier,
+        topic: Identifier,
+        partition: u32,
+        fsync: bool,
+    },
     /// Deletes the topic's last `count` partitions.
     DeletePartitions {
         stream: Identifier,
         topic: Identifier,
+        count: u32,
+    },
+    /// Deletes the partition's oldest `count` segments.
+    DeleteSegments {
+        stream: Identifier,
+        topic: Identifier,
+        partition: u32,
         count: u32,
     },
     /// Deletes every message of every topic of the stream; offsets start at 0 again.
@@ -474,6 +488,25 @@ impl Request {
                 topic: Identifier::read(&mut r, "topic id")?,
                 count: r.u32("partitions count")?,
             },
+            code::FLUSH_UNSAVED_BUFFER => Self::FlushUnsavedBuffer {
+                stream: Identifier::read(&mut r, "stream id")?,
+                topic: Identifier::read(&mut r, "topic id")?,
+                partition: r.u32("partition id")?,
+                fsync: {
+                    let at = r.position();
+                    match r.u8("fsync")? {
+                        0 => false,
+                        1 => true,
+                        other => return Err(r.invalid("fsync", at, format!("{other}"))),
+                    }
+                },
+            },
+            code::DELETE_SEGMENTS => Self::DeleteSegments {
+                stream: Identifier::read(&mut r, "stream id")?,
+                topic: Identifier::read(&mut r, "topic id")?,
+                partition: r.u32("partition id")?,
+                count: r.u32("segments count")?,
+            },
             code::PURGE_STREAM => Self::PurgeStream {
                 stream: Identifier::read(&mut r, "stream id")?,
             },
@@ -776,6 +809,30 @@ impl Request {
             Self::PurgeStream { stream } => {
                 stream.put(&mut out);
                 code::PURGE_STREAM
+            }
+            Self::DeleteSegments {
+                stream,
+                topic,
+                partition,
+                count,
+            } => {
+                stream.put(&mut out);
+                topic.put(&mut out);
+                out.put_u32(*partition);
+                out.put_u32(*count);
+                code::DELETE_SEGMENTS
+            }
+            Self::FlushUnsavedBuffer {
+                stream,
+                topic,
+                partition,
+                fsync,
+            } => {
+                stream.put(&mut out);
+                topic.put(&mut out);
+                out.put_u32(*partition);
+                out.put_u8(u8::from(*fsync));
+                code::FLUSH_UNSAVED_BUFFER
             }
             Self::PurgeTopic { stream, topic } => {
                 stream.put(&mut out);

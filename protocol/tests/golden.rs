@@ -51,6 +51,7 @@ fn golden(name: &str) -> Vec<u8> {
         "delete_consumer_group_body",
         "delete_consumer_offset_body",
         "delete_partitions_body",
+        "delete_segments_body",
         "delete_stream_body",
         "delete_token_body",
         "delete_topic_body",
@@ -58,6 +59,7 @@ fn golden(name: &str) -> Vec<u8> {
         "describe_options_body",
         "describe_options_reply",
         "eviction_invalid_credentials",
+        "flush_unsaved_buffer_body",
         "get_client_body",
         "get_clients_reply",
         "get_consumer_group_body",
@@ -278,6 +280,26 @@ fn login_and_metadata_request_bodies() {
             stream: Identifier::Numeric(0),
             topic: name("payments"),
             count: 3,
+        },
+    );
+    body_round_trip(
+        "delete_segments_body",
+        code::DELETE_SEGMENTS,
+        Request::DeleteSegments {
+            stream: Identifier::Numeric(0),
+            topic: name("payments"),
+            partition: 1,
+            count: 4,
+        },
+    );
+    body_round_trip(
+        "flush_unsaved_buffer_body",
+        code::FLUSH_UNSAVED_BUFFER,
+        Request::FlushUnsavedBuffer {
+            stream: name("orders"),
+            topic: Identifier::Numeric(0),
+            partition: 2,
+            fsync: true,
         },
     );
     body_round_trip(

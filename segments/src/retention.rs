@@ -61,6 +61,18 @@ impl<S: Storage + Clone> Partition<S> {
         max_age_us: Option<u64>,
         max_bytes: Option<u64>,
     ) -> Result<usize, PartitionError> {
+        self.apply_retention_below(now_us, max_age_us, max_bytes, 0)
+    }
+
+    /// [`Partition::apply_retention`], which also deletes the settled segments whose every
+    /// message is below offset `floor` (an operator's `DeleteSegments`; 0: none).
+    pub fn apply_retention_below(
+        &self,
+        now_us: u64,
+        max_age_us: Option<u64>,
+        max_bytes: Option<u64>,
+        floor: u64,
+    ) -> Result<usize, PartitionError> {
         let mut state = self.lock();
         let settled = self.settled(&state);
         let mut total: u64 = state.segments.iter().map(|s| s.info.bytes).sum();
@@ -70,7 +82,8 @@ impl<S: Storage + Clone> Partition<S> {
             let expired =
                 max_age_us.is_some_and(|age| info.max_timestamp.saturating_add(age) < now_us);
             let oversize = max_bytes.is_some_and(|max| total > max);
-            if !(expired || oversize) {
+            let below = info.next_offset <= floor;
+            if !(expired || oversize || below) {
                 break;
             }
             total -= info.bytes;

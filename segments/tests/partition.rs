@@ -221,6 +221,46 @@ fn a_torn_tail_past_the_frontier_is_discarded_and_reported() {
     assert_eq!(read_all(&partition).len(), 3);
 }
 
+/// Issue #47's `DeleteSegments`: a floor deletes the settled segments wholly below it and no
+/// other; a floor inside a segment keeps that segment (its messages at and past the floor are
+/// still read).
+#[test]
+fn a_floor_deletes_the_whole_segments_below_it() {
+    let (storage, _) = populated();
+    let (partition, _) = open(&storage);
+    let segments = partition.segments();
+    assert!(segments.len() >= 3, "{segments:?}");
+    // Inside the second segment: only the first goes.
+    let floor = segments[1].start_offset + 1;
+    assert_eq!(
+        partition
+            .apply_retention_below(0, None, None, floor)
+            .unwrap(),
+        1
+    );
+    assert_eq!(partition.first_offset(), segments[1].start_offset);
+    // At the third's start: the second goes too. Again: nothing more.
+    let floor = segments[2].start_offset;
+    assert_eq!(
+        partition
+            .apply_retention_below(0, None, None, floor)
+            .unwrap(),
+        1
+    );
+    assert_eq!(
+        partition
+            .apply_retention_below(0, None, None, floor)
+            .unwrap(),
+        0
+    );
+    assert_eq!(partition.first_offset(), floor);
+    // A floor past everything keeps the head segment.
+    partition
+        .apply_retention_below(0, None, None, u64::MAX)
+        .unwrap();
+    assert_eq!(partition.segments().len(), 1);
+}
+
 #[test]
 fn retention_deletes_whole_old_segments_and_the_next_offset_never_goes_back() {
     let (storage, _) = populated();

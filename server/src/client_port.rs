@@ -141,6 +141,9 @@ pub struct PortCounters {
     pub poll_routes: std::sync::atomic::AtomicU64,
     /// Data connections bound to a coordinator's session (`AttachConsumerSession`).
     pub attached_sessions: std::sync::atomic::AtomicU64,
+    /// `FlushUnsavedBuffer` requests with `fsync` answered (this node's log synced through
+    /// what the partition had acknowledged).
+    pub flushes: std::sync::atomic::AtomicU64,
     /// Logins refused for a wrong username or password.
     pub failed_logins: std::sync::atomic::AtomicU64,
     /// Logins whose connection was closed unchecked because [`PASSWORD_QUEUE`] checks already
@@ -1131,6 +1134,22 @@ async fn answer<S: Storage + Clone + Send + Sync + 'static>(
                 Err(code) => error(code),
             }
         }
+        Route::Flush { key, fsync } => flush(shared, key, fsync).await,
+        Route::DeleteSegments { key, count } => {
+            let below = match segments_floor(shared, key, count).await {
+                Ok(Some(below)) => below,
+                // Nothing sealed and committed to delete.
+                Ok(None) => return ok(Vec::new()),
+                Err(code) => return error(code),
+            };
+            let op = iggy_metadata::Op::DeleteSegments {
+                stream: key.stream,
+                topic: key.topic,
+                partition: key.partition,
+                below,
+            };
+            propose_for_client(shared, current, header, &op).await
+        }
         Route::GetOffset { key, consumer } => {
             if let Err(code) = read_barrier(shared, key.group_id()).await {
                 return error(code);
@@ -1142,6 +1161,84 @@ async fn answer<S: Storage + Clone + Send + Sync + 'static>(
                 .map_or_else(error, ok)
         }
     }
+}
+
+/// `FlushUnsavedBuffer`: after a read barrier this node's replica has executed every op the
+/// partition acknowledged before the request; with `fsync` the answer waits until this node's
+/// log has published (synced) through them, which a replicated partition does within its
+/// 100 ms publication and a persisted one did before acknowledging. Without `fsync` the barrier
+/// is the whole answer: what was acknowledged is in the log and served to reads.
+async fn flush<S: Storage + Clone + Send + Sync + 'static>(
+    shared: &Arc<Shared<S>>,
+    key: PartitionKey,
+    fsync: bool,
+) -> Answer {
+    if let Err(code) = read_barrier(shared, key.group_id()).await {
+        return error(code);
+    }
+    if !fsync {
+        return ok(Vec::new());
+    }
+    let Some(partition) = shared.views.partition(key) else {
+        return error(status::PARTITION_NOT_FOUND);
+    };
+    let target = partition.committed();
+    let deadline = tokio::time::Instant::now() + shared.config.reply_deadline;
+    let mut asked = 0u32;
+    while partition.wal().published().head_op < target {
+        if tokio::time::Instant::now() >= deadline {
+            return error(status::TRANSIENT_NOT_ACCEPTED);
+        }
+        // Asked again every 100 ms: a view change in between may have cut and journaled again
+        // what the first publication would have covered.
+        if asked.is_multiple_of(20) {
+            let _ = shared
+                .inbox
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .send(Input::Publish {
+                    group: key.group_id(),
+                });
+        }
+        asked += 1;
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    shared
+        .counters
+        .flushes
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    ok(Vec::new())
+}
+
+/// The offset past partition `key`'s oldest `count` sealed, committed segments on this node,
+/// read after a barrier (none: it has none, or `count` is 0). Every replica then deletes its
+/// own settled segments wholly below it: replicas whose segments end elsewhere keep a few more
+/// messages, never fewer.
+async fn segments_floor<S: Storage + Clone + Send + Sync + 'static>(
+    shared: &Arc<Shared<S>>,
+    key: PartitionKey,
+    count: u32,
+) -> Result<Option<u64>, u32> {
+    if count == 0 {
+        return Ok(None);
+    }
+    read_barrier(shared, key.group_id()).await?;
+    let partition = shared
+        .views
+        .partition(key)
+        .ok_or(status::PARTITION_NOT_FOUND)?;
+    let segments = tokio::task::spawn_blocking(move || partition.committed_segments())
+        .await
+        .map_err(|_| status::ERROR)?
+        .map_err(|e| {
+            tracing::warn!(partition = %key.dir_name(), error = %e, "client port: reading the segments to delete failed");
+            status::ERROR
+        })?;
+    let take = segments.len().min(count as usize);
+    Ok(take
+        .checked_sub(1)
+        .and_then(|last| segments.get(last))
+        .map(|s| s.next_offset))
 }
 
 /// A consumer-offset entry (a store, or a delete's tombstone) through the partition's group.

@@ -266,6 +266,13 @@ pub fn render(node: &NodeMetrics, bus: &BusCounters, port: &PortCounters) -> Str
         "counter",
         load(&port.attached_sessions),
     );
+    counter(
+        &mut out,
+        "iggy_client_flushes_total",
+        "FlushUnsavedBuffer requests with fsync answered: this node's log synced through what the partition had acknowledged.",
+        "counter",
+        load(&port.flushes),
+    );
     out.push_str("# HELP iggy_client_errors_total Error replies to clients, by status code.\n# TYPE iggy_client_errors_total counter\n");
     for (code, n) in port
         .errors

@@ -231,6 +231,8 @@ pub enum Input<S: Storage + Clone> {
     PeerClosed(u8),
     /// A read barrier for `group` ([`Views::read_barrier`]), answered under `token`.
     Read { group: u128, token: u64 },
+    /// Publish what `group`'s replica journaled now (a client's flush with fsync waits for it).
+    Publish { group: u128 },
     /// A clean stop: shut the node down (publish, commit points, clean marker) and return.
     Stop,
 }
@@ -642,6 +644,11 @@ fn run<S: Storage + Clone>(
                     touched.push(group);
                 } else {
                     views.answer_read(token, false);
+                }
+            }
+            Ok(Input::Publish { group }) => {
+                if node.publish_now(group).is_some() {
+                    touched.push(group);
                 }
             }
             Ok(Input::Stop) => return stop(node, inputs, jobs),

@@ -58,6 +58,12 @@ pub enum Route {
         key: PartitionKey,
         consumer: (ConsumerKind, u32),
     },
+    /// `FlushUnsavedBuffer` (102): answered once the node asked holds what the partition
+    /// acknowledged before it, durably with `fsync`.
+    Flush { key: PartitionKey, fsync: bool },
+    /// `DeleteSegments` (503): the answering node resolves the count to the offset past that
+    /// many of its oldest committed segments, after a read barrier, and proposes the floor.
+    DeleteSegments { key: PartitionKey, count: u32 },
 }
 
 /// The metadata's id of a wire id.
@@ -572,6 +578,30 @@ fn route_inner(
             let (stream, topic) = find_topic(state, stream, topic)?;
             Route::Metadata(update_topic_op(stream.id, topic, name, options)?)
         }
+        Request::FlushUnsavedBuffer {
+            stream,
+            topic,
+            partition,
+            fsync,
+        } => {
+            let (stream, topic) = find_topic(state, stream, topic)?;
+            Route::Flush {
+                key: partition_key(stream, topic, *partition)?,
+                fsync: *fsync,
+            }
+        }
+        Request::DeleteSegments {
+            stream,
+            topic,
+            partition,
+            count,
+        } => {
+            let (stream, topic) = find_topic(state, stream, topic)?;
+            Route::DeleteSegments {
+                key: partition_key(stream, topic, *partition)?,
+                count: *count,
+            }
+        }
         Request::PurgeStream { stream } => Route::Metadata(Op::PurgeStream {
             stream: find_stream(state, stream)?.id,
         }),
@@ -942,6 +972,7 @@ pub fn refusal_status(op: &Op, code: u8) -> u32 {
             | Op::DeleteTopic { .. }
             | Op::CreatePartitions { .. }
             | Op::DeletePartitions { .. }
+            | Op::DeleteSegments { .. }
             | Op::PurgeTopic { .. }
     );
     let group_level = matches!(
@@ -983,6 +1014,7 @@ pub fn refusal_status(op: &Op, code: u8) -> u32 {
         7 => status::INVALID_REPLICATION_FACTOR,
         8 => status::INVALID_OPTION_VALUE,
         16 => status::INVALID_PARTITIONS_COUNT,
+        17 => status::PARTITION_NOT_FOUND,
         9 | 11 => status::STALE_CLIENT,
         10 => status::UNAUTHENTICATED,
         12 => status::CONSUMER_GROUP_MEMBER_NOT_FOUND,

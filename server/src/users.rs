@@ -249,6 +249,8 @@ fn target(state: &State, request: &Request) -> (Option<u32>, Option<u32>) {
         | Request::CreatePartitions { stream, topic, .. }
         | Request::DeletePartitions { stream, topic, .. }
         | Request::PurgeTopic { stream, topic }
+        | Request::FlushUnsavedBuffer { stream, topic, .. }
+        | Request::DeleteSegments { stream, topic, .. }
         | Request::SendMessages { stream, topic, .. }
         | Request::PollMessages { stream, topic, .. }
         | Request::GetConsumerOffset { stream, topic, .. }
@@ -343,10 +345,11 @@ pub fn authorize(
         | Request::UpdateTopic { .. }
         | Request::CreatePartitions { .. }
         | Request::DeletePartitions { .. }
+        | Request::DeleteSegments { .. }
         | Request::PurgeTopic { .. }
         | Request::CreateConsumerGroup { .. }
         | Request::DeleteConsumerGroup { .. } => scope.manage_topic(),
-        Request::SendMessages { .. } => scope.send(),
+        Request::SendMessages { .. } | Request::FlushUnsavedBuffer { .. } => scope.send(),
         Request::PollMessages { .. }
         | Request::GetPollRouting(_)
         | Request::PollMessagesOnPrimary(_)

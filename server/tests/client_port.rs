@@ -2166,3 +2166,201 @@ fn purged_and_deleted_partitions_start_again_empty() {
     }
     assert_eq!(send(&mut sessions, 1, "u", 1, 1), [0]);
 }
+
+/// Issue #47: `FlushUnsavedBuffer` (102, `iggy message flush`). With `fsync` through any node,
+/// the answer comes once that node's log has published (synced) every op the partition
+/// acknowledged before it; a replicated partition otherwise publishes within 100 ms, so the
+/// answer would often come before. An unknown partition is `PartitionNotFound`, a client
+/// without the send permission is refused.
+#[test]
+fn a_flush_answers_once_the_node_asked_synced_what_was_acknowledged() {
+    let cluster = start_cluster();
+    let addresses: Vec<SocketAddr> = cluster.nodes.iter().map(|n| n.client_address).collect();
+    let mut c = one_partition_topic(addresses[0], 0x800, "flushes");
+    let key = iggy_recovery::PartitionKey {
+        stream: 1,
+        topic: 1,
+        partition: 1,
+    };
+    let mut sessions: Vec<Client> = addresses
+        .iter()
+        .enumerate()
+        .map(|(i, address)| {
+            let mut s = Client::connect(*address, 0x810 + i as u128);
+            assert!(matches!(s.login("iggy"), Answer::Reply(..)));
+            s
+        })
+        .collect();
+    for round in 0..5u32 {
+        let (code, _) = c.ask_until_accepted(&Request::SendMessages {
+            stream: Identifier::Name("flushes".into()),
+            topic: Identifier::Name("t".into()),
+            partitioning: Partitioning::PartitionId(0),
+            count: 1,
+            batch: batch(&[format!("flush-{round}").as_bytes()]),
+        });
+        assert_eq!(code, 0);
+        // Known on the node asked once it committed the send (a view every replica started).
+        let leader = usize::from(
+            cluster.nodes[0]
+                .views
+                .leader(key.group_id())
+                .expect("a primary"),
+        );
+        let acknowledged = cluster.nodes[leader]
+            .views
+            .partition(key)
+            .expect("the leader's partition")
+            .committed();
+        let via = (round as usize) % 3;
+        let (code, _) = sessions[via].ask_until_accepted(&Request::FlushUnsavedBuffer {
+            stream: Identifier::Name("flushes".into()),
+            topic: Identifier::Name("t".into()),
+            partition: 0,
+            fsync: true,
+        });
+        assert_eq!(code, 0, "flush through node {via}");
+        let published = cluster.nodes[via]
+            .views
+            .partition(key)
+            .expect("the partition")
+            .wal()
+            .published()
+            .head_op;
+        assert!(
+            published >= acknowledged,
+            "node {via} answered the flush with its log published through {published}, below op {acknowledged}"
+        );
+    }
+    let (code, _) = sessions[1].ask(&Request::FlushUnsavedBuffer {
+        stream: Identifier::Name("flushes".into()),
+        topic: Identifier::Name("t".into()),
+        partition: 7,
+        fsync: false,
+    });
+    assert_eq!(code, status::PARTITION_NOT_FOUND);
+}
+
+/// Issue #47: `DeleteSegments` (503, `iggy segment delete`). The node asked resolves "the
+/// oldest two segments" to the offset past them on its own disk, after a read barrier, and
+/// commits that floor through the metadata; every node's retention then deletes its settled
+/// segments wholly below it, and no message at or past it. A partition the topic lacks is
+/// `PartitionNotFound`.
+#[test]
+fn deleted_segments_go_on_every_node_and_nothing_past_them() {
+    let cluster = start_cluster();
+    let addresses: Vec<SocketAddr> = cluster.nodes.iter().map(|n| n.client_address).collect();
+    let mut sessions: Vec<Client> = addresses
+        .iter()
+        .enumerate()
+        .map(|(i, address)| {
+            let mut s = Client::connect(*address, 0x900 + i as u128);
+            assert!(matches!(s.login("iggy"), Answer::Reply(..)));
+            s
+        })
+        .collect();
+    let (code, _) = sessions[0].ask_until_accepted(&Request::CreateStream {
+        name: "segments".into(),
+        options: vec![],
+    });
+    assert_eq!(code, 0);
+    let (code, _) = sessions[0].ask_until_accepted(&Request::CreateTopic {
+        stream: Identifier::Name("segments".into()),
+        partitions: 1,
+        name: "t".into(),
+        options: vec![OptionEntry::uint64("segment_size", 1 << 20)],
+    });
+    assert_eq!(code, 0);
+    // About 4 MiB: four or more segments of 1 MiB on every node.
+    let payload = vec![7u8; 100_000];
+    for _ in 0..44 {
+        let (code, _) = sessions[0].ask_until_accepted(&Request::SendMessages {
+            stream: Identifier::Name("segments".into()),
+            topic: Identifier::Name("t".into()),
+            partitioning: Partitioning::PartitionId(0),
+            count: 1,
+            batch: batch(&[&payload]),
+        });
+        assert_eq!(code, 0);
+    }
+    // Every node's log published through what it holds, so that its sealed segments are
+    // settled (what retention may delete).
+    for session in &mut sessions {
+        let (code, _) = session.ask_until_accepted(&Request::FlushUnsavedBuffer {
+            stream: Identifier::Name("segments".into()),
+            topic: Identifier::Name("t".into()),
+            partition: 0,
+            fsync: true,
+        });
+        assert_eq!(code, 0);
+    }
+    let key = iggy_recovery::PartitionKey {
+        stream: 1,
+        topic: 1,
+        partition: 1,
+    };
+    let segments = |node: usize| {
+        cluster.nodes[node]
+            .views
+            .partition(key)
+            .expect("the partition")
+            .segments()
+    };
+    let before = segments(1);
+    assert!(before.len() >= 4, "{before:?}");
+    let floor = before[1].next_offset;
+    let (code, body) = sessions[1].ask_until_accepted(&Request::DeleteSegments {
+        stream: Identifier::Name("segments".into()),
+        topic: Identifier::Name("t".into()),
+        partition: 0,
+        count: 2,
+    });
+    assert_eq!(
+        (code, split_result(&body).map(|r| r.is_ok())),
+        (0, Ok(true))
+    );
+    // Retention passes run once a second on every node.
+    for (node, session) in sessions.iter_mut().enumerate() {
+        let mut left = segments(node);
+        for _ in 0..200 {
+            if left.first().is_some_and(|s| s.next_offset > floor) {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+            left = segments(node);
+        }
+        let first = left.first().expect("the head segment stays");
+        let spans: Vec<(u64, u64)> = left
+            .iter()
+            .map(|s| (s.start_offset, s.next_offset))
+            .collect();
+        assert!(
+            first.next_offset > floor && first.start_offset <= floor,
+            "node {node}: segments below {floor} left, or past it deleted: {spans:?}"
+        );
+        let (code, body) = session.ask(&Request::PollMessages {
+            consumer: Consumer {
+                group: false,
+                id: Identifier::Numeric(1),
+            },
+            stream: Identifier::Name("segments".into()),
+            topic: Identifier::Name("t".into()),
+            partition: Some(0),
+            strategy: PollingStrategy::First,
+            count: 1,
+            auto_commit: false,
+        });
+        assert_eq!(code, 0);
+        let (header, batches) = PollHeader::read(&body).expect("poll");
+        assert_eq!(header.messages_count, 1);
+        let read = iggy_format::batch::decode(batches).expect("a stored batch");
+        assert_eq!(read.header.base_offset, first.start_offset, "node {node}");
+    }
+    let (code, body) = sessions[2].ask(&Request::DeleteSegments {
+        stream: Identifier::Name("segments".into()),
+        topic: Identifier::Name("t".into()),
+        partition: 5,
+        count: 1,
+    });
+    assert_eq!((code, body.len()), (status::PARTITION_NOT_FOUND, 0));
+}

@@ -18,9 +18,10 @@ use iggy_binary_protocol::responses::consumer_groups::{
     ConsumerGroupDetailsResponse, ConsumerGroupMemberResponse, ConsumerGroupResponse,
     GetConsumerGroupsResponse, SyncConsumerGroupResponse,
 };
-use iggy_binary_protocol::requests::messages::PollMessagesRequest;
+use iggy_binary_protocol::requests::messages::{FlushUnsavedBufferRequest, PollMessagesRequest};
 use iggy_binary_protocol::requests::messages::send_messages::{RawMessage, SendMessagesEncoder};
 use iggy_binary_protocol::requests::partitions::{CreatePartitionsRequest, DeletePartitionsRequest};
+use iggy_binary_protocol::requests::segments::DeleteSegmentsRequest;
 use iggy_binary_protocol::requests::streams::{
     CreateStreamRequest, DeleteStreamRequest, GetStreamRequest, PurgeStreamRequest,
     UpdateStreamRequest,
@@ -250,6 +251,28 @@ fn main() {
             stream_id: WireIdentifier::numeric(0),
             topic_id: WireIdentifier::named("payments").unwrap(),
             partitions_count: 3,
+        }
+        .to_bytes(),
+    );
+    write(
+        &dir,
+        "delete_segments_body",
+        &DeleteSegmentsRequest {
+            stream_id: WireIdentifier::numeric(0),
+            topic_id: WireIdentifier::named("payments").unwrap(),
+            partition_id: 1,
+            segments_count: 4,
+        }
+        .to_bytes(),
+    );
+    write(
+        &dir,
+        "flush_unsaved_buffer_body",
+        &FlushUnsavedBufferRequest {
+            stream_id: WireIdentifier::named("orders").unwrap(),
+            topic_id: WireIdentifier::numeric(0),
+            partition_id: 2,
+            fsync: true,
         }
         .to_bytes(),
     );

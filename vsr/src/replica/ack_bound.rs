@@ -131,6 +131,28 @@ impl Replica {
         );
     }
 
+    /// The host asks for what this replica journaled to be made durable now (a client's flush
+    /// with fsync): the periodic publication's effect, at once, whatever its interval (also when
+    /// the host set none). A replica of persisted durability publishes before it acknowledges, so
+    /// it has nothing to add; nor has one outside a view.
+    pub fn publish_now(&mut self) {
+        if !self.forgets || !matches!(self.phase(), Phase::Primary | Phase::Backup) {
+            return;
+        }
+        let through = self.journal.journaled_head;
+        if through == self.ack_rate.published {
+            return;
+        }
+        self.ack_rate.published = through;
+        let every = self.config.publish_interval_ticks;
+        self.ack_rate.publish_at = self.ticks + every;
+        self.count("requested_publish");
+        self.storage(
+            |id| Effect::Publish { id, through },
+            super::Pending::Publish(through),
+        );
+    }
+
     /// Each tick: the window of the arrival rate.
     pub(super) fn ack_rate_tick(&mut self) {
         let (tick, from) = self.ack_rate.window_start;
