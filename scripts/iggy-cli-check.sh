@@ -2,6 +2,7 @@
 # The official iggy-cli 0.14.0 against a local `iggy-server dev` cluster of three nodes: ping,
 # create a stream and a topic of 3 partitions (persisted), list them, the cluster's roster, send
 # to a partition, by key and balanced, poll them back, then the topic's figures, `stats`, `me`,
+# `snapshot`,
 # `client list`, `options`, a stream renamed, a topic updated, consumer groups created, listed,
 # read and deleted, offsets on three nodes, partitions added and deleted, a topic and a stream
 # purged, users created, changed and held to their permissions,
@@ -71,6 +72,15 @@ step "Message expiry *| unlimited" topic get orders payments
 step "Iggy Server PID" stats
 step "Partitions Count *| 3" stats
 step "Client ID" me
+# A diagnostics archive written to a file: every kind the CLI asks for by default.
+echo "== iggy snapshot --out-dir $dir"
+iggy snapshot --out-dir "$dir" || true
+archive=$(ls "$dir"/snapshot_*.zip 2>/dev/null | head -1)
+listing=$(python3 -m zipfile -l "$archive" 2>&1) || true
+echo "$listing"
+for name in filesystem_overview process_list resource_usage server_logs; do
+    grep -q "$name.txt" <<< "$listing" || { echo "FAILED: the snapshot lacks $name.txt"; exit 1; }
+done
 step "TCP" client list
 step "message_expiry" options topic
 step "accept no options" options stream

@@ -9,6 +9,7 @@
 pub mod code {
     pub const PING: u32 = 1;
     pub const GET_STATS: u32 = 10;
+    pub const GET_SNAPSHOT: u32 = 11;
     pub const GET_CLUSTER_METADATA: u32 = 12;
     pub const DESCRIBE_OPTIONS: u32 = 13;
     pub const GET_ME: u32 = 20;

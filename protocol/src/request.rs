@@ -59,6 +59,12 @@ pub enum Request {
     },
     /// Every client connection of the node.
     GetClients,
+    /// A zip archive of the node's diagnostics: `compression` 1 (stored) to 6, `kinds` each 1
+    /// to 6 or 100 (all).
+    GetSnapshot {
+        compression: u8,
+        kinds: Vec<u8>,
+    },
     /// The option keys a create of `scope` accepts (1 topic, 2 stream, 3 user).
     DescribeOptions {
         scope: u8,
@@ -372,6 +378,32 @@ impl Request {
                     ));
                 }
                 Self::DescribeOptions { scope }
+            }
+            code::GET_SNAPSHOT => {
+                let at = r.position();
+                let compression = r.u8("compression")?;
+                if !(1..=6).contains(&compression) {
+                    return Err(r.invalid(
+                        "compression",
+                        at,
+                        format!("{compression} (1 stored to 6 xz)"),
+                    ));
+                }
+                let count = r.u8("snapshot types count")?;
+                let mut kinds = Vec::with_capacity(usize::from(count));
+                for _ in 0..count {
+                    let at = r.position();
+                    let kind = r.u8("snapshot type")?;
+                    if !matches!(kind, 1..=6 | 100) {
+                        return Err(r.invalid(
+                            "snapshot type",
+                            at,
+                            format!("{kind} (1 to 6, or 100 for all)"),
+                        ));
+                    }
+                    kinds.push(kind);
+                }
+                Self::GetSnapshot { compression, kinds }
             }
             code::GET_STREAM => Self::GetStream {
                 stream: Identifier::read(&mut r, "stream id")?,
@@ -720,6 +752,14 @@ impl Request {
                 code::GET_CLIENT
             }
             Self::GetClients => code::GET_CLIENTS,
+            Self::GetSnapshot { compression, kinds } => {
+                out.put_u8(*compression);
+                out.put_u8(u8::try_from(kinds.len()).unwrap_or(u8::MAX));
+                for kind in kinds.iter().take(usize::from(u8::MAX)) {
+                    out.put_u8(*kind);
+                }
+                code::GET_SNAPSHOT
+            }
             Self::DescribeOptions { scope } => {
                 out.put_u8(*scope);
                 code::DESCRIBE_OPTIONS

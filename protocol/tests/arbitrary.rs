@@ -34,6 +34,7 @@ const CODES: &[u32] = &[
     code::PURGE_STREAM,
     code::PURGE_TOPIC,
     code::SEND_MESSAGES,
+    code::GET_SNAPSHOT,
     code::FLUSH_UNSAVED_BUFFER,
     code::POLL_MESSAGES,
     code::GET_CONSUMER_OFFSET,

@@ -68,6 +68,7 @@ fn golden(name: &str) -> Vec<u8> {
         "get_consumer_groups_reply",
         "get_consumer_offset_body",
         "get_me_reply",
+        "get_snapshot_body",
         "get_stats_reply",
         "get_stream_body",
         "get_stream_reply",
@@ -280,6 +281,14 @@ fn login_and_metadata_request_bodies() {
             stream: Identifier::Numeric(0),
             topic: name("payments"),
             count: 3,
+        },
+    );
+    body_round_trip(
+        "get_snapshot_body",
+        code::GET_SNAPSHOT,
+        Request::GetSnapshot {
+            compression: 2,
+            kinds: vec![1, 2, 3, 5],
         },
     );
     body_round_trip(

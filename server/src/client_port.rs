@@ -883,6 +883,9 @@ async fn answer<S: Storage + Clone + Send + Sync + 'static>(
         }
         Request::GetClusterMetadata => return ok(cluster_metadata(shared)),
         Request::GetStats => return ok(stats(shared).await),
+        Request::GetSnapshot { compression, kinds } => {
+            return snapshot(shared, *compression, kinds.clone()).await;
+        }
         Request::GetMe => {
             let mut out = Vec::new();
             if let Some(mut me) = shared.connections.get(connection) {
@@ -1239,6 +1242,60 @@ async fn segments_floor<S: Storage + Clone + Send + Sync + 'static>(
         .checked_sub(1)
         .and_then(|last| segments.get(last))
         .map(|s| s.next_offset))
+}
+
+/// One snapshot is built at a time on a node (each runs `ps` and `top`): another asked
+/// meanwhile is refused `TransientNotAccepted`, and its client asks again.
+static SNAPSHOT_BUILDING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// `GetSnapshot` (`crate::snapshot`), built off the async threads.
+async fn snapshot<S: Storage + Clone + Send + Sync + 'static>(
+    shared: &Arc<Shared<S>>,
+    compression: u8,
+    kinds: Vec<u8>,
+) -> Answer {
+    use std::sync::atomic::Ordering;
+    if SNAPSHOT_BUILDING.swap(true, Ordering::AcqRel) {
+        return error(status::TRANSIENT_NOT_ACCEPTED);
+    }
+    let config = &shared.config;
+    let mut lines = format!(
+        "cluster {} ({:#x}), replica {}, version {}\n",
+        config.cluster_name, config.cluster, config.replica, config.server_version
+    );
+    for node in &config.roster {
+        lines.push_str(&format!("roster: {node:?}\n"));
+    }
+    lines.push_str(&format!(
+        "max_request_bytes {}, reply_deadline {:?}, max_connections {}, in_flight_bytes {}, tls {}\n\
+         limits: max_partitions_per_topic {}, max_partitions {}, free_reserve_bytes {}\n\
+         topic defaults: {:?}\n",
+        config.max_request_bytes,
+        config.reply_deadline,
+        config.max_connections,
+        config.in_flight_bytes,
+        config.tls.is_some(),
+        config.admission.max_partitions_per_topic,
+        config.admission.max_partitions,
+        config.admission.free_reserve_bytes,
+        config.topic_defaults,
+    ));
+    let inputs = crate::snapshot::Inputs {
+        data_dir: config.admission.data_dir.clone(),
+        config: lines,
+    };
+    let built =
+        tokio::task::spawn_blocking(move || crate::snapshot::build(&inputs, compression, &kinds))
+            .await;
+    SNAPSHOT_BUILDING.store(false, Ordering::Release);
+    match built {
+        Ok(Ok(archive)) => ok(archive),
+        Ok(Err(reason)) => {
+            tracing::warn!(%reason, "client port: a snapshot failed");
+            error(status::ERROR)
+        }
+        Err(_) => error(status::ERROR),
+    }
 }
 
 /// A consumer-offset entry (a store, or a delete's tombstone) through the partition's group.

@@ -16,6 +16,7 @@ pub mod metrics;
 pub mod process;
 pub mod proxy;
 pub mod runtime;
+pub mod snapshot;
 pub mod system;
 pub mod tls;
 pub mod translate;

@@ -806,6 +806,7 @@ fn route_inner(
         | Request::Logout
         | Request::GetClusterMetadata
         | Request::GetStats
+        | Request::GetSnapshot { .. }
         | Request::GetMe
         | Request::GetClient { .. }
         | Request::GetClients

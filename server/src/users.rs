@@ -316,9 +316,10 @@ pub fn authorize(
         | Request::CreatePersonalAccessToken { .. }
         | Request::DeletePersonalAccessToken { .. }
         | Request::Other { .. } => true,
-        Request::GetStats | Request::GetClients | Request::GetClient { .. } => {
-            g.read_servers || g.manage_servers
-        }
+        Request::GetStats
+        | Request::GetSnapshot { .. }
+        | Request::GetClients
+        | Request::GetClient { .. } => g.read_servers || g.manage_servers,
         Request::GetUser { user: id } => {
             g.read_users || g.manage_users || find_user(state, config, id) == Ok(user)
         }

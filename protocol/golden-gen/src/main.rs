@@ -58,6 +58,7 @@ use iggy_binary_protocol::responses::topics::{
 };
 use iggy_binary_protocol::requests::system::AttachConsumerSessionRequest;
 use iggy_binary_protocol::requests::system::DescribeOptionsRequest;
+use iggy_binary_protocol::requests::system::GetSnapshotRequest;
 use iggy_binary_protocol::responses::messages::PollRoutingResponse;
 use iggy_binary_protocol::requests::system::get_client::GetClientRequest;
 use iggy_binary_protocol::responses::system::{DescribeOptionsResponse, OptionDescriptor};
@@ -251,6 +252,15 @@ fn main() {
             stream_id: WireIdentifier::numeric(0),
             topic_id: WireIdentifier::named("payments").unwrap(),
             partitions_count: 3,
+        }
+        .to_bytes(),
+    );
+    write(
+        &dir,
+        "get_snapshot_body",
+        &GetSnapshotRequest {
+            compression: 2,
+            snapshot_types: vec![1, 2, 3, 5],
         }
         .to_bytes(),
     );
