@@ -72,6 +72,10 @@ step "Message expiry *| unlimited" topic get orders payments
 step "Iggy Server PID" stats
 step "Partitions Count *| 3" stats
 step "Client ID" me
+# The next connection to node 0 is the next client id (each command is a new connection).
+me=$(iggy me | grep -o 'Client ID *| [0-9]*' | grep -o '[0-9]*$')
+step "Client ID *| $((me + 1)) " client get $((me + 1))
+step "orders" stream get orders
 # A diagnostics archive written to a file: every kind the CLI asks for by default.
 echo "== iggy snapshot --out-dir $dir"
 iggy snapshot --out-dir "$dir" || true
@@ -158,4 +162,11 @@ if grep -q ci-token <<< "$out"; then echo "FAILED: the deleted token is still li
 echo "== iggy --token <deleted secret> stream list (refused)"
 out=$("$CLI" --tcp-server-address "127.0.0.1:$base" --token "$token" stream list 2>&1) || true
 if grep -q sales <<< "$out"; then echo "FAILED: a deleted token logs in"; exit 1; fi
+# A throwaway stream and topic, deleted.
+step "created" stream create scratch
+step "created" topic create scratch t 1 none
+step "deleted" topic delete scratch t
+step "deleted" stream delete scratch
+out=$(iggy stream list) || true
+if grep -q scratch <<< "$out"; then echo "FAILED: the deleted stream is still listed"; exit 1; fi
 echo "== every step passed"
