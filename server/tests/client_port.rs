@@ -507,7 +507,7 @@ fn a_client_on_the_sdks_wire_creates_sends_polls_and_stores_offsets() {
     );
 
     // A command this server does not serve is an error status; the connection stays.
-    let (code, body) = client.ask(&Request::Other { code: 11 });
+    let (code, body) = client.ask(&Request::Other { code: 15 });
     assert_eq!((code, body.len()), (status::INVALID_COMMAND, 0));
     assert_eq!(client.ask(&Request::Ping), (0, vec![]));
     // A header no client sends ends the connection with an eviction.

@@ -1198,7 +1198,7 @@ fn warnings(nodes: &[Node]) -> String {
 /// Issue #47: the consumer-group members of a node killed with SIGKILL leave their groups. Two
 /// sessions, on nodes 1 and 2, split a topic's two partitions; node 1 is killed and stays down;
 /// the node leading the metadata group drops node 1's member (its connection ended and nothing
-/// of it arrives, `client_port.rs` `keep_members`), and the surviving member holds both
+/// of it arrives, `client_port/groups.rs` `keep_members`), and the surviving member holds both
 /// partitions. Without the keeper's rule for peers the dead session keeps its partition, and
 /// nobody reads it while node 1 is down.
 #[test]
