@@ -281,6 +281,50 @@ fn partitions_are_checked_against_the_metadata() {
     assert!(!node.join("partitions/1.1.1").exists(), "{text}");
     let (code, report) = json(&node);
     assert_eq!(code, 0, "{report}");
+
+    // A partition deleted (issue #47's `DeletePartitions`) and a topic purged (every partition
+    // under a new id), on a node that stopped before it removed the old directories: boot
+    // removes them as a deleted stream's, instead of refusing them as partitions the metadata
+    // never had (what it did before `was_deleted` knew of partition ids).
+    let (_temp, node) = node_of("clean");
+    let storage = OsStorage::open(&node).unwrap();
+    let mut group = iggy_metadata::group::MetadataGroup::open(
+        storage,
+        Path::new("metadata"),
+        &iggy_recovery::populate::identity(),
+        iggy_recovery::metadata_wal_config(),
+    )
+    .unwrap()
+    .unwrap();
+    for op in [
+        iggy_metadata::Op::DeletePartitions {
+            stream: 1,
+            topic: 1,
+            count: 1,
+        },
+        iggy_metadata::Op::PurgeTopic {
+            stream: 1,
+            topic: 1,
+        },
+    ] {
+        group.submit(&op).unwrap().unwrap();
+    }
+    drop(group);
+    let (code, report) = json(&node);
+    assert_ne!(code, 4, "refused: {report}");
+    let deleted = findings(&report, "deleted-partition");
+    assert_eq!(deleted.len(), 3, "{report}");
+    assert!(
+        findings(&report, "unknown-partition").is_empty(),
+        "{report}"
+    );
+    let (code, text) = fsck(&[node.to_str().unwrap(), "--repair", "--yes"]);
+    assert_eq!(code, 0, "{text}");
+    for old in ["1.1.1", "1.1.2", "1.1.3"] {
+        assert!(!node.join("partitions").join(old).exists(), "{old}: {text}");
+    }
+    let (code, report) = json(&node);
+    assert_eq!(code, 0, "{report}");
 }
 
 /// A topic the metadata created after its checkpoint, on a node that stopped before it created

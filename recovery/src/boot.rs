@@ -1225,8 +1225,9 @@ impl Builder {
         let (kind, what, action, status) = if deleted {
             (
                 "deleted-partition",
-                "the metadata deleted this partition (its stream or topic): boot removes the \
-                 directory (a delete the node stopped before it finished)",
+                "the metadata deleted this partition (its stream or topic, or the partition \
+                 itself: a partition delete or a purge): boot removes the directory (a delete \
+                 the node stopped before it finished)",
                 Action::RemoveLeftover,
                 Status::Repair,
             )
@@ -1460,11 +1461,16 @@ struct Restored {
 fn was_deleted(state: &iggy_metadata::State, key: PartitionKey) -> bool {
     match state.streams.get(&key.stream) {
         None => key.stream >= 1 && key.stream < state.next_stream_id,
-        Some(stream) => {
-            !stream.topics.contains_key(&key.topic)
-                && key.topic >= 1
-                && key.topic < stream.next_topic_id
-        }
+        Some(stream) => match stream.topics.get(&key.topic) {
+            None => key.topic >= 1 && key.topic < stream.next_topic_id,
+            // A partition deleted or purged: its id was given, and is listed no longer (ids are
+            // never given again, so its directory can be nobody else's).
+            Some(topic) => {
+                key.partition >= 1
+                    && key.partition < topic.next_partition_id
+                    && topic.slot_of(key.partition).is_none()
+            }
+        },
     }
 }
 
