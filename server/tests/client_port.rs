@@ -1762,6 +1762,39 @@ fn users_log_in_and_are_held_to_their_permissions() {
     assert_eq!(alice.ask(&create("by-alice")).0, status::UNAUTHORIZED);
     assert_eq!(alice.ask(&Request::GetUsers).0, status::UNAUTHORIZED);
     assert_eq!(alice.ask(&Request::GetStats).0, status::UNAUTHORIZED);
+    // Purges, deletes and flushes take the manage (or send) rights a reader lacks, a snapshot
+    // the read-servers right, as `GetStats`.
+    let s = || Identifier::Name("nowhere".into());
+    for request in [
+        Request::PurgeStream { stream: s() },
+        Request::PurgeTopic {
+            stream: s(),
+            topic: s(),
+        },
+        Request::DeletePartitions {
+            stream: s(),
+            topic: s(),
+            count: 1,
+        },
+        Request::DeleteSegments {
+            stream: s(),
+            topic: s(),
+            partition: 0,
+            count: 1,
+        },
+        Request::FlushUnsavedBuffer {
+            stream: s(),
+            topic: s(),
+            partition: 0,
+            fsync: true,
+        },
+        Request::GetSnapshot {
+            compression: 1,
+            kinds: vec![4],
+        },
+    ] {
+        assert_eq!(alice.ask(&request).0, status::UNAUTHORIZED, "{request:?}");
+    }
     // Her own user she may read.
     let (code, body) = alice.ask(&Request::GetUser {
         user: Identifier::Name("alice".into()),
