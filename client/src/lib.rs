@@ -232,8 +232,9 @@ impl Client {
                 address,
                 code,
                 reason: format!(
-                    "a reply to request {} of client {:#x}",
-                    reply.request, reply.client
+                    "a reply (status {}) to request {} of client {:#x}, not to this one's \
+                     request {number} of client {:#x}",
+                    reply.status, reply.request, reply.client, self.client
                 ),
             });
         }
