@@ -197,6 +197,31 @@ impl Topic {
         self.partitions
             .get(usize::try_from(slot.checked_sub(1)?).ok()?)
     }
+
+    /// The partition whose id is `id`.
+    #[must_use]
+    pub fn partition(&self, id: u32) -> Option<&Partition> {
+        self.at_slot(self.slot_of(id)?)
+    }
+
+    /// The ids the next `count` partitions get, refused past `u32::MAX`.
+    fn next_ids(&self, count: u32) -> Result<std::ops::Range<u32>, ApplyError> {
+        let first = self.next_partition_id;
+        let end = first.checked_add(count).ok_or(ApplyError::Limit {
+            what: "partition ids of a topic",
+            max: u32::MAX as usize,
+        })?;
+        Ok(first..end)
+    }
+
+    /// The partition count changed: every group with members splits the partitions anew.
+    fn resplit(&mut self) {
+        for group in self.groups.values_mut() {
+            if !group.members.is_empty() {
+                group.generation += 1;
+            }
+        }
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -516,13 +541,7 @@ fn check_user(status: u8, permissions: Option<&[u8]>) -> Result<(), ApplyError> 
 
 /// The ids a purge of `topic` gives its partitions: the next ones, one each.
 fn purge_ids(topic: &Topic) -> Result<std::ops::Range<u32>, ApplyError> {
-    let count = u32::try_from(topic.partitions.len()).unwrap_or(u32::MAX);
-    let first = topic.next_partition_id;
-    let end = first.checked_add(count).ok_or(ApplyError::Limit {
-        what: "partition ids of a topic",
-        max: u32::MAX as usize,
-    })?;
-    Ok(first..end)
+    topic.next_ids(u32::try_from(topic.partitions.len()).unwrap_or(u32::MAX))
 }
 
 /// Gives every partition of `topic` a new id ([`Op::PurgeTopic`]); leaders stay.
@@ -810,14 +829,10 @@ impl State {
                     .ok_or(ApplyError::UnknownTopic(*stream, *topic))?;
                 let existing = u32::try_from(grown.partitions.len()).unwrap_or(u32::MAX);
                 self.check_partition_budget(*count, existing)?;
-                let first = grown.next_partition_id;
-                if first.checked_add(*count).is_none() {
-                    return Err(ApplyError::Limit {
-                        what: "partition ids of a topic",
-                        max: u32::MAX as usize,
-                    });
-                }
-                let added: Vec<Partition> = (first..first + count)
+                let ids = grown.next_ids(*count)?;
+                let first = ids.start;
+                let added: Vec<Partition> = ids
+                    .clone()
                     .zip(self.spread(*count, view))
                     .map(|(partition, leader)| Partition {
                         id: partition,
@@ -829,13 +844,8 @@ impl State {
                 self.count_primaries(&added, true);
                 let grown = self.topic_mut(*stream, *topic)?;
                 grown.partitions.extend(added);
-                grown.next_partition_id = first + count;
-                // Every group's split changes with the partition count.
-                for group in grown.groups.values_mut() {
-                    if !group.members.is_empty() {
-                        group.generation += 1;
-                    }
-                }
+                grown.next_partition_id = ids.end;
+                grown.resplit();
                 Ok(Applied::Partitions {
                     first,
                     count: *count,
@@ -856,12 +866,7 @@ impl State {
                 }
                 let kept = (have - count) as usize;
                 let removed = shrunk.partitions.split_off(kept);
-                // Every group's split changes with the partition count.
-                for group in shrunk.groups.values_mut() {
-                    if !group.members.is_empty() {
-                        group.generation += 1;
-                    }
-                }
+                shrunk.resplit();
                 self.partition_count -= removed.len();
                 self.count_primaries(&removed, false);
                 Ok(Applied::Deleted)
@@ -873,12 +878,12 @@ impl State {
                 below,
             } => {
                 let parent = self.topic_mut(*stream, *topic)?;
-                let slot = parent
-                    .slot_of(*partition)
+                let found = parent
+                    .partitions
+                    .iter_mut()
+                    .find(|p| p.id == *partition)
                     .ok_or(ApplyError::UnknownPartition(*stream, *topic, *partition))?;
-                if let Some(found) = parent.partitions.get_mut(slot as usize - 1) {
-                    found.floor = found.floor.max(*below);
-                }
+                found.floor = found.floor.max(*below);
                 Ok(Applied::Deleted)
             }
             Op::PurgeTopic { stream, topic } => {

@@ -382,10 +382,7 @@ pub fn retention(state: &iggy_metadata::State, key: PartitionKey) -> Retention {
     else {
         return Retention::default();
     };
-    let floor = topic
-        .slot_of(key.partition)
-        .and_then(|slot| topic.at_slot(slot))
-        .map_or(0, |p| p.floor);
+    let floor = topic.partition(key.partition).map_or(0, |p| p.floor);
     Retention {
         max_age_seconds: topic.retention.max_age_seconds,
         max_bytes: topic.retention.max_bytes,

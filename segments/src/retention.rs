@@ -24,13 +24,20 @@ impl<S: Storage + Clone> Partition<S> {
     /// cluster committed is what the receiver installs, whatever this replica's disk holds durably.
     pub fn committed_segments(&self) -> Result<Vec<SegmentInfo>, PartitionError> {
         self.wal.write_buffered()?;
+        Ok(self.sealed_committed())
+    }
+
+    /// The sealed segments whose every entry is committed, oldest first, as the partition counts
+    /// them (nothing is written: what a `DeleteSegments` counts in).
+    #[must_use]
+    pub fn sealed_committed(&self) -> Vec<SegmentInfo> {
         let state = self.lock();
         let committed = state.committed;
-        Ok(state.segments[..state.segments.len().saturating_sub(1)]
+        state.segments[..state.segments.len().saturating_sub(1)]
             .iter()
             .take_while(|s| s.info.entries > 0 && s.info.first_op + s.info.entries - 1 <= committed)
             .map(|s| s.info.clone())
-            .collect())
+            .collect()
     }
 
     /// How many of the oldest segments are settled: sealed, fully published and (on a replica)

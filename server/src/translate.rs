@@ -35,8 +35,13 @@ pub enum Route {
     Refuse(u32),
     /// A metadata operation for the metadata group.
     Metadata(Op),
-    /// A batch for a partition's group: the batch bytes as the client built them.
-    Messages { key: PartitionKey, batch: Vec<u8> },
+    /// A batch for a partition's group: the batch bytes as the client built them. `wire` is the
+    /// partition's wire id, which the reply names (as do a poll's and an offset read's).
+    Messages {
+        key: PartitionKey,
+        wire: u32,
+        batch: Vec<u8>,
+    },
     /// A consumer offset store for a partition's group.
     StoreOffset { key: PartitionKey, body: Vec<u8> },
     /// A consumer's stored offset to delete (a tombstone stored like an offset), if it has one.
@@ -48,6 +53,7 @@ pub enum Route {
     /// A read of a partition (the read pool's), for a consumer (its kind and id).
     Poll {
         key: PartitionKey,
+        wire: u32,
         consumer: (ConsumerKind, u32),
         strategy: iggy_protocol::PollingStrategy,
         count: u32,
@@ -56,6 +62,7 @@ pub enum Route {
     /// A read of a consumer's stored offset (the read pool's).
     GetOffset {
         key: PartitionKey,
+        wire: u32,
         consumer: (ConsumerKind, u32),
     },
     /// `FlushUnsavedBuffer` (102): answered once the node asked holds what the partition
@@ -119,17 +126,6 @@ fn partition_key(stream: &Stream, topic: &Topic, wire_partition: u32) -> Result<
         topic: topic.id,
         partition: partition.id,
     })
-}
-
-/// The wire id of partition `key` as replies name it (its slot in its topic, from 0); for a
-/// partition `state` no longer lists, the wire id its id would have had before any deletion.
-pub fn wire_partition(state: &State, key: PartitionKey) -> u32 {
-    state
-        .streams
-        .get(&key.stream)
-        .and_then(|stream| stream.topics.get(&key.topic))
-        .and_then(|topic| topic.slot_of(key.partition))
-        .map_or(wire(key.partition), wire)
 }
 
 /// The partition a send picks: by id, by the key's XXH32 (seed 0) modulo the count (what the
@@ -654,6 +650,7 @@ fn route_inner(
             let partition = pick_partition(topic, partitioning, balanced)?;
             Route::Messages {
                 key: partition_key(stream, topic, partition)?,
+                wire: partition,
                 batch: batch.clone(),
             }
         }
@@ -670,6 +667,7 @@ fn route_inner(
             let consumer = consumer_id(consumer, topic)?;
             Route::Poll {
                 key: partition_key(stream, topic, partition.unwrap_or(0))?,
+                wire: partition.unwrap_or(0),
                 consumer,
                 strategy: *strategy,
                 count: *count,
@@ -701,6 +699,7 @@ fn route_inner(
             let consumer = consumer_id(consumer, topic)?;
             Route::GetOffset {
                 key: partition_key(stream, topic, partition.unwrap_or(0))?,
+                wire: partition.unwrap_or(0),
                 consumer,
             }
         }

@@ -154,10 +154,15 @@ fn reads_are_answered_from_the_mirror_with_wire_ids() {
 fn sends_pick_their_partition_as_the_sdk_expects() {
     let sent =
         Request::decode(code::SEND_MESSAGES, &golden("send_messages_partition_body")).unwrap();
-    let Route::Messages { key: to, batch } = routed(&sent) else {
+    let Route::Messages {
+        key: to,
+        wire,
+        batch,
+    } = routed(&sent)
+    else {
         panic!("not a send")
     };
-    assert_eq!(to, key(3), "wire partition 2 is our 3");
+    assert_eq!((to, wire), (key(3), 2), "wire partition 2 is our 3");
     assert!(iggy_format::batch::decode(&batch).is_ok());
 
     let send = |partitioning: Partitioning| Request::SendMessages {
@@ -262,6 +267,7 @@ fn offsets_and_polls_go_to_their_partition() {
         routed(&get(false, Identifier::Name("reader".into()))),
         Route::GetOffset {
             key: key(1),
+            wire: 0,
             consumer: (
                 ConsumerKind::Consumer,
                 twox_hash::XxHash32::oneshot(0, b"reader")
@@ -293,6 +299,7 @@ fn offsets_and_polls_go_to_their_partition() {
             in_group(&get(true, id)),
             Route::GetOffset {
                 key: key(1),
+                wire: 0,
                 consumer: (ConsumerKind::Group, 0),
             }
         );

@@ -4,10 +4,11 @@
 use super::*;
 
 /// `FlushUnsavedBuffer`: after a read barrier this node's replica has executed every op the
-/// partition acknowledged before the request; with `fsync` the answer waits until this node's
-/// log has published (synced) through them, which a replicated partition does within its
-/// 100 ms publication and a persisted one did before acknowledging. Without `fsync` the barrier
-/// is the whole answer: what was acknowledged is in the log and served to reads.
+/// partition acknowledged before the request; with `fsync` the node's replica is asked to
+/// publish what it journaled (`Input::Publish`; a persisted partition published before it
+/// acknowledged) and the answer waits until the log is published (synced) through those ops.
+/// Without `fsync` the barrier is the whole answer: what was acknowledged is in the log and
+/// served to reads.
 pub(super) async fn flush<S: Storage + Clone + Send + Sync + 'static>(
     shared: &Arc<Shared<S>>,
     key: PartitionKey,
@@ -23,15 +24,18 @@ pub(super) async fn flush<S: Storage + Clone + Send + Sync + 'static>(
         return error(status::PARTITION_NOT_FOUND);
     };
     let target = partition.committed();
-    let deadline = tokio::time::Instant::now() + shared.config.reply_deadline;
-    let mut asked = 0u32;
+    let start = tokio::time::Instant::now();
+    let deadline = start + shared.config.reply_deadline;
+    let mut ask_at = start;
     while partition.wal().published().head_op < target {
-        if tokio::time::Instant::now() >= deadline {
+        let now = tokio::time::Instant::now();
+        if now >= deadline {
             return error(status::TRANSIENT_NOT_ACCEPTED);
         }
         // Asked again every 100 ms: a view change in between may have cut and journaled again
         // what the first publication would have covered.
-        if asked.is_multiple_of(20) {
+        if now >= ask_at {
+            ask_at = now + Duration::from_millis(100);
             let _ = shared
                 .inbox
                 .lock()
@@ -40,7 +44,6 @@ pub(super) async fn flush<S: Storage + Clone + Send + Sync + 'static>(
                     group: key.group_id(),
                 });
         }
-        asked += 1;
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     shared
@@ -67,13 +70,9 @@ pub(super) async fn segments_floor<S: Storage + Clone + Send + Sync + 'static>(
         .views
         .partition(key)
         .ok_or(status::PARTITION_NOT_FOUND)?;
-    let segments = tokio::task::spawn_blocking(move || partition.committed_segments())
+    let segments = tokio::task::spawn_blocking(move || partition.sealed_committed())
         .await
-        .map_err(|_| status::ERROR)?
-        .map_err(|e| {
-            tracing::warn!(partition = %key.dir_name(), error = %e, "client port: reading the segments to delete failed");
-            status::ERROR
-        })?;
+        .map_err(|_| status::ERROR)?;
     let take = segments.len().min(count as usize);
     Ok(take
         .checked_sub(1)
@@ -129,10 +128,11 @@ const POLL_BYTES_MAX: u64 = 1 << 20;
 
 /// Reads up to `count` messages of a partition from where `strategy` says: whole committed
 /// batches, the first holding the start offset. Returns the answer and the offset of the last
-/// message in it (none when it holds none).
+/// message in it (none when it holds none). `wire` is the partition's wire id, which the answer
+/// names.
 pub(super) fn poll<S: Storage + Clone>(
     views: &Views<S>,
-    key: PartitionKey,
+    (key, wire): (PartitionKey, u32),
     (kind, consumer): (ConsumerKind, u32),
     strategy: PollingStrategy,
     count: u32,
@@ -154,9 +154,9 @@ pub(super) fn poll<S: Storage + Clone>(
             .map_err(|_| status::ERROR)?
             .unwrap_or(next),
     };
-    let mut out = Vec::new();
     let mut messages = 0u32;
     let mut last = None;
+    let mut bytes = Vec::new();
     if start < next && count > 0 {
         let batches = partition
             .read_through(start, POLL_BYTES_MAX, partition.committed())
@@ -169,7 +169,6 @@ pub(super) fn poll<S: Storage + Clone>(
                 );
                 status::ERROR
             })?;
-        let mut bytes = Vec::new();
         for batch in batches {
             if messages >= count {
                 break;
@@ -180,28 +179,21 @@ pub(super) fn poll<S: Storage + Clone>(
             }
             bytes.extend_from_slice(&batch.bytes);
         }
-        out.reserve(POLL_HEADER_SIZE + bytes.len());
-        PollHeader {
-            partition_id: translate::wire_partition(&views.metadata(), key),
-            current_offset: next.saturating_sub(1),
-            messages_count: messages,
-        }
-        .put(&mut out);
-        out.extend_from_slice(&bytes);
-    } else {
-        PollHeader {
-            partition_id: translate::wire_partition(&views.metadata(), key),
-            current_offset: next.saturating_sub(1),
-            messages_count: 0,
-        }
-        .put(&mut out);
     }
+    let mut out = Vec::with_capacity(POLL_HEADER_SIZE + bytes.len());
+    PollHeader {
+        partition_id: wire,
+        current_offset: next.saturating_sub(1),
+        messages_count: messages,
+    }
+    .put(&mut out);
+    out.extend_from_slice(&bytes);
     Ok((out, last))
 }
 
 pub(super) fn stored_offset<S: Storage + Clone>(
     views: &Views<S>,
-    key: PartitionKey,
+    (key, wire): (PartitionKey, u32),
     (kind, consumer): (ConsumerKind, u32),
 ) -> Result<Vec<u8>, u32> {
     let partition = views.partition(key).ok_or(status::PARTITION_NOT_FOUND)?;
@@ -212,7 +204,7 @@ pub(super) fn stored_offset<S: Storage + Clone>(
     let mut out = Vec::new();
     if let Some(stored) = stored.filter(|stored| stored.offset != DELETED) {
         ConsumerOffsetInfo {
-            partition_id: translate::wire_partition(&views.metadata(), key),
+            partition_id: wire,
             current_offset: partition.next_offset().saturating_sub(1),
             stored_offset: stored.offset,
         }

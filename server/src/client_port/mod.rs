@@ -787,7 +787,7 @@ async fn answer<S: Storage + Clone + Send + Sync + 'static>(
             );
             propose_for_client(shared, current, header, &op).await
         }
-        Route::Messages { key, batch } => {
+        Route::Messages { key, wire, batch } => {
             if iggy_format::batch::decode(&batch).is_err() {
                 return error(status::INVALID_MESSAGE_CHECKSUM);
             }
@@ -817,11 +817,7 @@ async fn answer<S: Storage + Clone + Send + Sync + 'static>(
                         .map_or(0, u64::from_le_bytes);
                     Answer::Reply {
                         status: 0,
-                        body: translate::send_reply(
-                            key,
-                            translate::wire_partition(&shared.views.metadata(), key),
-                            base_offset,
-                        ),
+                        body: translate::send_reply(key, wire, base_offset),
                         op,
                     }
                 }
@@ -859,6 +855,7 @@ async fn answer<S: Storage + Clone + Send + Sync + 'static>(
         }
         Route::Poll {
             key,
+            wire,
             consumer,
             strategy,
             count,
@@ -879,10 +876,11 @@ async fn answer<S: Storage + Clone + Send + Sync + 'static>(
                 return error(code);
             }
             let views = shared.views.clone();
-            let polled =
-                tokio::task::spawn_blocking(move || poll(&views, key, consumer, strategy, count))
-                    .await
-                    .unwrap_or(Err(status::ERROR));
+            let polled = tokio::task::spawn_blocking(move || {
+                poll(&views, (key, wire), consumer, strategy, count)
+            })
+            .await
+            .unwrap_or(Err(status::ERROR));
             match polled {
                 Ok((_, Some(last))) if auto_commit && client_gone() => {
                     // The client closed its connection while the poll waited (it timed out on
@@ -945,12 +943,16 @@ async fn answer<S: Storage + Clone + Send + Sync + 'static>(
             };
             propose_for_client(shared, current, header, &op).await
         }
-        Route::GetOffset { key, consumer } => {
+        Route::GetOffset {
+            key,
+            wire,
+            consumer,
+        } => {
             if let Err(code) = read_barrier(shared, key.group_id()).await {
                 return error(code);
             }
             let views = shared.views.clone();
-            tokio::task::spawn_blocking(move || stored_offset(&views, key, consumer))
+            tokio::task::spawn_blocking(move || stored_offset(&views, (key, wire), consumer))
                 .await
                 .unwrap_or(Err(status::ERROR))
                 .map_or_else(error, ok)
