@@ -73,6 +73,23 @@ pub enum Route {
     DeleteSegments { key: PartitionKey, count: u32 },
 }
 
+impl Route {
+    /// Whether the route names a partition's group (resolved by the metadata this node holds).
+    #[must_use]
+    pub fn is_partition(&self) -> bool {
+        match self {
+            Self::Answer(_) | Self::Refuse(_) | Self::Metadata(_) => false,
+            Self::Messages { .. }
+            | Self::StoreOffset { .. }
+            | Self::DeleteOffset { .. }
+            | Self::Poll { .. }
+            | Self::GetOffset { .. }
+            | Self::Flush { .. }
+            | Self::DeleteSegments { .. } => true,
+        }
+    }
+}
+
 /// The metadata's id of a wire id.
 fn ours(wire: u32) -> Option<u32> {
     wire.checked_add(1)

@@ -2200,6 +2200,152 @@ fn purged_and_deleted_partitions_start_again_empty() {
     assert_eq!(send(&mut sessions, 1, "u", 1, 1), [0]);
 }
 
+/// Issue #45: a purge or a partition delete acknowledged through one node is reflected by the
+/// next send and poll any client sends to any other node, whose metadata learns the commit only
+/// with the primary's next prepare or heartbeat (up to 500 ms later). Each round purges (or
+/// deletes a partition) through one node and at once, through the two others, sends to every
+/// partition (the send must land in the new, empty partition: offset 0, or be refused for a
+/// deleted one) and polls it from offset 0 (only what was sent since the purge). Without the
+/// metadata barrier a lagging node routes by the partition it still knows: the send is
+/// acknowledged at offset 1 of the purged partition (and then deleted with it) and the poll
+/// returns the purged message.
+#[test]
+fn a_purge_or_delete_acknowledged_anywhere_routes_every_nodes_next_send_and_poll() {
+    let cluster = start_cluster();
+    let addresses: Vec<SocketAddr> = cluster.nodes.iter().map(|n| n.client_address).collect();
+    let mut sessions: Vec<Client> = Vec::new();
+    for (i, address) in addresses.iter().enumerate() {
+        let mut c = Client::connect(*address, 0x740 + i as u128);
+        assert!(matches!(c.login("iggy"), Answer::Reply(..)));
+        sessions.push(c);
+    }
+    let stream = || Identifier::Name("fresh".into());
+    let topic = || Identifier::Name("t".into());
+    let (code, _) = sessions[0].ask_until_accepted(&Request::CreateStream {
+        name: "fresh".into(),
+        options: vec![],
+    });
+    assert_eq!(code, 0);
+    let (code, body) = sessions[0].ask_until_accepted(&Request::CreateTopic {
+        stream: stream(),
+        partitions: 3,
+        name: "t".into(),
+        options: vec![],
+    });
+    assert_eq!(
+        (code, split_result(&body).map(|r| r.is_ok())),
+        (0, Ok(true))
+    );
+    let send = |c: &mut Client, partition: u32, text: &str| {
+        c.ask_until_accepted(&Request::SendMessages {
+            stream: stream(),
+            topic: topic(),
+            partitioning: Partitioning::PartitionId(partition),
+            count: 1,
+            batch: batch(&[text.as_bytes()]),
+        })
+    };
+    // The payloads `partition` holds from offset 0 through `c`, or the refusal.
+    let held = |c: &mut Client, partition: u32| -> Result<Vec<Vec<u8>>, u32> {
+        let (code, body) = c.ask_until_accepted(&Request::PollMessages {
+            consumer: Consumer {
+                group: false,
+                id: Identifier::Numeric(9),
+            },
+            stream: stream(),
+            topic: topic(),
+            partition: Some(partition),
+            strategy: PollingStrategy::Offset(0),
+            count: 100,
+            auto_commit: false,
+        });
+        if code != 0 {
+            return Err(code);
+        }
+        let (header, mut batches) = PollHeader::read(&body).expect("poll");
+        assert_eq!(header.partition_id, partition);
+        let mut payloads = Vec::new();
+        while !batches.is_empty() {
+            // Stored batches back to back, each naming its length at byte 32.
+            let length = u64::from_le_bytes(batches[32..40].try_into().expect("8 bytes"));
+            let (one, rest) = batches.split_at(usize::try_from(length).expect("a length"));
+            let decoded = iggy_format::batch::decode(one).expect("a stored batch");
+            payloads.extend(decoded.messages().map(|m| m.payload.to_vec()));
+            batches = rest;
+        }
+        Ok(payloads)
+    };
+    let mut partitions = 3u32;
+    for round in 0..6usize {
+        // Every partition holds a message from before.
+        for partition in 0..partitions {
+            let (code, _) = send(&mut sessions[round % 3], partition, "before");
+            assert_eq!(code, 0);
+        }
+        let via = round % 3;
+        let request = if round % 3 == 2 {
+            Request::DeletePartitions {
+                stream: stream(),
+                topic: topic(),
+                count: 1,
+            }
+        } else {
+            Request::PurgeTopic {
+                stream: stream(),
+                topic: topic(),
+            }
+        };
+        let (code, body) = sessions[via].ask_until_accepted(&request);
+        assert_eq!(
+            (code, split_result(&body).map(|r| r.is_ok())),
+            (0, Ok(true)),
+            "round {round}: {request:?}"
+        );
+        let deleted = matches!(request, Request::DeletePartitions { .. });
+        if deleted {
+            partitions -= 1;
+        }
+        for other in [(via + 1) % 3, (via + 2) % 3] {
+            let c = &mut sessions[other];
+            if deleted {
+                let (code, _) = send(c, partitions, "into a deleted partition");
+                assert_eq!(
+                    code,
+                    status::PARTITION_NOT_FOUND,
+                    "round {round}: a send through node {other} to the partition deleted through node {via}"
+                );
+                assert_eq!(held(c, partitions), Err(status::PARTITION_NOT_FOUND));
+                continue;
+            }
+            for partition in 0..partitions {
+                let text = format!("after-{round}-{other}");
+                let (code, body) = send(c, partition, &text);
+                assert_eq!(code, 0);
+                let confirmed = read_send_confirmations(&body).expect("confirmation")[0];
+                let expected = if other == (via + 1) % 3 { 0 } else { 1 };
+                assert_eq!(
+                    confirmed.base_offset, expected,
+                    "round {round}: a send through node {other} to partition {partition} purged through node {via}"
+                );
+                let payloads = held(c, partition).expect("poll");
+                assert!(
+                    !payloads.iter().any(|p| p == b"before"),
+                    "round {round}: node {other} served partition {partition}'s purged message"
+                );
+                assert_eq!(payloads.last().map(Vec::as_slice), Some(text.as_bytes()));
+            }
+        }
+        if !deleted {
+            // The partitions start again empty for the next round.
+            let (code, _) = sessions[via].ask_until_accepted(&Request::PurgeTopic {
+                stream: stream(),
+                topic: topic(),
+            });
+            assert_eq!(code, 0);
+        }
+    }
+}
+
 /// Issue #47: `FlushUnsavedBuffer` (102, `iggy message flush`). With `fsync` through any node,
 /// the answer comes once that node's log has published (synced) every op the partition
 /// acknowledged before it; a replicated partition otherwise publishes within 100 ms, so the

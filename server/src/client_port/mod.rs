@@ -54,6 +54,7 @@ use crate::runtime::{Clock, Input, Views};
 use crate::translate::{self, Route, TopicDefaults};
 use crate::users::ROOT_USER_ID;
 
+mod current;
 mod groups;
 mod logins;
 mod messages;
@@ -147,6 +148,8 @@ struct Shared<S: Storage + Clone> {
     /// Request bytes (in KiB) the node may hold at once ([`PortConfig::in_flight_bytes`]).
     in_flight: Arc<tokio::sync::Semaphore>,
     logins: Logins,
+    /// The metadata barriers partition requests share ([`current::metadata_current`]).
+    metadata_barriers: current::MetadataBarriers,
     /// This node's client connections (`GetClients`) and its process figures (`GetStats`).
     connections: crate::system::Connections,
     process: crate::system::Process,
@@ -197,6 +200,7 @@ pub async fn start<S: Storage + Clone + Send + Sync + 'static>(
         clock,
         counters,
         logins: Logins::new(),
+        metadata_barriers: current::MetadataBarriers::new(),
         connections: crate::system::Connections::default(),
         process: crate::system::Process::default(),
         boot,
@@ -1263,7 +1267,10 @@ const NOT_FOUND: [u32; 7] = [
 /// depends on it: a metadata read (a listing, a stream or topic) and a name or id this node
 /// does not know are routed again after a read barrier on the metadata group, so they reflect
 /// every metadata write acknowledged before the request arrived, whichever node took it (a
-/// topic created through another node an instant ago is found; a deleted one is gone).
+/// topic created through another node an instant ago is found; a deleted one is gone). A
+/// request for a partition is routed again, if the metadata moved meanwhile, once a metadata
+/// barrier asked after it arrived answered (`current.rs`): a partition purged or deleted
+/// through another node an instant ago is not the one it reaches.
 async fn route_when_known<S: Storage + Clone + Send + Sync + 'static>(
     shared: &Arc<Shared<S>>,
     request: &Request,
@@ -1271,6 +1278,7 @@ async fn route_when_known<S: Storage + Clone + Send + Sync + 'static>(
 ) -> Route {
     let state = shared.views.metadata();
     let figures = |key| partition_figures(shared, key);
+    let first = *balanced;
     let route = translate::route(
         request,
         &state,
@@ -1284,7 +1292,26 @@ async fn route_when_known<S: Storage + Clone + Send + Sync + 'static>(
         _ => true,
     };
     if current {
-        return route;
+        if !route.is_partition() {
+            return route;
+        }
+        if let Err(code) = current::metadata_current(shared).await {
+            return Route::Refuse(code);
+        }
+        let now = shared.views.metadata();
+        if Arc::ptr_eq(&now, &state) {
+            return route;
+        }
+        // Routed as if the first routing had not happened (a balanced send takes the same
+        // turn), by the metadata as it now stands.
+        *balanced = first;
+        return translate::route(
+            request,
+            &now,
+            &shared.config.topic_defaults,
+            balanced,
+            &figures,
+        );
     }
     if let Err(code) = read_barrier(shared, GroupKind::Metadata.id()).await {
         return Route::Refuse(code);
