@@ -69,6 +69,25 @@ fn a_read_at_the_primary_waits_for_a_quorum_that_answered_after_it_arrived() {
     assert_eq!(cluster.nodes[0].reads, vec![(7, true, 2)]);
 }
 
+/// A round lost on its way (a backup restarting, a peer's connection dropping what it queued)
+/// is sent again after a retransmit interval for the read still waiting, though no later read
+/// arrives to ask for one: the server asks its metadata barrier one at a time, so without the
+/// resend that read waited out its whole timeout (2 s) and was refused, and every send behind it
+/// with it (the fault harness's `kill-boot`: a 2 s write gap on every producer).
+#[test]
+fn a_round_lost_on_its_way_is_sent_again_for_the_read_that_waits() {
+    let mut cluster = committed(2, Safeguards::default());
+    cluster.nodes[0].replica.read(7);
+    cluster.collect(0);
+    // Both backups' copies of the round are lost.
+    cluster.deliver_where(|_, _, m| !matches!(m, Message::ReadRound { .. }));
+    assert!(cluster.nodes[0].reads.is_empty());
+    // No other read arrives; within a retransmit interval (20 ticks) and the answer's delivery
+    // the read is answered, long before its timeout (200 ticks).
+    cluster.run(25, |_, _, _| true);
+    assert_eq!(cluster.nodes[0].reads, vec![(7, true, 2)]);
+}
+
 #[test]
 fn a_backup_serves_a_read_once_it_executed_through_the_primarys_index() {
     let mut cluster = committed(1, Safeguards::default());

@@ -169,14 +169,13 @@ impl Replica {
         self.send_read_round();
     }
 
-    /// Sends the next round if a read waits for it and none is in flight (or the one in flight
-    /// went unanswered for a retransmit interval).
+    /// Sends the next round if a read waits for its proof and none is in flight (or the one in
+    /// flight went unanswered for a retransmit interval). A read still unproved once its round
+    /// went unanswered that long is served by the next round too (it was sent after the read
+    /// arrived): without the resend, a lost round left it waiting for its timeout unless a later
+    /// read happened to ask for a round.
     fn send_read_round(&mut self) {
-        let needed = self
-            .reads
-            .waiting
-            .iter()
-            .any(|w| w.round >= self.reads.round_next);
+        let needed = self.reads.waiting.iter().any(|w| !self.read_proved(w));
         if !needed {
             return;
         }
@@ -196,6 +195,15 @@ impl Replica {
             nonce,
         };
         self.broadcast(&message);
+    }
+
+    /// Whether a quorum (this primary counted) showed it is still in its view since `w` arrived.
+    fn read_proved(&self, w: &Waiting) -> bool {
+        !self.safeguards.read_confirmation
+            || self.confirmations(|r| {
+                self.reads.confirmed_round[r] >= w.round || self.reads.acknowledged_op[r] >= w.op
+            }) + 1
+                >= replication_quorum(self.id.replicas)
     }
 
     /// How many other replicas satisfy `proved` (by index).
@@ -235,16 +243,9 @@ impl Replica {
     pub(super) fn progress_reads(&mut self) {
         self.reads_follow_view();
         if !self.reads.waiting.is_empty() {
-            let quorum = replication_quorum(self.id.replicas);
             let mut waiting = std::mem::take(&mut self.reads.waiting);
             waiting.retain(|w| {
-                let proved = !self.safeguards.read_confirmation
-                    || self.confirmations(|r| {
-                        self.reads.confirmed_round[r] >= w.round
-                            || self.reads.acknowledged_op[r] >= w.op
-                    }) + 1
-                        >= quorum;
-                if !proved {
+                if !self.read_proved(w) {
                     return true;
                 }
                 match w.asker {
