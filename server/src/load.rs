@@ -311,6 +311,7 @@ impl Producer {
             let address = self.nodes[self.next_node % self.nodes.len()];
             self.next_node += 1;
             self.connections += 1;
+            let tried = Instant::now();
             let attempt =
                 Client::connect(address, self.id_base | self.connections).and_then(|mut client| {
                     client.set_reply_timeout(self.request_timeout)?;
@@ -318,10 +319,13 @@ impl Producer {
                     Ok(client)
                 });
             match attempt {
-                Ok(client) => self.client = Some(client),
+                Ok(client) => {
+                    tracing::debug!(%address, ms = tried.elapsed().as_millis() as u64, "load: logged in");
+                    self.client = Some(client);
+                }
                 Err(error) => {
                     failures += 1;
-                    tracing::debug!("{error}");
+                    tracing::debug!(%address, ms = tried.elapsed().as_millis() as u64, "load: no login: {error}");
                     if (failures as usize).is_multiple_of(self.nodes.len()) {
                         // Every node refused: back off before the next round.
                         std::thread::sleep(Duration::from_millis(100));

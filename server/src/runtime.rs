@@ -487,6 +487,41 @@ impl ViewWatch {
     }
 }
 
+/// When each of this node's replicas began to repair (it lacks prepares a peer holds), so that
+/// the end of a catch-up is logged with its length: after a restart, a replica counts for no
+/// quorum above what it holds until it repaired what it missed (`docs/vsr.md`, "Repair").
+#[derive(Default)]
+struct RepairWatch {
+    since: BTreeMap<u128, Instant>,
+}
+
+impl RepairWatch {
+    /// Called once a tick.
+    fn tick<S: Storage + Clone>(&mut self, node: &Node<S>) {
+        for (group, g) in &node.groups {
+            let wants = g.replica.wants_repair();
+            match (wants, self.since.get(group)) {
+                (true, None) => {
+                    self.since.insert(*group, Instant::now());
+                }
+                (false, Some(at)) => {
+                    tracing::info!(
+                        node = node.index,
+                        group = %g.kind.label(),
+                        repair_ms = at.elapsed().as_secs_f64() * 1e3,
+                        at_unix_ms = now_unix_ms(),
+                        "repair done: the replica holds every prepare it lacked"
+                    );
+                    self.since.remove(group);
+                }
+                _ => {}
+            }
+        }
+        self.since
+            .retain(|group, _| node.groups.contains_key(group));
+    }
+}
+
 fn now_unix_ms() -> u128 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -548,6 +583,7 @@ fn run<S: Storage + Clone>(
 ) -> Result<(), String> {
     let mut next_tick = Instant::now() + TICK;
     let mut watch = ViewWatch::default();
+    let mut repairs = RepairWatch::default();
     let mut ticks: u64 = 0;
     loop {
         let mut touched: Vec<u128> = Vec::new();
@@ -665,6 +701,7 @@ fn run<S: Storage + Clone>(
                     watch.changed(&node, views, *group, before, after);
                 }
             }
+            repairs.tick(&node);
             for read in node.take_reads() {
                 let _ = reads.send(read);
             }
