@@ -512,6 +512,39 @@ fn a_replica_down_past_every_ring_repairs_from_the_peers_disks() {
     }
 }
 
+/// A backup that lacks 290 ops while the other backup is gone (killed, cut off) asks the
+/// primary for every new round, so it catches up in a few round trips. Rotating the source on
+/// every round sent every other round to the dead backup, and each of those waited a second
+/// (100 ticks) for a first answer before it was asked again: a restarted node's catch-up after
+/// a second kill took 1.0 s (the fault harness's `kill-boot`), and with it every write of the
+/// groups that needed its acknowledgment.
+#[test]
+fn a_backup_asks_the_primary_first_while_the_other_backup_is_gone() {
+    let log = chain(0, 0, 300, 0, 1);
+    let mut cluster = Cluster::new(
+        vec![log.clone(), log.clone(), log[..10].to_vec()],
+        new_group(),
+        298,
+        Safeguards::default(),
+    );
+    cluster.settle_storage();
+    let mut ticks = 0;
+    while cluster.nodes[2].log.len() < 300 && ticks < 1_000 {
+        cluster.run(1, |from, to, _| from != 1 && to != 1);
+        ticks += 1;
+    }
+    assert_eq!(
+        cluster.nodes[2].log,
+        log,
+        "{}",
+        cluster.replica(2).describe()
+    );
+    assert!(
+        ticks < 50,
+        "caught up in {ticks} ticks: a round went to the dead backup"
+    );
+}
+
 /// A repair round whose answers take longer than a retry interval to arrive (128 prepares of
 /// 100 KB over a loaded link: `scripts/failover-processes.sh` measured a restarted node fetching
 /// 960 MB for the 430 MB it lacked) is not asked again while its answers keep coming, and its

@@ -201,7 +201,21 @@ impl Replica {
             asked: self.ticks,
             retries: retries.map_or(0, |r| (r + 1).min(REPAIR_BACKOFF_MAX)),
         });
-        let source = self.repair_source_for(from);
+        // A round asked anew goes to the best source (a backup's primary, which holds its whole
+        // log); only a round asked again tries the others in turn. Rotating on every round sent
+        // every other one to the other backup, which may be the peer that just died: its round
+        // then waited a second for a first answer (a restarted node's catch-up after a second
+        // kill took 1.0 s instead of 0.1 s, the fault harness's `kill-boot`).
+        // A peer that said it no longer holds what storage lacks is passed over.
+        let (evicted, at) = self.evicted_by;
+        let best = self
+            .repair_sources(from)
+            .into_iter()
+            .find(|r| at != self.journal.storage_head || evicted & bit(*r) == 0);
+        let source = match best {
+            Some(best) if retries.is_none() => best,
+            _ => self.repair_source_for(from),
+        };
         let message = Message::RequestPrepares {
             from: self.from(),
             first: from,
@@ -226,11 +240,23 @@ impl Replica {
         }
     }
 
-    /// Who to ask: the view's primary first (a backup), the replicas that announced the bodies
-    /// (the new primary), rotating on every retry.
+    /// Who to ask, in turn: the view's primary first (a backup), the replicas that announced
+    /// the bodies (the new primary); the next in turn on every call.
     pub(super) fn repair_source_for(&mut self, op: u64) -> u8 {
+        let candidates = self.repair_sources(op);
+        if candidates.is_empty() {
+            return self.id.replica;
+        }
+        let pick = candidates[usize::from(self.repair_source) % candidates.len()];
+        self.repair_source = self.repair_source.wrapping_add(1);
+        pick
+    }
+
+    /// The replicas that can serve `op`, the best first: the view's primary (a backup), the
+    /// replicas that announced its body (the new primary), then the others.
+    fn repair_sources(&self, op: u64) -> Vec<u8> {
         let replicas = self.id.replicas;
-        let candidates: Vec<u8> = if self.is_primary() {
+        if self.is_primary() {
             let mask = self.view_change.sources.get(&op).copied().unwrap_or(0);
             let from_dvcs: Vec<u8> = (0..replicas)
                 .filter(|r| *r != self.id.replica && mask & bit(*r) != 0)
@@ -245,13 +271,7 @@ impl Replica {
             std::iter::once(primary)
                 .chain((0..replicas).filter(|r| *r != self.id.replica && *r != primary))
                 .collect()
-        };
-        if candidates.is_empty() {
-            return self.id.replica;
         }
-        let pick = candidates[usize::from(self.repair_source) % candidates.len()];
-        self.repair_source = self.repair_source.wrapping_add(1);
-        pick
     }
 
     /// Serves a peer's repair round: from the ring what it holds, and below the ring from disk
