@@ -320,12 +320,12 @@ impl Producer {
                 });
             match attempt {
                 Ok(client) => {
-                    tracing::debug!(%address, ms = tried.elapsed().as_millis() as u64, "load: logged in");
+                    tracing::debug!(%address, ms = u64::try_from(tried.elapsed().as_millis()).unwrap_or(u64::MAX), "load: logged in");
                     self.client = Some(client);
                 }
                 Err(error) => {
                     failures += 1;
-                    tracing::debug!(%address, ms = tried.elapsed().as_millis() as u64, "load: no login: {error}");
+                    tracing::debug!(%address, ms = u64::try_from(tried.elapsed().as_millis()).unwrap_or(u64::MAX), "load: no login: {error}");
                     if (failures as usize).is_multiple_of(self.nodes.len()) {
                         // Every node refused: back off before the next round.
                         std::thread::sleep(Duration::from_millis(100));

@@ -611,7 +611,15 @@ fn run<S: Storage + Clone>(
             }
             Ok(Input::Done(done)) => {
                 let group = done.group;
+                // A view change may end with a completion (its superblock write): logged too.
+                let before = node
+                    .groups
+                    .get(&group)
+                    .map(|g| (g.replica.status(), g.replica.view()));
                 if let Some(ran) = node.complete(*done, &mut Unobserved) {
+                    if let Some(before) = before {
+                        watch.changed(&node, views, group, before, ran.after);
+                    }
                     if let Some(reason) = ran.failed {
                         let label = node
                             .groups
