@@ -41,6 +41,18 @@ fn boot_config(incarnation: u64) -> BootConfig {
     }
 }
 
+/// A client logged in as root on each of `addresses`, client ids from `first` up.
+fn logged_in(addresses: &[SocketAddr], first: u128) -> Vec<Client> {
+    (0u128..)
+        .zip(addresses)
+        .map(|(i, address)| {
+            let mut c = Client::connect(*address, first + i);
+            assert!(matches!(c.login("iggy"), Answer::Reply(..)));
+            c
+        })
+        .collect()
+}
+
 struct Cluster {
     nodes: Vec<ServerNode<OsStorage>>,
     _dirs: Vec<tempfile::TempDir>,
@@ -546,12 +558,7 @@ fn a_client_on_the_sdks_wire_creates_sends_polls_and_stores_offsets() {
 fn every_acknowledged_write_is_read_by_the_next_poll_through_any_node() {
     let cluster = start_cluster();
     let addresses: Vec<SocketAddr> = cluster.nodes.iter().map(|n| n.client_address).collect();
-    let mut sessions: Vec<Client> = Vec::new();
-    for (i, address) in addresses.iter().enumerate() {
-        let mut c = Client::connect(*address, 0x200 + i as u128);
-        assert!(matches!(c.login("iggy"), Answer::Reply(..)));
-        sessions.push(c);
-    }
+    let mut sessions = logged_in(&addresses, 0x200);
     let (code, _) = sessions[0].ask_until_accepted(&Request::CreateStream {
         name: "reads".into(),
         options: vec![],
@@ -2014,12 +2021,7 @@ fn creation_times_are_recorded_once_and_read_alike_through_every_node() {
 fn purged_and_deleted_partitions_start_again_empty() {
     let cluster = start_cluster();
     let addresses: Vec<SocketAddr> = cluster.nodes.iter().map(|n| n.client_address).collect();
-    let mut sessions: Vec<Client> = Vec::new();
-    for (i, address) in addresses.iter().enumerate() {
-        let mut c = Client::connect(*address, 0x700 + i as u128);
-        assert!(matches!(c.login("iggy"), Answer::Reply(..)));
-        sessions.push(c);
-    }
+    let mut sessions = logged_in(&addresses, 0x700);
     let stream = || Identifier::Name("purges".into());
     let topic = || Identifier::Name("t".into());
     let (code, _) = sessions[0].ask_until_accepted(&Request::CreateStream {
@@ -2213,12 +2215,7 @@ fn purged_and_deleted_partitions_start_again_empty() {
 fn a_purge_or_delete_acknowledged_anywhere_routes_every_nodes_next_send_and_poll() {
     let cluster = start_cluster();
     let addresses: Vec<SocketAddr> = cluster.nodes.iter().map(|n| n.client_address).collect();
-    let mut sessions: Vec<Client> = Vec::new();
-    for (i, address) in addresses.iter().enumerate() {
-        let mut c = Client::connect(*address, 0x740 + i as u128);
-        assert!(matches!(c.login("iggy"), Answer::Reply(..)));
-        sessions.push(c);
-    }
+    let mut sessions = logged_in(&addresses, 0x740);
     let stream = || Identifier::Name("fresh".into());
     let topic = || Identifier::Name("t".into());
     let (code, _) = sessions[0].ask_until_accepted(&Request::CreateStream {

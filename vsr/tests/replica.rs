@@ -512,14 +512,9 @@ fn a_replica_down_past_every_ring_repairs_from_the_peers_disks() {
     }
 }
 
-/// A backup that lacks 290 ops while the other backup is gone (killed, cut off) asks the
-/// primary for every new round, so it catches up in a few round trips. Rotating the source on
-/// every round sent every other round to the dead backup, and each of those waited a second
-/// (100 ticks) for a first answer before it was asked again: a restarted node's catch-up after
-/// a second kill took 1.0 s (the fault harness's `kill-boot`), and with it every write of the
-/// groups that needed its acknowledgment.
-#[test]
-fn a_backup_asks_the_primary_first_while_the_other_backup_is_gone() {
+/// 300 ops committed in view 0 on replicas 0 and 1; replica 2 holds the first 10 (its
+/// storage settled): a backup that must repair 290.
+fn backup_2_behind() -> (common::Log, Cluster) {
     let log = chain(0, 0, 300, 0, 1);
     let mut cluster = Cluster::new(
         vec![log.clone(), log.clone(), log[..10].to_vec()],
@@ -528,6 +523,18 @@ fn a_backup_asks_the_primary_first_while_the_other_backup_is_gone() {
         Safeguards::default(),
     );
     cluster.settle_storage();
+    (log, cluster)
+}
+
+/// A backup that lacks 290 ops while the other backup is gone (killed, cut off) asks the
+/// primary for every new round, so it catches up in a few round trips. Rotating the source on
+/// every round sent every other round to the dead backup, and each of those waited a second
+/// (100 ticks) for a first answer before it was asked again: a restarted node's catch-up after
+/// a second kill took 1.0 s (the fault harness's `kill-boot`), and with it every write of the
+/// groups that needed its acknowledgment.
+#[test]
+fn a_backup_asks_the_primary_first_while_the_other_backup_is_gone() {
+    let (log, mut cluster) = backup_2_behind();
     let mut ticks = 0;
     while cluster.nodes[2].log.len() < 300 && ticks < 1_000 {
         cluster.run(1, |from, to, _| from != 1 && to != 1);
@@ -551,14 +558,7 @@ fn a_backup_asks_the_primary_first_while_the_other_backup_is_gone() {
 /// last answer makes the next round due at once.
 #[test]
 fn a_repair_round_still_arriving_is_not_asked_again() {
-    let log = chain(0, 0, 300, 0, 1);
-    let mut cluster = Cluster::new(
-        vec![log.clone(), log.clone(), log[..10].to_vec()],
-        new_group(),
-        298,
-        Safeguards::default(),
-    );
-    cluster.settle_storage();
+    let (_, mut cluster) = backup_2_behind();
     // Every prepare for replica 2 waits in `held`; one a tick reaches it (a round of 128 takes
     // 128 ticks, six retry intervals).
     let mut held: std::collections::VecDeque<(u8, Message)> = std::collections::VecDeque::new();
