@@ -344,3 +344,125 @@ fn run_refuses_a_bad_configuration_naming_the_file_and_the_key() {
     assert_eq!(code, Some(1));
     assert!(stderr.contains("topics.segment_size_bytes = 1"), "{stderr}");
 }
+
+/// The pid of `dev`'s child that runs node `node` (from `/proc`: its parent and its command
+/// line, which names the node's configuration file).
+#[allow(clippy::disallowed_methods)] // /proc, not storage
+fn node_pid(dev: &Child, node: u8) -> i32 {
+    let config = format!("node-{node}.toml");
+    for entry in std::fs::read_dir("/proc").expect("/proc").flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+            continue;
+        };
+        // After the command's closing parenthesis: the state, then the parent's pid.
+        let parent = stat
+            .rsplit_once(") ")
+            .and_then(|(_, rest)| rest.split(' ').nth(1))
+            .and_then(|p| p.parse::<u32>().ok());
+        let command = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+        if parent == Some(dev.id()) && String::from_utf8_lossy(&command).contains(&config) {
+            return pid;
+        }
+    }
+    panic!("no child of dev ({}) runs {config}", dev.id());
+}
+
+/// Descriptors `pid` has open.
+#[allow(clippy::disallowed_methods)] // /proc, not storage
+fn open_descriptors(pid: i32) -> u64 {
+    let count = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .expect("/proc/PID/fd")
+        .count();
+    u64::try_from(count).unwrap_or(u64::MAX)
+}
+
+/// Issue #46: a node out of descriptors (its limit lowered under it, as a thousand idle clients
+/// would exhaust it) neither exits nor spins on `accept`: it logs the failure once, asks again
+/// after a pause that grows to a second (so it counts a handful of failures, where the loop
+/// without the pause counted millions), serves the clients it has meanwhile, and accepts again
+/// once descriptors are free. Without the retry the port would stay deaf (the last login
+/// fails); without the pause the failure count is far above the bound.
+#[test]
+fn a_node_out_of_descriptors_backs_off_its_accepts_and_serves_again() {
+    use rustix::process::{Pid, Resource, Rlimit, prlimit};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let base = free_base();
+    let (mut dev, _) = start_dev(dir.path(), base);
+    // The nodes' log lines (they share dev's stderr), read as they come.
+    let stderr = dev.stderr.take().expect("stderr piped");
+    let (tx, log) = channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines() {
+            let Ok(line) = line else { return };
+            if tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    let wait_for = |what: &str| -> String {
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        while let Some(left) = deadline.checked_duration_since(std::time::Instant::now()) {
+            match log.recv_timeout(left) {
+                Ok(line) if line.contains(what) => return line,
+                Ok(_) => {}
+                Err(_) => break,
+            }
+        }
+        panic!("no log line with {what:?} within 60 s");
+    };
+    let address: SocketAddr = ([127, 0, 0, 1], base).into();
+    let mut before = login(address, 0x91);
+    let pid = node_pid(&dev, 0);
+    let raw = Pid::from_raw(pid).expect("pid");
+    let open = open_descriptors(pid);
+    // The soft limit only: raising a hard limit back needs a privilege.
+    let hard = rustix::process::getrlimit(Resource::Nofile).maximum;
+    let original = prlimit(
+        Some(raw),
+        Resource::Nofile,
+        Rlimit {
+            current: Some(open + 4),
+            maximum: hard,
+        },
+    )
+    .expect("lowering node 0's descriptor limit");
+    // More connections than it has descriptors for: the kernel completes them (the listen
+    // backlog) while the node's accept fails.
+    let waiting: Vec<std::net::TcpStream> = (0..16)
+        .map(|_| std::net::TcpStream::connect(address).expect("connect"))
+        .collect();
+    let warned = wait_for("cannot accept a connection");
+    assert!(warned.contains("client"), "{warned}");
+    // The node still serves the session it had.
+    for _ in 0..20 {
+        let (code, _) = before.ask(&Request::Ping);
+        assert_eq!(code, 0, "a ping on the session opened before");
+    }
+    prlimit(Some(raw), Resource::Nofile, original).expect("restoring the limit");
+    drop(waiting);
+    let again = wait_for("accepting connections again");
+    let failures: u64 = again
+        .split("failures=")
+        .nth(1)
+        .and_then(|rest| {
+            rest.split(|c: char| !c.is_ascii_digit())
+                .next()
+                .and_then(|n| n.parse().ok())
+        })
+        .unwrap_or_else(|| panic!("no failure count in {again:?}"));
+    // The pauses (10 ms doubling to a second) allow about 10 failures in the first 5 s and
+    // one a second after: 60 is a minute of them.
+    assert!(
+        (1..=60).contains(&failures),
+        "{failures} failed accepts: the loop did not back off ({again})"
+    );
+    let mut after = login(address, 0x92);
+    let (code, _) = after.ask(&Request::Ping);
+    assert_eq!(code, 0, "a ping from a connection accepted after");
+    drop((before, after));
+    let (code, _) = interrupt(dev);
+    assert_eq!(code, 0, "dev's exit code after SIGINT");
+}
