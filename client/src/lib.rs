@@ -105,6 +105,17 @@ pub fn use_tls(config: Arc<rustls::ClientConfig>) -> bool {
     TLS.set(config).is_ok()
 }
 
+/// Whether replies may name another client id than their request's ([`for_apache_iggy`]).
+static ANY_REPLY_CLIENT: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Makes every later exchange of this process accept a reply to its request number whatever
+/// client id the reply names. Apache Iggy's server (0.9 edge) answers some requests under an id
+/// of its own (a send under the id it gave the connection, not the request's), which this
+/// client otherwise refuses as a reply to someone else's request (`load --apache-iggy`).
+pub fn for_apache_iggy() {
+    ANY_REPLY_CLIENT.store(true, std::sync::atomic::Ordering::Relaxed);
+}
+
 /// One connection.
 pub struct Client {
     address: SocketAddr,
@@ -227,7 +238,8 @@ impl Client {
         })?;
         let mut reply_body = vec![0u8; (reply.size as usize).saturating_sub(HEADER_SIZE)];
         self.stream.read_exact(&mut reply_body).map_err(io)?;
-        if reply.request != number || reply.client != self.client {
+        let any_client = ANY_REPLY_CLIENT.load(std::sync::atomic::Ordering::Relaxed);
+        if reply.request != number || (reply.client != self.client && !any_client) {
             return Err(ClientError::Protocol {
                 address,
                 code,
@@ -353,6 +365,18 @@ impl Client {
         if max_topic_size > 0 {
             options.push(OptionEntry::uint64("max_topic_size", max_topic_size));
         }
+        self.create_topic_with(stream, name, partitions, options)
+    }
+
+    /// Creates a topic with exactly these options (another server's keys, for one: `load
+    /// --apache-iggy`).
+    pub fn create_topic_with(
+        &mut self,
+        stream: &str,
+        name: &str,
+        partitions: u32,
+        options: Vec<OptionEntry>,
+    ) -> Result<(), ClientError> {
         let body = self.call(&Request::CreateTopic {
             stream: Identifier::Name(stream.into()),
             partitions,

@@ -26,6 +26,7 @@ use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
 use iggy_client::{Client, ClientError};
+use iggy_protocol::primitives::OptionEntry;
 use serde::{Deserialize, Serialize};
 
 /// A topic the load writes to: every partition gets a producer.
@@ -60,6 +61,47 @@ pub struct LoadConfig {
     /// How long a producer or consumer waits for a reply before it takes its node for paused or
     /// cut off and moves to the next (the request's outcome unknown).
     pub request_timeout: Duration,
+    /// Whose options created topics carry.
+    pub topic_options: TopicOptions,
+    /// The consumers start once the producers stopped and read back what they wrote, timed
+    /// ([`ConsumerReport::mb_per_s`]); otherwise they read beside the producers.
+    pub consume_after: bool,
+}
+
+/// Whose options `load --create` gives a topic: ours, or Apache Iggy's, so that one driver
+/// measures both servers (`scripts/side-by-side.sh`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TopicOptions {
+    /// `durability` = the topic's durability.
+    Ours,
+    /// Apache Iggy's keys (its server refuses ours with 4041, "Unsupported option key"): a
+    /// replicated topic gets none (its default: no fsync), a persisted one `enforce_fsync`
+    /// (an fsync each time a partition saves, by default every 1,024 messages or 1 MiB), and with
+    /// `every_batch` also `messages_required_to_save = 1` (an fsync per batch before the reply,
+    /// as ours does for persisted durability).
+    Apache { every_batch: bool },
+}
+
+impl TopicOptions {
+    /// The options of a created topic of `durability`.
+    fn entries(self, durability: &str, max_topic_size: u64) -> Vec<OptionEntry> {
+        let mut options = Vec::new();
+        match self {
+            Self::Ours => options.push(OptionEntry::string("durability", durability)),
+            Self::Apache { every_batch } => {
+                if durability == "persisted" {
+                    options.push(OptionEntry::string("enforce_fsync", "true"));
+                    if every_batch {
+                        options.push(OptionEntry::string("messages_required_to_save", "1"));
+                    }
+                }
+            }
+        }
+        if max_topic_size > 0 {
+            options.push(OptionEntry::uint64("max_topic_size", max_topic_size));
+        }
+        options
+    }
 }
 
 /// Ledger lines.
@@ -181,6 +223,17 @@ pub struct ConsumerReport {
     pub caught_up: u32,
     /// Failed polls by kind.
     pub errors: std::collections::BTreeMap<String, u64>,
+    /// With [`LoadConfig::consume_after`]: how long the consumers took to read what the
+    /// producers wrote (from their start to the last one's end), and the payload megabytes
+    /// (10^6 bytes) read per second in that time.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub seconds: f64,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub mb_per_s: f64,
+}
+
+fn is_zero(value: &f64) -> bool {
+    *value == 0.0
 }
 
 /// The consumer id of producer `producer`'s consumer in run `run`.
@@ -234,16 +287,22 @@ pub fn split_id(id: u128) -> (u32, u32, u64) {
     ((id >> 96) as u32, (id >> 64) as u32, id as u64)
 }
 
-/// The payload of message `id`: the id itself (when it fits), then `size` bytes of a ChaCha8
-/// stream seeded by the id, so a moved or damaged message cannot pass for another.
+/// The payload of message `id`: the id itself (when it fits), then a SplitMix64 stream seeded
+/// by the id, so a moved or damaged message cannot pass for another. Cheap on purpose (two
+/// multiplies a word, where it was a ChaCha8 stream): the driver makes and checks a payload per
+/// message on the same cores as the server it measures.
 #[must_use]
 pub fn payload(id: u128, size: usize) -> Vec<u8> {
-    use rand_chacha::rand_core::{RngCore, SeedableRng};
-    let mut seed = [0u8; 32];
-    seed[..16].copy_from_slice(&id.to_le_bytes());
-    let mut out = vec![0u8; size.max(16)];
-    out[..16].copy_from_slice(&id.to_le_bytes());
-    rand_chacha::ChaCha8Rng::from_seed(seed).fill_bytes(&mut out[16..]);
+    let mut out = Vec::with_capacity(size.max(16) + 8);
+    out.extend_from_slice(&id.to_le_bytes());
+    let mut state = twox_hash::XxHash3_64::oneshot(&id.to_le_bytes());
+    while out.len() < size {
+        state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        out.extend_from_slice(&(z ^ (z >> 31)).to_le_bytes());
+    }
     out.truncate(size);
     out
 }
@@ -418,14 +477,11 @@ pub fn load(
             .create_stream(&config.stream)
             .map_err(|e| format!("creating stream {:?}: {e}", config.stream))?;
         for topic in &config.topics {
+            let options = config
+                .topic_options
+                .entries(&topic.durability, config.max_topic_size);
             client
-                .create_topic_retaining(
-                    &config.stream,
-                    &topic.name,
-                    topic.partitions,
-                    &topic.durability,
-                    config.max_topic_size,
-                )
+                .create_topic_with(&config.stream, &topic.name, topic.partitions, options)
                 .map_err(|e| format!("creating topic {:?}: {e}", topic.name))?;
         }
     }
@@ -457,7 +513,20 @@ pub fn load(
     });
     let started = Instant::now();
     let mut threads = Vec::new();
-    let mut consumers = Vec::new();
+    // The consumers' (producer, topic, partition), started with the producers or after them.
+    let mut readers = Vec::new();
+    let start_consumers = |readers: Vec<(u32, String, u32)>| {
+        readers
+            .into_iter()
+            .map(|(producer, topic, partition)| {
+                let shared = Arc::clone(&shared);
+                let config = config.clone();
+                std::thread::spawn(move || {
+                    consume(&config, &shared, run, producer, &topic, partition)
+                })
+            })
+            .collect::<Vec<_>>()
+    };
     let mut producer_index = 0u32;
     for topic in &config.topics {
         for partition in 0..topic.partitions {
@@ -467,18 +536,18 @@ pub fn load(
             let config = config.clone();
             let topic = topic.name.clone();
             if config.consumers {
-                let shared = Arc::clone(&shared);
-                let config = config.clone();
-                let topic = topic.clone();
-                consumers.push(std::thread::spawn(move || {
-                    consume(&config, &shared, run, producer, &topic, partition)
-                }));
+                readers.push((producer, topic.clone(), partition));
             }
             threads.push(std::thread::spawn(move || {
                 produce(&config, &shared, run, producer, &topic, partition, started)
             }));
         }
     }
+    let mut consumers = if config.consume_after {
+        Vec::new()
+    } else {
+        start_consumers(std::mem::take(&mut readers))
+    };
     // The duration, or the caller's stop.
     let end = started + config.duration;
     while Instant::now() < end && !stop.as_ref().is_some_and(|s| s.load(Ordering::Relaxed)) {
@@ -509,6 +578,10 @@ pub fn load(
     }
     let elapsed = started.elapsed().as_secs_f64();
     shared.producers_done.store(true, Ordering::Relaxed);
+    let reading = Instant::now();
+    if config.consume_after {
+        consumers = start_consumers(readers);
+    }
     if config.consumers {
         let mut read = ConsumerReport::default();
         for consumer in consumers {
@@ -531,6 +604,14 @@ pub fn load(
             read.caught_up += one.caught_up;
             for (kind, count) in one.errors {
                 *read.errors.entry(kind).or_default() += count;
+            }
+        }
+        if config.consume_after {
+            read.seconds = reading.elapsed().as_secs_f64();
+            #[allow(clippy::cast_precision_loss)]
+            {
+                read.mb_per_s =
+                    (read.consumed as f64 * config.message_size as f64) / read.seconds / 1e6;
             }
         }
         report.consumers = Some(read);

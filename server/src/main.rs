@@ -125,6 +125,20 @@ enum Command {
         /// paused or cut off, records the batch's outcome as unknown and moves to the next node.
         #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
         request_timeout: Duration,
+        /// With --create: the server is Apache Iggy's (0.9 edge, `--nodes 127.0.0.1:8090`), so
+        /// the topics get its options, not our `durability`: "replicated" none (its default,
+        /// no fsync), "persisted" `enforce_fsync` (an fsync each time a partition saves: every
+        /// 1,024 messages or 1 MiB unless --apache-fsync-every-batch).
+        #[arg(long)]
+        apache_iggy: bool,
+        /// With --apache-iggy: "persisted" also `messages_required_to_save = 1`, an fsync per
+        /// batch before the reply, as our persisted durability does.
+        #[arg(long, requires = "apache_iggy")]
+        apache_fsync_every_batch: bool,
+        /// With --consumers: the consumers start once the producers stopped and read back what
+        /// they wrote; the report gives their MB/s over that read.
+        #[arg(long, requires = "consumers")]
+        consume_after: bool,
     },
     /// Reads a `load` ledger and every node's partitions (through each node's client port) and
     /// reports, per node and partition, every acknowledged message missing, duplicated, at
@@ -346,6 +360,9 @@ fn main() -> ExitCode {
             consumers,
             max_topic_size,
             request_timeout,
+            apache_iggy,
+            apache_fsync_every_batch,
+            consume_after,
         } => {
             if let Err(e) = cluster.use_tls() {
                 eprintln!("iggy-server: {e}");
@@ -374,6 +391,15 @@ fn main() -> ExitCode {
                 consumers,
                 max_topic_size,
                 request_timeout,
+                topic_options: if apache_iggy {
+                    iggy_client::for_apache_iggy();
+                    load::TopicOptions::Apache {
+                        every_batch: apache_fsync_every_batch,
+                    }
+                } else {
+                    load::TopicOptions::Ours
+                },
+                consume_after,
             };
             run_load(&config, &ledger, json)
         }
