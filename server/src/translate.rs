@@ -35,13 +35,10 @@ pub enum Route {
     Refuse(u32),
     /// A metadata operation for the metadata group.
     Metadata(Op),
-    /// A batch for a partition's group: the batch bytes as the client built them. `wire` is the
-    /// partition's wire id, which the reply names (as do a poll's and an offset read's).
-    Messages {
-        key: PartitionKey,
-        wire: u32,
-        batch: Vec<u8>,
-    },
+    /// A send's batch for a partition's group (the batch, as the client built it, stays in the
+    /// request: the caller moves it on, never copies it). `wire` is the partition's wire id,
+    /// which the reply names (as do a poll's and an offset read's).
+    Messages { key: PartitionKey, wire: u32 },
     /// A consumer offset store for a partition's group.
     StoreOffset { key: PartitionKey, body: Vec<u8> },
     /// A consumer's stored offset to delete (a tombstone stored like an offset), if it has one.
@@ -660,7 +657,6 @@ fn route_inner(
             stream,
             topic,
             partitioning,
-            batch,
             ..
         } => {
             let (stream, topic) = find_topic(state, stream, topic)?;
@@ -668,7 +664,6 @@ fn route_inner(
             Route::Messages {
                 key: partition_key(stream, topic, partition)?,
                 wire: partition,
-                batch: batch.clone(),
             }
         }
         Request::PollMessages {

@@ -779,6 +779,12 @@ async fn answer<S: Storage + Clone + Send + Sync + 'static>(
         return answer;
     }
     let route = route_when_known(shared, &request, balanced).await;
+    // A send's batch, moved out of the request (routing only borrowed it).
+    let mut request = request;
+    let batch = match &mut request {
+        Request::SendMessages { batch, .. } => std::mem::take(batch),
+        _ => Vec::new(),
+    };
     match route {
         Route::Answer(body) => ok(body),
         Route::Refuse(code) => error(code),
@@ -791,7 +797,7 @@ async fn answer<S: Storage + Clone + Send + Sync + 'static>(
             );
             propose_for_client(shared, current, header, &op).await
         }
-        Route::Messages { key, wire, batch } => {
+        Route::Messages { key, wire } => {
             if iggy_format::batch::decode(&batch).is_err() {
                 return error(status::INVALID_MESSAGE_CHECKSUM);
             }

@@ -333,14 +333,22 @@ fn bits_len(count: usize) -> usize {
 }
 
 fn seal(fields: &Fields, body: &[u8]) -> Vec<u8> {
+    let mut bytes = Vec::with_capacity(HEADER_SIZE + body.len());
+    bytes.extend_from_slice(&seal_header(fields, body));
+    bytes.extend_from_slice(body);
+    bytes
+}
+
+/// The header [`seal`] puts before `body`.
+fn seal_header(fields: &Fields, body: &[u8]) -> [u8; HEADER_SIZE] {
     let size = u32::try_from(HEADER_SIZE + body.len()).unwrap_or_else(|_| {
         panic!(
             "a message body of {} bytes does not fit a frame",
             body.len()
         )
     });
-    let mut bytes = vec![0u8; HEADER_SIZE + body.len()];
-    let header = &mut bytes[..HEADER_SIZE];
+    let mut bytes = [0u8; HEADER_SIZE];
+    let header = &mut bytes[..];
     le::put_u128(header, CHECKSUM_BODY_OFFSET, checksum(body));
     le::put_u128(header, CLUSTER_OFFSET, fields.cluster);
     le::put_u128(header, GROUP_OFFSET, fields.group);
@@ -361,8 +369,41 @@ fn seal(fields: &Fields, body: &[u8]) -> Vec<u8> {
     header[STATUS_OFFSET] = fields.status;
     let sum = checksum(&header[CHECKSUM_BODY_OFFSET..]);
     le::put_u128(header, CHECKSUM_OFFSET, sum);
-    bytes[HEADER_SIZE..].copy_from_slice(body);
     bytes
+}
+
+/// The fields of a request's frame.
+fn request_fields(
+    cluster: u128,
+    group: u128,
+    client: u128,
+    request: u64,
+    operation: u32,
+) -> Fields {
+    Fields {
+        cluster,
+        group,
+        client,
+        request,
+        operation,
+        command: command::REQUEST,
+        ..Fields::default()
+    }
+}
+
+/// The [`frame_checksum`] of the request's frame ([`Message::Request`] encoded), without
+/// building the frame: the body is hashed where it lies (a send's body is a batch of up to
+/// `max_request_bytes`, and the primary checksums every request it takes).
+#[must_use]
+pub fn request_checksum(
+    cluster: u128,
+    group: u128,
+    (client, request): (u128, u64),
+    operation: u32,
+    body: &[u8],
+) -> Checksum {
+    let fields = request_fields(cluster, group, client, request, operation);
+    frame_checksum(&seal_header(&fields, body))
 }
 
 /// The checksum a sealed control frame carries (a request's is what its reply echoes).
@@ -788,18 +829,10 @@ impl Message {
                 request,
                 operation,
                 body,
-            } => {
-                let fields = Fields {
-                    cluster: *cluster,
-                    group: *group,
-                    client: *client,
-                    request: *request,
-                    operation: *operation,
-                    command: command::REQUEST,
-                    ..Fields::default()
-                };
-                seal(&fields, body)
-            }
+            } => seal(
+                &request_fields(*cluster, *group, *client, *request, *operation),
+                body,
+            ),
             Self::Reply {
                 from,
                 client,

@@ -9,7 +9,7 @@ use super::{Inflight, Pending, Phase, Replica, bit};
 use crate::Destination;
 use crate::config::replication_quorum;
 use crate::effect::{Effect, EffectId, Outcome};
-use crate::message::{From, Message, ReplyStatus, frame_checksum};
+use crate::message::{From, Message, ReplyStatus};
 
 impl Replica {
     pub(super) fn primary_tick(&mut self) {
@@ -68,16 +68,12 @@ impl Replica {
             self.count("request_without_client");
             return;
         }
-        let request_checksum = frame_checksum(
-            &Message::Request {
-                cluster: self.id.cluster,
-                group: self.id.group,
-                client,
-                request,
-                operation,
-                body: body.clone(),
-            }
-            .encode(),
+        let request_checksum = crate::message::request_checksum(
+            self.id.cluster,
+            self.id.group,
+            (client, request),
+            operation,
+            &body,
         );
         if let Some(session) = self.clients.get(client) {
             if request < session.request {
@@ -194,7 +190,8 @@ impl Replica {
             // A view change cut it before it was ever sent.
             return;
         }
-        self.journal.insert(header, Some(body.clone()));
+        // The journal keeps the body; each backup's prepare is a copy of it (none on one node).
+        self.journal.insert(header, Some(body));
         self.journal.journaled_head = op;
         self.prepare_arrived();
         if self.phase() != Phase::Primary || header.view != self.view {
@@ -209,7 +206,13 @@ impl Replica {
                 sent_at: vec![self.ticks; replicas],
             },
         );
-        self.broadcast(&Message::Prepare { header, body });
+        for to in 0..self.id.replicas {
+            if to != self.id.replica
+                && let Some(body) = self.journal.slot(op).and_then(|slot| slot.body.clone())
+            {
+                self.send(to, Message::Prepare { header, body });
+            }
+        }
         self.advance_commit();
     }
 
