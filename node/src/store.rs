@@ -509,13 +509,13 @@ fn execute_effect<S: Storage + Clone>(
             Effect::Prepare {
                 meta,
                 operation,
-                mut body,
+                body,
                 ..
             },
         ) => {
             let meta = iggy_format::PrepareMeta { now_us, ..meta };
             let request = match operation {
-                operation::MESSAGES => Request::Messages(&mut body),
+                operation::MESSAGES => Request::Batch(body),
                 operation::CONSUMER_OFFSET => match consumer_offset(&body) {
                     Some((kind, id, offset)) => Request::StoreOffset { kind, id, offset },
                     None => return Outcome::Refused("not a consumer offset store".into()),

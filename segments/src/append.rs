@@ -20,6 +20,9 @@ use crate::report::SegmentInfo;
 pub enum Request<'a> {
     /// A client's message batch, stamped in place with its offsets and timestamp.
     Messages(&'a mut [u8]),
+    /// The same, owned: stamped in place and kept as the entry's body, never copied (a
+    /// primary's hot path: the batch is up to `max_request_bytes`).
+    Batch(Vec<u8>),
     /// A consumer's offset.
     StoreOffset {
         kind: ConsumerKind,
@@ -78,6 +81,10 @@ impl<S: Storage + Clone> Partition<S> {
             Request::Messages(batch) => {
                 batch::stamp(batch, self.config.partition_id, base_offset, timestamp)?;
                 (operation::MESSAGES, batch.to_vec())
+            }
+            Request::Batch(mut batch) => {
+                batch::stamp(&mut batch, self.config.partition_id, base_offset, timestamp)?;
+                (operation::MESSAGES, batch)
             }
             Request::StoreOffset { kind, id, offset } => (
                 operation::CONSUMER_OFFSET,
