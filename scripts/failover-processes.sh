@@ -60,8 +60,6 @@ awk -v killed="$killed_ms" '
         for (p in gap) { n++; if (gap[p] > max) max = gap[p]; sum += gap[p] }
         if (n) printf "write gap across the kill: %d producers, longest %d ms, mean %d ms\n", n, max, sum / n
     }' "$dir/failover.ledger"
-grep -a "discarded_bytes=" "$dir/node-0.err" | grep -o "discarded_bytes=[0-9]*" \
-    | awk -F= '{s+=$2} END {print "boot discarded bytes:", s+0}'
 # Elections: per group, the survivors' first "view change done" after the kill (the new
 # primary's, which is normal first); dev.err holds the survivors' logs (node 0's first life died).
 { grep -a "view change done" "$dir/dev.err" || true; } | { grep -v " node=0 " || true; } | awk -v killed="$killed_ms" '
@@ -94,6 +92,9 @@ scrape() {
     cat <&3 || echo "scraping port $1 failed" >&2
     exec 3<&-
 }
+# What node 0's boot discarded (its metric; no log line carries it).
+scrape 10390 | { grep -a '^iggy_boot_discarded_bytes' || true; } \
+    | awk '{s+=$2} END {print "boot discarded bytes:", s+0}'
 { scrape 10391; scrape 10392; } > "$dir/survivors.metrics"
 grep -a '^iggy_repair_sent_bytes_total{to="0"}' "$dir/survivors.metrics" \
     | awk '{s+=$2} END {print "repair fetched by node 0:", s+0, "bytes"}'
