@@ -54,7 +54,34 @@ fn lines(child: &mut Child) -> Receiver<String> {
     rx
 }
 
-fn start_dev(dir: &Path, base: u16) -> (Child, Vec<String>) {
+/// `iggy-server dev` as a child of the test. A test that ends without [`interrupt`] (an
+/// assertion failed) sends it SIGINT on the way out, which stops its nodes: a failed test
+/// leaves no cluster holding its ports.
+struct Dev(Option<Child>);
+
+impl Dev {
+    fn child(&mut self) -> &mut Child {
+        self.0.as_mut().expect("dev not stopped yet")
+    }
+
+    fn id(&self) -> u32 {
+        self.0.as_ref().map_or(0, Child::id)
+    }
+}
+
+impl Drop for Dev {
+    fn drop(&mut self) {
+        if let Some(child) = &self.0
+            && let Some(pid) = i32::try_from(child.id())
+                .ok()
+                .and_then(rustix::process::Pid::from_raw)
+        {
+            let _ = rustix::process::kill_process(pid, rustix::process::Signal::INT);
+        }
+    }
+}
+
+fn start_dev(dir: &Path, base: u16) -> (Dev, Vec<String>) {
     let mut child = Command::new(EXE)
         .args([
             "dev",
@@ -77,7 +104,7 @@ fn start_dev(dir: &Path, base: u16) -> (Child, Vec<String>) {
                 let done = line.starts_with("Ctrl-C");
                 seen.push(line);
                 if done {
-                    return (child, seen);
+                    return (Dev(Some(child)), seen);
                 }
             }
             Err(_) => {
@@ -93,7 +120,8 @@ fn start_dev(dir: &Path, base: u16) -> (Child, Vec<String>) {
 }
 
 /// SIGINT, as Ctrl-C in a terminal; waits (at most 60 s) and returns the exit code and stderr.
-fn interrupt(child: Child) -> (i32, String) {
+fn interrupt(mut dev: Dev) -> (i32, String) {
+    let child = dev.0.take().expect("dev not stopped yet");
     let pid = rustix::process::Pid::from_raw(i32::try_from(child.id()).expect("pid")).expect("pid");
     rustix::process::kill_process(pid, rustix::process::Signal::INT).expect("signal");
     // Waited for on a thread (its stdout was taken by `lines`; stderr is read to the end).
@@ -348,7 +376,7 @@ fn run_refuses_a_bad_configuration_naming_the_file_and_the_key() {
 /// The pid of `dev`'s child that runs node `node` (from `/proc`: its parent and its command
 /// line, which names the node's configuration file).
 #[allow(clippy::disallowed_methods)] // /proc, not storage
-fn node_pid(dev: &Child, node: u8) -> i32 {
+fn node_pid(dev: &Dev, node: u8) -> i32 {
     let config = format!("node-{node}.toml");
     for entry in std::fs::read_dir("/proc").expect("/proc").flatten() {
         let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
@@ -392,7 +420,7 @@ fn a_node_out_of_descriptors_backs_off_its_accepts_and_serves_again() {
     let base = free_base();
     let (mut dev, _) = start_dev(dir.path(), base);
     // The nodes' log lines (they share dev's stderr), read as they come.
-    let stderr = dev.stderr.take().expect("stderr piped");
+    let stderr = dev.child().stderr.take().expect("stderr piped");
     let (tx, log) = channel();
     std::thread::spawn(move || {
         for line in BufReader::new(stderr).lines() {
