@@ -41,10 +41,14 @@ fn free_base() -> u16 {
 
 /// The child's stdout lines, read on a thread.
 fn lines(child: &mut Child) -> Receiver<String> {
-    let stdout = child.stdout.take().expect("stdout piped");
+    read_lines(child.stdout.take().expect("stdout piped"))
+}
+
+/// The lines of `from`, read on a thread.
+fn read_lines(from: impl std::io::Read + Send + 'static) -> Receiver<String> {
     let (tx, rx) = channel();
     std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines() {
+        for line in BufReader::new(from).lines() {
             let Ok(line) = line else { return };
             if tx.send(line).is_err() {
                 return;
@@ -420,16 +424,7 @@ fn a_node_out_of_descriptors_backs_off_its_accepts_and_serves_again() {
     let base = free_base();
     let (mut dev, _) = start_dev(dir.path(), base);
     // The nodes' log lines (they share dev's stderr), read as they come.
-    let stderr = dev.child().stderr.take().expect("stderr piped");
-    let (tx, log) = channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines() {
-            let Ok(line) = line else { return };
-            if tx.send(line).is_err() {
-                return;
-            }
-        }
-    });
+    let log = read_lines(dev.child().stderr.take().expect("stderr piped"));
     let wait_for = |what: &str| -> String {
         let deadline = std::time::Instant::now() + Duration::from_secs(60);
         while let Some(left) = deadline.checked_duration_since(std::time::Instant::now()) {
