@@ -125,10 +125,11 @@ enum Command {
         /// paused or cut off, records the batch's outcome as unknown and moves to the next node.
         #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
         request_timeout: Duration,
-        /// With --create: the server is Apache Iggy's (0.9 edge, `--nodes 127.0.0.1:8090`), so
-        /// the topics get its options, not our `durability`: "replicated" none (its default,
-        /// no fsync), "persisted" `enforce_fsync` (an fsync each time a partition saves: every
-        /// 1,024 messages or 1 MiB unless --apache-fsync-every-batch).
+        /// The server is Apache Iggy's (0.9 edge, `--nodes 127.0.0.1:8090`): its replies are
+        /// taken under the client id it assigned, and with --create the topics get its options,
+        /// not our `durability`: "replicated" none (its default, no fsync), "persisted"
+        /// `enforce_fsync` (an fsync each time a partition saves: every 1,024 messages or 1 MiB
+        /// unless --apache-fsync-every-batch).
         #[arg(long)]
         apache_iggy: bool,
         /// With --apache-iggy: "persisted" also `messages_required_to_save = 1`, an fsync per
@@ -368,6 +369,9 @@ fn main() -> ExitCode {
                 eprintln!("iggy-server: {e}");
                 return ExitCode::FAILURE;
             }
+            if apache_iggy {
+                iggy_client::for_apache_iggy();
+            }
             let topics = [("replicated", replicated), ("persisted", persisted)]
                 .into_iter()
                 .filter(|(_, partitions)| *partitions > 0)
@@ -392,7 +396,6 @@ fn main() -> ExitCode {
                 max_topic_size,
                 request_timeout,
                 topic_options: if apache_iggy {
-                    iggy_client::for_apache_iggy();
                     load::TopicOptions::Apache {
                         every_batch: apache_fsync_every_batch,
                     }
