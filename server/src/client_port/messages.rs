@@ -156,7 +156,9 @@ pub(super) fn poll<S: Storage + Clone>(
     };
     let mut messages = 0u32;
     let mut last = None;
-    let mut bytes = Vec::new();
+    // The batches go straight behind room for the header, which is written once their count
+    // is known (one copy of each batch into the answer, not two).
+    let mut out = vec![0u8; POLL_HEADER_SIZE];
     if start < next && count > 0 {
         let batches = partition
             .read_through(start, POLL_BYTES_MAX, partition.committed())
@@ -169,6 +171,7 @@ pub(super) fn poll<S: Storage + Clone>(
                 );
                 status::ERROR
             })?;
+        out.reserve(batches.iter().map(|batch| batch.bytes.len()).sum());
         for batch in batches {
             if messages >= count {
                 break;
@@ -177,17 +180,18 @@ pub(super) fn poll<S: Storage + Clone>(
             if batch.header.message_count > 0 {
                 last = Some(batch.header.base_offset + u64::from(batch.header.message_count) - 1);
             }
-            bytes.extend_from_slice(&batch.bytes);
+            out.extend_from_slice(&batch.bytes);
         }
     }
-    let mut out = Vec::with_capacity(POLL_HEADER_SIZE + bytes.len());
+    let mut header = Vec::with_capacity(POLL_HEADER_SIZE);
     PollHeader {
         partition_id: wire,
         current_offset: next.saturating_sub(1),
         messages_count: messages,
     }
-    .put(&mut out);
-    out.extend_from_slice(&bytes);
+    .put(&mut header);
+    // The same length as the room left for it: nothing behind it moves.
+    out.splice(..POLL_HEADER_SIZE, header);
     Ok((out, last))
 }
 

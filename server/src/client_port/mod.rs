@@ -254,6 +254,8 @@ pub async fn start<S: Storage + Clone + Send + Sync + 'static>(
 const PRE_LOGIN_IDLE: Duration = Duration::from_secs(10);
 /// The largest body taken before login (a login is a few hundred bytes).
 const PRE_LOGIN_BODY_MAX: usize = 64 << 10;
+/// A reply body at least this large is written after its header, not copied behind it.
+const SEPARATE_BODY_BYTES: usize = 16 << 10;
 /// How long the rest of a request's body may take once its header arrived.
 const BODY_DEADLINE: Duration = Duration::from_secs(30);
 
@@ -521,7 +523,9 @@ async fn serve<S: Storage + Clone + Send + Sync + 'static>(
         if let Answer::Reply { status, .. } = &answer {
             tracing::debug!(%peer, code = header.code, operation = ?header.operation, request = header.request, status, "client port: answered");
         }
-        let bytes = match answer {
+        // The reply's header, and its body when large enough to write on its own rather
+        // than copy behind the header (a poll's answer is up to a megabyte or more).
+        let (bytes, tail) = match answer {
             Answer::Reply { status, body, op } => {
                 if status != 0 {
                     *shared
@@ -539,10 +543,14 @@ async fn serve<S: Storage + Clone + Send + Sync + 'static>(
                 reply.commit = op;
                 reply.replica = shared.config.replica;
                 let mut bytes = reply.encode().to_vec();
-                if status == 0 {
+                if status != 0 {
+                    (bytes, Vec::new())
+                } else if body.len() >= SEPARATE_BODY_BYTES {
+                    (bytes, body)
+                } else {
                     bytes.extend_from_slice(&body);
+                    (bytes, Vec::new())
                 }
-                bytes
             }
             Answer::Evict(reason) => {
                 shared
@@ -556,7 +564,10 @@ async fn serve<S: Storage + Clone + Send + Sync + 'static>(
             }
         };
         // (A TLS stream's records go out at the flush.)
-        if stream.write_all(&bytes).await.is_err() || stream.flush().await.is_err() {
+        if stream.write_all(&bytes).await.is_err()
+            || (!tail.is_empty() && stream.write_all(&tail).await.is_err())
+            || stream.flush().await.is_err()
+        {
             break;
         }
     }
