@@ -1,5 +1,5 @@
-# Helpers the cluster scripts share (sourced by fault-harness.sh, hostile-clients.sh and
-# full-disk.sh): three nodes configured by `iggy-server dev` under $dir/cluster on ports from
+# Helpers the cluster scripts share (sourced by fault-harness.sh, hostile-clients.sh,
+# full-disk.sh, and for `cpu_ticks` by throughput-processes.sh and side-by-side.sh): three nodes configured by `iggy-server dev` under $dir/cluster on ports from
 # $base (clients $base+i, replica bus $base+1000+i, metrics $base+2000+i), each run as its own
 # process by `iggy-server run`. The sourcing script sets $S (the server binary), $dir and $base.
 
@@ -8,6 +8,16 @@ pid_of() { pgrep -f "$dir/cluster/node-$1.toml" || true; }
 # Whether node $1's client port accepts a connection.
 up() { (exec 3<>"/dev/tcp/127.0.0.1/$((base + $1))") 2>/dev/null; }
 wait_up() { for _ in $(seq 1 600); do up "$1" && return 0; sleep 0.05; done; echo "node $1 did not come up" >&2; return 1; }
+# Clock ticks of user and system time of the processes named, summed (`getconf CLK_TCK` a
+# second). Needs neither $dir nor $base (throughput-processes.sh and side-by-side.sh).
+cpu_ticks() {
+    local sum=0 pid
+    for pid in "$@"; do
+        # Fields after the command name's closing parenthesis: utime is the 12th, stime the 13th.
+        sum=$((sum + $(sed 's/^.*) //' "/proc/$pid/stat" | awk '{print $12 + $13}')))
+    done
+    echo "$sum"
+}
 # Node $1's metrics page (empty when it does not answer).
 metrics() { (exec 3<>"/dev/tcp/127.0.0.1/$((base + 2000 + $1))" && printf 'GET /metrics HTTP/1.0\r\n\r\n' >&3 && cat <&3) 2>/dev/null || true; }
 # Writes each node's configuration and creates the cluster with `dev` (extra arguments go to

@@ -42,6 +42,8 @@ fi
 cd "$(dirname "$0")/.."
 cargo build --release -q -p iggy-server
 S=$PWD/target/release/iggy-server
+# shellcheck source=cluster.sh
+. scripts/cluster.sh
 tick=$(getconf CLK_TCK)
 top=$(mktemp -d /tmp/iggy-side.XXXXXX)
 server=""
@@ -51,11 +53,6 @@ cleanup() {
     rm -rf "$top"
 }
 trap cleanup EXIT
-
-cpu_ticks() {
-    # Fields after the command name's closing parenthesis: utime is the 12th, stime the 13th.
-    sed 's/^.*) //' "/proc/$1/stat" | awk '{print $12 + $13}'
-}
 
 wait_port() {
     for _ in $(seq 1 300); do
@@ -77,9 +74,8 @@ run_one() {
     if [ "$who" = ours ]; then
         address=127.0.0.1:8690
         $S dev --nodes 1 --dir "$dir/data" --base-port 8690 > "$dir/server.out" 2> "$dir/server.err" &
-        local dev=$!
+        server=$!
         for _ in $(seq 1 600); do grep -q "^try:" "$dir/server.out" 2>/dev/null && break; sleep 0.1; done
-        server=$dev
         # The node is dev's child: its CPU is what the load costs.
         local pid
         pid=$(pgrep -f "$dir/data/node-0.toml")

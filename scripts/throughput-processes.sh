@@ -15,6 +15,8 @@ seconds=${1:-10}
 cd "$(dirname "$0")/.."
 cargo build --release -q -p iggy-server -p iggy-benches --bin iggy-bench
 S=target/release/iggy-server
+# shellcheck source=cluster.sh
+. scripts/cluster.sh
 tick=$(getconf CLK_TCK)
 top=$(mktemp -d /tmp/iggy-throughput.XXXXXX)
 dev=""
@@ -25,16 +27,6 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# Clock ticks of user and system time of the processes named, summed.
-cpu_ticks() {
-    local sum=0 pid fields
-    for pid in "$@"; do
-        # Fields after the command name's closing parenthesis: utime is the 12th, stime the 13th.
-        fields=$(sed 's/^.*) //' "/proc/$pid/stat")
-        sum=$((sum + $(echo "$fields" | awk '{print $12 + $13}')))
-    done
-    echo "$sum"
-}
 written() {
     local sum=0 pid
     for pid in "$@"; do
