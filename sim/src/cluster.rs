@@ -387,8 +387,11 @@ struct Deaf {
     node: u8,
     since_us: u64,
     /// Per group: the highest commit point the other nodes reached, and since when a request
-    /// has waited without it moving (reset only when it moves).
+    /// has waited without it moving (reset when it moves, when a request is answered, and when
+    /// no request waits).
     groups: BTreeMap<u128, (u64, Option<u64>)>,
+    /// Per group: when it last progressed (its commit point moved or a request was answered).
+    progress: BTreeMap<u128, u64>,
     next_check_us: u64,
 }
 
@@ -1043,6 +1046,7 @@ impl Cluster {
             node,
             since_us: self.now,
             groups: BTreeMap::new(),
+            progress: BTreeMap::new(),
             next_check_us: self.now,
         });
         self.note(format!(
@@ -1061,6 +1065,8 @@ impl Cluster {
         if self.now < deaf.next_check_us {
             return;
         }
+        // The previous check: progress seen now happened after it.
+        let checked = deaf.next_check_us.saturating_sub(100_000);
         deaf.next_check_us = self.now + 100_000;
         for kind in self.layout.groups() {
             let group = kind.id();
@@ -1084,18 +1090,45 @@ impl Cluster {
                 )
                 .min()
                 .map(|at| at.max(deaf.since_us));
+            let finished = self
+                .clients
+                .iter()
+                .filter(|c| c.group == group)
+                .all(Client::done)
+                && self
+                    .producers
+                    .iter()
+                    .filter(|p| p.group == group)
+                    .all(Producer::done);
             let replied = self.replied_at.get(&group).copied().unwrap_or(0);
             let entry = deaf.groups.entry(group).or_insert((commit, None));
             // Progress: the commit point moved, or a request was answered since the wait
             // began (a resend of a committed request is answered from the client table
-            // without a new commit).
-            if commit > entry.0 || entry.1.is_some_and(|since| replied > since) {
+            // without a new commit). A wait is then counted again from the progress at the
+            // earliest: a request still waiting after the group committed (its client walking
+            // the roster on a backup that refuses it, say, while its own op committed) waits
+            // on a group that takes writes. Many-groups seed 593 counted it from its first
+            // send across the commit that took its op, then on after its producer gave it
+            // up with nothing left to send.
+            let progress = if commit > entry.0 {
+                Some(checked)
+            } else {
+                entry.1.filter(|since| replied > *since).map(|_| replied)
+            };
+            if let Some(at) = progress {
                 *entry = (commit, None);
+                deaf.progress.insert(group, at);
             }
-            if entry.1.is_none() {
-                // Counted from the last answer at the earliest (a wait that began before it is
-                // not forgiven twice).
-                entry.1 = waiting.map(|at| at.max(replied));
+            if finished {
+                // Its clients and producers sent their last request and have every outcome
+                // (the last given up, say): the group owes no write. A client between two
+                // requests is not finished: a wait given up goes on counting into the next.
+                entry.1 = None;
+            } else if entry.1.is_none() {
+                // Counted from the last answer or commit at the earliest (a wait that began
+                // before either is not forgiven twice).
+                let progressed = deaf.progress.get(&group).copied().unwrap_or(0);
+                entry.1 = waiting.map(|at| at.max(replied).max(progressed));
             }
             if let Some(since) = entry.1
                 && self.now.saturating_sub(since) > DEAF_STALL_US
