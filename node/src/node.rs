@@ -110,6 +110,10 @@ pub struct Group<S: Storage + Clone> {
     pub lane: VecDeque<Effect>,
     /// Whether the host has the lane's head in hand (a run scheduled, or on a thread).
     pub lane_busy: bool,
+    /// Publications carried out beside the lane ([`Node::take_job_beside`]): the one in
+    /// flight, the ones that arrived meanwhile (carried out together once it ends), and
+    /// whether the lane's head waits for them to end.
+    beside: Beside,
     /// A partition's topic's retention (zero: keeps everything), as the metadata said when
     /// the group was hosted.
     pub retention: Retention,
@@ -132,6 +136,7 @@ impl<S: Storage + Clone> Group<S> {
             partition,
             lane: VecDeque::new(),
             lane_busy: false,
+            beside: Beside::default(),
             retention: Retention::default(),
             image: Arc::new(Mutex::new(None)),
             image_asked: None,
@@ -193,8 +198,11 @@ pub struct Ran {
     pub log_view_before: u32,
     /// The storage failed (the replica halted: the host restarts the process).
     pub failed: Option<String>,
-    /// More effects wait on the lane.
+    /// More effects wait on the lane (for a publication beside the lane: the lane's head
+    /// waited for it, and may go now).
     pub more: bool,
+    /// A publication carried out beside the lane ([`Node::take_job_beside`]).
+    pub beside: bool,
     /// The replica's status and view before and after it took the completion.
     pub before: (Status, u32),
     pub after: (Status, u32),
@@ -233,6 +241,9 @@ pub struct Job<S: Storage + Clone> {
     checkpoint_bytes: u64,
     catalog: Option<Arc<Catalog<S>>>,
     mirror: bool,
+    /// A publication beside the lane: the partition, and the ids of the `Publish` effects it
+    /// completes (none for a checkpoint).
+    beside: Option<(Arc<Partition<S>>, Vec<u64>)>,
 }
 
 impl<S: Storage + Clone> Job<S> {
@@ -242,10 +253,32 @@ impl<S: Storage + Clone> Job<S> {
         self.ran.name
     }
 
+    /// A publication carried out beside the lane ([`Node::take_job_beside`]): the host runs
+    /// it on a thread of its own, not the lane's, and takes the lane's next job meanwhile.
+    #[must_use]
+    pub fn is_beside(&self) -> bool {
+        self.beside.is_some()
+    }
+
     /// Carries the effect out on the group's store (`now_us`: the host's clock, for a
     /// primary's stamps).
     #[must_use]
     pub fn run(self, now_us: u64) -> Done<S> {
+        if let Some((partition, ids)) = self.beside {
+            // Not under the store's lock: the lane's next effects run meanwhile, and the WAL
+            // publishes what was appended while they append more.
+            let outcome = partition
+                .publish()
+                .map_or_else(|e| Outcome::Failed(e.to_string()), |()| Outcome::Done);
+            return Done {
+                group: self.group,
+                id: self.id,
+                outcome,
+                ran: self.ran,
+                changes: Changes::default(),
+                ids,
+            };
+        }
         let (outcome, changes) = {
             let mut store = lock(&self.store);
             execute_with(
@@ -263,6 +296,7 @@ impl<S: Storage + Clone> Job<S> {
             outcome,
             ran: self.ran,
             changes,
+            ids: Vec::new(),
         }
     }
 }
@@ -274,6 +308,24 @@ pub struct Done<S: Storage + Clone> {
     outcome: Outcome,
     ran: Ran,
     changes: Changes<S>,
+    /// The `Publish` effects a publication beside the lane completes.
+    ids: Vec<u64>,
+}
+
+/// A group's publications beside its lane ([`Node::take_job_beside`]).
+#[derive(Default)]
+struct Beside {
+    /// The host takes this group's jobs with [`Node::take_job_beside`].
+    on: bool,
+    /// One is in flight.
+    in_flight: bool,
+    /// `Publish` effects that arrived while it was: the next publication completes them all.
+    queued: Vec<u64>,
+    /// The partition's checkpoint is due (`checkpoint_bytes` unpublished): the next
+    /// publication is wanted even with no `Publish` effect queued.
+    checkpoint: bool,
+    /// The lane's head is an effect that waits for the publication in flight to end.
+    lane_waits: bool,
 }
 
 /// A group the metadata deleted: its store (a storage thread may still hold it until its last
@@ -868,12 +920,71 @@ impl<S: Storage + Clone> Node<S> {
     /// Takes the head of `group`'s lane to be carried out, `observer` watching. `None`: no such
     /// group, or the lane is empty (and no longer busy).
     pub fn take_job(&mut self, group: u128, observer: &mut dyn Observer) -> Option<Job<S>> {
+        self.take_job_with(group, observer, false)
+    }
+
+    /// [`Node::take_job`] for a host that carries a replicated partition's publications out
+    /// beside its lane: a `Publish` effect of a replica in normal status (the periodic one,
+    /// or a client's flush) comes back as a job to run on another thread ([`Job::is_beside`]),
+    /// and the lane goes on at once with the prepares, journal writes, commits and
+    /// superblock writes after it, which the WAL appends while it publishes (its
+    /// publication covers at least what was appended before the effect, as on the lane).
+    /// Any other effect waits for the publication to end. A publication ends with its
+    /// completion as on the lane; until then no view start counts on it (a view start's
+    /// publication, in a view change, stays on the lane). At most one is in flight per group:
+    /// the periodic ones that arrive meanwhile are carried out together after it. Before
+    /// this an fdatasync of up to `checkpoint_bytes` held every prepare of its partition
+    /// behind it (the p99 of the unsynced loads, `docs/benchmarks.md`).
+    pub fn take_job_beside(&mut self, group: u128, observer: &mut dyn Observer) -> Option<Job<S>> {
+        self.take_job_with(group, observer, true)
+    }
+
+    fn take_job_with(
+        &mut self,
+        group: u128,
+        observer: &mut dyn Observer,
+        beside: bool,
+    ) -> Option<Job<S>> {
         let index = self.index;
         let g = self.groups.get_mut(&group)?;
-        let Some(effect) = g.lane.pop_front() else {
+        g.beside.on |= beside;
+        let Some(head) = g.lane.front() else {
             g.lane_busy = false;
             return None;
         };
+        let publication = matches!(head, Effect::Publish { .. })
+            && beside
+            && matches!(
+                g.kind,
+                GroupKind::Partition {
+                    persisted: false,
+                    ..
+                }
+            )
+            && g.replica.status() == Status::Normal
+            && g.partition.is_some();
+        if g.beside.in_flight {
+            if publication {
+                // The one in flight may have started before this effect's entries were
+                // appended: the next publication, once it ends, covers them.
+                if let Some(Effect::Publish { id, .. }) = g.lane.pop_front() {
+                    g.beside.queued.push(id);
+                }
+                return self.take_job_with(group, observer, beside);
+            }
+            if !matches!(
+                head,
+                Effect::Prepare { .. }
+                    | Effect::Journal { .. }
+                    | Effect::Commit { .. }
+                    | Effect::WriteSuperblock { .. }
+            ) {
+                // The lane stays busy: the publication's completion takes it up again.
+                g.beside.lane_waits = true;
+                return None;
+            }
+        }
+        let effect = g.lane.pop_front()?;
         let ran = Ran {
             name: effect.name(),
             commit: match &effect {
@@ -891,21 +1002,103 @@ impl<S: Storage + Clone> Node<S> {
             log_view_before: g.replica.durable().log_view,
             failed: None,
             more: false,
+            beside: false,
             before: (g.replica.status(), g.replica.view()),
             after: (g.replica.status(), g.replica.view()),
         };
         observer.before_effect(index, group, &g.replica, &effect);
         let metadata = g.kind == GroupKind::Metadata;
+        let id = effect.id().unwrap_or(0);
+        let beside = if publication {
+            g.beside.in_flight = true;
+            g.beside.checkpoint = false;
+            g.partition.clone().map(|p| (p, vec![id]))
+        } else {
+            None
+        };
+        // A replicated partition's checkpoint, when its publications run beside the lane, is
+        // one of them too ([`Node::take_queued_publication`]); the lane publishes only past
+        // twice the checkpoint (the publications fell behind), which bounds what a kill can
+        // forget as before.
+        let checkpoint_bytes = if g.beside.on {
+            // Below the WAL's bound on unpublished bytes less one prepare, as the lane's own
+            // checkpoint always was (past it an append is refused, and the replica halts).
+            let bound = self
+                .config
+                .boot
+                .unpublished_bytes_max
+                .saturating_sub(iggy_segments::PREPARE_BYTES_MAX);
+            self.config
+                .checkpoint_bytes
+                .saturating_mul(2)
+                .min(bound)
+                .max(self.config.checkpoint_bytes)
+        } else {
+            self.config.checkpoint_bytes
+        };
+        let ran = Ran {
+            beside: beside.is_some(),
+            ..ran
+        };
         Some(Job {
             group,
-            id: effect.id().unwrap_or(0),
+            id,
             effect,
             store: g.store.clone(),
             ran,
-            checkpoint_bytes: self.config.checkpoint_bytes,
+            checkpoint_bytes,
             catalog: metadata.then(|| self.catalog.clone()),
             mirror: metadata && self.config.mirror_metadata,
+            beside,
         })
+    }
+
+    /// The next publication beside `group`'s lane, if none is in flight and one is wanted:
+    /// the `Publish` effects queued behind the last one (one job completes them all), or the
+    /// partition's checkpoint. The host runs it like [`Node::take_job_beside`]'s, after every
+    /// completion of the group.
+    pub fn take_queued_publication(&mut self, group: u128) -> Option<Job<S>> {
+        let g = self.groups.get_mut(&group)?;
+        if g.beside.in_flight || (g.beside.queued.is_empty() && !g.beside.checkpoint) {
+            return None;
+        }
+        let partition = g.partition.clone()?;
+        let ids = std::mem::take(&mut g.beside.queued);
+        g.beside.checkpoint = false;
+        g.beside.in_flight = true;
+        let metadata = false;
+        Some(Job {
+            group,
+            id: 0,
+            effect: Effect::Publish { id: 0, through: 0 },
+            store: g.store.clone(),
+            ran: Ran {
+                name: "publish",
+                commit: None,
+                durable: None,
+                journaled: None,
+                log_view_before: g.replica.durable().log_view,
+                failed: None,
+                more: false,
+                beside: true,
+                before: (g.replica.status(), g.replica.view()),
+                after: (g.replica.status(), g.replica.view()),
+            },
+            checkpoint_bytes: self.config.checkpoint_bytes,
+            catalog: None,
+            mirror: metadata,
+            beside: Some((partition, ids)),
+        })
+    }
+
+    /// Whether `group` has a publication beside its lane in flight, or `Publish` effects
+    /// queued behind it (a stop waits for them; not for a checkpoint, which the shutdown's
+    /// own publication covers).
+    #[must_use]
+    pub fn publishing_beside(&self, group: u128) -> bool {
+        self.groups
+            .get(&group)
+            .is_some_and(|g| g.beside.in_flight || !g.beside.queued.is_empty())
     }
 
     /// Hands the replica of a carried-out job its completion, `observer` watching, and applies
@@ -920,8 +1113,26 @@ impl<S: Storage + Clone> Node<S> {
             outcome,
             mut ran,
             changes,
+            ids,
         } = done;
         let g = self.groups.get_mut(&group)?;
+        if ran.beside {
+            if let Outcome::Failed(reason) = &outcome {
+                ran.failed = Some(reason.clone());
+            }
+            g.beside.in_flight = false;
+            observer.effect_done(index, group, &g.replica, &ran, &outcome);
+            for id in ids {
+                g.replica.on_completion(id, outcome.clone());
+            }
+            ran.after = (g.replica.status(), g.replica.view());
+            // The lane's head waited for it: the host takes the lane up again.
+            ran.more = std::mem::take(&mut g.beside.lane_waits);
+            if ran.failed.is_none() {
+                observer.effect_completed(index, group, &g.replica, &ran);
+            }
+            return Some(ran);
+        }
         ran.journaled = match &outcome {
             Outcome::Prepared { header, .. } => Some(header.op),
             Outcome::Done => ran.journaled,
@@ -931,6 +1142,21 @@ impl<S: Storage + Clone> Node<S> {
             ran.failed = Some(reason.clone());
         }
         ran.more = !g.lane.is_empty();
+        if g.beside.on
+            && ran.journaled.is_some()
+            && matches!(
+                g.kind,
+                GroupKind::Partition {
+                    persisted: false,
+                    ..
+                }
+            )
+            && g.partition
+                .as_ref()
+                .is_some_and(|p| p.unpublished_bytes() >= self.config.checkpoint_bytes)
+        {
+            g.beside.checkpoint = true;
+        }
         observer.effect_done(index, group, &g.replica, &ran, &outcome);
         g.replica.on_completion(id, outcome);
         ran.after = (g.replica.status(), g.replica.view());

@@ -594,8 +594,10 @@ fn execute_effect<S: Storage + Clone>(
             }
             // Committed entries go to the segment files (unsynced), where consumers read them
             // (`Partition::read_through` does the same): what a killed process leaves on disk
-            // past the frontier, for boot to discard.
-            if let Err(e) = partition.wal().write_buffered() {
+            // past the frontier, for boot to discard. Not while a publication beside the lane
+            // is in flight (`Node::take_job_beside`): the commit would wait for its sync, and
+            // a poll writes them out itself when it reads past what was published.
+            if let Err(e) = partition.wal().write_buffered_if_idle() {
                 return failed(&e);
             }
             let mut out = Vec::new();

@@ -375,6 +375,162 @@ fn three_nodes_commit_a_batch_that_survives_a_clean_restart() {
     }
 }
 
+/// `Node::take_job_beside`: a replicated partition's publication runs beside its lane. The
+/// prepare behind it is handed out, carried out and completed while the publication has not
+/// run; a second publication arriving meanwhile waits for the first and is completed by the
+/// one after it; and the published head covers what was appended before each.
+#[test]
+fn a_publication_beside_the_lane_holds_no_prepare_behind_it() {
+    let storages: Vec<SimStorage> = (0..3).map(genesis).collect();
+    let mut host = Host::boot(&storages, 1);
+    let partition = GroupKind::Partition {
+        key: KEY,
+        persisted: false,
+    }
+    .id();
+    host.send_batch(0, partition, 1, 10);
+    host.settle();
+    let op1 = host.partition(0).replica.commit_min();
+    assert!(op1 >= 1, "batch 1 committed");
+    let published = |host: &Host| {
+        host.partition(0)
+            .partition()
+            .expect("a partition")
+            .wal()
+            .published()
+            .head_op
+    };
+    let before = published(&host);
+    assert!(before < op1, "nothing asked batch 1 to be published yet");
+
+    // The lane: the flush's publication, then batch 2's prepare.
+    let node = &mut host.nodes[0];
+    node.publish_now(partition).expect("hosted");
+    node.deliver(
+        partition,
+        Message::Request {
+            cluster: CLUSTER,
+            group: partition,
+            client: CLIENT,
+            request: 2,
+            operation: operation::MESSAGES,
+            body: batch(2, 10),
+        },
+    );
+    let drained = node.drain(partition);
+    let publication = node
+        .take_job_beside(partition, &mut Unobserved)
+        .expect("the lane's head");
+    assert!(
+        publication.is_beside(),
+        "{}: not beside the lane",
+        publication.name()
+    );
+    let prepare = node
+        .take_job_beside(partition, &mut Unobserved)
+        .expect("the prepare is handed out while the publication is in flight");
+    assert!(!prepare.is_beside());
+    assert_eq!(prepare.name(), "prepare");
+    let ran = node
+        .complete(prepare.run(0), &mut Unobserved)
+        .expect("hosted");
+    assert_eq!(ran.failed, None);
+
+    // A second publication while the first is in flight: queued, not handed out; the lane's
+    // other effects (the acknowledgment bound's superblock write) still go.
+    node.publish_now(partition).expect("hosted");
+    let mut sends = drained.sends;
+    loop {
+        sends.extend(node.drain(partition).sends);
+        let Some(job) = node.take_job_beside(partition, &mut Unobserved) else {
+            break;
+        };
+        assert!(
+            !job.is_beside() && job.name() != "publish",
+            "{}",
+            job.name()
+        );
+        let ran = node.complete(job.run(0), &mut Unobserved).expect("hosted");
+        assert_eq!(ran.failed, None);
+    }
+    assert!(node.take_queued_publication(partition).is_none());
+    assert!(
+        node.publishing_beside(partition),
+        "the second publication waits"
+    );
+
+    // The first ends: it covers batch 1; the queued one goes next and covers batch 2.
+    let ran = node
+        .complete(publication.run(0), &mut Unobserved)
+        .expect("hosted");
+    assert!(ran.beside && ran.failed.is_none());
+    assert!(published(&host) >= op1, "the publication covers batch 1");
+    let node = &mut host.nodes[0];
+    let queued = node
+        .take_queued_publication(partition)
+        .expect("the queued publication");
+    assert!(queued.is_beside());
+    let ran = node
+        .complete(queued.run(0), &mut Unobserved)
+        .expect("hosted");
+    assert_eq!(ran.failed, None);
+    assert!(!host.nodes[0].publishing_beside(partition));
+    assert!(
+        published(&host) > op1,
+        "the second publication covers batch 2's prepare"
+    );
+
+    // A batch past `checkpoint_bytes` (256 KiB here): the lane journals it without
+    // publishing; the checkpoint is then wanted beside the lane, with no effect to complete.
+    let before_checkpoint = published(&host);
+    let node = &mut host.nodes[0];
+    node.deliver(
+        partition,
+        Message::Request {
+            cluster: CLUSTER,
+            group: partition,
+            client: CLIENT,
+            request: 3,
+            operation: operation::MESSAGES,
+            body: batch(3, 2_500),
+        },
+    );
+    loop {
+        sends.extend(node.drain(partition).sends);
+        let Some(job) = node.take_job_beside(partition, &mut Unobserved) else {
+            break;
+        };
+        assert!(!job.is_beside(), "{}", job.name());
+        let ran = node.complete(job.run(0), &mut Unobserved).expect("hosted");
+        assert_eq!(ran.failed, None);
+    }
+    assert_eq!(
+        published(&host),
+        before_checkpoint,
+        "the lane published the checkpoint itself"
+    );
+    let node = &mut host.nodes[0];
+    let checkpoint = node
+        .take_queued_publication(partition)
+        .expect("the checkpoint, beside the lane");
+    let ran = node
+        .complete(checkpoint.run(0), &mut Unobserved)
+        .expect("hosted");
+    assert_eq!(ran.failed, None);
+    assert!(
+        published(&host) > before_checkpoint,
+        "the checkpoint covers batch 3"
+    );
+
+    // The rest of the lane and the cluster go on as before.
+    host.send(0, partition, sends, false);
+    host.settle();
+    assert!(
+        host.partition(0).replica.commit_min() > op1 + 1,
+        "batches 2 and 3 commit"
+    );
+}
+
 #[test]
 fn a_second_node_on_the_same_directory_is_refused() {
     let storage = genesis(0);

@@ -17,7 +17,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use iggy_io::Storage;
-use iggy_node::{Done, GroupKind, Job, Node, Read, Served, Unobserved};
+use iggy_node::{Done, GroupKind, Job, Node, Ran, Read, Served, Unobserved};
 use iggy_recovery::PartitionKey;
 use iggy_segments::Partition;
 use iggy_vsr::{Destination, Message, Status};
@@ -316,7 +316,7 @@ impl<S: Storage + Clone + Send + 'static> Runtime<S> {
     ) -> std::io::Result<Self> {
         views.refresh_metadata(&node);
         views.refresh_leaders(&node);
-        let (jobs, job_queue) = channel::<Work<S>>();
+        let (storage_jobs, job_queue) = channel::<Work<S>>();
         let job_queue = Arc::new(Mutex::new(job_queue));
         let clock = Clock::default();
         let index = node.index;
@@ -345,17 +345,37 @@ impl<S: Storage + Clone + Send + 'static> Runtime<S> {
                     }
                 }
             })?;
+        // Replicated partitions' publications run on a thread of their own, beside their lanes
+        // (`Node::take_job_beside`): a lane's prepares never wait behind an fdatasync.
+        let (publications, publication_queue) = channel::<Job<S>>();
+        let published = inbox.clone();
+        let publish_clock = clock.clone();
+        let publisher = std::thread::Builder::new()
+            .name(format!("node{index}-publish"))
+            .spawn(move || {
+                for job in publication_queue {
+                    let done = job.run(publish_clock.now_us());
+                    if published.send(Input::Done(Box::new(done))).is_err() {
+                        return;
+                    }
+                }
+            })?;
         let tick = std::thread::Builder::new()
             .name(format!("node{index}-tick"))
             .spawn(move || {
+                let jobs = Lanes {
+                    storage: storage_jobs,
+                    publications,
+                };
                 let result = run(node, &inputs, (&jobs, &reads), outbox, &views);
-                // Closing the job channel ends the storage threads once they drain it.
+                // Closing the job channels ends the storage threads once they drain them.
                 drop(jobs);
                 drop(reads);
                 for thread in pool {
                     let _ = thread.join();
                 }
                 let _ = reader.join();
+                let _ = publisher.join();
                 result
             })?;
         Ok(Self {
@@ -534,7 +554,7 @@ fn now_unix_ms() -> u128 {
 fn flush<S: Storage + Clone>(
     node: &mut Node<S>,
     group: u128,
-    jobs: &Sender<Work<S>>,
+    jobs: &Lanes<S>,
     outbox: &mut impl Outbox,
     views: &Views<S>,
     repair: bool,
@@ -577,7 +597,7 @@ fn send_all<S: Storage + Clone>(
 fn run<S: Storage + Clone>(
     mut node: Node<S>,
     inputs: &Receiver<Input<S>>,
-    (jobs, reads): (&Sender<Work<S>>, &Sender<Read<S>>),
+    (jobs, reads): (&Lanes<S>, &Sender<Read<S>>),
     mut outbox: impl Outbox,
     views: &Views<S>,
 ) -> Result<(), String> {
@@ -630,9 +650,7 @@ fn run<S: Storage + Clone>(
                             node.index, ran.name
                         ));
                     }
-                    if ran.more {
-                        dispatch(&mut node, group, jobs);
-                    }
+                    completed(&mut node, group, &ran, jobs);
                     if ran.name == "install_snapshot" && group != GroupKind::Metadata.id() {
                         // A partition state transfer installed: readers poll the partition
                         // booted on the installed files.
@@ -726,15 +744,39 @@ fn run<S: Storage + Clone>(
             flush(&mut node, group, jobs, &mut outbox, views, false);
         }
         for retired in node.take_retired() {
-            let _ = jobs.send(Work::Retire(retired));
+            let _ = jobs.storage.send(Work::Retire(retired));
         }
     }
 }
 
-/// Hands a lane's head to the storage threads.
-fn dispatch<S: Storage + Clone>(node: &mut Node<S>, group: u128, jobs: &Sender<Work<S>>) {
-    if let Some(job) = node.take_job(group, &mut Unobserved) {
-        let _ = jobs.send(Work::Job(Box::new(job)));
+/// Where a lane's jobs go: the storage threads, and the thread that carries out
+/// publications beside the lanes (`Node::take_job_beside`).
+struct Lanes<S: Storage + Clone> {
+    storage: Sender<Work<S>>,
+    publications: Sender<Job<S>>,
+}
+
+/// Hands a lane's head to the storage threads, and the publications ahead of it to the
+/// publishing thread.
+fn dispatch<S: Storage + Clone>(node: &mut Node<S>, group: u128, jobs: &Lanes<S>) {
+    while let Some(job) = node.take_job_beside(group, &mut Unobserved) {
+        if job.is_beside() {
+            let _ = jobs.publications.send(job);
+        } else {
+            let _ = jobs.storage.send(Work::Job(Box::new(job)));
+            return;
+        }
+    }
+}
+
+/// After a job of `group` completed: the publication beside its lane now wanted (the ones
+/// queued behind the last, or its checkpoint), and the lane's next job if one waits.
+fn completed<S: Storage + Clone>(node: &mut Node<S>, group: u128, ran: &Ran, jobs: &Lanes<S>) {
+    if let Some(job) = node.take_queued_publication(group) {
+        let _ = jobs.publications.send(job);
+    }
+    if ran.more {
+        dispatch(node, group, jobs);
     }
 }
 
@@ -744,9 +786,13 @@ fn dispatch<S: Storage + Clone>(node: &mut Node<S>, group: u128, jobs: &Sender<W
 fn stop<S: Storage + Clone>(
     mut node: Node<S>,
     inputs: &Receiver<Input<S>>,
-    jobs: &Sender<Work<S>>,
+    jobs: &Lanes<S>,
 ) -> Result<(), String> {
-    while node.groups.values().any(|g| g.lane_busy) {
+    while node
+        .groups
+        .iter()
+        .any(|(id, g)| g.lane_busy || node.publishing_beside(*id))
+    {
         match inputs.recv_timeout(Duration::from_secs(60)) {
             Ok(Input::Done(done)) => {
                 let group = done.group;
@@ -757,7 +803,7 @@ fn stop<S: Storage + Clone>(
                             g.lane_busy = false;
                         }
                     }
-                    Some(ran) if ran.more => dispatch(&mut node, group, jobs),
+                    Some(ran) => completed(&mut node, group, &ran, jobs),
                     _ => {}
                 }
             }

@@ -756,6 +756,22 @@ impl<S: Storage> Wal<S> {
         self.flush(&mut state)
     }
 
+    /// [`Wal::write_buffered`] unless a publication is in flight, which it would wait for
+    /// (the publication pads and ends its head file past what it writes: a write beside it
+    /// could be overwritten). Returns whether it wrote; what it left stays buffered for the
+    /// next publication, or for the next write or read that needs it in the files.
+    pub fn write_buffered_if_idle(&self) -> Result<bool, WalError> {
+        let mut state = self.lock();
+        if state.publishing {
+            return Ok(false);
+        }
+        if let Some(cause) = &state.poisoned {
+            return Err(poisoned_error(&self.dir, cause));
+        }
+        self.flush(&mut state)?;
+        Ok(true)
+    }
+
     /// The latest durable publication.
     pub fn published(&self) -> Frontier {
         self.lock().published
