@@ -11,10 +11,15 @@
 #      once, and `iggy-fsck` exits 0 on every node's directory.
 #
 #   scripts/full-disk.sh             # about a minute
+#   RESERVE_MIB=0 scripts/full-disk.sh   # no reserve: the disk fills between two looks at it
 #   KEEP=1 scripts/full-disk.sh      # keep the directory (logs, ledgers); the mounts are undone
 #
 # Each tmpfs is $SIZE_MIB (default 1024) with a ballast of $BALLAST_MIB (384); the nodes keep
-# `free_reserve_bytes` = 256 MiB and 64 MiB segments. Uses ports 8990-8992, 9990-9992 and
+# `free_reserve_bytes` = $RESERVE_MIB (default 256) MiB and 64 MiB segments. With no reserve
+# nothing refuses a write before a primary finds no room for a partition's next segment: that
+# prepare is refused (nothing appended, no node stops) and every node then refuses writes with
+# 4010 until its next look at the free space (`docs/server.md`, "Limits and a full disk"); the
+# script also requires such refusals (`iggy_prepares_refused_no_room_total`). Uses ports 8990-8992, 9990-9992 and
 # 10990-10992 on loopback and a directory under /tmp.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -24,7 +29,7 @@ if [ "$(id -u)" != 0 ]; then
 fi
 size=${SIZE_MIB:-1024}
 ballast=${BALLAST_MIB:-384}
-reserve=$((256 << 20))
+reserve=$((${RESERVE_MIB:-256} << 20))
 cargo build --release -q -p iggy-server -p iggy-fsck
 S=$PWD/target/release/iggy-server
 F=$PWD/target/release/iggy-fsck
@@ -71,6 +76,12 @@ for _ in $(seq 1 400); do
 done
 echo "free when writes were refused: $(free_mib 0) / $(free_mib 1) / $(free_mib 2) MiB; node 0 refused $refused writes with 4010 so far"
 [ "$refused" -gt 0 ] || { echo "FAIL: no write was refused"; status=1; }
+if [ "$reserve" = 0 ]; then
+    no_room=0
+    for i in 0 1 2; do no_room=$((no_room + $(metric $i iggy_prepares_refused_no_room_total || echo 0))); done
+    echo "prepares refused for want of room for a segment: $no_room"
+    [ "$no_room" -gt 0 ] || { echo "FAIL: no prepare found the disk full"; status=1; }
+fi
 # 2. Reads while full: every node serves every partition.
 if "$S" verify --nodes $nodes --ledger "$dir/ledger-1" --patience 30s > "$dir/verify-full.out" 2>&1; then
     echo "reads while full: $(tail -1 "$dir/verify-full.out")"

@@ -203,6 +203,9 @@ pub struct Ran {
     pub more: bool,
     /// A publication carried out beside the lane ([`Node::take_job_beside`]).
     pub beside: bool,
+    /// Storage refused the effect (a prepare's batch, or no room: [`crate::store::NO_ROOM`]):
+    /// why.
+    pub refused: Option<String>,
     /// The replica's status and view before and after it took the completion.
     pub before: (Status, u32),
     pub after: (Status, u32),
@@ -1003,6 +1006,7 @@ impl<S: Storage + Clone> Node<S> {
             failed: None,
             more: false,
             beside: false,
+            refused: None,
             before: (g.replica.status(), g.replica.view()),
             after: (g.replica.status(), g.replica.view()),
         };
@@ -1081,6 +1085,7 @@ impl<S: Storage + Clone> Node<S> {
                 failed: None,
                 more: false,
                 beside: true,
+                refused: None,
                 before: (g.replica.status(), g.replica.view()),
                 after: (g.replica.status(), g.replica.view()),
             },
@@ -1138,8 +1143,10 @@ impl<S: Storage + Clone> Node<S> {
             Outcome::Done => ran.journaled,
             _ => None,
         };
-        if let Outcome::Failed(reason) = &outcome {
-            ran.failed = Some(reason.clone());
+        match &outcome {
+            Outcome::Failed(reason) => ran.failed = Some(reason.clone()),
+            Outcome::Refused(reason) => ran.refused = Some(reason.clone()),
+            _ => {}
         }
         ran.more = !g.lane.is_empty();
         if g.beside.on

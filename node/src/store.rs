@@ -22,6 +22,9 @@ use iggy_segments::{Partition, Request};
 use iggy_superblock::{Identity, VsrState};
 use iggy_vsr::{Effect, Outcome};
 
+/// How a prepare refused for want of room starts its reason (`Ran::refused`).
+pub const NO_ROOM: &str = "no room for the partition's next segment";
+
 /// What a group is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum GroupKind {
@@ -539,6 +542,10 @@ fn execute_effect<S: Storage + Clone>(
                     }
                 }
                 Err(iggy_segments::PartitionError::Batch(e)) => Outcome::Refused(e.to_string()),
+                // No room for the partition's next segment (the disk filled between two of the
+                // host's looks at its free space): nothing was appended, the log is as it was;
+                // the request is refused and the replica goes on.
+                Err(e) if e.is_exhaustion() => Outcome::Refused(format!("{NO_ROOM}: {e}")),
                 Err(e) => failed(&e),
             }
         }

@@ -531,6 +531,70 @@ fn a_publication_beside_the_lane_holds_no_prepare_behind_it() {
     );
 }
 
+/// A primary whose disk has no room for the partition's next segment refuses the batch that
+/// needed it (`NotAccepted`: nothing appended) and goes on: its replica stays in normal status,
+/// and once there is room the same request commits on every node.
+#[test]
+fn a_primary_with_no_room_for_the_next_segment_refuses_the_batch_and_goes_on() {
+    let storages: Vec<SimStorage> = (0..3).map(genesis).collect();
+    let mut host = Host::boot(&storages, 1);
+    let partition = GroupKind::Partition {
+        key: KEY,
+        persisted: false,
+    }
+    .id();
+    // Node 0 (the primary) has 32 KiB more than it uses: less than one 64 KiB segment.
+    storages[0].set_space_limit(Some(storages[0].used_bytes() + (32 << 10)));
+    let status_of = |host: &Host, request: u64| {
+        host.replies.iter().rev().find_map(|m| match m {
+            Message::Reply {
+                request: r, status, ..
+            } if *r == request => Some(*status),
+            _ => None,
+        })
+    };
+    let mut refused = None;
+    for request in 1..=60 {
+        host.send_batch(0, partition, request, 20);
+        host.settle();
+        match status_of(&host, request) {
+            Some(ReplyStatus::Committed) => {}
+            Some(ReplyStatus::NotAccepted) => {
+                refused = Some(request);
+                break;
+            }
+            other => panic!("request {request}: {other:?}"),
+        }
+    }
+    let refused = refused.expect("a batch met the full disk");
+    assert!(
+        refused > 1,
+        "the first segment took batches before it filled"
+    );
+    let group = host.partition(0);
+    assert_eq!(
+        group.replica.status(),
+        Status::Normal,
+        "the primary goes on"
+    );
+    assert_eq!(group.replica.commit_min(), refused - 1);
+
+    storages[0].set_space_limit(None);
+    host.send_batch(0, partition, refused, 20);
+    host.settle();
+    assert_eq!(status_of(&host, refused), Some(ReplyStatus::Committed));
+    host.tick(600);
+    for i in 0..3 {
+        let group = host.partition(i);
+        assert!(group.replica.commit_min() >= refused, "node {i}");
+        assert_eq!(
+            group.partition().expect("a partition").next_offset(),
+            refused * 20,
+            "node {i} holds every committed batch once"
+        );
+    }
+}
+
 #[test]
 fn a_second_node_on_the_same_directory_is_refused() {
     let storage = genesis(0);

@@ -38,6 +38,13 @@ pub struct NodeMetrics {
     pub partitions_unavailable: AtomicU64,
     /// The data directory's free bytes, as last looked at (every 500 ms).
     pub disk_free_bytes: AtomicU64,
+    /// Prepares refused because a partition had no room for its next segment (the disk filled
+    /// between two looks at its free space, or faster than the reserve).
+    pub prepares_refused_no_room: AtomicU64,
+    /// Set by such a refusal, taken by the next look at the free space: the node then says its
+    /// disk is low until that look, as below its reserve (every node refuses client writes
+    /// with 4010), and writes are tried again after it.
+    pub no_room: std::sync::atomic::AtomicBool,
     /// Bytes boot discarded past the published frontiers at this process's start.
     pub boot_discarded_bytes: AtomicU64,
     /// Client sessions connected to this node.
@@ -133,6 +140,13 @@ pub fn render(node: &NodeMetrics, bus: &BusCounters, port: &PortCounters) -> Str
             "iggy_replica_events_total{{event=\"{event}\"}} {count}"
         );
     }
+    counter(
+        &mut out,
+        "iggy_prepares_refused_no_room_total",
+        "Client writes a primary here refused because the partition had no room for its next segment (ENOSPC, EDQUOT, EMFILE or ENFILE creating it): nothing was appended, and every node refuses writes until the next look at the free space.",
+        "counter",
+        load(&node.prepares_refused_no_room),
+    );
     counter(
         &mut out,
         "iggy_read_barriers_refused_total",

@@ -650,6 +650,25 @@ fn run<S: Storage + Clone>(
                             node.index, ran.name
                         ));
                     }
+                    if let Some(reason) = &ran.refused
+                        && reason.starts_with(iggy_node::store::NO_ROOM)
+                    {
+                        views
+                            .metrics
+                            .no_room
+                            .store(true, std::sync::atomic::Ordering::Relaxed);
+                        let before = views
+                            .metrics
+                            .prepares_refused_no_room
+                            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        if before.is_power_of_two() || before == 0 {
+                            let label = node
+                                .groups
+                                .get(&group)
+                                .map_or_else(|| format!("group {group:#x}"), |g| g.kind.label());
+                            tracing::warn!(node = node.index, partition = %label, refused = before + 1, %reason, "a client write was refused: the partition has no room for its next segment; the node goes on, every node refuses writes until the next look at the free space, then they are tried again");
+                        }
+                    }
                     completed(&mut node, group, &ran, jobs);
                     if ran.name == "install_snapshot" && group != GroupKind::Metadata.id() {
                         // A partition state transfer installed: readers poll the partition

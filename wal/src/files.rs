@@ -62,8 +62,11 @@ impl<S: Storage> Wal<S> {
                 }
             }
         }
+        let mut created = false;
+        let new_path = path.clone();
         let result = (|| {
             let file = self.storage.open(&path, OpenMode::CreateNew)?;
+            created = true;
             file.allocate(0, self.config.file_size_bytes)?;
             if self.config.zero_fill {
                 file.write_zeros(0, self.config.file_size_bytes)?;
@@ -94,6 +97,17 @@ impl<S: Storage> Wal<S> {
             Ok(file) => {
                 state.files.push(file);
                 Ok(())
+            }
+            // No room for the file (a full disk, a quota, no descriptor left): nothing of the
+            // log changed, so the log stays usable; the new file goes again (an empty file no
+            // frontier names, which boot would take for a later empty one anyway) and the
+            // append that needed it fails. The next append tries again. Only if the file
+            // cannot be removed is the log poisoned, since its name is then taken.
+            Err(error)
+                if error.is_exhaustion()
+                    && (!created || self.storage.unlink(&new_path).is_ok()) =>
+            {
+                Err(WalError::from(error))
             }
             Err(error) => {
                 let error = WalError::from(error);

@@ -352,8 +352,10 @@ impl<S: Storage> Wal<S> {
             let slot = Frontier { sequence, ..empty };
             file.write_all_at(slot.offset(), &frontier::encode(&slot))?;
         }
-        // Room for the carried ring (sparse: only the records written take space).
+        // Room for the carried ring, allocated now: a sparse ring took its blocks at each
+        // record's first write, which a full disk then failed (and the log with it).
         file.set_len(ring::FILE_SIZE)?;
+        file.allocate(0, ring::FILE_SIZE)?;
         // Both slots durable before the name makes the log exist.
         file.sync_data()?;
         drop(file);
@@ -503,6 +505,11 @@ impl<S: Storage> Wal<S> {
         let file = self
             .storage
             .open(self.dir.join(FRONTIER_FILE), OpenMode::Existing)?;
+        // A ring made sparse (before its blocks were allocated at creation) takes them now, if
+        // there is room; if not, its records take them as they are first written, as before.
+        if self.ring_available {
+            let _ = file.allocate(0, ring::FILE_SIZE);
+        }
         // Another caller may have opened it meanwhile: one handle is kept, the other dropped.
         let _ = self.frontier_file.set(file);
         Ok(self

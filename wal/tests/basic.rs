@@ -170,6 +170,58 @@ fn back_pressure_refuses_rather_than_drops() {
     );
 }
 
+/// A file system with no room for the next file: the append that needed it fails with an
+/// exhaustion error, the log is not poisoned and holds what it held (no half-made file left in
+/// its directory), and once there is room the same append goes through.
+#[test]
+fn no_room_for_the_next_file_fails_the_append_and_keeps_the_log() {
+    let storage = SimStorage::recording(5);
+    let wal = Wal::create(storage.clone(), dir(), config(), 1, 0).unwrap();
+    let mut op = 0;
+    // Fill the first file (8 KiB) to within one entry of its end.
+    while wal.unpublished_bytes() + 2 * 956 <= 8192 {
+        op = wal.append_body(&[3u8; 700], 1, 0).unwrap();
+    }
+    wal.publish().unwrap();
+    let files_before = iggy_io::ReadStorage::list_dir(&storage, "wal").unwrap();
+    storage.set_space_limit(Some(storage.used_bytes()));
+    let error = loop {
+        match wal.append_body(&[3u8; 700], 1, 0) {
+            Ok(appended) => op = appended,
+            Err(error) => break error,
+        }
+    };
+    assert!(
+        matches!(&error, WalError::Io(e) if e.is_exhaustion()),
+        "{error}"
+    );
+    assert_eq!(
+        wal.head().0,
+        op,
+        "the failed append left the head where it was"
+    );
+    assert_eq!(
+        iggy_io::ReadStorage::list_dir(&storage, "wal").unwrap(),
+        files_before,
+        "the file that could not be made is gone"
+    );
+    // Not poisoned: publications and reads go on, and so do appends once there is room.
+    wal.publish().unwrap();
+    assert_eq!(wal.read(1, op).unwrap().len() as u64, op);
+    assert!(wal.append_body(&[3u8; 700], 1, 0).is_err(), "still no room");
+    storage.set_space_limit(None);
+    assert_eq!(wal.append_body(&[3u8; 700], 1, 0).unwrap(), op + 1);
+    assert_eq!(wal.publish().unwrap().head_op, op + 1);
+    drop(wal);
+    storage.power_loss();
+    let (wal, report) = Wal::open(storage.clone(), dir(), config(), Mode::Open)
+        .unwrap()
+        .unwrap();
+    assert_eq!(report.head_op, op + 1, "every published entry survives");
+    assert_eq!(report.discarded_bytes, 0);
+    assert_eq!(wal.read(1, op + 1).unwrap().len() as u64, op + 1);
+}
+
 #[test]
 fn truncate_after_and_drop_prefix() {
     let storage = SimStorage::recording(5);

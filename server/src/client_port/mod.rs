@@ -278,10 +278,13 @@ async fn watch_free_space<S: Storage + Clone + Send + Sync + 'static>(shared: Ar
             continue;
         };
         let reserve = shared.config.admission.free_reserve_bytes;
-        let low = match free {
+        let (low, no_room) = match free {
             Ok(free) => {
                 shared.views.metrics.disk_free_bytes.store(free, Relaxed);
-                free < reserve
+                // A prepare refused for want of room since the last look: low until the next
+                // one, whatever the reserve says (the disk filled between two looks).
+                let no_room = shared.views.metrics.no_room.swap(false, Relaxed);
+                (free < reserve || no_room, no_room && free >= reserve)
             }
             Err(e) => {
                 tracing::warn!(error = %e, "client port: the data directory's free space cannot be read");
@@ -289,7 +292,12 @@ async fn watch_free_space<S: Storage + Clone + Send + Sync + 'static>(shared: Ar
             }
         };
         let was = shared.bus.counters().disk_low.swap(low, Relaxed);
-        if low && !was {
+        if low && !was && no_room {
+            tracing::warn!(
+                reserve_mib = reserve >> 20,
+                "a partition had no room for its next segment although free space was above the reserve: every node refuses client writes until the next look at the free space"
+            );
+        } else if low && !was {
             tracing::warn!(
                 reserve_mib = reserve >> 20,
                 "the data directory's free space is below its reserve: every node refuses client writes until it is freed"
