@@ -64,6 +64,34 @@ async fn send_all(stream: &mut Stream, bytes: &[u8]) -> std::io::Result<()> {
     stream.flush().await
 }
 
+/// Writes `message`'s frame and flushes it: a prepare's header, then its body where it lies
+/// (`Message::encode_parts`), not a copy of both.
+async fn send_message(stream: &mut Stream, message: &Message) -> std::io::Result<()> {
+    let (head, body) = message.encode_parts();
+    stream.write_all(&head).await?;
+    if !body.is_empty() {
+        stream.write_all(body).await?;
+    }
+    stream.flush().await
+}
+
+/// Reads `len` more bytes onto the end of `buf` without zeroing them first.
+pub(crate) async fn read_onto<R: AsyncRead + Unpin>(
+    stream: &mut R,
+    buf: &mut Vec<u8>,
+    len: usize,
+) -> std::io::Result<()> {
+    let end = buf.len() + len;
+    buf.reserve_exact(len);
+    while buf.len() < end {
+        let wanted = u64::try_from(end - buf.len()).unwrap_or(u64::MAX);
+        if (&mut *stream).take(wanted).read_buf(buf).await? == 0 {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
+    }
+    Ok(())
+}
+
 const MAGIC: &[u8; 8] = b"IGGYBUS2";
 /// A handshake frame: magic, cluster, index, padding, nonce, proof.
 pub const HANDSHAKE_BYTES: usize = 80;
@@ -834,26 +862,25 @@ async fn serve_peer(
             tracing::warn!(%address, peer, size, "replica bus: a frame of impossible size; closing the connection");
             return;
         }
-        let mut frame = vec![0u8; size];
-        frame[..FRAME_HEADER].copy_from_slice(&header);
-        // A large frame is read a chunk at a time, and each chunk counts as hearing the peer:
-        // one whose bytes keep arriving is alive, even while its pings queue behind a burst of
-        // large prepares (15 MiB requests from 50 clients at once took longer than a second to
-        // cross, and both sides took the other for gone).
-        let mut at = FRAME_HEADER;
-        while at < size {
-            let end = (at + FRAME_CHUNK).min(size);
-            if stream.read_exact(&mut frame[at..end]).await.is_err() {
+        // The body goes into a buffer of its own, unzeroed, which a prepare keeps as its body
+        // (`Message::decode_parts`). A large frame is read a chunk at a time, and each chunk
+        // counts as hearing the peer: one whose bytes keep arriving is alive, even while its
+        // pings queue behind a burst of large prepares (15 MiB requests from 50 clients at once
+        // took longer than a second to cross, and both sides took the other for gone).
+        let body_len = size - FRAME_HEADER;
+        let mut body = Vec::with_capacity(body_len);
+        while body.len() < body_len {
+            let chunk = FRAME_CHUNK.min(body_len - body.len());
+            if read_onto(&mut stream, &mut body, chunk).await.is_err() {
                 counters.closed_from(peer);
                 closed(peer);
                 return;
             }
-            if end < size {
+            if body.len() < body_len {
                 counters.heard_from(peer);
             }
-            at = end;
         }
-        match Message::decode(&frame) {
+        match Message::decode_parts(&header, body) {
             Ok(message)
                 if message.cluster_and_group().0 != config.cluster
                     || message.sender().is_some_and(|from| from.replica != peer) =>
@@ -940,7 +967,7 @@ async fn dial_peer(
                                 },
                         },
                     };
-                    if send_all(&mut stream, &message.encode()).await.is_err() {
+                    if send_message(&mut stream, &message).await.is_err() {
                         break;
                     }
                     counters.frames_out.fetch_add(1, Ordering::Relaxed);

@@ -189,6 +189,48 @@ fn every_message_round_trips() {
     }
 }
 
+/// A transport writes `encode_parts` (a prepare's header, then its body where it lies) and
+/// reads a frame as its header and its body (`decode_parts`): the same bytes as `encode`, the
+/// same message as `decode`, and a prepare whose body does not match its header is refused.
+#[test]
+fn every_message_round_trips_in_two_parts() {
+    for message in every_kind() {
+        let (head, rest) = message.encode_parts();
+        let mut bytes = head.clone();
+        bytes.extend_from_slice(rest);
+        assert_eq!(bytes, message.encode(), "{}", message.name());
+        let header: [u8; 256] = bytes[..256].try_into().unwrap();
+        assert_eq!(
+            Message::decode_parts(&header, bytes[256..].to_vec()),
+            Ok(message.clone()),
+            "{}",
+            message.name()
+        );
+        if let Message::Prepare { .. } = message {
+            assert_eq!(
+                head.len(),
+                256,
+                "a prepare's body is not copied behind its header"
+            );
+            let mut body = bytes[256..].to_vec();
+            if let Some(byte) = body.last_mut() {
+                *byte ^= 1;
+                assert!(
+                    Message::decode_parts(&header, body).is_err(),
+                    "a flipped body bit"
+                );
+            }
+        }
+        if bytes.len() > 256 {
+            assert!(
+                Message::decode_parts(&header, bytes[256..bytes.len() - 1].to_vec()).is_err(),
+                "{}: a body one byte short",
+                message.name()
+            );
+        }
+    }
+}
+
 #[test]
 fn any_flipped_bit_of_a_sealed_frame_is_refused() {
     for message in every_kind() {

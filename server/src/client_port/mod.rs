@@ -491,7 +491,8 @@ async fn serve<S: Storage + Clone + Send + Sync + 'static>(
         let Ok(_granted) = shared.in_flight.clone().acquire_many_owned(kib).await else {
             break;
         };
-        let mut body = vec![0u8; header.body_len()];
+        // Read unzeroed into a buffer of its own (a send's batch moves on from it uncopied).
+        let mut body = Vec::new();
         // A body that stops arriving part way is not waited for forever (before login, no
         // longer than its header could have taken).
         let deadline = if session.is_none() {
@@ -500,8 +501,12 @@ async fn serve<S: Storage + Clone + Send + Sync + 'static>(
             BODY_DEADLINE
         };
         if !matches!(
-            tokio::time::timeout(deadline, stream.read_exact(&mut body)).await,
-            Ok(Ok(_))
+            tokio::time::timeout(
+                deadline,
+                crate::bus::read_onto(&mut stream, &mut body, header.body_len())
+            )
+            .await,
+            Ok(Ok(()))
         ) {
             break;
         }

@@ -8,6 +8,30 @@ use iggy_format::{Header, le};
 use super::*;
 
 impl Message {
+    /// [`Message::decode`] of a frame read as its header and its body: a prepare keeps `body`
+    /// as it is (a transport reads the body into a buffer of its own, and nothing copies it
+    /// again); any other command is decoded from the two put together.
+    pub fn decode_parts(header: &[u8; HEADER_SIZE], body: Vec<u8>) -> Result<Self, DecodeError> {
+        let size = le::u32_at(header, SIZE_OFFSET).unwrap_or_default();
+        if usize::try_from(size).ok() != Some(HEADER_SIZE + body.len()) {
+            return Err(DecodeError::Size {
+                size,
+                len: HEADER_SIZE + body.len(),
+            });
+        }
+        if header[COMMAND_OFFSET] == command::PREPARE {
+            let header = Header::decode(header).map_err(DecodeError::Prepare)?;
+            if !header.body_matches(&body) {
+                return Err(DecodeError::PrepareBody);
+            }
+            return Ok(Self::Prepare { header, body });
+        }
+        let mut frame = Vec::with_capacity(HEADER_SIZE + body.len());
+        frame.extend_from_slice(header);
+        frame.extend_from_slice(&body);
+        Self::decode(&frame)
+    }
+
     /// Decodes and verifies one message (exactly `bytes`).
     pub fn decode(bytes: &[u8]) -> Result<Self, DecodeError> {
         if bytes.len() < HEADER_SIZE {

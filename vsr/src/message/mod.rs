@@ -640,6 +640,16 @@ impl Message {
 
     /// The bytes on the wire.
     #[must_use]
+    /// [`Message::encode`] as the frame's first bytes and the body that follows them, which a
+    /// transport writes after them: a prepare's body is not copied behind its header (the
+    /// same bytes on the wire as `encode`'s); any other message is all in the first part.
+    pub fn encode_parts(&self) -> (Vec<u8>, &[u8]) {
+        match self {
+            Self::Prepare { header, body } => (header.encode().to_vec(), body),
+            _ => (self.encode(), &[]),
+        }
+    }
+
     pub fn encode(&self) -> Vec<u8> {
         match self {
             Self::Prepare { header, body } => {
