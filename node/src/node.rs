@@ -211,6 +211,34 @@ pub struct Ran {
     pub after: (Status, u32),
 }
 
+impl Ran {
+    /// What is known of `effect` as it is taken off `replica`'s lane.
+    fn taking(effect: &Effect, replica: &Replica) -> Self {
+        Self {
+            name: effect.name(),
+            commit: match effect {
+                Effect::Commit { through, .. } => Some((replica.commit_min(), *through)),
+                _ => None,
+            },
+            durable: match effect {
+                Effect::WriteSuperblock { durable, .. } => Some(*durable),
+                _ => None,
+            },
+            journaled: match effect {
+                Effect::Journal { header, .. } => Some(header.op),
+                _ => None,
+            },
+            log_view_before: replica.durable().log_view,
+            failed: None,
+            more: false,
+            beside: false,
+            refused: None,
+            before: (replica.status(), replica.view()),
+            after: (replica.status(), replica.view()),
+        }
+    }
+}
+
 /// Hooks a host's checkers use to watch each storage effect (all no-ops by default).
 pub trait Observer {
     /// When the effect is taken off the lane to be carried out (the replica as it was).
@@ -988,28 +1016,7 @@ impl<S: Storage + Clone> Node<S> {
             }
         }
         let effect = g.lane.pop_front()?;
-        let ran = Ran {
-            name: effect.name(),
-            commit: match &effect {
-                Effect::Commit { through, .. } => Some((g.replica.commit_min(), *through)),
-                _ => None,
-            },
-            durable: match &effect {
-                Effect::WriteSuperblock { durable, .. } => Some(*durable),
-                _ => None,
-            },
-            journaled: match &effect {
-                Effect::Journal { header, .. } => Some(header.op),
-                _ => None,
-            },
-            log_view_before: g.replica.durable().log_view,
-            failed: None,
-            more: false,
-            beside: false,
-            refused: None,
-            before: (g.replica.status(), g.replica.view()),
-            after: (g.replica.status(), g.replica.view()),
-        };
+        let ran = Ran::taking(&effect, &g.replica);
         observer.before_effect(index, group, &g.replica, &effect);
         let metadata = g.kind == GroupKind::Metadata;
         let id = effect.id().unwrap_or(0);
@@ -1070,28 +1077,20 @@ impl<S: Storage + Clone> Node<S> {
         let ids = std::mem::take(&mut g.beside.queued);
         g.beside.checkpoint = false;
         g.beside.in_flight = true;
-        let metadata = false;
+        // The effect is only the job's name: the publication completes `ids`.
+        let effect = Effect::Publish { id: 0, through: 0 };
         Some(Job {
             group,
             id: 0,
-            effect: Effect::Publish { id: 0, through: 0 },
-            store: g.store.clone(),
             ran: Ran {
-                name: "publish",
-                commit: None,
-                durable: None,
-                journaled: None,
-                log_view_before: g.replica.durable().log_view,
-                failed: None,
-                more: false,
                 beside: true,
-                refused: None,
-                before: (g.replica.status(), g.replica.view()),
-                after: (g.replica.status(), g.replica.view()),
+                ..Ran::taking(&effect, &g.replica)
             },
+            effect,
+            store: g.store.clone(),
             checkpoint_bytes: self.config.checkpoint_bytes,
             catalog: None,
-            mirror: metadata,
+            mirror: false,
             beside: Some((partition, ids)),
         })
     }

@@ -267,18 +267,8 @@ impl Host {
     /// Puts client `CLIENT`'s batch `request` of `messages` messages for `group` on the wire to
     /// node `to`.
     fn send_batch(&mut self, to: u8, group: u128, request: u64, messages: u32) {
-        self.wire.push_back((
-            to,
-            group,
-            Message::Request {
-                cluster: CLUSTER,
-                group,
-                client: CLIENT,
-                request,
-                operation: operation::MESSAGES,
-                body: batch(request, messages),
-            },
-        ));
+        self.wire
+            .push_back((to, group, batch_request(group, request, messages)));
     }
 
     fn partition(&self, node: usize) -> &iggy_node::Group<SimStorage> {
@@ -289,6 +279,27 @@ impl Host {
         .id();
         &self.nodes[node].groups[&id]
     }
+}
+
+/// Client `CLIENT`'s request `request` for `group`: a batch of `messages` messages.
+fn batch_request(group: u128, request: u64, messages: u32) -> Message {
+    Message::Request {
+        cluster: CLUSTER,
+        group,
+        client: CLIENT,
+        request,
+        operation: operation::MESSAGES,
+        body: batch(request, messages),
+    }
+}
+
+/// The id of the replicated partition `KEY` every test node hosts.
+fn the_partition() -> u128 {
+    GroupKind::Partition {
+        key: KEY,
+        persisted: false,
+    }
+    .id()
 }
 
 fn batch(request: u64, messages: u32) -> Vec<u8> {
@@ -383,11 +394,7 @@ fn three_nodes_commit_a_batch_that_survives_a_clean_restart() {
 fn a_publication_beside_the_lane_holds_no_prepare_behind_it() {
     let storages: Vec<SimStorage> = (0..3).map(genesis).collect();
     let mut host = Host::boot(&storages, 1);
-    let partition = GroupKind::Partition {
-        key: KEY,
-        persisted: false,
-    }
-    .id();
+    let partition = the_partition();
     host.send_batch(0, partition, 1, 10);
     host.settle();
     let op1 = host.partition(0).replica.commit_min();
@@ -406,17 +413,7 @@ fn a_publication_beside_the_lane_holds_no_prepare_behind_it() {
     // The lane: the flush's publication, then batch 2's prepare.
     let node = &mut host.nodes[0];
     node.publish_now(partition).expect("hosted");
-    node.deliver(
-        partition,
-        Message::Request {
-            cluster: CLUSTER,
-            group: partition,
-            client: CLIENT,
-            request: 2,
-            operation: operation::MESSAGES,
-            body: batch(2, 10),
-        },
-    );
+    node.deliver(partition, batch_request(partition, 2, 10));
     let drained = node.drain(partition);
     let publication = node
         .take_job_beside(partition, &mut Unobserved)
@@ -484,17 +481,7 @@ fn a_publication_beside_the_lane_holds_no_prepare_behind_it() {
     // publishing; the checkpoint is then wanted beside the lane, with no effect to complete.
     let before_checkpoint = published(&host);
     let node = &mut host.nodes[0];
-    node.deliver(
-        partition,
-        Message::Request {
-            cluster: CLUSTER,
-            group: partition,
-            client: CLIENT,
-            request: 3,
-            operation: operation::MESSAGES,
-            body: batch(3, 2_500),
-        },
-    );
+    node.deliver(partition, batch_request(partition, 3, 2_500));
     loop {
         sends.extend(node.drain(partition).sends);
         let Some(job) = node.take_job_beside(partition, &mut Unobserved) else {
@@ -538,11 +525,7 @@ fn a_publication_beside_the_lane_holds_no_prepare_behind_it() {
 fn a_primary_with_no_room_for_the_next_segment_refuses_the_batch_and_goes_on() {
     let storages: Vec<SimStorage> = (0..3).map(genesis).collect();
     let mut host = Host::boot(&storages, 1);
-    let partition = GroupKind::Partition {
-        key: KEY,
-        persisted: false,
-    }
-    .id();
+    let partition = the_partition();
     // Node 0 (the primary) has 32 KiB more than it uses: less than one 64 KiB segment.
     storages[0].set_space_limit(Some(storages[0].used_bytes() + (32 << 10)));
     let status_of = |host: &Host, request: u64| {
