@@ -310,7 +310,8 @@ pub struct BusSender {
 
 /// The bytes a queued message holds, about (its bodies and headers; a small message counts as
 /// its 256-byte header).
-fn queued_bytes(message: &Message) -> u64 {
+/// What a queued `message` holds in memory, about: its frame header and its body.
+pub(crate) fn queued_bytes(message: &Message) -> u64 {
     let body = match message {
         Message::Prepare { body, .. }
         | Message::Request { body, .. }

@@ -24,8 +24,10 @@ pub struct NodeMetrics {
     /// Messages from peers and clients in the tick thread's inbox, not yet taken
     /// ([`crate::runtime::INBOX_MESSAGES`] at most).
     pub inbox_messages: AtomicU64,
-    /// Messages not queued because the inbox held its most: a peer's dropped (the protocol
-    /// resends), a client's refused `TransientNotAccepted`.
+    /// Their bytes, about (frame headers and bodies; [`crate::runtime::INBOX_BYTES`] at most).
+    pub inbox_bytes: AtomicU64,
+    /// Messages not queued because the inbox held its most (messages or bytes): a peer's
+    /// dropped (the protocol resends), a client's refused `TransientNotAccepted`.
     pub inbox_refused: AtomicU64,
     /// Views a replica of this node entered (each group's view changes).
     pub view_changes: AtomicU64,
@@ -248,7 +250,7 @@ pub fn render(node: &NodeMetrics, bus: &BusCounters, port: &PortCounters) -> Str
     counter(
         &mut out,
         "iggy_inbox_refused_total",
-        "Messages of peers (dropped) and clients (refused 58) not queued because the tick thread's inbox held 16,384.",
+        "Messages of peers (dropped) and clients (refused 58) not queued because the tick thread's inbox held 16,384 messages or 256 MiB.",
         "counter",
         load(&node.inbox_refused),
     );

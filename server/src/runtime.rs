@@ -243,31 +243,51 @@ pub enum Input<S: Storage + Clone> {
 /// thread cannot keep up with holds bounded memory instead of growing the node.
 pub const INBOX_MESSAGES: u64 = 16_384;
 
+/// ... and at most about this many bytes of them (frame headers and bodies), whatever their
+/// count: 16,384 prepares of 15 MiB would otherwise be 240 GiB. A message larger than the bound
+/// is still taken when the inbox holds no bytes, so the largest request always goes through.
+pub const INBOX_BYTES: u64 = 256 << 20;
+
 impl<S: Storage + Clone> Views<S> {
     /// Queues a peer's or client's `message` for the tick thread unless the inbox holds
-    /// [`INBOX_MESSAGES`]; whether it was queued.
+    /// [`INBOX_MESSAGES`] or [`INBOX_BYTES`]; whether it was queued.
     pub fn enqueue(&self, inbox: &Sender<Input<S>>, message: Message) -> bool {
         use std::sync::atomic::Ordering::Relaxed;
+        let bytes = crate::bus::queued_bytes(&message);
         if self.metrics.inbox_messages.fetch_add(1, Relaxed) >= INBOX_MESSAGES {
             self.metrics.inbox_messages.fetch_sub(1, Relaxed);
             self.metrics.inbox_refused.fetch_add(1, Relaxed);
             return false;
         }
+        let held = self.metrics.inbox_bytes.fetch_add(bytes, Relaxed);
+        if held > 0 && held + bytes > INBOX_BYTES {
+            self.metrics.inbox_bytes.fetch_sub(bytes, Relaxed);
+            self.metrics.inbox_messages.fetch_sub(1, Relaxed);
+            self.metrics.inbox_refused.fetch_add(1, Relaxed);
+            return false;
+        }
         if inbox.send(Input::Message(message)).is_err() {
+            self.metrics.inbox_bytes.fetch_sub(bytes, Relaxed);
             self.metrics.inbox_messages.fetch_sub(1, Relaxed);
             return false;
         }
         true
     }
 
-    /// The tick thread took a message out of the inbox: room for one more. Saturating, as a
+    /// The tick thread took `message` out of the inbox: room for it again. Saturating, as a
     /// test may queue a message without [`Views::enqueue`].
-    fn taken(&self) {
-        let _ = self.metrics.inbox_messages.fetch_update(
-            std::sync::atomic::Ordering::Relaxed,
-            std::sync::atomic::Ordering::Relaxed,
-            |n| Some(n.saturating_sub(1)),
-        );
+    fn taken(&self, message: &Message) {
+        let bytes = crate::bus::queued_bytes(message);
+        let less = |by: u64| move |n: u64| Some(n.saturating_sub(by));
+        let relaxed = std::sync::atomic::Ordering::Relaxed;
+        let _ = self
+            .metrics
+            .inbox_messages
+            .fetch_update(relaxed, relaxed, less(1));
+        let _ = self
+            .metrics
+            .inbox_bytes
+            .fetch_update(relaxed, relaxed, less(bytes));
     }
 }
 
@@ -609,7 +629,7 @@ fn run<S: Storage + Clone>(
         let mut touched: Vec<u128> = Vec::new();
         match inputs.recv_timeout(next_tick.saturating_duration_since(Instant::now())) {
             Ok(Input::Message(message)) => {
-                views.taken();
+                views.taken(&message);
                 let group = message.group();
                 let repair = matches!(message, Message::RequestPrepares { .. });
                 if !node.groups.contains_key(&group) {
@@ -901,8 +921,52 @@ mod tests {
                 .load(std::sync::atomic::Ordering::Relaxed),
             1
         );
-        assert!(matches!(inputs.try_recv(), Ok(Input::Message(_))));
-        views.taken();
+        let Ok(Input::Message(taken)) = inputs.try_recv() else {
+            panic!("a message was queued");
+        };
+        views.taken(&taken);
         assert!(views.enqueue(&inbox, ping()), "room was not made again");
+    }
+
+    #[test]
+    fn the_inbox_refuses_bytes_past_its_bound() {
+        let views = Views::<iggy_io::SimStorage>::new(3);
+        let (inbox, inputs) = channel();
+        let request = |request: u64, bytes: usize| Message::Request {
+            cluster: 1,
+            group: 1 << 96,
+            client: 7,
+            request,
+            operation: 1,
+            body: vec![0; bytes],
+        };
+        // Larger than the bound alone: taken, since the inbox holds nothing.
+        let big = usize::try_from(INBOX_BYTES).unwrap() + 1;
+        assert!(
+            views.enqueue(&inbox, request(1, big)),
+            "the largest request goes through"
+        );
+        assert!(
+            !views.enqueue(&inbox, request(2, 1 << 20)),
+            "a MiB more was queued past the bound"
+        );
+        let Ok(Input::Message(taken)) = inputs.try_recv() else {
+            panic!("a message was queued");
+        };
+        views.taken(&taken);
+        // 15 MiB requests: the bound holds about 17 of them, not 16,384.
+        let mut queued = 0;
+        while views.enqueue(&inbox, request(3 + queued, 15 << 20)) {
+            queued += 1;
+            assert!(queued < 100, "no byte bound");
+        }
+        assert_eq!(queued, INBOX_BYTES / ((15 << 20) + 256), "{queued} queued");
+        assert_eq!(
+            views
+                .metrics
+                .inbox_refused
+                .load(std::sync::atomic::Ordering::Relaxed),
+            2
+        );
     }
 }
