@@ -250,7 +250,7 @@ pub fn render(node: &NodeMetrics, bus: &BusCounters, port: &PortCounters) -> Str
     counter(
         &mut out,
         "iggy_inbox_refused_total",
-        "Messages of peers (dropped) and clients (refused 58) not queued because the tick thread's inbox held 16,384 messages or 256 MiB.",
+        "Messages of peers (dropped) and clients (refused 58) not queued because the tick thread's inbox held 16,384 messages or 1 GiB.",
         "counter",
         load(&node.inbox_refused),
     );

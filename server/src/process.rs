@@ -54,6 +54,7 @@ impl<S: Storage + Clone + Send + Sync + 'static> ServerNode<S> {
             .build()
             .map_err(|e| format!("the network runtime: {e}"))?;
         let views = Views::new(node_config.replicas);
+        views.bound_inbox(node_config.replicas, port_config.in_flight_bytes);
         views
             .metrics
             .boot_discarded_bytes
