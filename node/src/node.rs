@@ -985,13 +985,7 @@ impl<S: Storage + Clone> Node<S> {
         };
         let publication = matches!(head, Effect::Publish { .. })
             && beside
-            && matches!(
-                g.kind,
-                GroupKind::Partition {
-                    persisted: false,
-                    ..
-                }
-            )
+            && g.kind.is_replicated_partition()
             && g.replica.status() == Status::Normal
             && g.partition.is_some();
         if g.beside.in_flight {
@@ -1150,13 +1144,7 @@ impl<S: Storage + Clone> Node<S> {
         ran.more = !g.lane.is_empty();
         if g.beside.on
             && ran.journaled.is_some()
-            && matches!(
-                g.kind,
-                GroupKind::Partition {
-                    persisted: false,
-                    ..
-                }
-            )
+            && g.kind.is_replicated_partition()
             && g.partition
                 .as_ref()
                 .is_some_and(|p| p.unpublished_bytes() >= self.config.checkpoint_bytes)

@@ -41,6 +41,19 @@ impl GroupKind {
         }
     }
 
+    /// A partition of replicated durability: one that acknowledges before it publishes, and so
+    /// publishes periodically and at its checkpoint.
+    #[must_use]
+    pub fn is_replicated_partition(self) -> bool {
+        matches!(
+            self,
+            Self::Partition {
+                persisted: false,
+                ..
+            }
+        )
+    }
+
     #[must_use]
     pub fn label(self) -> String {
         match self {
