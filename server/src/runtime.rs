@@ -273,7 +273,8 @@ pub const INBOX_BYTES: u64 = 1 << 30;
 
 impl<S: Storage + Clone> Views<S> {
     /// Queues a peer's or client's `message` for the tick thread unless the inbox holds
-    /// [`INBOX_MESSAGES`] or [`INBOX_BYTES`]; whether it was queued.
+    /// [`INBOX_MESSAGES`] or its bound in bytes ([`INBOX_BYTES`], or what
+    /// [`Views::bound_inbox`] set); whether it was queued.
     pub fn enqueue(&self, inbox: &Sender<Input<S>>, message: Message) -> bool {
         use std::sync::atomic::Ordering::Relaxed;
         let bytes = crate::bus::queued_bytes(&message);
