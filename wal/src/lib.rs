@@ -765,18 +765,17 @@ impl<S: Storage> Wal<S> {
 
     /// [`Wal::write_buffered`] unless a publication is in flight, which it would wait for
     /// (the publication pads and ends its head file past what it writes: a write beside it
-    /// could be overwritten). Returns whether it wrote; what it left stays buffered for the
-    /// next publication, or for the next write or read that needs it in the files.
-    pub fn write_buffered_if_idle(&self) -> Result<bool, WalError> {
+    /// could be overwritten). What it leaves stays buffered for the next publication, or for
+    /// the next write or read that needs it in the files.
+    pub fn write_buffered_if_idle(&self) -> Result<(), WalError> {
         let mut state = self.lock();
         if state.publishing {
-            return Ok(false);
+            return Ok(());
         }
         if let Some(cause) = &state.poisoned {
             return Err(poisoned_error(&self.dir, cause));
         }
-        self.flush(&mut state)?;
-        Ok(true)
+        self.flush(&mut state)
     }
 
     /// The latest durable publication.
