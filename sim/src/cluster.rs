@@ -386,12 +386,10 @@ enum Event {
 struct Deaf {
     node: u8,
     since_us: u64,
-    /// Per group: the highest commit point the other nodes reached, and since when a request
-    /// has waited without it moving (reset when it moves, when a request is answered, and when
-    /// no request waits).
-    groups: BTreeMap<u128, (u64, Option<u64>)>,
-    /// Per group: when it last progressed (its commit point moved or a request was answered).
-    progress: BTreeMap<u128, u64>,
+    /// Per group: the highest commit point the other nodes reached, since when a request has
+    /// waited without progress (reset when the commit point moves, when a request is answered,
+    /// and while its clients and producers have all finished), and when it last progressed.
+    groups: BTreeMap<u128, (u64, Option<u64>, u64)>,
     next_check_us: u64,
 }
 
@@ -1046,7 +1044,6 @@ impl Cluster {
             node,
             since_us: self.now,
             groups: BTreeMap::new(),
-            progress: BTreeMap::new(),
             next_check_us: self.now,
         });
         self.note(format!(
@@ -1101,7 +1098,7 @@ impl Cluster {
                     .filter(|p| p.group == group)
                     .all(Producer::done);
             let replied = self.replied_at.get(&group).copied().unwrap_or(0);
-            let entry = deaf.groups.entry(group).or_insert((commit, None));
+            let entry = deaf.groups.entry(group).or_insert((commit, None, 0));
             // Progress: the commit point moved, or a request was answered since the wait
             // began (a resend of a committed request is answered from the client table
             // without a new commit). A wait is then counted again from the progress at the
@@ -1116,8 +1113,7 @@ impl Cluster {
                 entry.1.filter(|since| replied > *since).map(|_| replied)
             };
             if let Some(at) = progress {
-                *entry = (commit, None);
-                deaf.progress.insert(group, at);
+                *entry = (commit, None, at);
             }
             if finished {
                 // Its clients and producers sent their last request and have every outcome
@@ -1127,7 +1123,7 @@ impl Cluster {
             } else if entry.1.is_none() {
                 // Counted from the last answer or commit at the earliest (a wait that began
                 // before either is not forgiven twice).
-                let progressed = deaf.progress.get(&group).copied().unwrap_or(0);
+                let progressed = entry.2;
                 entry.1 = waiting.map(|at| at.max(replied).max(progressed));
             }
             if let Some(since) = entry.1
