@@ -12,6 +12,7 @@
 #
 #   scripts/full-disk.sh             # about a minute
 #   RESERVE_MIB=0 scripts/full-disk.sh   # no reserve: the disk fills between two looks at it
+#   RESERVE_MIB=0 SKEW_MIB=128 scripts/full-disk.sh   # and node 2's disk fills first
 #   KEEP=1 scripts/full-disk.sh      # keep the directory (logs, ledgers); the mounts are undone
 #
 # Each tmpfs is $SIZE_MIB (default 1024) with a ballast of $BALLAST_MIB (384); the nodes keep
@@ -19,7 +20,12 @@
 # nothing refuses a write before a primary finds no room for a partition's next segment: that
 # prepare is refused (nothing appended, no node stops) and every node then refuses writes with
 # 4010 until its next look at the free space (`docs/server.md`, "Limits and a full disk"); the
-# script also requires such refusals (`iggy_prepares_refused_no_room_total`). Uses ports 8990-8992, 9990-9992 and
+# script also requires such refusals (`iggy_prepares_refused_no_room_total`). With $SKEW_MIB
+# (default 0) node 2's ballast is that much larger: its disk fills while its peers still have
+# room, so as a backup it cannot journal what its primaries took; it goes on (its journal
+# writes refused and tried again, `iggy_journals_refused_no_room_total`, which the script then
+# requires), reads while full are checked on nodes 0 and 1 (node 2 lacks what it could not
+# journal), and once space is freed node 2 catches up (the final `verify` reads every node). Uses ports 8990-8992, 9990-9992 and
 # 10990-10992 on loopback and a directory under /tmp.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -30,6 +36,7 @@ fi
 size=${SIZE_MIB:-1024}
 ballast=${BALLAST_MIB:-384}
 reserve=$((${RESERVE_MIB:-256} << 20))
+skew=${SKEW_MIB:-0}
 cargo build --release -q -p iggy-server -p iggy-fsck
 S=$PWD/target/release/iggy-server
 F=$PWD/target/release/iggy-fsck
@@ -56,13 +63,14 @@ for i in 0 1 2; do
     rm -rf "$dir/cluster/node-$i"
     sed -i "s|^data_dir = .*|data_dir = \"$dir/disk-$i/node-$i\"|" "$dir/cluster/node-$i.toml"
     printf '\n[limits]\nfree_reserve_bytes = %d\n' $reserve >> "$dir/cluster/node-$i.toml"
-    head -c $((ballast << 20)) /dev/zero > "$dir/disk-$i/ballast"
+    extra=0; [ $i = 2 ] && extra=$skew
+    head -c $(((ballast + extra) << 20)) /dev/zero > "$dir/disk-$i/ballast"
 done
 for i in 0 1 2; do ( "$S" run --config "$dir/cluster/node-$i.toml" >> "$dir/node-$i.out" 2>> "$dir/node-$i.err" & ); done
 for i in 0 1 2; do wait_up $i; done
 pids=(); for i in 0 1 2; do pids+=("$(pid_of $i)"); done
 free_mib() { echo $(( $(stat -f -c '%a * %S' "$dir/disk-$1" ) / 1048576 )); }
-echo "free before the load: $(free_mib 0) / $(free_mib 1) / $(free_mib 2) MiB of ${size} MiB each (reserve $((reserve >> 20)) MiB, ballast ${ballast} MiB)"
+echo "free before the load: $(free_mib 0) / $(free_mib 1) / $(free_mib 2) MiB of ${size} MiB each (reserve $((reserve >> 20)) MiB, ballast ${ballast} MiB, node 2 ${skew} MiB more)"
 status=0
 # 1. Fill: producers as fast as the nodes take them, until every write is refused.
 "$S" load --nodes $nodes --create --replicated 2 --persisted 1 --batch 100 --message-size 1000 \
@@ -82,8 +90,15 @@ if [ "$reserve" = 0 ]; then
     echo "prepares refused for want of room for a segment: $no_room"
     [ "$no_room" -gt 0 ] || { echo "FAIL: no prepare found the disk full"; status=1; }
 fi
+readers=$nodes
+if [ "$skew" -gt 0 ]; then
+    journals=$(metric 2 iggy_journals_refused_no_room_total || echo 0)
+    echo "node 2's journal writes refused for want of room: ${journals:-0}"
+    [ "${journals:-0}" -gt 0 ] || { echo "FAIL: node 2 journaled everything (no skew?)"; status=1; }
+    readers=127.0.0.1:8990,127.0.0.1:8991
+fi
 # 2. Reads while full: every node serves every partition.
-if "$S" verify --nodes $nodes --ledger "$dir/ledger-1" --patience 30s > "$dir/verify-full.out" 2>&1; then
+if "$S" verify --nodes $readers --ledger "$dir/ledger-1" --patience 30s > "$dir/verify-full.out" 2>&1; then
     echo "reads while full: $(tail -1 "$dir/verify-full.out")"
 else
     echo "FAIL: reads while full: $(tail -1 "$dir/verify-full.out")"; status=1

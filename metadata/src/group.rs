@@ -154,6 +154,21 @@ impl From<WalError> for GroupError {
     }
 }
 
+impl GroupError {
+    /// Whether it failed for want of space or descriptors ([`iggy_io::Error::is_exhaustion`]):
+    /// the log's next file, or a checkpoint's snapshot, could not be written. Either leaves the
+    /// group as it was (the log without the op, the last checkpoint standing), so the caller may
+    /// refuse the op, or put the checkpoint off, and try again later.
+    #[must_use]
+    pub fn is_exhaustion(&self) -> bool {
+        match self {
+            Self::Wal(e) => matches!(&**e, WalError::Io(e) if e.is_exhaustion()),
+            Self::Snapshot(iggy_snapshot::SnapshotError::Io(e)) => e.is_exhaustion(),
+            _ => false,
+        }
+    }
+}
+
 /// The retained log as boot sees it.
 #[derive(Clone, Copy, Debug)]
 struct Log {

@@ -328,3 +328,43 @@ fn checkpoints_happen_every_960_ops() {
         .unwrap();
     assert_eq!(restored.applied_op(), 2000);
 }
+
+/// A checkpoint on a disk with no room for its snapshot fails as an exhaustion
+/// (`GroupError::is_exhaustion`) and leaves the group as it was: the node puts the checkpoint
+/// off on that error instead of stopping, so the group must go on, checkpoint once there is
+/// room, and restore to every op after a power loss.
+#[test]
+fn a_checkpoint_with_no_room_for_its_snapshot_leaves_the_group_as_it_was() {
+    let storage = SimStorage::recording(10);
+    let mut group = MetadataGroup::create(storage.clone(), dir(), ID, wal_config()).unwrap();
+    let submit = |group: &mut MetadataGroup<SimStorage>, index: u64| {
+        group
+            .submit(&Op::RegisterClient {
+                client: u128::from(index % 50),
+                session: index + 1,
+            })
+            .unwrap()
+            .ok();
+    };
+    for index in 0..100 {
+        submit(&mut group, index);
+    }
+    storage.set_space_limit(Some(storage.used_bytes()));
+    let error = group.checkpoint().unwrap_err();
+    assert!(error.is_exhaustion(), "{error}");
+    assert_eq!(group.superblock().state().checkpoint_op, 0);
+    assert_eq!(group.applied_op(), 100);
+
+    storage.set_space_limit(None);
+    for index in 100..110 {
+        submit(&mut group, index);
+    }
+    group.checkpoint().unwrap();
+    assert_eq!(group.superblock().state().checkpoint_op, 110);
+    drop(group);
+    storage.power_loss();
+    let restored = MetadataGroup::open(storage, dir(), &ID, wal_config())
+        .unwrap()
+        .unwrap();
+    assert_eq!(restored.applied_op(), 110);
+}

@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use iggy_format::{Header, operation};
 use iggy_io::Storage;
-use iggy_metadata::group::{GROUP_ID, MetadataGroup};
+use iggy_metadata::group::{GROUP_ID, GroupError, MetadataGroup};
 use iggy_metadata::{Applied, Durability, codec};
 use iggy_recovery::{BootConfig, PartitionKey};
 use iggy_segments::offsets::ConsumerKind;
@@ -22,8 +22,20 @@ use iggy_segments::{Partition, Request};
 use iggy_superblock::{Identity, VsrState};
 use iggy_vsr::{Effect, Outcome};
 
-/// How a prepare refused for want of room starts its reason (`Ran::refused`).
-pub const NO_ROOM: &str = "no room for the partition's next segment";
+/// How a prepare or a journal write refused for want of room starts its reason (`Ran::refused`).
+pub const NO_ROOM: &str = "no room for the log's next file";
+
+/// Refuses to journal `op` when it does not follow the log's head `head`: the replica hands
+/// storage its ops in order, so only a refused journal before it (for want of room) leaves the
+/// gap. The replica cuts storage back and hands them all again later
+/// (`iggy_vsr` `journal_refused`); storage is as it was.
+fn behind_a_refused_journal(op: u64, head: u64) -> Option<Outcome> {
+    (op > head + 1).then(|| {
+        Outcome::Refused(format!(
+            "op {op} follows a journal refused for want of room (the log's head is op {head})"
+        ))
+    })
+}
 
 /// What a group is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -220,7 +232,13 @@ fn commit_metadata<S: Storage + Clone>(
     if group.checkpoint_due()
         && let Err(e) = group.checkpoint()
     {
-        return failed(&e);
+        if !e.is_exhaustion() {
+            return failed(&e);
+        }
+        // No room for the snapshot (a full disk): the last checkpoint stands and the next
+        // commit tries again; the journal's margin takes the ops meanwhile, and past it a
+        // journal or prepare is refused until a checkpoint frees the log's prefix.
+        tracing::warn!(%e, "metadata checkpoint put off: no room for its snapshot");
     }
     if mirror && !committed.is_empty() {
         changes.mirror = Some(Arc::new(group.state().clone()));
@@ -512,6 +530,9 @@ fn execute_effect<S: Storage + Clone>(
             match group.prepare(&op, &meta) {
                 Ok(Ok((header, body))) => Outcome::Prepared { header, body },
                 Ok(Err(refused)) => Outcome::Refused(refused.to_string()),
+                // No room for the log's next file: nothing was appended.
+                Err(e) if e.is_exhaustion() => Outcome::Refused(format!("{NO_ROOM}: {e}")),
+                Err(e @ GroupError::JournalFull { .. }) => Outcome::Refused(e.to_string()),
                 Err(e) => failed(&e),
             }
         }
@@ -562,9 +583,19 @@ fn execute_effect<S: Storage + Clone>(
                 Err(e) => failed(&e),
             }
         }
-        (Store::Metadata(group), Effect::Journal { header, body, .. }) => group
-            .journal(&header, &body)
-            .map_or_else(|e| failed(&e), |()| Outcome::Done),
+        (Store::Metadata(group), Effect::Journal { header, body, .. }) => {
+            if let Some(refused) = behind_a_refused_journal(header.op, group.head_op()) {
+                return refused;
+            }
+            match group.journal(&header, &body) {
+                Ok(()) => Outcome::Done,
+                Err(e) if e.is_exhaustion() => Outcome::Refused(format!("{NO_ROOM}: {e}")),
+                // Checkpoints put off for want of room filled the journal: refused until one
+                // frees its prefix.
+                Err(e @ GroupError::JournalFull { .. }) => Outcome::Refused(e.to_string()),
+                Err(e) => failed(&e),
+            }
+        }
         (
             Store::Partition {
                 partition,
@@ -573,14 +604,22 @@ fn execute_effect<S: Storage + Clone>(
                 ..
             },
             Effect::Journal { header, body, .. },
-        ) => match partition.journal(&header, &body) {
-            Ok(_) => {
-                replies.insert(header.op, partition_reply(&header, &body));
-                after_journal(partition, *persisted, header.op, checkpoint_bytes)
-                    .map_or_else(|e| failed(&e), |()| Outcome::Done)
+        ) => {
+            if let Some(refused) = behind_a_refused_journal(header.op, partition.wal().head().0) {
+                return refused;
             }
-            Err(e) => failed(&e),
-        },
+            match partition.journal(&header, &body) {
+                Ok(_) => {
+                    replies.insert(header.op, partition_reply(&header, &body));
+                    after_journal(partition, *persisted, header.op, checkpoint_bytes)
+                        .map_or_else(|e| failed(&e), |()| Outcome::Done)
+                }
+                // No room for the next segment (a disk fuller than the primary's): nothing was
+                // appended; the replica tries again later and acknowledges nothing meanwhile.
+                Err(e) if e.is_exhaustion() => Outcome::Refused(format!("{NO_ROOM}: {e}")),
+                Err(e) => failed(&e),
+            }
+        }
         (Store::Metadata(group), Effect::Truncate { after, .. }) => group
             .truncate_after(after)
             .map_or_else(|e| failed(&e), |()| Outcome::Done),

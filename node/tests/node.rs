@@ -578,6 +578,125 @@ fn a_primary_with_no_room_for_the_next_segment_refuses_the_batch_and_goes_on() {
     }
 }
 
+/// A backup whose disk is fuller than its primary's: storage refuses to journal the prepare
+/// that needs the partition's next segment. The backup goes on in normal status, acknowledges
+/// nothing past it, and the other two commit every batch; once there is room it journals what
+/// it missed and holds every committed batch once, as its peers do.
+#[test]
+fn a_backup_with_no_room_to_journal_goes_on_and_catches_up_once_there_is_room() {
+    let storages: Vec<SimStorage> = (0..3).map(genesis).collect();
+    let mut host = Host::boot(&storages, 1);
+    let partition = the_partition();
+    // Node 2 (a backup) has 32 KiB more than it uses: less than one 64 KiB segment.
+    storages[2].set_space_limit(Some(storages[2].used_bytes() + (32 << 10)));
+    let batches = 60;
+    for request in 1..=batches {
+        host.send_batch(0, partition, request, 20);
+        host.settle();
+        let committed = host.replies.iter().any(|m| {
+            matches!(m, Message::Reply { request: r, status: ReplyStatus::Committed, .. } if *r == request)
+        });
+        assert!(committed, "request {request} commits on nodes 0 and 1");
+    }
+    let backup = host.partition(2);
+    assert_eq!(
+        backup.replica.status(),
+        Status::Normal,
+        "the backup goes on"
+    );
+    let refused = backup.replica.counters().get("journal_refused").copied();
+    assert!(refused.unwrap_or(0) > 0, "the backup's journal was refused");
+    let held = backup.partition().expect("a partition").next_offset();
+    assert!(held < batches * 20, "node 2 held only what fit: {held}");
+    assert!(host.partition(0).replica.commit_min() >= batches);
+
+    storages[2].set_space_limit(None);
+    host.tick(600);
+    for i in 0..3 {
+        let group = host.partition(i);
+        assert_eq!(group.replica.status(), Status::Normal, "node {i}");
+        assert!(group.replica.commit_min() >= batches, "node {i}");
+        assert_eq!(
+            group.partition().expect("a partition").next_offset(),
+            batches * 20,
+            "node {i} holds every committed batch once"
+        );
+    }
+}
+
+/// A backup whose metadata log must start its next file on a full disk: storage refuses the
+/// journal, the backup goes on in normal status (its metadata replica and the node), the other
+/// two commit every op, and once there is room it journals and executes the ops it missed.
+#[test]
+fn a_metadata_backup_with_no_room_for_its_next_log_file_goes_on() {
+    let storages: Vec<SimStorage> = (0..3).map(genesis).collect();
+    let mut host = Host::boot(&storages, 1);
+    let metadata = GroupKind::Metadata.id();
+    let primary = host.nodes[0].leader_of(metadata).expect("a primary");
+    let backup = (0..3u8).find(|i| *i != primary).expect("a backup");
+    let b = usize::from(backup);
+    // Less than one 64 KiB log file left on the backup.
+    storages[b].set_space_limit(Some(storages[b].used_bytes() + (16 << 10)));
+    metadata_request(
+        &mut host,
+        1,
+        &Op::RegisterClient {
+            client: CLIENT,
+            session: 1,
+        },
+    );
+    let before = host.nodes[0]
+        .metadata_state()
+        .expect("a state")
+        .streams
+        .len();
+    // Streams with long names: some 300 bytes an op, so the log needs its next file.
+    let streams = 400u64;
+    for request in 2..=streams + 1 {
+        let op = Op::CreateStream {
+            name: format!("stream-{request:0>200}"),
+        };
+        host.wire.push_back((
+            primary,
+            metadata,
+            Message::Request {
+                cluster: CLUSTER,
+                group: metadata,
+                client: CLIENT,
+                request,
+                operation: operation::METADATA,
+                body: iggy_metadata::codec::encode_op(&op).expect("op"),
+            },
+        ));
+        host.settle();
+    }
+    fn group(host: &Host, i: usize) -> &iggy_node::Group<SimStorage> {
+        &host.nodes[i].groups[&GroupKind::Metadata.id()]
+    }
+    let refused = group(&host, b)
+        .replica
+        .counters()
+        .get("journal_refused")
+        .copied();
+    assert!(refused.unwrap_or(0) > 0, "the backup's journal was refused");
+    assert_eq!(group(&host, b).replica.status(), Status::Normal);
+    let committed = group(&host, usize::from(primary)).replica.commit_min();
+    assert!(
+        committed >= streams,
+        "the primary committed every op: {committed}"
+    );
+    assert!(group(&host, b).replica.commit_min() < committed);
+
+    storages[b].set_space_limit(None);
+    host.tick(600);
+    for i in 0..3 {
+        assert_eq!(group(&host, i).replica.status(), Status::Normal, "node {i}");
+        assert_eq!(group(&host, i).replica.commit_min(), committed, "node {i}");
+        let state = host.nodes[i].metadata_state().expect("a state");
+        assert_eq!(state.streams.len() - before, 400, "node {i}");
+    }
+}
+
 #[test]
 fn a_second_node_on_the_same_directory_is_refused() {
     let storage = genesis(0);

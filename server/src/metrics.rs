@@ -43,6 +43,9 @@ pub struct NodeMetrics {
     /// Prepares refused because a partition had no room for its next segment (the disk filled
     /// between two looks at its free space, or faster than the reserve).
     pub prepares_refused_no_room: AtomicU64,
+    /// Journal writes (a backup's, or a new primary's of its view's log) refused for want of
+    /// room: the replica acknowledges nothing past them and tries again every 100 ms.
+    pub journals_refused_no_room: AtomicU64,
     /// Set by such a refusal, taken by the next look at the free space: the node then says its
     /// disk is low until that look, as below its reserve (every node refuses client writes
     /// with 4010), and writes are tried again after it.
@@ -148,6 +151,13 @@ pub fn render(node: &NodeMetrics, bus: &BusCounters, port: &PortCounters) -> Str
         "Client writes a primary here refused because the partition had no room for its next segment (ENOSPC, EDQUOT, EMFILE or ENFILE creating it): nothing was appended, and every node refuses writes until the next look at the free space.",
         "counter",
         load(&node.prepares_refused_no_room),
+    );
+    counter(
+        &mut out,
+        "iggy_journals_refused_no_room_total",
+        "Journal writes of a replica here refused for want of room (a disk fuller than its primary's): the replica acknowledges nothing past them and tries again every 100 ms; the node refuses client writes until the next look at the free space.",
+        "counter",
+        load(&node.journals_refused_no_room),
     );
     counter(
         &mut out,

@@ -697,21 +697,7 @@ fn run<S: Storage + Clone>(
                     if let Some(reason) = &ran.refused
                         && reason.starts_with(iggy_node::store::NO_ROOM)
                     {
-                        views
-                            .metrics
-                            .no_room
-                            .store(true, std::sync::atomic::Ordering::Relaxed);
-                        let before = views
-                            .metrics
-                            .prepares_refused_no_room
-                            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                        if before.is_power_of_two() || before == 0 {
-                            let label = node
-                                .groups
-                                .get(&group)
-                                .map_or_else(|| format!("group {group:#x}"), |g| g.kind.label());
-                            tracing::warn!(node = node.index, partition = %label, refused = before + 1, %reason, "a client write was refused: the partition has no room for its next segment; the node goes on, every node refuses writes until the next look at the free space, then they are tried again");
-                        }
+                        no_room(views, &node, group, ran.name, reason);
                     }
                     completed(&mut node, group, &ran, jobs);
                     if ran.name == "install_snapshot" && group != GroupKind::Metadata.id() {
@@ -817,6 +803,41 @@ fn run<S: Storage + Clone>(
 struct Lanes<S: Storage + Clone> {
     storage: Sender<Work<S>>,
     publications: Sender<Job<S>>,
+}
+
+/// A replica's storage refused an op for want of room (`iggy_node::store::NO_ROOM`: its log's
+/// next file could not be created, the disk filled between two looks at its free space). The
+/// node goes on; it says its disk is low until the next look (every node then refuses client
+/// writes with 4010), counts it, and logs the first and every power of two.
+fn no_room<S: Storage + Clone>(
+    views: &Views<S>,
+    node: &Node<S>,
+    group: u128,
+    what: &str,
+    reason: &str,
+) {
+    use std::sync::atomic::Ordering::Relaxed;
+    let metrics = &views.metrics;
+    metrics.no_room.store(true, Relaxed);
+    let prepare = what == "prepare";
+    let count = if prepare {
+        &metrics.prepares_refused_no_room
+    } else {
+        &metrics.journals_refused_no_room
+    };
+    let before = count.fetch_add(1, Relaxed);
+    if before != 0 && !before.is_power_of_two() {
+        return;
+    }
+    let label = node
+        .groups
+        .get(&group)
+        .map_or_else(|| format!("group {group:#x}"), |g| g.kind.label());
+    if prepare {
+        tracing::warn!(node = node.index, group = %label, refused = before + 1, %reason, "a client write was refused: no room for the log's next file; the node goes on, every node refuses writes until the next look at the free space, then they are tried again");
+    } else {
+        tracing::warn!(node = node.index, group = %label, refused = before + 1, %reason, "a replica could not journal an op: no room for the log's next file; it acknowledges nothing past it and tries again every 100 ms, the node goes on and refuses client writes until the next look at the free space");
+    }
 }
 
 /// Hands a lane's head to the storage threads, and the publications ahead of it to the

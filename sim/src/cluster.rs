@@ -44,6 +44,12 @@ pub struct Faults {
     /// other fault is drawn meanwhile. The two others are a quorum that hears itself, so every
     /// group must take writes again within [`DEAF_STALL_US`] (checker `availability`).
     pub deaf: bool,
+    /// Half the storage faults are a full disk instead: the node's disk has less room left
+    /// than a log file (0 to 64 KiB) for 0.2 to 2 s, so the next segment or metadata log file
+    /// it needs cannot be created (a primary refuses the request, a backup's journal is
+    /// refused and tried again). A node that halts for it fails the run (checker
+    /// `full-disk`). Not in [`Faults::all`] yet: `iggy-sim --full-disk`.
+    pub full_disk: bool,
 }
 
 /// How often a seed draws the deaf fault ([`Faults::deaf`]).
@@ -74,6 +80,7 @@ impl Faults {
             moments: true,
             damage: false,
             deaf: true,
+            full_disk: false,
         }
     }
 
@@ -87,6 +94,7 @@ impl Faults {
             moments: false,
             damage: false,
             deaf: false,
+            full_disk: false,
         }
     }
 }
@@ -283,6 +291,9 @@ pub struct Report {
     pub stop_alls: u64,
     /// Deaf faults ([`Faults::deaf`]): 0 or 1.
     pub deaf_faults: u64,
+    /// Full disks ([`Faults::full_disk`]), and the journal writes they had refused.
+    pub full_disks: u64,
+    pub journals_refused: u64,
     /// How much longer than given the history was drawn (1 when not drawn).
     pub history_factor: u64,
     /// The prepare ring's entries the partitions' replicas kept.
@@ -452,6 +463,13 @@ pub struct Cluster {
     view_changes: u64,
     restart_pending: Vec<bool>,
     storage_faulty: Vec<bool>,
+    /// Which nodes' disks are full ([`Faults::full_disk`]; each also `storage_faulty`), the
+    /// draws of it (a stream of its own), and how many there were.
+    disk_full: Vec<bool>,
+    full_disk_draws: Stream,
+    full_disks: u64,
+    /// Journal writes refused for want of room, counted as they complete.
+    journals_refused: u64,
     /// When each node last heard a commit broadcast of each group.
     commit_heard: BTreeMap<(u8, u128), u64>,
     /// Every change of a replica's status or view: (time, node, group, status, view).
@@ -645,6 +663,10 @@ impl Cluster {
             view_changes: 0,
             restart_pending: vec![false; replicas],
             storage_faulty: vec![false; replicas],
+            disk_full: vec![false; replicas],
+            full_disk_draws: Stream::new(seed, "full-disk"),
+            full_disks: 0,
+            journals_refused: 0,
             commit_heard: BTreeMap::new(),
             view_log: Vec::new(),
             repair_bytes: BTreeMap::new(),
@@ -771,6 +793,8 @@ impl Cluster {
             two_node_crashes: self.two_node_crashes,
             stop_alls: self.stop_alls,
             deaf_faults: self.deaf_faults,
+            full_disks: self.full_disks,
+            journals_refused: self.journals_refused,
             history_factor: if self.options.draw_history {
                 history_factor(self.options.seed)
             } else {
@@ -846,6 +870,7 @@ impl Cluster {
                 .storage
                 .set_faults(FaultConfig::default());
             self.storage_faulty[usize::from(node)] = false;
+            self.disk_has_room(node);
             if !self.nodes[usize::from(node)].up && !self.restart_pending[usize::from(node)] {
                 self.restart_pending[usize::from(node)] = true;
                 self.schedule(1_000, Event::Restart { node });
@@ -966,6 +991,7 @@ impl Cluster {
                     .storage
                     .set_faults(FaultConfig::default());
                 self.storage_faulty[usize::from(node)] = false;
+                self.disk_has_room(node);
             }
             Event::Deaf => self.deafen(),
             Event::DeafEnd => {
@@ -1569,18 +1595,42 @@ impl Cluster {
                 "replica {node} group {group:#x}: installed a peer's snapshot"
             ));
         }
+        if ran
+            .refused
+            .as_ref()
+            .is_some_and(|r| r.starts_with(iggy_node::store::NO_ROOM))
+            && ran.name == "journal"
+        {
+            self.journals_refused += 1;
+        }
         if let Some(reason) = &ran.failed {
             let line = format!(
                 "replica {node} group {group:#x}: {} failed: {reason}",
                 ran.name
             );
-            self.note(line);
+            self.note(line.clone());
+            if self.disk_full[usize::from(node)] {
+                // A full disk is refused, tried again, never a reason to stop.
+                self.checker.failure = Some(("full-disk".into(), line));
+                return;
+            }
             // The replica stopped: the node restarts (its process dies with the error).
             if !self.restart_pending[usize::from(node)] {
                 self.crash(node, false);
                 self.restart_pending[usize::from(node)] = true;
                 self.schedule(100_000, Event::Restart { node });
             }
+            return;
+        }
+        if ran.after.0 == Status::Halted && self.disk_full[usize::from(node)] {
+            // A full disk is refused, tried again, never a reason to stop.
+            self.checker.failure = Some((
+                "full-disk".into(),
+                format!(
+                    "replica {node} group {group:#x} halted on its {} while its disk was full",
+                    ran.name
+                ),
+            ));
             return;
         }
         if ran.before != ran.after {
@@ -1846,15 +1896,32 @@ impl Cluster {
                 self.schedule(after, Event::NetworkRepair);
             }
             3 if faults.storage && self.healthy() => {
-                self.nodes[usize::from(node)]
-                    .storage
-                    .set_faults(iggy_io::soak::faults());
+                let storage = &self.nodes[usize::from(node)].storage;
+                if faults.full_disk && self.full_disk_draws.chance(0.5) {
+                    let room = self.full_disk_draws.below(64 << 10);
+                    storage.set_space_limit(Some(storage.used_bytes() + room));
+                    self.disk_full[usize::from(node)] = true;
+                    self.full_disks += 1;
+                    self.note(format!(
+                        "storage: node {node}'s disk full ({room} bytes left)"
+                    ));
+                } else {
+                    storage.set_faults(iggy_io::soak::faults());
+                    self.note(format!("storage: faults on node {node}"));
+                }
                 self.storage_faulty[usize::from(node)] = true;
-                self.note(format!("storage: faults on node {node}"));
                 let after = self.faults.between(200_000, 2_000_000);
                 self.schedule(after, Event::StorageCalm { node });
             }
             _ => {}
+        }
+    }
+
+    /// Ends a full disk on `node` ([`Faults::full_disk`]), if it has one.
+    fn disk_has_room(&mut self, node: u8) {
+        if std::mem::take(&mut self.disk_full[usize::from(node)]) {
+            self.nodes[usize::from(node)].storage.set_space_limit(None);
+            self.note(format!("storage: node {node}'s disk has room again"));
         }
     }
 
@@ -1895,6 +1962,10 @@ impl Cluster {
         if faulty {
             n.storage.set_faults(FaultConfig::default());
         }
+        // Nor with a full disk: it ends here (a boot that finds no room leaves the partition
+        // out, `unavailable_partitions`, which the runs do not draw).
+        let was_full = self.disk_full[usize::from(node)];
+        self.disk_has_room(node);
         // Only while the other nodes hold everything: losing a second copy is beyond what
         // three replicas promise to survive.
         let may_damage = self.options.faults.damage && self.healthy_besides(node);
@@ -1914,7 +1985,7 @@ impl Cluster {
                 .flatten()
                 .is_some()
         });
-        if faulty && !self.healing {
+        if faulty && !was_full && !self.healing {
             n.storage.set_faults(iggy_io::soak::faults());
         }
         if let (Some((group, dir)), Some(rebuilt)) = (damaged, rebuilt_marker) {
@@ -2311,6 +2382,8 @@ pub fn run(options: Options) -> Report {
             two_node_crashes: 0,
             stop_alls: 0,
             deaf_faults: 0,
+            full_disks: 0,
+            journals_refused: 0,
             history_factor: 1,
             ring_entries: 0,
             retention_bytes: 0,

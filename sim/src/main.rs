@@ -45,6 +45,11 @@ struct Cli {
     /// WAL frontier three times in ten, and the node's boot rebuilds it from the peers.
     #[arg(long)]
     damage: bool,
+    /// Also fill disks: half the storage faults leave a node's disk with less room than a log
+    /// file for 0.2 to 2 s (a primary refuses what needs a new file, a backup's journal is
+    /// refused and tried again); a node that halts for it fails the seed (`full-disk`).
+    #[arg(long)]
+    full_disk: bool,
     /// Start every group at view 0, so node 0 leads them all (the article's cluster); by
     /// default each partition starts at its metadata leader's view, spreading the primaries.
     #[arg(long)]
@@ -322,6 +327,8 @@ fn main() -> ExitCode {
     let mut from_disk = 0u64;
     let mut installed = 0u64;
     let mut deaf = 0u64;
+    let mut full_disks = 0u64;
+    let mut journals_refused = 0u64;
     let mut simulated = 0u64;
     let mut wall = std::time::Duration::ZERO;
     // Ops committed per group, over every group of every seed.
@@ -352,6 +359,7 @@ fn main() -> ExitCode {
             reuse_one_in: cli.reuse_one_in,
             faults: iggy_sim::Faults {
                 damage: cli.damage,
+                full_disk: cli.full_disk,
                 ..base.faults
             },
             ..base
@@ -363,12 +371,14 @@ fn main() -> ExitCode {
         from_disk += u64::from(report.disk_read_prepares > 0);
         installed += u64::from(report.snapshots_installed > 0);
         deaf += report.deaf_faults;
+        full_disks += report.full_disks;
+        journals_refused += report.journals_refused;
         wall += report.wall;
         let line = format!(
             "seed {seed}: {} simulated s in {:.2} wall s; {} ops committed ({} to {} a group, \
              history x{}, ring {}, retention {}), {} replies, {} unknown outcomes, {} crashes, {} view changes, {} \
              repair rounds read from disk ({} prepares), {} snapshots installed ({} of \
-             partitions), {} rebuilt, {} behind the ring{}{}{}: {}",
+             partitions), {} rebuilt, {} behind the ring{}{}{}{}: {}",
             report.simulated_us / 1_000_000,
             report.wall.as_secs_f64(),
             report.committed_ops,
@@ -412,6 +422,14 @@ fn main() -> ExitCode {
             } else {
                 ""
             },
+            if report.full_disks > 0 {
+                format!(
+                    ", {} full disks ({} journal writes refused)",
+                    report.full_disks, report.journals_refused
+                )
+            } else {
+                String::new()
+            },
             if report.failure.is_some() {
                 "FAILED"
             } else {
@@ -436,6 +454,11 @@ fn main() -> ExitCode {
             };
             let requests = if cli.damage {
                 format!("{requests} --damage")
+            } else {
+                requests
+            };
+            let requests = if cli.full_disk {
+                format!("{requests} --full-disk")
             } else {
                 requests
             };
@@ -484,7 +507,7 @@ fn main() -> ExitCode {
         "{seeds} seeds, {failed} failed, {behind} with a replica behind every peer's ring at the \
          end, {from_disk} with repair read from disk (a replica below a peer's ring), \
          {installed} with a peer's state installed (a metadata snapshot or a partition's segments: a replica below a peer's log), \
-         {deaf} with a deaf primary; ops \
+         {deaf} with a deaf primary, {full_disks} full disks ({journals_refused} journal writes refused); ops \
          committed per group: min {}, median {}, p90 {}, max {}; {:.0} simulated s per wall s\n",
         group_ops.first().copied().unwrap_or(0),
         quantile(1, 2),

@@ -190,6 +190,52 @@ fn every_seed_with_damaged_partitions_rebuilds_them_and_converges() {
     eprintln!("{seeds} seeds from {from}: {rebuilt} partitions rebuilt from their peers");
 }
 
+/// Full disks (`Faults::full_disk`): half the storage faults leave a node's disk with less room
+/// than a log file for 0.2 to 2 s. `SIM_FULL_DISK_SEEDS` seeds (20) from
+/// `SIM_FULL_DISK_SEED_FROM` (0): every checker holds (checker `full-disk`: no replica halts
+/// while its disk is full), every group converges, and backups' journal writes were refused
+/// and tried again. Without `journal-refusal` the first such refusal halts its replica.
+#[test]
+fn every_seed_with_full_disks_refuses_and_goes_on() {
+    let from = env("SIM_FULL_DISK_SEED_FROM", 0);
+    let seeds = env("SIM_FULL_DISK_SEEDS", 20);
+    let (mut full_disks, mut refused) = (0, 0);
+    for seed in from..from + seeds {
+        let mut options = Options::new(seed);
+        options.faults.full_disk = true;
+        let report = run(options);
+        if let Some(failure) = report.failure {
+            panic!(
+                "seed {seed} failed:\n{}\nreplay: cargo run --release -p iggy-sim -- --seed \
+                 {seed} --full-disk",
+                failure.render()
+            );
+        }
+        full_disks += report.full_disks;
+        refused += report.journals_refused;
+    }
+    if seeds >= 10 {
+        assert!(refused > 0, "no journal write met a full disk");
+    }
+    eprintln!("{seeds} seeds from {from}: {full_disks} full disks, {refused} journals refused");
+}
+
+#[test]
+fn without_journal_refusal_a_full_disk_halts_a_replica() {
+    let safeguards = Safeguards::without("journal-refusal").unwrap();
+    let (seed, checker) = (0..40)
+        .find_map(|seed| {
+            let mut options = Options {
+                safeguards,
+                ..Options::new(seed)
+            };
+            options.faults.full_disk = true;
+            run(options).failure.map(|f| (seed, f.checker))
+        })
+        .expect("a seed fails");
+    assert_eq!(checker, "full-disk", "seed {seed}");
+}
+
 /// The first seed below `limit` that fails with `safeguard` off, and the checker that fired.
 fn first_failure(safeguard: &str, limit: u64) -> Option<(u64, String)> {
     let safeguards = Safeguards::without(safeguard).unwrap();

@@ -11,6 +11,10 @@ pub const HEADERS_MAX: usize = 128;
 /// Most prepares one repair round asks for.
 pub const REPAIR_BATCH_MAX: u64 = 128;
 
+/// A replica whose storage refused a journal write (no room: a full disk, no descriptor) hands
+/// it storage again after this long (100 ms), not at once: each try costs a failed file creation.
+pub const JOURNAL_RETRY_TICKS: u64 = 10;
+
 /// The hard cap on the prepare ring's bytes.
 pub const RING_BYTES_LIMIT: u64 = 256 << 20;
 

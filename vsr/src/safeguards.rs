@@ -89,11 +89,15 @@ pub struct Safeguards {
     /// primary that hears none of its backups' acknowledgments is replaced after the heartbeat
     /// timeout, as a silent one is.
     pub commit_stall: bool,
+    /// A journal write storage refuses for want of room (a full disk: nothing written) is
+    /// tried again later, acknowledging nothing past it meanwhile, instead of halting the
+    /// replica as a storage failure does.
+    pub journal_refusal: bool,
 }
 
 impl Safeguards {
     /// The names of the safeguards, as `without` takes them.
-    pub const NAMES: [&'static str; 22] = [
+    pub const NAMES: [&'static str; 23] = [
         "durable-view-gate",
         "publish-before-log-view",
         "nack-header-without-body",
@@ -116,6 +120,7 @@ impl Safeguards {
         "acknowledgment-bound",
         "request-checksum",
         "commit-stall",
+        "journal-refusal",
     ];
 
     /// Every safeguard but the one named `name` (`None` for a name that is none of them).
@@ -145,6 +150,7 @@ impl Safeguards {
             "acknowledgment-bound" => s.acknowledgment_bound = false,
             "request-checksum" => s.request_checksum = false,
             "commit-stall" => s.commit_stall = false,
+            "journal-refusal" => s.journal_refusal = false,
             _ => return None,
         }
         Some(s)
@@ -176,6 +182,7 @@ impl Default for Safeguards {
             acknowledgment_bound: true,
             request_checksum: true,
             commit_stall: true,
+            journal_refusal: true,
         }
     }
 }

@@ -61,7 +61,16 @@ impl Replica {
                 self.forget_after(op - 1);
             }
             self.commit_max = self.commit_max.max(header.commit.min(op - 1));
-            self.journal.insert(header, Some(body));
+            // While storage refuses to journal (no room), the bodies past a pipeline above what
+            // it journaled are not kept: the header is, and repair fetches the body once
+            // storage journals again. Memory stays bounded however long the disk stays full.
+            let held = self.journal_retry_at.is_none()
+                || op.saturating_sub(self.journal.journaled_head)
+                    <= u64::try_from(self.config.pipeline_max).unwrap_or(u64::MAX);
+            if !held {
+                self.count("prepare_body_dropped_while_refused");
+            }
+            self.journal.insert(header, held.then_some(body));
             self.prepare_arrived();
             return;
         }

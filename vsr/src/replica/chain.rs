@@ -13,7 +13,7 @@
 use iggy_format::Header;
 
 use super::{Pending, Phase, Replica};
-use crate::config::REPAIR_BATCH_MAX;
+use crate::config::{JOURNAL_RETRY_TICKS, REPAIR_BATCH_MAX};
 use crate::effect::Effect;
 
 impl Replica {
@@ -146,9 +146,27 @@ impl Replica {
         );
     }
 
+    /// Storage refused to journal `op`, the first op it had not journaled, for want of room (a
+    /// full disk, no descriptor: nothing of it was written). Every op handed it after `op` is
+    /// refused too, without being tried (the host refuses an op that does not follow its log's
+    /// head). The log in memory stays; what storage holds is cut back to before `op` (a no-op
+    /// there, but it marks every prepare and journal handed it since as cut), and the bodies
+    /// are handed it again after [`JOURNAL_RETRY_TICKS`]. Nothing above `op` is acknowledged
+    /// meanwhile (`acknowledge` counts only what storage journaled), so the replica is, to
+    /// its peers, one whose disk is slow; it never halts for it.
+    pub(super) fn journal_refused(&mut self, op: u64) {
+        self.count("journal_refused");
+        self.journal_retry_at = Some(self.ticks + JOURNAL_RETRY_TICKS);
+        self.truncate_storage(op - 1);
+    }
+
     /// Hands storage every body that extends its log in order.
     pub(super) fn journal_bodies(&mut self) {
         if self.phase() == Phase::Recovering || self.installing() {
+            return;
+        }
+        if self.journal_retry_at.is_some_and(|at| self.ticks < at) {
+            // Storage refused the last try for want of room: not again yet.
             return;
         }
         // A backup adopting a view journals nothing until the log_view is durable; the new

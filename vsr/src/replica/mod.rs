@@ -251,6 +251,9 @@ pub struct Replica {
     incarnation: u64,
     probe_at: u64,
     probes: u32,
+    /// Storage refused a journal write for want of room (`journal_refused`): the tick from
+    /// which the bodies are handed it again. Cleared by the next journal that completes.
+    journal_retry_at: Option<u64>,
     // Repair.
     repair_at: u64,
     /// Whether the node's ration lets it ask peers this tick (a replica on its own: always).
@@ -367,6 +370,7 @@ impl Replica {
             starting: None,
             incarnation: boot.incarnation,
             probes: 0,
+            journal_retry_at: None,
             repair_at: 0,
             repair_permitted: true,
             repair_source: 0,
@@ -684,10 +688,21 @@ impl Replica {
             self.halt();
             return;
         }
+        if matches!(
+            (&pending, &outcome),
+            (Pending::Journal(_), Outcome::Refused(_))
+        ) && !self.safeguards.journal_refusal
+        {
+            // Without `journal-refusal`: a refused journal write is a storage failure.
+            self.count("storage_failed");
+            self.halt();
+            return;
+        }
         // Each effect ends one way; any other answer is the host's bug, and reasoning on from
         // it (a prepare's op never appended, say) would desynchronise the log: stop.
         let expected = match (pending, &outcome) {
             (Pending::Prepare, Outcome::Prepared { .. } | Outcome::Refused(_))
+            | (Pending::Journal(_), Outcome::Done | Outcome::Refused(_))
             | (Pending::Commit(_), Outcome::Committed { .. })
             | (Pending::SnapshotChunk(..), Outcome::Done | Outcome::Refused(_))
             | (Pending::Install(_), Outcome::Installed { .. } | Outcome::Refused(_)) => true,
@@ -717,7 +732,12 @@ impl Replica {
             Pending::Prepare => self.on_prepared(id, outcome),
             Pending::Journal(op) => {
                 if !self.truncated_later(id, op) && op == self.journal.journaled_head + 1 {
-                    self.journal.journaled_head = op;
+                    if outcome == Outcome::Done {
+                        self.journal.journaled_head = op;
+                        self.journal_retry_at = None;
+                    } else {
+                        self.journal_refused(op);
+                    }
                 }
             }
             Pending::Truncate(after) => {
