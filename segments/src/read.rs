@@ -41,10 +41,68 @@ enum Read {
     /// The segment ends here (zeros or the end of the file).
     End,
     /// An entry of another kind, `size` bytes in all, verified by its header checksum.
-    Other {
-        size: u64,
-    },
-    Batch(StoredBatch),
+    Other { size: u64 },
+    /// A batch, its body (`len` bytes) appended to the buffer the read was given.
+    Batch { header: BatchHeader, len: usize },
+}
+
+/// Where a read puts the batches it finds: each body is appended to [`Batches::buffer`], then
+/// [`Batches::found`] names it.
+trait Batches {
+    /// The buffer the next batch's body is appended to.
+    fn buffer(&mut self) -> &mut Vec<u8>;
+    /// The batch of entry `op` whose body, `len` bytes, the buffer's end now holds.
+    fn found(&mut self, op: u64, header: BatchHeader, len: usize);
+    fn is_empty(&self) -> bool;
+    /// Forgets every batch found (the read starts again).
+    fn clear(&mut self);
+}
+
+/// Each batch in a buffer of its own ([`Partition::read`]).
+#[derive(Default)]
+struct Separate {
+    batches: Vec<StoredBatch>,
+    next: Vec<u8>,
+}
+
+impl Batches for Separate {
+    fn buffer(&mut self) -> &mut Vec<u8> {
+        &mut self.next
+    }
+    fn found(&mut self, op: u64, header: BatchHeader, _len: usize) {
+        let bytes = std::mem::take(&mut self.next);
+        self.batches.push(StoredBatch { op, header, bytes });
+    }
+    fn is_empty(&self) -> bool {
+        self.batches.is_empty()
+    }
+    fn clear(&mut self) {
+        self.batches.clear();
+    }
+}
+
+/// The batches' bodies one after another behind what `out` held
+/// ([`Partition::read_through_into`]).
+struct Joined<'a> {
+    out: &'a mut Vec<u8>,
+    start: usize,
+    headers: Vec<(BatchHeader, usize)>,
+}
+
+impl Batches for Joined<'_> {
+    fn buffer(&mut self) -> &mut Vec<u8> {
+        self.out
+    }
+    fn found(&mut self, _op: u64, header: BatchHeader, len: usize) {
+        self.headers.push((header, len));
+    }
+    fn is_empty(&self) -> bool {
+        self.headers.is_empty()
+    }
+    fn clear(&mut self) {
+        self.out.truncate(self.start);
+        self.headers.clear();
+    }
 }
 
 impl<S: Storage + Clone> Partition<S> {
@@ -53,7 +111,9 @@ impl<S: Storage + Clone> Partition<S> {
     /// checksums) as it is read. An offset before the first retained one reads from the first.
     pub fn read(&self, offset: u64, max_bytes: u64) -> Result<Vec<StoredBatch>, PartitionError> {
         let published = self.wal.published().head_op;
-        self.read_until(offset, max_bytes, published)
+        let mut batches = Separate::default();
+        self.read_until(offset, max_bytes, published, &mut batches)?;
+        Ok(batches.batches)
     }
 
     /// Like [`Partition::read`], but serving every entry up to op `through` (the caller's
@@ -64,13 +124,45 @@ impl<S: Storage + Clone> Partition<S> {
         max_bytes: u64,
         through: u64,
     ) -> Result<Vec<StoredBatch>, PartitionError> {
+        let through = self.written_through(through)?;
+        let mut batches = Separate::default();
+        self.read_until(offset, max_bytes, through, &mut batches)?;
+        Ok(batches.batches)
+    }
+
+    /// [`Partition::read_through`] into one buffer: the batches' bodies, as stored, appended to
+    /// `out` one after another (each copied once, from the file or its mapping), and their
+    /// headers and lengths returned in order. On an error `out` holds what it held before.
+    pub fn read_through_into(
+        &self,
+        offset: u64,
+        max_bytes: u64,
+        through: u64,
+        out: &mut Vec<u8>,
+    ) -> Result<Vec<(BatchHeader, usize)>, PartitionError> {
+        let through = self.written_through(through)?;
+        let start = out.len();
+        let mut batches = Joined {
+            out,
+            start,
+            headers: Vec::new(),
+        };
+        let read = self.read_until(offset, max_bytes, through, &mut batches);
+        if read.is_err() {
+            batches.clear();
+        }
+        read.map(|()| batches.headers)
+    }
+
+    /// The op a read up to `through` may serve (the log's head at most), with the WAL's
+    /// buffered entries written out to the segment files when it reaches past what was
+    /// published (not synced: a read needs them in the files, not durable).
+    fn written_through(&self, through: u64) -> Result<u64, PartitionError> {
         let through = through.min(self.wal.head().0);
         if through > self.wal.published().head_op {
-            // Unpublished entries may still be in the WAL's buffer: written out (not synced) so
-            // the segment files hold them.
             self.wal.write_buffered()?;
         }
-        self.read_until(offset, max_bytes, through)
+        Ok(through)
     }
 
     /// Reads from `offset`; a read that retention overtook is read again from the new first
@@ -84,15 +176,20 @@ impl<S: Storage + Clone> Partition<S> {
         offset: u64,
         max_bytes: u64,
         through: u64,
-    ) -> Result<Vec<StoredBatch>, PartitionError> {
+        out: &mut impl Batches,
+    ) -> Result<(), PartitionError> {
         let mut from = offset;
         for _ in 0..RETENTION_RACE_RETRIES {
-            match self.read_until_once(from, max_bytes, through) {
-                Err(_) if self.first_offset() > from => from = self.first_offset(),
+            match self.read_until_once(from, max_bytes, through, out) {
+                Err(_) if self.first_offset() > from => {
+                    from = self.first_offset();
+                    out.clear();
+                }
                 done => return done,
             }
         }
-        self.read_until_once(from, max_bytes, through)
+        out.clear();
+        self.read_until_once(from, max_bytes, through, out)
     }
 
     fn read_until_once(
@@ -100,19 +197,19 @@ impl<S: Storage + Clone> Partition<S> {
         offset: u64,
         max_bytes: u64,
         through: u64,
-    ) -> Result<Vec<StoredBatch>, PartitionError> {
-        let mut out = Vec::new();
+        out: &mut impl Batches,
+    ) -> Result<(), PartitionError> {
         let mut total = 0u64;
         let mut from = offset;
         loop {
             let Some((reader, map, start, bytes)) = self.locate_read(from)? else {
-                return Ok(out);
+                return Ok(());
             };
             if !out.is_empty() && start.offset > from {
                 // Retention deleted the segment holding `from` since this read began: what was
                 // read stands, and the next read starts at the new first offset. Reading on
                 // from there would put a gap inside one answer.
-                return Ok(out);
+                return Ok(());
             }
             let before = from;
             let mut position = start.position;
@@ -122,30 +219,37 @@ impl<S: Storage + Clone> Partition<S> {
             // no part of the log, and a read must not serve them.
             let end = reader.len()?.min(bytes);
             while op <= through {
-                let stored = match read_entry(&*reader, map.as_deref(), position, op, end)? {
-                    Read::End => break,
-                    Read::Other { size } => {
-                        position += size;
-                        op += 1;
-                        continue;
-                    }
-                    Read::Batch(stored) => stored,
-                };
-                position += (HEADER_SIZE + stored.bytes.len()) as u64;
-                op += 1;
-                if stored.next_offset() <= from {
+                let buffer = out.buffer();
+                let at = buffer.len();
+                let (header, len) =
+                    match read_entry(&*reader, map.as_deref(), position, op, end, buffer)? {
+                        Read::End => break,
+                        Read::Other { size } => {
+                            position += size;
+                            op += 1;
+                            continue;
+                        }
+                        Read::Batch { header, len } => (header, len),
+                    };
+                position += (HEADER_SIZE + len) as u64;
+                let next = header.base_offset + u64::from(header.message_count);
+                if next <= from {
+                    // Before the offset asked: not part of the answer.
+                    out.buffer().truncate(at);
+                    op += 1;
                     continue;
                 }
-                total += stored.bytes.len() as u64;
-                from = stored.next_offset();
-                out.push(stored);
+                out.found(op, header, len);
+                op += 1;
+                total += len as u64;
+                from = next;
                 if total >= max_bytes {
-                    return Ok(out);
+                    return Ok(());
                 }
             }
             if op > through || from == before {
                 // Past what may be served, or a segment that gave nothing new.
-                return Ok(out);
+                return Ok(());
             }
         }
     }
@@ -245,13 +349,15 @@ impl<S: Storage + Clone> Partition<S> {
     }
 }
 
-/// Reads and verifies the entry at `position` of a segment, expected to be `op`.
+/// Reads and verifies the entry at `position` of a segment, expected to be `op`; a batch's body
+/// is appended to `buffer` (which is left as it was on an error or any other kind of entry).
 fn read_entry<F: ReadFile>(
     reader: &F,
     map: Option<&Mapping>,
     position: u64,
     op: u64,
     end: u64,
+    buffer: &mut Vec<u8>,
 ) -> Result<Read, PartitionError> {
     if position + HEADER_SIZE as u64 > end {
         return Ok(Read::End);
@@ -283,28 +389,38 @@ fn read_entry<F: ReadFile>(
     }
     let body_len = usize::try_from(header.body_size()).unwrap_or(0);
     let body_from = from + HEADER_SIZE;
-    let body = match map {
+    let at = buffer.len();
+    match map {
         Some(map) if body_from + body_len <= map.len() => {
-            map[body_from..body_from + body_len].to_vec()
+            buffer.extend_from_slice(&map[body_from..body_from + body_len]);
         }
         _ => {
-            let mut body = vec![0u8; body_len];
-            reader.read_exact_at(position + HEADER_SIZE as u64, &mut body)?;
-            body
+            buffer.resize(at + body_len, 0);
+            if let Err(error) =
+                reader.read_exact_at(position + HEADER_SIZE as u64, &mut buffer[at..])
+            {
+                buffer.truncate(at);
+                return Err(error.into());
+            }
         }
-    };
-    if !header.body_matches(&body) {
+    }
+    let body = &buffer[at..];
+    if !header.body_matches(body) {
+        buffer.truncate(at);
         return Err(corrupt("body checksum mismatch".into()));
     }
-    let batch =
-        batch::peek_header(&body, body.len()).map_err(|error| PartitionError::BadBatch {
-            file: reader.path().to_path_buf(),
-            offset: position,
-            error,
-        })?;
-    Ok(Read::Batch(StoredBatch {
-        op,
-        header: batch,
-        bytes: body,
-    }))
+    match batch::peek_header(body, body.len()) {
+        Ok(batch) => Ok(Read::Batch {
+            header: batch,
+            len: body_len,
+        }),
+        Err(error) => {
+            buffer.truncate(at);
+            Err(PartitionError::BadBatch {
+                file: reader.path().to_path_buf(),
+                offset: position,
+                error,
+            })
+        }
+    }
 }

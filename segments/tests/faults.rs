@@ -133,3 +133,42 @@ fn a_read_that_meets_a_rotten_batch_names_file_and_offset() {
         other => panic!("{other:?}"),
     }
 }
+
+/// A read into one buffer (a poll's answer, `read_through_into`) holds behind what the buffer
+/// held exactly the bodies a read of separate batches returns, with the same headers, from any
+/// offset and byte limit; a read that meets a rotten batch leaves the buffer as it was.
+#[test]
+fn a_read_into_one_buffer_holds_what_a_read_of_separate_batches_returns() {
+    let storage = SimStorage::new(54);
+    let partition = Partition::create(storage.clone(), dir(), config()).unwrap();
+    for i in 0..20u64 {
+        partition.append(&mut client_batch(i, 3), i).unwrap();
+    }
+    partition.publish().unwrap();
+    let through = partition.committed();
+    for offset in [0, 1, 7, 30, 59, 60, 100] {
+        for max in [1, 500, 4096, u64::MAX] {
+            let separate = partition.read_through(offset, max, through).unwrap();
+            let mut out = b"prefix".to_vec();
+            let joined = partition
+                .read_through_into(offset, max, through, &mut out)
+                .unwrap();
+            let bodies: Vec<u8> = separate.iter().flat_map(|b| b.bytes.clone()).collect();
+            assert_eq!(&out[..6], b"prefix", "offset {offset}, max {max}");
+            assert_eq!(out[6..], bodies[..], "offset {offset}, max {max}");
+            let expected: Vec<_> = separate.iter().map(|b| (b.header, b.bytes.len())).collect();
+            assert_eq!(joined, expected, "offset {offset}, max {max}");
+        }
+    }
+    let segment = partition.segments()[0].clone();
+    let first = read_all(&partition)[0].clone();
+    storage
+        .rot(&segment.path, 256 + first.bytes.len() as u64 + 300, 0x08)
+        .unwrap();
+    let mut out = b"prefix".to_vec();
+    assert!(matches!(
+        partition.read_through_into(0, u64::MAX, through, &mut out),
+        Err(PartitionError::Corrupt { .. })
+    ));
+    assert_eq!(out, b"prefix", "a failed read leaves the buffer as it was");
+}

@@ -156,12 +156,12 @@ pub(super) fn poll<S: Storage + Clone>(
     };
     let mut messages = 0u32;
     let mut last = None;
-    // The batches go straight behind room for the header, which is written once their count
-    // is known (one copy of each batch into the answer, not two).
+    // The batches are read straight behind room for the header, which is written once their
+    // count is known: one copy of each batch, from the file or its mapping into the answer.
     let mut out = vec![0u8; POLL_HEADER_SIZE];
     if start < next && count > 0 {
         let batches = partition
-            .read_through(start, POLL_BYTES_MAX, partition.committed())
+            .read_through_into(start, POLL_BYTES_MAX, partition.committed(), &mut out)
             .map_err(|error| {
                 tracing::warn!(
                     partition = %key.dir_name(),
@@ -171,17 +171,19 @@ pub(super) fn poll<S: Storage + Clone>(
                 );
                 status::ERROR
             })?;
-        out.reserve(batches.iter().map(|batch| batch.bytes.len()).sum());
-        for batch in batches {
+        // Whole batches until `count` messages are in: the rest read is cut off.
+        let mut kept = POLL_HEADER_SIZE;
+        for (header, len) in batches {
             if messages >= count {
                 break;
             }
-            messages = messages.saturating_add(batch.header.message_count);
-            if batch.header.message_count > 0 {
-                last = Some(batch.header.base_offset + u64::from(batch.header.message_count) - 1);
+            messages = messages.saturating_add(header.message_count);
+            if header.message_count > 0 {
+                last = Some(header.base_offset + u64::from(header.message_count) - 1);
             }
-            out.extend_from_slice(&batch.bytes);
+            kept += len;
         }
+        out.truncate(kept);
     }
     let mut header = Vec::with_capacity(POLL_HEADER_SIZE);
     PollHeader {
