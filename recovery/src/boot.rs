@@ -1684,6 +1684,19 @@ fn partition_findings(label: &str, dir: &Path, report: &iggy_segments::Report) -
                 ),
                 Action::ApplyCommitted,
             ),
+            FindingKind::OffsetSlotDamaged { slot, reason, kept } => (
+                Component::Offsets,
+                "offset-slot-damaged",
+                format!(
+                    "slot {slot} does not verify ({reason}): the file reads as offset {} of {} {} \
+                     (sequence {}), the other slot's; a store a crash tore, or rot of the newest",
+                    kept.offset,
+                    kept.kind.name(),
+                    kept.id,
+                    kept.sequence
+                ),
+                Action::RepairCopy,
+            ),
             FindingKind::Install(InstallFinding::Uncommitted) => (
                 Component::Install,
                 "install-uncommitted",

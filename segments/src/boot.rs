@@ -318,6 +318,16 @@ pub(crate) fn analyze<R: ReadStorage>(
             kind: FindingKind::OffsetsLeftover,
         });
     }
+    for damaged in offsets_scan.damaged_slots {
+        findings.push(Finding {
+            file: damaged.file,
+            kind: FindingKind::OffsetSlotDamaged {
+                slot: damaged.slot,
+                reason: damaged.reason,
+                kept: damaged.kept,
+            },
+        });
+    }
     // Committed stores whose file is older: a crash between the commit and the store.
     let (committed_stores, uncommitted_offsets) = stores.split(commit);
     for ((kind, id), (offset, op)) in committed_stores {
@@ -810,6 +820,13 @@ pub(crate) fn apply<S: Storage + Clone>(
                 offsets::OffsetStore::new(storage.clone(), &dir.join(offsets::DIR_NAME))
                     .store_committed(*kind, *id, *offset, *op)?;
             }
+            FindingKind::OffsetSlotDamaged { slot, reason, kept } => {
+                // Written over as every offset file is settled, below.
+                tracing::warn!(
+                    file = %finding.file.display(), slot, reason, sequence = kept.sequence,
+                    "a consumer offset slot does not verify: writing the good one over it"
+                );
+            }
             FindingKind::OrphanIndex
             | FindingKind::StagingLeftover
             | FindingKind::OffsetsLeftover => {
@@ -822,6 +839,20 @@ pub(crate) fn apply<S: Storage + Clone>(
                 changed = true;
             }
             FindingKind::Install(_) => {}
+        }
+    }
+    // After a crash, every offset file's record made durable in both slots before the
+    // partition serves it (`OffsetStore::settle`): a store whose sync failed may be in the page
+    // cache only. A clean shutdown left no store in doubt: a failed one halts the node.
+    let damaged_slot = report
+        .findings
+        .iter()
+        .any(|f| matches!(f.kind, FindingKind::OffsetSlotDamaged { .. }));
+    if !config.previous_shutdown_clean || damaged_slot {
+        let offsets_dir = dir.join(offsets::DIR_NAME);
+        let store = offsets::OffsetStore::new(storage.clone(), &offsets_dir);
+        for offset in &report.offsets {
+            store.settle(offset.kind, offset.id, !config.defer_boot_syncs)?;
         }
     }
     if changed {

@@ -1,16 +1,22 @@
 //! Consumer offsets: one small file per consumer and per consumer group under a partition's
-//! `offsets/` directory, each replaced atomically.
+//! `offsets/` directory, of two record slots written in turn.
 //!
 //! Invariants:
-//! - a stored offset is durable when [`OffsetStore::store`] returns: the new file is written and
-//!   synced under a temporary name, renamed over the old one, and the directory synced;
+//! - a stored offset is durable when [`OffsetStore::store`] returns: a file's first store
+//!   writes the whole file and syncs it under a temporary name, renames it over, and syncs the
+//!   directory; every later one writes its record into the slot that does not hold the newest
+//!   record and syncs that (`fdatasync`: no new inode, no directory sync);
 //! - after any crash, a consumer's file holds the last offset whose `store` returned or the one
-//!   being stored, never a mix, never nothing;
-//! - a file that does not verify (torn by a device, rotten, misdirected) is reported with its
+//!   being stored, never a mix, never nothing: a torn slot is the store in flight, and the
+//!   other slot holds the one before;
+//! - a file with no slot that verifies (rotten, cut short, misdirected) is reported with its
 //!   path and reason, never read as offset 0;
-//! - leftover `*.tmp` files (a crash before the rename) are reported and ignored by loads.
+//! - leftover `*.tmp` files (a crash before the rename) are reported and ignored by loads;
+//! - a file of version 2 (one record, 64 bytes) is read, and its next store replaces it with a
+//!   file of two slots.
 //!
-//! Layout of one file (64 bytes, little-endian; see `docs/format.md`, "Consumer offsets"):
+//! Layout of one slot (64 bytes, little-endian; a file is two, 128 bytes; see `docs/format.md`,
+//! "Consumer offsets"):
 //!
 //! ```text
 //!  0 checksum u128 (XXH3-128 of bytes [16, 64)) | 16 magic "IGGYCOFF" u64 | 24 version u16
@@ -23,13 +29,20 @@ use std::path::{Path, PathBuf};
 use iggy_format::{checksum, le};
 use iggy_io::{OpenMode, ReadFile, ReadStorage, Storage, WriteFile};
 
-pub const FILE_SIZE: usize = 64;
+/// One record slot.
+pub const RECORD_SIZE: usize = 64;
+/// A file: two slots.
+pub const FILE_SIZE: usize = 2 * RECORD_SIZE;
+/// A file of version 2: one record.
+pub const LEGACY_FILE_SIZE: usize = RECORD_SIZE;
 /// The offset a deleted consumer's file holds (`DeleteConsumerOffset`): a tombstone stored like
 /// any offset, through the partition's log, so the file keeps the op that deleted it. No
 /// partition reaches this offset.
 pub const DELETED: u64 = u64::MAX;
 pub const MAGIC: u64 = u64::from_le_bytes(*b"IGGYCOFF");
-pub const VERSION: u16 = 2;
+pub const VERSION: u16 = 3;
+/// The version of a one-record file, still read.
+pub const LEGACY_VERSION: u16 = 2;
 /// The directory of a partition that holds its offsets.
 pub const DIR_NAME: &str = "offsets";
 /// The suffix of the temporary file a store writes before its rename.
@@ -45,7 +58,7 @@ const SEQUENCE_OFFSET: usize = 40;
 const OP_OFFSET: usize = 48;
 const RESERVED_OFFSET: usize = 56;
 
-const _: () = assert!(RESERVED_OFFSET + 8 == FILE_SIZE);
+const _: () = assert!(RESERVED_OFFSET + 8 == RECORD_SIZE);
 const _: () = assert!(OP_OFFSET == SEQUENCE_OFFSET + 8);
 const _: () = assert!(OFFSET_OFFSET == ID_OFFSET + 4);
 
@@ -141,10 +154,10 @@ fn parse_file_name(name: &str) -> Option<(ConsumerKind, u32)> {
     Some((kind, id.parse().ok()?))
 }
 
-/// Encodes one offset file.
+/// Encodes one record (a slot of an offset file).
 #[must_use]
-pub fn encode(offset: &ConsumerOffset) -> [u8; FILE_SIZE] {
-    let mut bytes = [0u8; FILE_SIZE];
+pub fn encode(offset: &ConsumerOffset) -> [u8; RECORD_SIZE] {
+    let mut bytes = [0u8; RECORD_SIZE];
     le::put_u64(&mut bytes, MAGIC_OFFSET, MAGIC);
     le::put_u16(&mut bytes, VERSION_OFFSET, VERSION);
     bytes[KIND_OFFSET] = offset.kind.code();
@@ -157,15 +170,15 @@ pub fn encode(offset: &ConsumerOffset) -> [u8; FILE_SIZE] {
     bytes
 }
 
-/// Decodes and verifies one offset file's bytes.
+/// Decodes and verifies one record (a slot, or a version 2 file).
 pub fn decode(file: &Path, bytes: &[u8]) -> Result<ConsumerOffset, OffsetError> {
     let corrupt = |reason: String| OffsetError::Corrupt {
         file: file.to_path_buf(),
         reason,
     };
-    if bytes.len() != FILE_SIZE {
+    if bytes.len() != RECORD_SIZE {
         return Err(corrupt(format!(
-            "{} bytes, expected {FILE_SIZE}",
+            "{} bytes, expected {RECORD_SIZE}",
             bytes.len()
         )));
     }
@@ -180,7 +193,7 @@ pub fn decode(file: &Path, bytes: &[u8]) -> Result<ConsumerOffset, OffsetError> 
         return Err(corrupt("bad magic".into()));
     }
     let version = le::u16_at(bytes, VERSION_OFFSET).unwrap_or_default();
-    if version != VERSION {
+    if version != VERSION && version != LEGACY_VERSION {
         return Err(OffsetError::UnknownVersion {
             file: file.to_path_buf(),
             version,
@@ -210,35 +223,125 @@ pub fn load<R: ReadStorage>(
     kind: ConsumerKind,
     id: u32,
 ) -> Result<Option<ConsumerOffset>, OffsetError> {
-    let path = dir.join(file_name(kind, id));
-    if !storage.exists(&path)? {
+    let found = read_file(storage, &dir.join(file_name(kind, id)), kind, id)?;
+    Ok(found.map(|found| found.newest))
+}
+
+/// An offset file as read: its newest record, the slot holding it (`None`: a version 2 file of
+/// one record), and the other slot when it holds bytes that do not verify.
+#[derive(Clone, Debug)]
+struct Found {
+    newest: ConsumerOffset,
+    /// The bytes of the newest record, as read.
+    bytes: [u8; RECORD_SIZE],
+    slot: Option<usize>,
+    damaged: Option<(usize, String)>,
+}
+
+/// A slot of an offset file that holds bytes that do not verify, beside one that does: the
+/// file reads as the good one. Either the store in flight when a crash tore it, or rot (of
+/// the newest record, the file then reads as the store before it); the two look alike.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DamagedSlot {
+    pub file: PathBuf,
+    pub slot: usize,
+    pub reason: String,
+    /// The record the file reads as.
+    pub kept: ConsumerOffset,
+}
+
+/// Reads `kind` `id`'s offset file at `path` (`Ok(None)`: there is none): the valid slot with
+/// the higher sequence. A slot that does not verify beside one that does is a store a crash
+/// tore, and says nothing; a file with no valid slot is refused with both slots' reasons.
+fn read_file<R: ReadStorage>(
+    storage: &R,
+    path: &Path,
+    kind: ConsumerKind,
+    id: u32,
+) -> Result<Option<Found>, OffsetError> {
+    if !storage.exists(path)? {
         return Ok(None);
     }
-    let file = storage.open_read(&path)?;
+    let file = storage.open_read(path)?;
     let len = usize::try_from(file.len()?).unwrap_or(usize::MAX);
-    if len != FILE_SIZE {
+    let found = if len == LEGACY_FILE_SIZE {
+        let mut bytes = [0u8; LEGACY_FILE_SIZE];
+        file.read_exact_at(0, &mut bytes)?;
+        Found {
+            newest: decode(path, &bytes)?,
+            bytes,
+            slot: None,
+            damaged: None,
+        }
+    } else if len == FILE_SIZE {
+        let mut bytes = [0u8; FILE_SIZE];
+        file.read_exact_at(0, &mut bytes)?;
+        let mut newest: Option<(usize, ConsumerOffset)> = None;
+        let mut reasons = Vec::new();
+        let mut damaged = None;
+        for (slot, record) in bytes.chunks_exact(RECORD_SIZE).enumerate() {
+            if record.iter().all(|b| *b == 0) {
+                reasons.push(format!("slot {slot} is empty"));
+                continue;
+            }
+            match decode(path, record) {
+                Ok(offset) if newest.is_none_or(|(_, n)| offset.sequence > n.sequence) => {
+                    newest = Some((slot, offset));
+                }
+                Ok(_) => {}
+                Err(error) => {
+                    let reason = match error {
+                        OffsetError::Corrupt { reason, .. } => reason,
+                        other => other.to_string(),
+                    };
+                    reasons.push(format!("slot {slot}: {reason}"));
+                    damaged = Some((slot, reason));
+                }
+            }
+        }
+        let (slot, newest) = newest.ok_or_else(|| OffsetError::Corrupt {
+            file: path.to_path_buf(),
+            reason: format!("no slot verifies ({})", reasons.join("; ")),
+        })?;
+        let mut record = [0u8; RECORD_SIZE];
+        record.copy_from_slice(&bytes[slot * RECORD_SIZE..(slot + 1) * RECORD_SIZE]);
+        Found {
+            newest,
+            bytes: record,
+            slot: Some(slot),
+            damaged,
+        }
+    } else {
         let reason = format!("{len} bytes, expected {FILE_SIZE}");
-        return Err(OffsetError::Corrupt { file: path, reason });
-    }
-    let mut bytes = [0u8; FILE_SIZE];
-    file.read_exact_at(0, &mut bytes)?;
-    let offset = decode(&path, &bytes)?;
-    if (offset.kind, offset.id) != (kind, id) {
+        return Err(OffsetError::Corrupt {
+            file: path.to_path_buf(),
+            reason,
+        });
+    };
+    let newest = found.newest;
+    if (newest.kind, newest.id) != (kind, id) {
         return Err(OffsetError::WrongOwner {
-            file: path,
+            file: path.to_path_buf(),
             expected: (kind, id),
-            found: (offset.kind, offset.id),
+            found: (newest.kind, newest.id),
         });
     }
-    Ok(Some(offset))
+    Ok(Some(found))
+}
+
+/// The byte offset of `slot` in a file of two.
+fn slot_at(slot: usize) -> u64 {
+    if slot == 0 { 0 } else { FILE_SIZE as u64 / 2 }
 }
 
 /// Everything in an offsets directory: the offsets that verify, the files that do not (each with
-/// its error), and leftover temporary files.
+/// its error), the files read from one slot because the other does not verify, and leftover
+/// temporary files.
 #[derive(Debug, Default)]
 pub struct Scan {
     pub offsets: Vec<ConsumerOffset>,
     pub damaged: Vec<OffsetError>,
+    pub damaged_slots: Vec<DamagedSlot>,
     pub leftovers: Vec<PathBuf>,
 }
 
@@ -257,8 +360,19 @@ pub fn scan<R: ReadStorage>(storage: &R, dir: &Path) -> Result<Scan, OffsetError
         let Some((kind, id)) = parse_file_name(&name) else {
             continue;
         };
-        match load(storage, dir, kind, id) {
-            Ok(Some(offset)) => result.offsets.push(offset),
+        let path = dir.join(&*name);
+        match read_file(storage, &path, kind, id) {
+            Ok(Some(found)) => {
+                if let Some((slot, reason)) = found.damaged {
+                    result.damaged_slots.push(DamagedSlot {
+                        file: path,
+                        slot,
+                        reason,
+                        kept: found.newest,
+                    });
+                }
+                result.offsets.push(found.newest);
+            }
             Ok(None) => {}
             Err(OffsetError::Io(error)) => return Err(OffsetError::Io(error)),
             Err(damaged) => result.damaged.push(damaged),
@@ -298,6 +412,33 @@ impl<S: Storage> OffsetStore<S> {
         self.store_committed(kind, id, offset, 0)
     }
 
+    /// Makes the record `kind` `id`'s file reads as durable (boot does this to every file after
+    /// a crash, before it trusts what it read): a store whose sync failed can be read back from
+    /// the page cache and yet never reach the disk (a failed sync drops the pages' write-back,
+    /// and a later sync alone does not bring it back), so the slot boot read is written again,
+    /// the same bytes, and synced. A slot that does not verify beside it (a store a crash tore,
+    /// or rot) is written over with the same record instead. A file of version 2 is left as it
+    /// is (its stores were renamed into place after their sync). Nothing when there is no file.
+    /// `sync`: false when the caller syncs the file system before it trusts the file (a node's
+    /// boot, which defers its syncs to one).
+    pub fn settle(&self, kind: ConsumerKind, id: u32, sync: bool) -> Result<(), OffsetError> {
+        let path = self.dir.join(file_name(kind, id));
+        let Some(found) = read_file(&self.storage, &path, kind, id)? else {
+            return Ok(());
+        };
+        let Some(slot) = found.slot else {
+            return Ok(());
+        };
+        let at = slot_at(found.damaged.map_or(slot, |(damaged, _)| damaged));
+        let file = self.storage.open(&path, OpenMode::Existing)?;
+        if sync {
+            file.write_all_and_sync_data(at, &found.bytes)?;
+        } else {
+            file.write_all_at(at, &found.bytes)?;
+        }
+        Ok(())
+    }
+
     /// Durably stores `offset` for the consumer as the commit of the partition log's entry `op`
     /// (recorded in the file, so a boot can tell a committed store it has not applied yet).
     pub fn store_committed(
@@ -313,30 +454,53 @@ impl<S: Storage> OffsetStore<S> {
             self.storage
                 .sync_dir(self.dir.parent().unwrap_or(Path::new("")))?;
         }
-        let sequence = match load(&self.storage, &self.dir, kind, id) {
-            Ok(previous) => previous.map_or(0, |p| p.sequence) + 1,
-            // A damaged file is replaced: the new record is the truth from now on.
+        let name = file_name(kind, id);
+        let path = self.dir.join(&name);
+        let found = match read_file(&self.storage, &path, kind, id) {
+            Ok(found) => found,
             Err(OffsetError::Io(error)) => return Err(error.into()),
-            Err(_) => 1,
+            // A damaged file is replaced: the new record is the truth from now on.
+            Err(_) => None,
         };
         let record = ConsumerOffset {
             kind,
             id,
             offset,
-            sequence,
+            sequence: found.as_ref().map_or(0, |f| f.newest.sequence) + 1,
             op,
         };
-        let name = file_name(kind, id);
-        let temp = self.dir.join(format!("{name}{TEMP_SUFFIX}"));
+        if let Some(Found {
+            slot: Some(newest), ..
+        }) = found
+        {
+            // Into the slot that does not hold the newest record, synced: a crash that tears
+            // it leaves the newest as it was.
+            let file = self.storage.open(&path, OpenMode::Existing)?;
+            file.write_all_and_sync_data(slot_at(1 - newest), &encode(&record))?;
+            return Ok(record);
+        }
+        // A new file (or one of version 2, or a damaged one).
+        self.replace(&path, &record)?;
+        Ok(record)
+    }
+
+    /// Replaces the file at `path` with a file of two slots, `record` in the first: written and
+    /// synced under a temporary name, renamed over, the directory synced.
+    fn replace(&self, path: &Path, record: &ConsumerOffset) -> Result<(), OffsetError> {
+        let mut bytes = [0u8; FILE_SIZE];
+        bytes[..RECORD_SIZE].copy_from_slice(&encode(record));
+        let mut temp = path.as_os_str().to_owned();
+        temp.push(TEMP_SUFFIX);
+        let temp = PathBuf::from(temp);
         let file = self.storage.open(&temp, OpenMode::Create)?;
         file.set_len(0)?;
         // The new bytes are durable before the rename can expose them.
-        file.write_all_and_sync_data(0, &encode(&record))?;
+        file.write_all_and_sync_data(0, &bytes)?;
         drop(file);
-        self.storage.rename(&temp, self.dir.join(&name))?;
+        self.storage.rename(&temp, path)?;
         // The rename is the commit: durable before the caller may rely on the offset.
         self.storage.sync_dir(&self.dir)?;
-        Ok(record)
+        Ok(())
     }
 }
 

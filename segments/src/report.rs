@@ -26,6 +26,8 @@ pub enum Action {
     RemoveInstallDir,
     /// Store a committed consumer offset the crashed process had not stored yet.
     ApplyCommitted,
+    /// Write a consumer offset file's good slot over its damaged one.
+    RepairSlot,
 }
 
 /// What boot found in a partition directory, beyond the WAL's findings.
@@ -43,6 +45,14 @@ pub enum FindingKind {
     Install(InstallFinding),
     /// A `superblock.tmp` left by a creation whose rename was lost: removed.
     SuperblockTemp,
+    /// A slot of a consumer offset file does not verify beside one that does: the file reads
+    /// as the good one (`kept`), the store a crash tore or, if it was rot of the newest, the
+    /// store before it; boot writes `kept` over the damaged slot.
+    OffsetSlotDamaged {
+        slot: usize,
+        reason: String,
+        kept: ConsumerOffset,
+    },
     /// A committed consumer offset store (the log's entry `op`, at or below the superblock's
     /// commit point) whose offset file is older: a crash came between the commit and the store.
     OffsetNotApplied {
@@ -65,6 +75,7 @@ impl FindingKind {
             Self::Install(InstallFinding::Uncommitted) => Action::RollbackInstall,
             Self::Install(_) => Action::RemoveInstallDir,
             Self::OffsetNotApplied { .. } => Action::ApplyCommitted,
+            Self::OffsetSlotDamaged { .. } => Action::RepairSlot,
         }
     }
 }
