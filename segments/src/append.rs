@@ -191,6 +191,11 @@ impl<S: Storage + Clone> Partition<S> {
         // A segment is named by the next offset when it starts (its first batch's).
         let key = state.next_offset;
         let timestamp = header.timestamp_ns / 1000;
+        if let Kind::ConsumerOffset { kind, id, .. } = kind {
+            // The consumer's file exists before its store is journaled: the commit then writes
+            // in place, and a full disk refuses this journal write instead of failing it.
+            self.offsets().prepare_file(kind, id)?;
+        }
         if let iggy_wal::Appended::Duplicate { op } = self.wal.append_keyed(header, body, key)? {
             return Ok(Appended {
                 op,

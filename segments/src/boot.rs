@@ -841,19 +841,26 @@ pub(crate) fn apply<S: Storage + Clone>(
             FindingKind::Install(_) => {}
         }
     }
-    // After a crash, every offset file's record made durable in both slots before the
+    // After a crash, every offset file's current slot written again and synced before the
     // partition serves it (`OffsetStore::settle`): a store whose sync failed may be in the page
-    // cache only. A clean shutdown left no store in doubt: a failed one halts the node.
-    let damaged_slot = report
+    // cache only. A clean shutdown left no store in doubt (a failed one halts the node): only
+    // the files with a damaged slot.
+    let mut settle: Vec<(offsets::ConsumerKind, u32)> = report
         .findings
         .iter()
-        .any(|f| matches!(f.kind, FindingKind::OffsetSlotDamaged { .. }));
-    if !config.previous_shutdown_clean || damaged_slot {
-        let offsets_dir = dir.join(offsets::DIR_NAME);
-        let store = offsets::OffsetStore::new(storage.clone(), &offsets_dir);
-        for offset in &report.offsets {
-            store.settle(offset.kind, offset.id, !config.defer_boot_syncs)?;
-        }
+        .filter_map(|f| match &f.kind {
+            FindingKind::OffsetSlotDamaged { kept, .. } => Some((kept.kind, kept.id)),
+            _ => None,
+        })
+        .collect();
+    if !config.previous_shutdown_clean {
+        settle.extend(report.offsets.iter().map(|o| (o.kind, o.id)));
+    }
+    settle.sort_unstable();
+    settle.dedup();
+    let store = offsets::OffsetStore::new(storage.clone(), &dir.join(offsets::DIR_NAME));
+    for (kind, id) in settle {
+        store.settle(kind, id, !config.defer_boot_syncs)?;
     }
     if changed {
         // The sweep (and the names of rebuilt or synced indexes) durable before new files of

@@ -154,6 +154,20 @@ fn parse_file_name(name: &str) -> Option<(ConsumerKind, u32)> {
     Some((kind, id.parse().ok()?))
 }
 
+/// The record a consumer's file holds from the journaling of its first store until that store
+/// commits ([`OffsetStore::prepare_file`]): no offset (readers take [`DELETED`] as none),
+/// sequence 0, op 0.
+#[must_use]
+pub fn placeholder(kind: ConsumerKind, id: u32) -> ConsumerOffset {
+    ConsumerOffset {
+        kind,
+        id,
+        offset: DELETED,
+        sequence: 0,
+        op: 0,
+    }
+}
+
 /// Encodes one record (a slot of an offset file).
 #[must_use]
 pub fn encode(offset: &ConsumerOffset) -> [u8; RECORD_SIZE] {
@@ -224,7 +238,13 @@ pub fn load<R: ReadStorage>(
     id: u32,
 ) -> Result<Option<ConsumerOffset>, OffsetError> {
     let found = read_file(storage, &dir.join(file_name(kind, id)), kind, id)?;
-    Ok(found.map(|found| found.newest))
+    Ok(found.map(|found| found.newest).filter(is_stored))
+}
+
+/// Whether `record` is a stored offset, not the [`placeholder`] a file holds before its first
+/// store commits (which reads as no file: no offset).
+fn is_stored(record: &ConsumerOffset) -> bool {
+    record.sequence != 0
 }
 
 /// An offset file as read: its newest record, the slot holding it (`None`: a version 2 file of
@@ -371,7 +391,9 @@ pub fn scan<R: ReadStorage>(storage: &R, dir: &Path) -> Result<Scan, OffsetError
                         kept: found.newest,
                     });
                 }
-                result.offsets.push(found.newest);
+                if is_stored(&found.newest) {
+                    result.offsets.push(found.newest);
+                }
             }
             Ok(None) => {}
             Err(OffsetError::Io(error)) => return Err(OffsetError::Io(error)),
@@ -448,14 +470,8 @@ impl<S: Storage> OffsetStore<S> {
         offset: u64,
         op: u64,
     ) -> Result<ConsumerOffset, OffsetError> {
-        if !self.storage.exists(&self.dir)? {
-            self.storage.create_dir(&self.dir)?;
-            // The directory must be durable in the partition before files in it can be.
-            self.storage
-                .sync_dir(self.dir.parent().unwrap_or(Path::new("")))?;
-        }
-        let name = file_name(kind, id);
-        let path = self.dir.join(&name);
+        self.make_dir()?;
+        let path = self.dir.join(file_name(kind, id));
         let found = match read_file(&self.storage, &path, kind, id) {
             Ok(found) => found,
             Err(OffsetError::Io(error)) => return Err(error.into()),
@@ -482,6 +498,35 @@ impl<S: Storage> OffsetStore<S> {
         // A new file (or one of version 2, or a damaged one).
         self.replace(&path, &record)?;
         Ok(record)
+    }
+
+    /// Makes sure `kind` `id` has a file of two slots before a store of it is journaled, so that
+    /// the store, when it commits, writes in place and needs no new block or inode: on a full
+    /// disk the journal write is refused (and tried again) instead of the commit failing, which
+    /// it may not. Creates the file holding a [`placeholder`] when there is none, and replaces a
+    /// file of version 2 with one of two slots holding its record; durable when it returns. A
+    /// damaged file is left for the store to replace (and reported until then).
+    pub fn prepare_file(&self, kind: ConsumerKind, id: u32) -> Result<(), OffsetError> {
+        self.make_dir()?;
+        let path = self.dir.join(file_name(kind, id));
+        match read_file(&self.storage, &path, kind, id) {
+            Ok(Some(Found { slot: Some(_), .. })) => Ok(()),
+            Ok(Some(legacy)) => self.replace(&path, &legacy.newest),
+            Ok(None) => self.replace(&path, &placeholder(kind, id)),
+            Err(OffsetError::Io(error)) => Err(error.into()),
+            Err(_) => Ok(()),
+        }
+    }
+
+    /// Creates the offsets directory if there is none, durably.
+    fn make_dir(&self) -> Result<(), OffsetError> {
+        if !self.storage.exists(&self.dir)? {
+            self.storage.create_dir(&self.dir)?;
+            // The directory must be durable in the partition before files in it can be.
+            self.storage
+                .sync_dir(self.dir.parent().unwrap_or(Path::new("")))?;
+        }
+        Ok(())
     }
 
     /// Replaces the file at `path` with a file of two slots, `record` in the first: written and

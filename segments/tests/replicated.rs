@@ -707,3 +707,64 @@ fn retention_makes_the_commit_point_durable_through_what_it_deletes() {
     partition.truncate_after(commit).unwrap();
     assert_eq!(partition.wal().head().0, commit);
 }
+
+/// Issue #46: a consumer's offset file is made (holding a placeholder, which reads as no offset)
+/// when its first store is journaled, so on a disk with no room left the journal write of a new
+/// consumer's store is refused, nothing appended, and every store of a consumer with a file
+/// journals and commits in place, needing no new block. Without `prepare_file` the commit of
+/// the first store is what fails, after the op is in the log.
+#[test]
+fn on_a_full_disk_a_new_consumers_store_is_refused_at_its_journal_and_others_commit() {
+    let storage = SimStorage::new(8);
+    let partition = Partition::create(storage.clone(), dir(), config()).unwrap();
+    let store = |id, offset| Request::StoreOffset {
+        kind: ConsumerKind::Consumer,
+        id,
+        offset,
+    };
+    let first = partition.prepare(store(1, 10), &meta(0, 0, 10)).unwrap();
+    let offsets_dir = dir().join("offsets");
+    // Journaled, not committed: reads as no offset.
+    assert_eq!(
+        load(&storage, &offsets_dir, ConsumerKind::Consumer, 1).unwrap(),
+        None
+    );
+    partition.commit(first.appended.op).unwrap();
+
+    storage.set_space_limit(Some(storage.used_bytes()));
+    let head = partition.wal().head().0;
+    let refused = partition
+        .prepare(store(2, 20), &meta(0, 0, 11))
+        .expect_err("no room for a new consumer's file");
+    assert!(
+        storage
+            .exists(offsets_dir.join("consumer.0000000001"))
+            .unwrap()
+    );
+    assert!(refused.is_exhaustion(), "{refused}");
+    assert_eq!(partition.wal().head().0, head, "nothing appended");
+    assert!(
+        !storage
+            .exists(offsets_dir.join("consumer.0000000002"))
+            .unwrap()
+    );
+    for (n, offset) in [11u64, 12, 13].into_iter().enumerate() {
+        let stored = partition
+            .prepare(store(1, offset), &meta(0, 0, 12 + n as u64))
+            .unwrap();
+        partition.commit(stored.appended.op).unwrap();
+        let read = load(&storage, &offsets_dir, ConsumerKind::Consumer, 1)
+            .unwrap()
+            .unwrap();
+        assert_eq!((read.offset, read.op), (offset, stored.appended.op));
+    }
+    storage.set_space_limit(None);
+    let second = partition.prepare(store(2, 20), &meta(0, 0, 20)).unwrap();
+    partition.commit(second.appended.op).unwrap();
+    assert_eq!(
+        load(&storage, &offsets_dir, ConsumerKind::Consumer, 2)
+            .unwrap()
+            .map(|o| o.offset),
+        Some(20)
+    );
+}
