@@ -1,6 +1,7 @@
 //! Any bytes as every file kind `iggy-inspect` decodes: the pure segment and index decoders, and
 //! the real commands on the bytes written as `superblock`, `frontier`, `snapshot.bin`, a segment,
-//! an index (checked against the same bytes as its log) and a WAL directory. No panic, and
+//! an index (checked against the same bytes as its log), a WAL directory and a consumer offset
+//! file. No panic, and
 //! every command succeeds (damage is reported, not an error).
 #![no_main]
 
@@ -27,6 +28,7 @@ fuzz_target!(|data: &[u8]| {
         "00000000000000000000.log",
         "00000000000000000000.index",
         "00000000000000000001.wal",
+        "consumer.0000000001",
     ];
     for name in files {
         std::fs::write(root.join(name), data).expect("write");
@@ -38,4 +40,5 @@ fuzz_target!(|data: &[u8]| {
     inspect(&["segment", "--messages", &path("00000000000000000000.log")]);
     inspect(&["index", "--json", &path("00000000000000000000.index")]);
     inspect(&["wal", "--entries", &root.display().to_string()]);
+    inspect(&["offsets", "--json", &path("consumer.0000000001")]);
 });

@@ -93,6 +93,12 @@ pub enum Command {
         /// Path to a `.index` file.
         file: PathBuf,
     },
+    /// A consumer offset file (`offsets/consumer.N` or `offsets/group.N` in a partition): both
+    /// slots field by field, and which one the partition reads as its offset and why.
+    Offsets {
+        /// Path to an offset file.
+        file: PathBuf,
+    },
     /// A partition's rebuild marker (`rebuilt-from-peers`): the views through which the replica
     /// of a partition rebuilt from its peers after damage forgot what it acknowledged.
     Rebuilt {
@@ -270,11 +276,7 @@ pub fn sniff(bytes: &[u8]) -> Option<(&'static str, String)> {
 pub(crate) fn misread(bytes: &[u8], wanted: &str, text: &mut String) -> Verdict {
     match sniff(bytes) {
         Some((kind, evidence)) if kind != wanted => {
-            let hint = if kind == "offsets" {
-                "a consumer offset file (iggy-fsck checks those)".to_string()
-            } else {
-                format!("try `iggy-inspect {kind}`")
-            };
+            let hint = format!("try `iggy-inspect {kind}`");
             text.push_str(&format!(
                 "not a {wanted} file: it looks like a {kind} file ({evidence}); {hint}\n"
             ));
@@ -317,6 +319,7 @@ pub fn run(cli: &Cli, out: &mut dyn Write) -> Result<u8, String> {
         Command::Wal { dir, entries } => wal(dir, *entries)?,
         Command::Snapshot { file } => snapshot(file)?,
         Command::Rebuilt { file } => rebuilt(file)?,
+        Command::Offsets { file } => offsets(file)?,
         Command::Segment { file, messages } => partition::segment(file, *messages)?,
         Command::Index { file } => partition::index_file(file)?,
         Command::Node { dir } => partition::node(dir)?,
@@ -811,6 +814,127 @@ fn seal_of(storage: &ReadOnly<OsStorage>, path: &Path, decoded: &Value) -> Value
             "text": format!("seal unusable ({error}): boot scans the file"),
         }),
     }
+}
+
+/// What a consumer offset record means, in words.
+fn offset_meaning(record: &iggy_segments::offsets::ConsumerOffset) -> String {
+    use iggy_segments::offsets::DELETED;
+    match (record.sequence, record.offset) {
+        (0, _) => "no offset yet (the placeholder made when its first store was journaled)".into(),
+        (_, DELETED) => "no offset (deleted: a DeleteConsumerOffset's tombstone)".into(),
+        (_, offset) => format!("offset {offset}"),
+    }
+}
+
+fn offsets(path: &Path) -> Result<Inspected, String> {
+    use iggy_segments::offsets::{self, FILE_SIZE, LEGACY_FILE_SIZE, RECORD_SIZE, Slot};
+    let bytes = read_file(path)?;
+    let mut verdict = Verdict::Verified;
+    let mut text = format!("offsets {} ({} bytes)\n", path.display(), bytes.len());
+    let slots: Vec<Slot> = if bytes.len() == LEGACY_FILE_SIZE {
+        text.push_str("version 2: one record\n");
+        match offsets::decode(path, &bytes) {
+            Ok(record) => vec![Slot::Record(record)],
+            Err(error) => vec![Slot::Damaged(error.to_string())],
+        }
+    } else {
+        text.push_str("version 3: two slots, written in turn\n");
+        if bytes.len() != FILE_SIZE {
+            verdict = Verdict::Damaged;
+            text.push_str(&format!(
+                "{} bytes, expected {FILE_SIZE} (two slots of {RECORD_SIZE}): the slots past the \
+                 end are damaged\n",
+                bytes.len()
+            ));
+        }
+        offsets::decode_slots(path, &bytes).to_vec()
+    };
+    let mut json_slots = Vec::new();
+    for (slot, decoded) in slots.iter().enumerate() {
+        let start = slot * RECORD_SIZE;
+        match decoded {
+            Slot::Empty => {
+                text.push_str(&format!(
+                    "slot {slot} (offset {start}): empty (never written)\n"
+                ));
+                json_slots.push(json!({ "slot": slot, "state": "empty" }));
+            }
+            Slot::Record(r) => {
+                text.push_str(&format!(
+                    "slot {slot} (offset {start}): {} {}, {}, sequence {}, op {}\n",
+                    r.kind.name(),
+                    r.id,
+                    offset_meaning(r),
+                    r.sequence,
+                    r.op
+                ));
+                json_slots.push(json!({
+                    "slot": slot, "state": "record", "kind": r.kind.name(), "id": r.id,
+                    "offset": r.offset, "sequence": r.sequence, "op": r.op,
+                    "meaning": offset_meaning(r),
+                }));
+            }
+            Slot::Damaged(reason) => {
+                verdict = Verdict::Damaged;
+                let region = bytes.get(start..).unwrap_or(&[]);
+                text.push_str(&format!(
+                    "slot {slot} (offset {start}): does not verify: {reason}\n{}",
+                    hexdump(&region[..region.len().min(RECORD_SIZE)], start as u64)
+                ));
+                json_slots.push(json!({ "slot": slot, "state": "damaged", "error": reason }));
+            }
+        }
+    }
+    let chosen = match slots.as_slice() {
+        [Slot::Record(record)] => Some((0, *record)),
+        [first, second] => offsets::current(&[first.clone(), second.clone()]),
+        _ => None,
+    };
+    let reads = match chosen {
+        Some((slot, record)) => {
+            let named = path
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            let owner = offsets::file_name(record.kind, record.id);
+            let mut line = format!(
+                "reads as slot {slot}: {} {}, {} (sequence {}, op {})",
+                record.kind.name(),
+                record.id,
+                offset_meaning(&record),
+                record.sequence,
+                record.op
+            );
+            if slots.len() == 2 {
+                line.push_str(if slots.iter().all(|s| matches!(s, Slot::Record(_))) {
+                    ", the higher sequence of the two"
+                } else {
+                    ", the one slot that verifies"
+                });
+            }
+            if named != owner {
+                verdict = Verdict::Damaged;
+                line.push_str(&format!(
+                    "; but the file is named {named}, not {owner}: the partition refuses it \
+                     (a misdirected or renamed file)"
+                ));
+            }
+            line
+        }
+        None => {
+            verdict = misread(&bytes, "offsets", &mut text);
+            "no slot verifies: the partition refuses the file (never read as offset 0)".into()
+        }
+    };
+    text.push_str(&format!("{reads}\n"));
+    Ok(Inspected {
+        value: json!({
+            "file": path.display().to_string(), "bytes": bytes.len(), "slots": json_slots,
+            "reads_as": chosen.map(|(slot, _)| slot), "reads": reads,
+        }),
+        text,
+        verdict,
+    })
 }
 
 fn rebuilt(path: &Path) -> Result<Inspected, String> {

@@ -278,8 +278,10 @@ fn command_for(path: &Path) -> Vec<String> {
         vec!["index".into(), shown]
     } else if name.ends_with(".wal") {
         vec!["wal".into(), path.parent().unwrap().display().to_string()]
+    } else if path.parent().is_some_and(|p| p.ends_with("offsets")) {
+        vec!["offsets".into(), shown]
     } else {
-        // Consumer offsets, staging files: decoded as a segment (any bytes must not panic).
+        // Staging files and others: decoded as a segment (any bytes must not panic).
         vec!["segment".into(), shown]
     }
 }
@@ -744,4 +746,103 @@ fn a_rebuild_marker_shows_the_views_its_replica_forgot() {
     let (code, text) = run_code(&["superblock", &path(&dir, "m")]);
     assert_eq!(code, 2, "{text}");
     assert!(text.contains("it looks like a rebuilt file"), "{text}");
+}
+
+/// A consumer offset file: both slots, which one the partition reads and why; a rotten slot
+/// with its bytes beside the good one (exit 1); no good slot, a misnamed file, a version 2 file,
+/// and a file of another kind (exit 2).
+#[test]
+fn offsets_shows_both_slots_and_which_one_the_partition_reads() {
+    use iggy_segments::offsets::{ConsumerKind, OffsetStore};
+    let dir = tempfile::tempdir().unwrap();
+    let storage = OsStorage::open(dir.path()).unwrap();
+    storage.create_dir("offsets").unwrap();
+    let store = OffsetStore::new(storage.clone(), Path::new("offsets"));
+    store.prepare_file(ConsumerKind::Group, 4).unwrap();
+    let file = path(&dir, "offsets/group.0000000004");
+    let (code, text) = run_code(&["offsets", &file]);
+    assert_eq!(code, 0, "{text}");
+    assert!(text.contains("no offset yet (the placeholder"), "{text}");
+    for offset in [100, 200, 300] {
+        store.store(ConsumerKind::Group, 4, offset).unwrap();
+    }
+    let (code, text) = run_code(&["offsets", &file]);
+    assert_eq!(code, 0, "{text}");
+    assert!(
+        text.contains("slot 0 (offset 0): group 4, offset 200, sequence 2")
+            && text.contains("slot 1 (offset 64): group 4, offset 300, sequence 3")
+            && text.contains("reads as slot 1: group 4, offset 300 (sequence 3, op 0), the higher"),
+        "{text}"
+    );
+    let json = run(&["--json", "offsets", &file]);
+    assert!(json.contains("\"reads_as\": 1"), "{json}");
+
+    let handle = storage
+        .open("offsets/group.0000000004", OpenMode::Existing)
+        .unwrap();
+    handle.write_all_at(64 + 40, &[0xFF]).unwrap();
+    let (code, text) = run_code(&["offsets", &file]);
+    assert_eq!(code, 1, "{text}");
+    assert!(
+        text.contains("slot 1 (offset 64): does not verify")
+            && text.contains("reads as slot 0: group 4, offset 200")
+            && text.contains("the one slot that verifies"),
+        "{text}"
+    );
+    handle.write_all_at(40, &[0xFF]).unwrap();
+    let (code, text) = run_code(&["offsets", &file]);
+    assert_eq!(code, 1, "{text}");
+    assert!(text.contains("never read as offset 0"), "{text}");
+
+    store.store(ConsumerKind::Consumer, 9, 5).unwrap();
+    storage
+        .rename("offsets/consumer.0000000009", "offsets/consumer.0000000008")
+        .unwrap();
+    let (code, text) = run_code(&["offsets", &path(&dir, "offsets/consumer.0000000008")]);
+    assert_eq!(code, 1, "{text}");
+    assert!(
+        text.contains("not consumer.0000000008") || text.contains("named consumer.0000000008"),
+        "{text}"
+    );
+
+    let legacy = fixtures()
+        .join("refuse/node/partitions/1.1.1/offsets/consumer.0000000001")
+        .display()
+        .to_string();
+    let (code, text) = run_code(&["offsets", &legacy]);
+    assert_eq!(code, 0, "{text}");
+    assert!(text.contains("version 2: one record"), "{text}");
+
+    let superblock = fixtures()
+        .join("clean/node/partitions/1.1.1/superblock")
+        .display()
+        .to_string();
+    let (code, text) = run_code(&["offsets", &superblock]);
+    assert_eq!(code, 2, "{text}");
+    assert!(text.contains("it looks like a superblock file"), "{text}");
+}
+
+/// Any bytes as an offset file, of every length around one and two slots: decoded without a
+/// panic, every exit code one of the verdicts. (The fuzz target `inspect_files` runs it too.)
+#[test]
+fn offsets_decodes_any_bytes_without_a_panic() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("consumer.0000000001");
+    let shown = file.display().to_string();
+    let mut state = 0x9E37_79B9_7F4A_7C15u64;
+    for len in (0..=200).chain([64, 128, 128, 128]) {
+        let bytes: Vec<u8> = (0..len)
+            .map(|_| {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                state as u8
+            })
+            .collect();
+        #[allow(clippy::disallowed_methods)]
+        std::fs::write(&file, &bytes).unwrap();
+        let (code, _) = run_code(&["offsets", &shown]);
+        assert!(matches!(code, 1 | 2), "{len} random bytes: exit {code}");
+        let _ = run(&["--json", "offsets", &shown]);
+    }
 }

@@ -296,30 +296,20 @@ fn read_file<R: ReadStorage>(
     } else if len == FILE_SIZE {
         let mut bytes = [0u8; FILE_SIZE];
         file.read_exact_at(0, &mut bytes)?;
-        let mut newest: Option<(usize, ConsumerOffset)> = None;
+        let slots = decode_slots(path, &bytes);
         let mut reasons = Vec::new();
         let mut damaged = None;
-        for (slot, record) in bytes.chunks_exact(RECORD_SIZE).enumerate() {
-            if record.iter().all(|b| *b == 0) {
-                reasons.push(format!("slot {slot} is empty"));
-                continue;
-            }
-            match decode(path, record) {
-                Ok(offset) if newest.is_none_or(|(_, n)| offset.sequence > n.sequence) => {
-                    newest = Some((slot, offset));
-                }
-                Ok(_) => {}
-                Err(error) => {
-                    let reason = match error {
-                        OffsetError::Corrupt { reason, .. } => reason,
-                        other => other.to_string(),
-                    };
+        for (slot, decoded) in slots.iter().enumerate() {
+            match decoded {
+                Slot::Empty => reasons.push(format!("slot {slot} is empty")),
+                Slot::Record(_) => {}
+                Slot::Damaged(reason) => {
                     reasons.push(format!("slot {slot}: {reason}"));
-                    damaged = Some((slot, reason));
+                    damaged = Some((slot, reason.clone()));
                 }
             }
         }
-        let (slot, newest) = newest.ok_or_else(|| OffsetError::Corrupt {
+        let (slot, newest) = current(&slots).ok_or_else(|| OffsetError::Corrupt {
             file: path.to_path_buf(),
             reason: format!("no slot verifies ({})", reasons.join("; ")),
         })?;
@@ -347,6 +337,51 @@ fn read_file<R: ReadStorage>(
         });
     }
     Ok(Some(found))
+}
+
+/// One slot of an offset file as read.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Slot {
+    /// All zero: never written (slot 1 before a file's second store).
+    Empty,
+    Record(ConsumerOffset),
+    /// Bytes that do not verify, and why.
+    Damaged(String),
+}
+
+/// Decodes the two slots of a file of version 3 (`bytes` of [`FILE_SIZE`]; a shorter tail is
+/// a damaged slot).
+#[must_use]
+pub fn decode_slots(file: &Path, bytes: &[u8]) -> [Slot; 2] {
+    let slot = |n: usize| {
+        let record = bytes
+            .get(n * RECORD_SIZE..(n + 1) * RECORD_SIZE)
+            .unwrap_or(&[]);
+        if record.len() == RECORD_SIZE && record.iter().all(|b| *b == 0) {
+            return Slot::Empty;
+        }
+        match decode(file, record) {
+            Ok(offset) => Slot::Record(offset),
+            Err(OffsetError::Corrupt { reason, .. }) => Slot::Damaged(reason),
+            Err(other) => Slot::Damaged(other.to_string()),
+        }
+    };
+    [slot(0), slot(1)]
+}
+
+/// The slot a file reads as: of the records that verify, the one of the higher sequence (the
+/// first on a tie, as after boot wrote one over a damaged other). `None`: no slot verifies.
+#[must_use]
+pub fn current(slots: &[Slot; 2]) -> Option<(usize, ConsumerOffset)> {
+    let mut newest: Option<(usize, ConsumerOffset)> = None;
+    for (slot, decoded) in slots.iter().enumerate() {
+        if let Slot::Record(offset) = decoded
+            && newest.is_none_or(|(_, n)| offset.sequence > n.sequence)
+        {
+            newest = Some((slot, *offset));
+        }
+    }
+    newest
 }
 
 /// The byte offset of `slot` in a file of two.
