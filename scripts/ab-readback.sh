@@ -55,7 +55,7 @@ for round in $(seq 1 "$rounds"); do
         before=$(cpu_ticks "$node")
         report=$("$driver" load --nodes 127.0.0.1:8690 --create --stream s --replicated 3 \
             --batch 250 --message-size 1000 --duration "${seconds}s" --consumers \
-            --consume-after --json 2>"$dir/load.err") || {
+            --consume-after --ledger "$dir/load.ledger" --json 2>"$dir/load.err") || {
             echo "$bin: load failed:" >&2
             cat "$dir/load.err" >&2
             exit 1
