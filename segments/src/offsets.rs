@@ -13,7 +13,12 @@
 //!   path and reason, never read as offset 0;
 //! - leftover `*.tmp` files (a crash before the rename) are reported and ignored by loads;
 //! - a file of version 2 (one record, 64 bytes) is read, and its next store replaces it with a
-//!   file of two slots.
+//!   file of two slots;
+//! - a partition makes a consumer's file, holding a [`placeholder`] that reads as no offset,
+//!   when it journals the consumer's first store ([`OffsetStore::prepare_file`]), so a store's
+//!   commit writes in place and never needs room on the disk;
+//! - after a crash, boot writes each file's current slot again and syncs it
+//!   ([`OffsetStore::settle`]) before it serves what it read.
 //!
 //! Layout of one slot (64 bytes, little-endian; a file is two, 128 bytes; see `docs/format.md`,
 //! "Consumer offsets"):
