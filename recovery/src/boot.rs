@@ -1688,9 +1688,13 @@ fn partition_findings(label: &str, dir: &Path, report: &iggy_segments::Report) -
                 Component::Offsets,
                 "offset-slot-damaged",
                 format!(
-                    "slot {slot} does not verify ({reason}): the file reads as offset {} of {} {} \
+                    "slot {slot} does not verify ({reason}): the file reads as {} for {} {} \
                      (sequence {}), the other slot's; a store a crash tore, or rot of the newest",
-                    kept.offset,
+                    match (kept.sequence, kept.offset) {
+                        (0, _) => "no offset yet (its placeholder)".to_string(),
+                        (_, iggy_segments::offsets::DELETED) => "no offset (deleted)".to_string(),
+                        (_, offset) => format!("offset {offset}"),
+                    },
                     kept.kind.name(),
                     kept.id,
                     kept.sequence

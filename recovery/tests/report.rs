@@ -107,3 +107,66 @@ fn damage_needs_peers_when_replicated_and_refuses_with_one_replica() {
         );
     }
 }
+
+/// A consumer offset file whose newest slot rotted: the check plans `offset-slot-damaged`
+/// (`repair-copy`), naming the file and the offset it reads as in words; boot writes the good
+/// slot over the bad one, and a check after it finds nothing left of it.
+#[test]
+fn a_rotten_offset_slot_is_planned_in_words_and_repaired_by_boot() {
+    use iggy_io::{Storage, WriteFile};
+    use iggy_segments::offsets::{ConsumerKind, OffsetStore};
+    let storage = SimStorage::new(4);
+    let options = Options {
+        partitions: 1,
+        batches: 4,
+        unpublished_batches: 0,
+        segment_size_bytes: 4096,
+        metadata_file_bytes: 8192,
+        max_messages: 2,
+        replicas: 3,
+    };
+    populate(&storage, Path::new(""), &options).unwrap();
+    let dir = Path::new("partitions/1.1.1/offsets");
+    OffsetStore::new(storage.clone(), dir)
+        .store(ConsumerKind::Group, 1, 77)
+        .unwrap();
+    let file = dir.join("group.0000000001");
+    // The store just made went into slot 1 (the file's first store filled slot 0).
+    storage
+        .open(&file, iggy_io::OpenMode::Existing)
+        .unwrap()
+        .write_all_at(64 + 40, &[0xA5])
+        .unwrap();
+    let report = check(&ReadOnly::new(storage.clone()), Path::new(""), |_, _| {}).unwrap();
+    let damaged: Vec<_> = report
+        .findings
+        .iter()
+        .filter(|f| f.kind == "offset-slot-damaged")
+        .collect();
+    assert_eq!(damaged.len(), 1, "{}", report.render());
+    assert_eq!(damaged[0].file, file);
+    assert_eq!(damaged[0].action, iggy_recovery::Action::RepairCopy);
+    assert!(
+        damaged[0].what.contains("slot 1 does not verify")
+            && damaged[0].what.contains("reads as offset 3 for group 1"),
+        "{}",
+        damaged[0].what
+    );
+    let (node, _) = iggy_recovery::boot_with(
+        storage.clone(),
+        Path::new(""),
+        iggy_recovery::Mode::Open,
+        &BootConfig::new(1),
+    )
+    .unwrap();
+    drop(node);
+    let again = check(&ReadOnly::new(storage), Path::new(""), |_, _| {}).unwrap();
+    assert!(
+        again
+            .findings
+            .iter()
+            .all(|f| f.kind != "offset-slot-damaged"),
+        "{}",
+        again.render()
+    );
+}
