@@ -6,7 +6,8 @@
 //! The bounds are the node's configuration (`[limits]`), checked on the node the request
 //! arrives at: the segment size of a new topic, the partitions a topic and a node may hold, and
 //! the free space the new partitions preallocate (a segment each) above a reserve the node keeps
-//! for its logs, offsets and metadata.
+//! for its logs, offsets and metadata, and the descriptors the new partitions keep open beside
+//! those kept for client connections and the node's own sockets.
 
 use std::path::PathBuf;
 
@@ -18,6 +19,18 @@ use iggy_protocol::status;
 pub const SEGMENT_BYTES_MIN: u64 = 1 << 20;
 /// The largest: a segment is preallocated whole when it opens.
 pub const SEGMENT_BYTES_MAX: u64 = 16 << 30;
+
+/// Descriptors a partition keeps open on a node: its superblock, its WAL's frontier, its log's
+/// current file twice (the appender's and the reader's polls use), and one spare for a sealed
+/// segment being read or a file opened for a moment (an offset store's, a retention pass's).
+/// `server/tests/process.rs` counts a node's descriptors before and after a create of 24
+/// partitions written and read through every node (4 each on this machine, session 62) and
+/// fails if a partition takes more than this.
+pub const DESCRIPTORS_PER_PARTITION: u64 = 5;
+/// Descriptors a create leaves beside `max_connections` for the node's own sockets and short
+/// uses: its listeners, the replica bus's peers and handshakes in progress (at most 64), the
+/// runtime's, and files opened for a moment.
+pub const DESCRIPTORS_RESERVED: u64 = 256;
 
 /// Upstream's `InvalidSegmentSize`.
 pub const INVALID_SEGMENT_SIZE: u32 = 4002;
@@ -39,6 +52,38 @@ pub struct Admission {
     pub free_reserve_bytes: u64,
     /// The free bytes to go by instead of the data directory's file system's (tests).
     pub free_bytes_source: Option<std::sync::Arc<std::sync::atomic::AtomicU64>>,
+    /// Check creates against the process's open-descriptor limit (read at each create, so a
+    /// limit an operator changes under a running node counts): the new partitions'
+    /// [`DESCRIPTORS_PER_PARTITION`] must fit beside the files open now, `connections` and
+    /// [`DESCRIPTORS_RESERVED`].
+    pub check_descriptors: bool,
+    /// Descriptors kept for client connections (the node's `max_connections`).
+    pub connections: u64,
+}
+
+/// The process's open descriptors and its limit on them, as a create sees them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Descriptors {
+    /// Descriptors open now (`/proc/self/fd`).
+    pub open: u64,
+    /// Of them, client connections (`Admission::connections` holds their place already).
+    pub connections_open: u64,
+    /// The soft `RLIMIT_NOFILE` (`None`: unlimited).
+    pub limit: Option<u64>,
+}
+
+impl Descriptors {
+    /// This process's, with `connections_open` client connections among them (`None`: `/proc`
+    /// cannot be read, and the check is skipped).
+    #[allow(clippy::disallowed_methods)] // /proc, not storage
+    pub fn of_this_process(connections_open: u64) -> Option<Self> {
+        let open = std::fs::read_dir("/proc/self/fd").ok()?.count();
+        Some(Self {
+            open: u64::try_from(open).unwrap_or(u64::MAX),
+            connections_open,
+            limit: rustix::process::getrlimit(rustix::process::Resource::Nofile).current,
+        })
+    }
 }
 
 impl Admission {
@@ -59,6 +104,8 @@ impl Default for Admission {
             max_partitions: 10_000,
             free_reserve_bytes: 1 << 30,
             free_bytes_source: None,
+            check_descriptors: false,
+            connections: 0,
         }
     }
 }
@@ -70,8 +117,14 @@ pub struct Refusal {
     pub reason: String,
 }
 
-/// Whether this node admits `op` against the committed `state`.
-pub fn admit(op: &Op, state: &State, admission: &Admission) -> Result<(), Refusal> {
+/// Whether this node admits `op` against the committed `state`, with `descriptors` open (looked
+/// at only for a create, when [`Admission::check_descriptors`]).
+pub fn admit(
+    op: &Op,
+    state: &State,
+    admission: &Admission,
+    descriptors: impl FnOnce() -> Option<Descriptors>,
+) -> Result<(), Refusal> {
     let refuse = |status, reason: String| Err(Refusal { status, reason });
     let (new_partitions, segment_bytes, in_topic) = match op {
         Op::CreateTopic {
@@ -154,6 +207,30 @@ pub fn admit(op: &Op, state: &State, admission: &Admission) -> Result<(), Refusa
             }
         }
     }
+    if admission.check_descriptors
+        && let Some(Descriptors {
+            open,
+            connections_open,
+            limit: Some(limit),
+        }) = descriptors()
+    {
+        // Files may take what the limit leaves beside every connection the node may open and
+        // its reserve; the connections open now are among `open` and already counted there.
+        let for_files = limit
+            .saturating_sub(admission.connections)
+            .saturating_sub(DESCRIPTORS_RESERVED);
+        let files_open = open.saturating_sub(connections_open);
+        let needed = u64::from(new_partitions).saturating_mul(DESCRIPTORS_PER_PARTITION);
+        if files_open.saturating_add(needed) > for_files {
+            return refuse(
+                CANNOT_CREATE_PARTITION,
+                format!(
+                    "{new_partitions} partitions keep {needed} descriptors open ({DESCRIPTORS_PER_PARTITION} each); {files_open} are open for files of the {for_files} the open-descriptor limit {limit} leaves beside limits.max_connections {} and {DESCRIPTORS_RESERVED} for the node's sockets",
+                    admission.connections
+                ),
+            );
+        }
+    }
     Ok(())
 }
 
@@ -187,28 +264,28 @@ mod tests {
     fn a_topic_out_of_bounds_is_refused_with_the_bound_named() {
         let state = State::new(3);
         let admission = Admission::default();
-        let refused = admit(&topic(1, 1), &state, &admission).unwrap_err();
+        let refused = admit(&topic(1, 1), &state, &admission, || None).unwrap_err();
         assert_eq!(refused.status, INVALID_SEGMENT_SIZE);
         assert!(
             refused.reason.contains("segment_size 1"),
             "{}",
             refused.reason
         );
-        assert!(admit(&topic(1, 1 << 50), &state, &admission).is_err());
-        let refused = admit(&topic(5_000, 1 << 30), &state, &admission).unwrap_err();
+        assert!(admit(&topic(1, 1 << 50), &state, &admission, || None).is_err());
+        let refused = admit(&topic(5_000, 1 << 30), &state, &admission, || None).unwrap_err();
         assert_eq!(refused.status, status::TOO_MANY_PARTITIONS);
         assert!(refused.reason.contains("max_partitions_per_topic"));
         let small = Admission {
             max_partitions: 10,
             ..Admission::default()
         };
-        let refused = admit(&topic(11, 1 << 30), &state, &small).unwrap_err();
+        let refused = admit(&topic(11, 1 << 30), &state, &small, || None).unwrap_err();
         assert!(
             refused.reason.contains("limits.max_partitions"),
             "{}",
             refused.reason
         );
-        assert_eq!(admit(&topic(10, 1 << 30), &state, &small), Ok(()));
+        assert_eq!(admit(&topic(10, 1 << 30), &state, &small, || None), Ok(()));
     }
 
     #[test]
@@ -225,7 +302,7 @@ mod tests {
         let partitions = u32::try_from(free / SEGMENT_BYTES_MAX + 1).unwrap_or(u32::MAX);
         let op = topic(partitions.min(1_000), SEGMENT_BYTES_MAX);
         if u64::from(partitions) <= 1_000 {
-            let refused = admit(&op, &state, &admission).unwrap_err();
+            let refused = admit(&op, &state, &admission, || None).unwrap_err();
             assert_eq!(refused.status, CANNOT_CREATE_PARTITION);
             assert!(refused.reason.contains("MiB free"), "{}", refused.reason);
         }
@@ -234,12 +311,64 @@ mod tests {
             free_reserve_bytes: free,
             ..admission.clone()
         };
-        let refused = admit(&topic(1, SEGMENT_BYTES_MIN), &state, &reserve).unwrap_err();
+        let refused = admit(&topic(1, SEGMENT_BYTES_MIN), &state, &reserve, || None).unwrap_err();
         assert_eq!(refused.status, CANNOT_CREATE_PARTITION);
         assert!(refused.reason.contains("limits.free_reserve_bytes"));
         assert_eq!(
-            admit(&topic(1, SEGMENT_BYTES_MIN), &state, &admission),
+            admit(&topic(1, SEGMENT_BYTES_MIN), &state, &admission, || None),
             Ok(())
         );
+    }
+
+    #[test]
+    fn a_create_whose_partitions_do_not_fit_the_descriptor_limit_is_refused() {
+        let state = State::new(3);
+        let admission = Admission {
+            check_descriptors: true,
+            connections: 1_000,
+            ..Admission::default()
+        };
+        // 200 open, 50 of them connections: 150 for files. A limit of 1,000 connections + the
+        // reserve + 150 + 40 leaves room for ten partitions' descriptors, not eleven.
+        let limit = 1_000 + DESCRIPTORS_RESERVED + 150 + 10 * DESCRIPTORS_PER_PARTITION;
+        let seen = || {
+            Some(Descriptors {
+                open: 200,
+                connections_open: 50,
+                limit: Some(limit),
+            })
+        };
+        assert_eq!(admit(&topic(10, 1 << 20), &state, &admission, seen), Ok(()));
+        let refused = admit(&topic(11, 1 << 20), &state, &admission, seen).unwrap_err();
+        assert_eq!(refused.status, CANNOT_CREATE_PARTITION);
+        assert!(
+            refused.reason.contains("open-descriptor limit")
+                && refused.reason.contains("55 descriptors"),
+            "{}",
+            refused.reason
+        );
+        // Unlimited, unreadable, or not asked: not checked.
+        let unlimited = || {
+            Some(Descriptors {
+                limit: None,
+                ..seen().unwrap()
+            })
+        };
+        assert_eq!(
+            admit(&topic(11, 1 << 20), &state, &admission, unlimited),
+            Ok(())
+        );
+        assert_eq!(
+            admit(&topic(11, 1 << 20), &state, &admission, || None),
+            Ok(())
+        );
+        let off = Admission {
+            check_descriptors: false,
+            ..admission.clone()
+        };
+        assert_eq!(admit(&topic(11, 1 << 20), &state, &off, seen), Ok(()));
+        // This process's own figures are readable and plausible.
+        let own = Descriptors::of_this_process(0).expect("/proc/self/fd");
+        assert!(own.open >= 3, "{own:?}");
     }
 }

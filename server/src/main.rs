@@ -509,6 +509,7 @@ fn run(path: &Path, data_dir: Option<PathBuf>, replica: Option<u8>) -> Result<()
         None => None,
     };
     let descriptors = iggy_server::accept::raise_descriptor_limit();
+    let max_connections = connection_cap(config.limits.max_connections, descriptors);
     let cluster = config.cluster_id.value()?;
     let replicas = u8::try_from(config.nodes.len()).map_err(|_| "too many nodes".to_string())?;
     let storage = open_or_create(&config.data_dir)?;
@@ -605,8 +606,10 @@ fn run(path: &Path, data_dir: Option<PathBuf>, replica: Option<u8>) -> Result<()
             max_partitions: config.limits.max_partitions,
             free_reserve_bytes: config.limits.free_reserve_bytes,
             free_bytes_source: None,
+            check_descriptors: true,
+            connections: max_connections,
         },
-        max_connections: connection_cap(config.limits.max_connections, descriptors),
+        max_connections,
         in_flight_bytes: config.limits.in_flight_bytes,
         tls: tls
             .as_ref()

@@ -489,3 +489,128 @@ fn a_node_out_of_descriptors_backs_off_its_accepts_and_serves_again() {
     let (code, _) = interrupt(dev);
     assert_eq!(code, 0, "dev's exit code after SIGINT");
 }
+
+/// Issue #46: a create of partitions whose descriptors would not fit beside the files a node
+/// has open, its connections and its reserve, under its open-descriptor limit, is refused with
+/// 3000 before it commits (every node would otherwise find the partitions unavailable for
+/// want of descriptors); the limit is read at each create, so an operator's change counts.
+/// And the figure the rule counts a partition at is honest: 24 partitions, each written and
+/// read back through every node, keep at most `DESCRIPTORS_PER_PARTITION` each open on every
+/// node. Without the check the 12-partition create commits.
+#[test]
+fn a_create_past_the_descriptor_limit_is_refused_and_a_partition_keeps_what_it_counts() {
+    use iggy_server::admission::{
+        CANNOT_CREATE_PARTITION, DESCRIPTORS_PER_PARTITION, DESCRIPTORS_RESERVED,
+    };
+    use rustix::process::{Pid, Resource, Rlimit, getrlimit, prlimit};
+    const PARTITIONS: u32 = 24;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let base = free_base();
+    let (dev, _) = start_dev(dir.path(), base);
+    let addresses: Vec<SocketAddr> = (0..3u16)
+        .map(|i| ([127, 0, 0, 1], base + i).into())
+        .collect();
+    let mut clients: Vec<Client> = (0u128..)
+        .zip(&addresses)
+        .map(|(i, a)| login(*a, 0xa1 + i))
+        .collect();
+    let (code, _) = clients[0].ask_until_accepted(&Request::CreateStream {
+        name: "fds".into(),
+        options: vec![],
+    });
+    assert_eq!(code, 0);
+    let pids: Vec<i32> = (0..3).map(|n| node_pid(&dev, n)).collect();
+    let before: Vec<u64> = pids.iter().map(|p| open_descriptors(*p)).collect();
+    let topic = |name: &str, partitions| Request::CreateTopic {
+        stream: Identifier::Name("fds".into()),
+        partitions,
+        name: name.into(),
+        options: vec![],
+    };
+    let (code, _) = clients[0].ask_until_accepted(&topic("wide", PARTITIONS));
+    assert_eq!(code, 0);
+    for p in 0..PARTITIONS {
+        let message = iggy_format::batch::NewMessage {
+            id: u128::from(p) + 1,
+            timestamp_delta: 0,
+            payload: format!("to {p}").into_bytes(),
+            user_headers: Vec::new(),
+        };
+        let (code, _) = clients[0].ask_until_accepted(&Request::SendMessages {
+            stream: Identifier::Name("fds".into()),
+            topic: Identifier::Name("wide".into()),
+            partitioning: Partitioning::PartitionId(p),
+            count: 1,
+            batch: iggy_format::batch::encode(1_700_000_000_000_000, &[message]).expect("batch"),
+        });
+        assert_eq!(code, 0, "send to partition {p}");
+        for (n, client) in clients.iter_mut().enumerate() {
+            let poll = Request::PollMessages {
+                consumer: Consumer {
+                    group: false,
+                    id: Identifier::Numeric(1),
+                },
+                stream: Identifier::Name("fds".into()),
+                topic: Identifier::Name("wide".into()),
+                partition: Some(p),
+                strategy: PollingStrategy::Offset(0),
+                count: 10,
+                auto_commit: true,
+            };
+            let (code, body) = client.ask_until_accepted(&poll);
+            assert_eq!(code, 0, "poll of partition {p} through node {n}");
+            let (header, _) = PollHeader::read(&body).expect("poll");
+            assert_eq!(header.messages_count, 1, "partition {p} through node {n}");
+        }
+    }
+    for (n, pid) in pids.iter().enumerate() {
+        let after = open_descriptors(*pid);
+        let kept = after.saturating_sub(before[n]);
+        eprintln!("node {n}: {kept} descriptors more for {PARTITIONS} partitions");
+        assert!(
+            kept <= u64::from(PARTITIONS) * DESCRIPTORS_PER_PARTITION,
+            "node {n} keeps {kept} descriptors more for {PARTITIONS} partitions: more than {DESCRIPTORS_PER_PARTITION} each"
+        );
+    }
+    // Node 0's limit lowered to leave about two partitions' descriptors beside its files, the
+    // connections it keeps room for (what `run` computes from the hard limit) and the reserve.
+    let hard = getrlimit(Resource::Nofile).maximum;
+    let connections = hard.map_or(4_096, |h| (h.saturating_sub(1_024) / 2).clamp(16, 4_096));
+    let raw = Pid::from_raw(pids[0]).expect("pid");
+    let limit = open_descriptors(pids[0])
+        + connections
+        + DESCRIPTORS_RESERVED
+        + 2 * DESCRIPTORS_PER_PARTITION;
+    let original = prlimit(
+        Some(raw),
+        Resource::Nofile,
+        Rlimit {
+            current: Some(limit),
+            maximum: hard,
+        },
+    )
+    .expect("lowering node 0's descriptor limit");
+    let (code, _) = clients[0].ask_until_accepted(&topic("past", 12));
+    assert_eq!(code, CANNOT_CREATE_PARTITION, "a create past the limit");
+    let (code, _) = clients[0].ask_until_accepted(&topic("fits", 1));
+    assert_eq!(code, 0, "a create within the limit");
+    prlimit(Some(raw), Resource::Nofile, original).expect("restoring the limit");
+    // Nothing of the refused create committed, on any node.
+    for (n, client) in clients.iter_mut().enumerate() {
+        let (code, body) = client.ask(&Request::GetTopics {
+            stream: Identifier::Name("fds".into()),
+        });
+        assert_eq!(code, 0);
+        let topics = iggy_protocol::response::read_topics(&body).expect("topics");
+        let mut names: Vec<&str> = topics.iter().map(|t| t.name.as_str()).collect();
+        names.sort_unstable();
+        assert_eq!(names, vec!["fits", "wide"], "node {n}'s topics");
+    }
+    drop(clients);
+    let (code, stderr) = interrupt(dev);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        stderr.contains("open-descriptor limit"),
+        "no WARN naming the limit: {stderr}"
+    );
+}

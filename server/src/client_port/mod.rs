@@ -1240,9 +1240,19 @@ async fn propose_for_client<S: Storage + Clone + Send + Sync + 'static>(
     header: &RequestHeader,
     op: &Op,
 ) -> Answer {
-    if let Err(refusal) =
-        crate::admission::admit(op, &shared.views.metadata(), &shared.config.admission)
-    {
+    if let Err(refusal) = crate::admission::admit(
+        op,
+        &shared.views.metadata(),
+        &shared.config.admission,
+        || {
+            crate::admission::Descriptors::of_this_process(
+                shared
+                    .counters
+                    .open
+                    .load(std::sync::atomic::Ordering::Relaxed),
+            )
+        },
+    ) {
         tracing::warn!(client = %format_args!("{:#x}", header.client), status = refusal.status, reason = %refusal.reason, "client port: a metadata request refused before it was proposed");
         return error(refusal.status);
     }
