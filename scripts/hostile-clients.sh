@@ -28,8 +28,9 @@ buses=127.0.0.1:9790,127.0.0.1:9791,127.0.0.1:9792
 # Resident memory no node may pass, from its budgets (docs/server.md, "Limits and a full disk"):
 # its prepare rings (ring_budget_bytes, 1 GiB), its own request bodies (in_flight_bytes,
 # 256 MiB) and those its two peers forward to it (2 x 256 MiB), its bus queues (2 x 128 MiB),
-# and a pipeline's worth of prepares and the allocator's slack besides: 3 GiB.
-rss_bound_mib=${RSS_BOUND_MIB:-3072}
+# the pipelines of the groups it leads (pipeline_budget_bytes, 512 MiB) and the allocator's
+# slack besides: 3.5 GiB.
+rss_bound_mib=${RSS_BOUND_MIB:-3584}
 if [ -n "${SHORT:-}" ]; then duration=100; short=--short; else duration=240; short=; fi
 duration=${DURATION:-$duration}
 source scripts/cluster.sh

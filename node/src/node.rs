@@ -83,6 +83,15 @@ pub struct NodeConfig {
     /// the partitions a client creates. A smaller ring serves less repair from memory; the
     /// rest is read from the log on disk.
     pub ring_budget_bytes: u64,
+    /// The body bytes of requests every group this node leads may hold admitted and not yet
+    /// committed, together (0: no budget, each group up to `vsr.pipeline_max` prepares). A
+    /// request past it is refused `NotAccepted` before it is prepared, as one past a full
+    /// pipeline is, except that a group whose pipeline is empty always admits one (see
+    /// [`Node::deliver`]): the node holds at most this plus one request a group it leads. A
+    /// pipeline's bodies stay in memory until they commit, above the prepare ring's budget:
+    /// without this, groups that cannot commit (their backups gone) hold up to 64 requests
+    /// each.
+    pub pipeline_budget_bytes: u64,
 }
 
 /// The smallest prepare ring a share of [`NodeConfig::ring_budget_bytes`] gives a partition.
@@ -121,6 +130,9 @@ pub struct Group<S: Storage + Clone> {
     /// asked, and the node tick a chunk of it was last asked at.
     image: Arc<Mutex<Option<Arc<Image>>>>,
     image_asked: Option<u64>,
+    /// The replica's [`Replica::pipeline_bytes`] when the node last looked: its part of
+    /// [`Node::pipeline_bytes`].
+    pipeline_bytes: u64,
 }
 
 impl<S: Storage + Clone> Group<S> {
@@ -140,6 +152,7 @@ impl<S: Storage + Clone> Group<S> {
             retention: Retention::default(),
             image: Arc::new(Mutex::new(None)),
             image_asked: None,
+            pipeline_bytes: 0,
         }
     }
 
@@ -417,6 +430,9 @@ pub struct Node<S: Storage + Clone> {
     /// Partitions the metadata lists that this node could not create (at a commit or at boot),
     /// with why and the tick of the next try ([`Node::maintain`]): every other group runs.
     unavailable: BTreeMap<PartitionKey, Unavailable>,
+    /// The groups' [`Group::pipeline_bytes`] summed: what [`NodeConfig::pipeline_budget_bytes`]
+    /// bounds.
+    pipeline_bytes: u64,
     /// Held for the node's life: no other process writes its directory meanwhile.
     _lock: NodeLock,
 }
@@ -540,6 +556,7 @@ impl<S: Storage + Clone> Node<S> {
             ticks: 0,
             transfers_turned_away: 0,
             unavailable,
+            pipeline_bytes: 0,
             _lock: state.lock,
         };
         let recovered = started.elapsed();
@@ -596,8 +613,12 @@ impl<S: Storage + Clone> Node<S> {
             self.identity(kind.id()),
             boot,
         );
-        self.groups
-            .insert(kind.id(), Group::new(kind, replica, store));
+        if let Some(old) = self
+            .groups
+            .insert(kind.id(), Group::new(kind, replica, store))
+        {
+            self.pipeline_bytes -= old.pipeline_bytes;
+        }
     }
 
     /// Gives each partition's replica its share of [`NodeConfig::ring_budget_bytes`]: once
@@ -682,16 +703,54 @@ impl<S: Storage + Clone> Node<S> {
         Some((before, (g.replica.status(), g.replica.view())))
     }
 
-    /// A message for `group`'s replica; returns its (status, view) before and after.
+    /// A message for `group`'s replica; returns its (status, view) before and after. A
+    /// client's request is admitted within [`NodeConfig::pipeline_budget_bytes`].
     pub fn deliver(
         &mut self,
         group: u128,
         message: Message,
     ) -> Option<((Status, u32), (Status, u32))> {
+        let budget = self.config.pipeline_budget_bytes;
+        let held = self.pipeline_bytes;
+        let request = matches!(message, Message::Request { .. });
         let g = self.groups.get_mut(&group)?;
         let before = (g.replica.status(), g.replica.view());
+        if request {
+            // A group whose pipeline is empty always admits one request, whatever the others
+            // hold: its backups can tell a primary that stopped committing only by what it
+            // prepares (`commit-stall`), so a primary refusing a group's every request
+            // because other groups' pipelines are stuck (it no longer hears its peers) would
+            // hold that group without writes for as long as it lasts (simulator, deaf seeds).
+            let room = if budget == 0 || g.pipeline_bytes == 0 {
+                u64::MAX
+            } else {
+                budget.saturating_sub(held)
+            };
+            g.replica.set_pipeline_room(room);
+        }
         g.replica.on_message(message);
-        Some((before, (g.replica.status(), g.replica.view())))
+        let after = (g.replica.status(), g.replica.view());
+        if request {
+            self.account_pipeline(group);
+        }
+        Some((before, after))
+    }
+
+    /// Body bytes of the requests this node's groups admitted as primaries and have not
+    /// committed ([`NodeConfig::pipeline_budget_bytes`] bounds it), as of each group's last
+    /// [`Node::deliver`] of a request or [`Node::drain`].
+    #[must_use]
+    pub fn pipeline_bytes(&self) -> u64 {
+        self.pipeline_bytes
+    }
+
+    /// Takes `group`'s pipeline bytes into the node's sum.
+    fn account_pipeline(&mut self, group: u128) {
+        if let Some(g) = self.groups.get_mut(&group) {
+            let now = g.replica.pipeline_bytes();
+            self.pipeline_bytes = self.pipeline_bytes - g.pipeline_bytes + now;
+            g.pipeline_bytes = now;
+        }
     }
 
     /// The host saw the connection from peer `replica` close: every group this node backs up
@@ -728,6 +787,7 @@ impl<S: Storage + Clone> Node<S> {
     /// join its lane.
     pub fn drain(&mut self, group: u128) -> Drained {
         let mut drained = Drained::default();
+        self.account_pipeline(group);
         let Some(g) = self.groups.get_mut(&group) else {
             return drained;
         };
@@ -1219,6 +1279,7 @@ impl<S: Storage + Clone> Node<S> {
             };
             let id = kind.id();
             if let Some(group) = self.groups.remove(&id) {
+                self.pipeline_bytes -= group.pipeline_bytes;
                 // The ration forgets it at its next tick (it no longer wants repair).
                 self.retired.push(Retired {
                     key,

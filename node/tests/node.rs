@@ -39,6 +39,8 @@ fn boot_config(incarnation: u64) -> BootConfig {
 thread_local! {
     /// The `ring_budget_bytes` [`Host`]'s nodes boot with on this test's thread (0: none).
     static RING_BUDGET: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+    /// The `pipeline_budget_bytes` [`Host`]'s nodes boot with on this test's thread (0: none).
+    static PIPELINE_BUDGET: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
 }
 
 fn config(replica: u8, incarnation: u64) -> NodeConfig {
@@ -58,6 +60,7 @@ fn config_with(replica: u8, incarnation: u64, vsr: Config) -> NodeConfig {
         boot: boot_config(incarnation),
         mirror_metadata: true,
         ring_budget_bytes: 0,
+        pipeline_budget_bytes: 0,
     }
 }
 
@@ -153,6 +156,7 @@ impl Host {
                 let config = NodeConfig {
                     safeguards,
                     ring_budget_bytes: RING_BUDGET.get(),
+                    pipeline_budget_bytes: PIPELINE_BUDGET.get(),
                     ..config_with(i, u64::from(i) << 48 | life, vsr.clone())
                 };
                 let (node, _) = Node::boot(storage.clone(), &config).expect("boot");
@@ -573,6 +577,105 @@ fn a_primary_with_no_room_for_the_next_segment_refuses_the_batch_and_goes_on() {
         assert_eq!(
             group.partition().expect("a partition").next_offset(),
             refused * 20,
+            "node {i} holds every committed batch once"
+        );
+    }
+}
+
+/// Issue #46: a primary whose backups are gone holds what it admitted in memory until it
+/// commits, so the node admits requests only while its groups' pipelines hold less than
+/// `pipeline_budget_bytes` of bodies; past it a request is refused `NotAccepted` before it is
+/// prepared. Once the backups are back the admitted batches commit, the refused ones are
+/// sent again and commit, and every node holds each once. Without the budget all ten batches
+/// are admitted (the pipeline holds 64) and the node holds all of them.
+#[test]
+fn a_primary_admits_requests_only_within_the_nodes_pipeline_budget() {
+    let storages: Vec<SimStorage> = (0..3).map(genesis).collect();
+    let one = u64::try_from(batch(1, 20).len()).expect("a batch's size");
+    // Room for three batches.
+    PIPELINE_BUDGET.set(3 * one + one / 2);
+    let mut host = Host::boot(&storages, 1);
+    PIPELINE_BUDGET.set(0);
+    let partition = the_partition();
+    for request in 1..=10 {
+        host.send_batch(0, partition, request, 20);
+    }
+    // Only node 0 hears anything: what it sends its backups is lost.
+    while let Some((to, group, message)) = host.wire.pop_front() {
+        assert_eq!(to, 0);
+        host.nodes[0].deliver(group, message);
+        loop {
+            let drained = host.nodes[0].drain(group);
+            for (to, message) in drained.sends {
+                if let Destination::Client(_) = to {
+                    host.replies.push(message);
+                }
+            }
+            if host.nodes[0]
+                .run_lane_head(group, 0, &mut Unobserved)
+                .is_none()
+            {
+                break;
+            }
+        }
+    }
+    let refused: Vec<u64> = host
+        .replies
+        .iter()
+        .filter_map(|m| match m {
+            Message::Reply {
+                request,
+                status: ReplyStatus::NotAccepted,
+                ..
+            } => Some(*request),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        refused,
+        (4..=10).collect::<Vec<u64>>(),
+        "{:?}",
+        host.replies
+    );
+    assert_eq!(host.nodes[0].pipeline_bytes(), 3 * one);
+    assert_eq!(
+        host.partition(0)
+            .replica
+            .counters()
+            .get("request_pipeline_bytes")
+            .copied(),
+        Some(7)
+    );
+    // The backups hear the primary again: what it admitted commits, and so does what it
+    // refused, sent again.
+    host.replies.clear();
+    host.tick(100);
+    for request in 4..=10 {
+        host.send_batch(0, partition, request, 20);
+        host.settle();
+    }
+    host.tick(100);
+    let committed: std::collections::BTreeSet<u64> = host
+        .replies
+        .iter()
+        .filter_map(|m| match m {
+            Message::Reply {
+                request,
+                status: ReplyStatus::Committed,
+                ..
+            } => Some(*request),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(committed, (1..=10).collect());
+    assert_eq!(host.nodes[0].pipeline_bytes(), 0);
+    for i in 0..3 {
+        assert_eq!(
+            host.partition(i)
+                .partition()
+                .expect("a partition")
+                .next_offset(),
+            200,
             "node {i} holds every committed batch once"
         );
     }

@@ -166,6 +166,9 @@ pub struct Limits {
     /// Request bytes a node holds at once over all its client connections; a body past it
     /// waits, unread, until earlier requests are answered.
     pub in_flight_bytes: u64,
+    /// Body bytes the groups a node leads hold admitted and not yet committed, together; a
+    /// request past it is refused `TransientNotAccepted` before it is prepared.
+    pub pipeline_budget_bytes: u64,
 }
 
 impl Default for Limits {
@@ -185,6 +188,7 @@ impl Default for Limits {
             free_reserve_bytes: crate::admission::Admission::default().free_reserve_bytes,
             max_connections: 4_096,
             in_flight_bytes: 256 << 20,
+            pipeline_budget_bytes: 512 << 20,
         }
     }
 }
@@ -253,6 +257,12 @@ impl FileConfig {
             return Err(format!(
                 "limits.in_flight_bytes = {}: at least limits.max_request_bytes ({}), or the largest request could never be read",
                 self.limits.in_flight_bytes, self.limits.max_request_bytes
+            ));
+        }
+        if self.limits.pipeline_budget_bytes < u64::from(self.limits.max_request_bytes) {
+            return Err(format!(
+                "limits.pipeline_budget_bytes = {}: at least limits.max_request_bytes ({}), the largest request a primary admits",
+                self.limits.pipeline_budget_bytes, self.limits.max_request_bytes
             ));
         }
         if self.limits.max_partitions_per_topic == 0 || self.limits.max_partitions == 0 {

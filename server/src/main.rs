@@ -560,6 +560,7 @@ fn run(path: &Path, data_dir: Option<PathBuf>, replica: Option<u8>) -> Result<()
         boot: boot_config(&config, incarnation),
         mirror_metadata: true,
         ring_budget_bytes: config.limits.ring_budget_bytes,
+        pipeline_budget_bytes: config.limits.pipeline_budget_bytes,
     };
     let bus = BusConfig {
         cluster,

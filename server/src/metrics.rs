@@ -35,6 +35,9 @@ pub struct NodeMetrics {
     pub groups: AtomicU64,
     pub groups_led_here: AtomicU64,
     pub groups_without_primary: AtomicU64,
+    /// Body bytes of requests the groups this node leads admitted and have not committed
+    /// (`limits.pipeline_budget_bytes` bounds it).
+    pub pipeline_bytes: AtomicU64,
     /// Partitions the metadata lists that this node could not create (a full disk): their
     /// peers serve them, and the node tries again every 10 s.
     pub partitions_unavailable: AtomicU64,
@@ -179,6 +182,13 @@ pub fn render(node: &NodeMetrics, bus: &BusCounters, port: &PortCounters) -> Str
         "Groups whose primary is this node.",
         "gauge",
         load(&node.groups_led_here),
+    );
+    counter(
+        &mut out,
+        "iggy_pipeline_bytes",
+        "Body bytes of requests the groups this node leads admitted and have not committed (at most limits.pipeline_budget_bytes).",
+        "gauge",
+        load(&node.pipeline_bytes),
     );
     counter(
         &mut out,

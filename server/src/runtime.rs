@@ -214,6 +214,9 @@ impl<S: Storage + Clone> Views<S> {
         self.metrics.groups_led_here.store(led, Relaxed);
         self.metrics.groups_without_primary.store(without, Relaxed);
         self.metrics
+            .pipeline_bytes
+            .store(node.pipeline_bytes(), Relaxed);
+        self.metrics
             .partitions_unavailable
             .store(node.unavailable().len() as u64, Relaxed);
         let unavailable = node

@@ -123,6 +123,7 @@ fn start_cluster_tls(
             boot: boot_config(u64::from(i) << 48 | 1),
             mirror_metadata: true,
             ring_budget_bytes: 0,
+            pipeline_budget_bytes: 0,
         };
         let bus = BusConfig {
             cluster: CLUSTER,

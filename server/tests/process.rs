@@ -372,6 +372,14 @@ fn run_refuses_a_bad_configuration_naming_the_file_and_the_key() {
         stderr.contains("limits.in_flight_bytes = 1048576"),
         "{stderr}"
     );
+    let (code, stderr) = run(&format!(
+        "{good}\n[limits]\nmax_request_bytes = 1048576\npipeline_budget_bytes = 65536\n"
+    ));
+    assert_eq!(code, Some(1));
+    assert!(
+        stderr.contains("limits.pipeline_budget_bytes = 65536"),
+        "{stderr}"
+    );
     let (code, stderr) = run(&format!("{good}\n[topics]\nsegment_size_bytes = 1\n"));
     assert_eq!(code, Some(1));
     assert!(stderr.contains("topics.segment_size_bytes = 1"), "{stderr}");

@@ -58,6 +58,7 @@ fn node_config_with(replica: u8, incarnation: u64, vsr: Config) -> NodeConfig {
         boot: boot_config(incarnation),
         mirror_metadata: true,
         ring_budget_bytes: 0,
+        pipeline_budget_bytes: 0,
     }
 }
 

@@ -165,6 +165,9 @@ pub struct Options {
     /// One committed request of a client in this many is followed by an impostor: the same
     /// number with another body, which the group must refuse (0, the default: never).
     pub reuse_one_in: u64,
+    /// Each node's `pipeline_budget_bytes` (0, the default: none): its primaries refuse
+    /// requests while the groups they lead hold this many bytes admitted and not committed.
+    pub pipeline_budget_bytes: u64,
 }
 
 /// The retention a seed's partitions run, drawn from the seed with its history
@@ -232,6 +235,7 @@ impl Options {
             draw_history: true,
             retention_bytes: 0,
             reuse_one_in: 0,
+            pipeline_budget_bytes: 0,
         }
     }
 }
@@ -294,6 +298,8 @@ pub struct Report {
     /// Full disks ([`Faults::full_disk`]), and the journal writes they had refused.
     pub full_disks: u64,
     pub journals_refused: u64,
+    /// Requests a primary refused because its node's pipelines held their byte budget.
+    pub pipeline_refusals: u64,
     /// How much longer than given the history was drawn (1 when not drawn).
     pub history_factor: u64,
     /// The prepare ring's entries the partitions' replicas kept.
@@ -470,6 +476,8 @@ pub struct Cluster {
     full_disks: u64,
     /// Journal writes refused for want of room, counted as they complete.
     journals_refused: u64,
+    /// Budget refusals counted by replicas that have since crashed.
+    pipeline_refusals: u64,
     /// When each node last heard a commit broadcast of each group.
     commit_heard: BTreeMap<(u8, u128), u64>,
     /// Every change of a replica's status or view: (time, node, group, status, view).
@@ -562,6 +570,7 @@ impl Cluster {
                 max_age_seconds: 0,
                 max_bytes: options.retention_bytes,
             },
+            pipeline_budget_bytes: options.pipeline_budget_bytes,
         };
         let mut disks = Stream::new(seed, "disks");
         let mut nodes = Vec::new();
@@ -667,6 +676,7 @@ impl Cluster {
             full_disk_draws: Stream::new(seed, "full-disk"),
             full_disks: 0,
             journals_refused: 0,
+            pipeline_refusals: 0,
             commit_heard: BTreeMap::new(),
             view_log: Vec::new(),
             repair_bytes: BTreeMap::new(),
@@ -795,6 +805,10 @@ impl Cluster {
             deaf_faults: self.deaf_faults,
             full_disks: self.full_disks,
             journals_refused: self.journals_refused,
+            pipeline_refusals: self.pipeline_refusals
+                + (0..self.layout.replicas)
+                    .map(|n| self.pipeline_refusals_of(n))
+                    .sum::<u64>(),
             history_factor: if self.options.draw_history {
                 history_factor(self.options.seed)
             } else {
@@ -1925,8 +1939,18 @@ impl Cluster {
         }
     }
 
+    /// Requests node `node`'s replicas refused for its pipeline budget in this life.
+    fn pipeline_refusals_of(&self, node: u8) -> u64 {
+        self.nodes[usize::from(node)]
+            .hosts()
+            .values()
+            .filter_map(|h| h.replica.counters().get("request_pipeline_bytes"))
+            .sum()
+    }
+
     fn crash(&mut self, node: u8, power_loss: bool) {
         self.crashes += 1;
+        self.pipeline_refusals += self.pipeline_refusals_of(node);
         self.nodes[usize::from(node)].crash(power_loss);
         if power_loss && self.nodes.iter().all(|n| !n.up) {
             // Every node lost power: under replicated durability what no node had published is
@@ -2384,6 +2408,7 @@ pub fn run(options: Options) -> Report {
             deaf_faults: 0,
             full_disks: 0,
             journals_refused: 0,
+            pipeline_refusals: 0,
             history_factor: 1,
             ring_entries: 0,
             retention_bytes: 0,

@@ -64,6 +64,11 @@ struct Cli {
     /// default: never.
     #[arg(long, default_value_t = 0, value_name = "N")]
     reuse_one_in: u64,
+    /// Each node's primaries refuse requests (`NotAccepted`, the producer sends again) while
+    /// the groups they lead hold this many body bytes admitted and not committed, as the
+    /// server's `limits.pipeline_budget_bytes` (0, the default: no budget).
+    #[arg(long, default_value_t = 0, value_name = "BYTES")]
+    pipeline_budget_bytes: u64,
     /// Requests each client sends (default: 40, or for most seeds more, drawn from the seed:
     /// a history 5 or 25 times longer, with producers' batches to match).
     #[arg(long)]
@@ -329,6 +334,7 @@ fn main() -> ExitCode {
     let mut deaf = 0u64;
     let mut full_disks = 0u64;
     let mut journals_refused = 0u64;
+    let mut pipeline_refusals = 0u64;
     let mut simulated = 0u64;
     let mut wall = std::time::Duration::ZERO;
     // Ops committed per group, over every group of every seed.
@@ -357,6 +363,7 @@ fn main() -> ExitCode {
             draw_history: cli.requests.is_none(),
             retention_bytes: cli.retention_bytes,
             reuse_one_in: cli.reuse_one_in,
+            pipeline_budget_bytes: cli.pipeline_budget_bytes,
             faults: iggy_sim::Faults {
                 damage: cli.damage,
                 full_disk: cli.full_disk,
@@ -373,12 +380,13 @@ fn main() -> ExitCode {
         deaf += report.deaf_faults;
         full_disks += report.full_disks;
         journals_refused += report.journals_refused;
+        pipeline_refusals += report.pipeline_refusals;
         wall += report.wall;
         let line = format!(
             "seed {seed}: {} simulated s in {:.2} wall s; {} ops committed ({} to {} a group, \
              history x{}, ring {}, retention {}), {} replies, {} unknown outcomes, {} crashes, {} view changes, {} \
              repair rounds read from disk ({} prepares), {} snapshots installed ({} of \
-             partitions), {} rebuilt, {} behind the ring{}{}{}{}: {}",
+             partitions), {} rebuilt, {} behind the ring{}{}{}{}{}: {}",
             report.simulated_us / 1_000_000,
             report.wall.as_secs_f64(),
             report.committed_ops,
@@ -430,6 +438,14 @@ fn main() -> ExitCode {
             } else {
                 String::new()
             },
+            if report.pipeline_refusals > 0 {
+                format!(
+                    ", {} requests refused for the pipeline budget",
+                    report.pipeline_refusals
+                )
+            } else {
+                String::new()
+            },
             if report.failure.is_some() {
                 "FAILED"
             } else {
@@ -449,6 +465,14 @@ fn main() -> ExitCode {
                 .map_or(String::new(), |r| format!(" --requests {r}"));
             let requests = if cli.retention_bytes > 0 {
                 format!("{requests} --retention-bytes {}", cli.retention_bytes)
+            } else {
+                requests
+            };
+            let requests = if cli.pipeline_budget_bytes > 0 {
+                format!(
+                    "{requests} --pipeline-budget-bytes {}",
+                    cli.pipeline_budget_bytes
+                )
             } else {
                 requests
             };
@@ -507,7 +531,8 @@ fn main() -> ExitCode {
         "{seeds} seeds, {failed} failed, {behind} with a replica behind every peer's ring at the \
          end, {from_disk} with repair read from disk (a replica below a peer's ring), \
          {installed} with a peer's state installed (a metadata snapshot or a partition's segments: a replica below a peer's log), \
-         {deaf} with a deaf primary, {full_disks} full disks ({journals_refused} journal writes refused); ops \
+         {deaf} with a deaf primary, {full_disks} full disks ({journals_refused} journal writes refused), \
+         {pipeline_refusals} requests refused for the pipeline budget; ops \
          committed per group: min {}, median {}, p90 {}, max {}; {:.0} simulated s per wall s\n",
         group_ops.first().copied().unwrap_or(0),
         quantile(1, 2),

@@ -41,6 +41,8 @@ pub struct Layout {
     /// Every topic's retention (zero: keeps everything): the nodes delete the oldest settled
     /// segments past it.
     pub retention: Retention,
+    /// Each node's `pipeline_budget_bytes` (0: none).
+    pub pipeline_budget_bytes: u64,
 }
 
 impl Layout {
@@ -58,6 +60,7 @@ impl Layout {
             boot: self.boot_config(incarnation),
             mirror_metadata: false,
             ring_budget_bytes: 0,
+            pipeline_budget_bytes: self.pipeline_budget_bytes,
         }
     }
 

@@ -237,7 +237,12 @@ pub struct Replica {
     effects: Vec<Effect>,
     // Primary.
     pipeline: BTreeMap<u64, Inflight>,
-    prepares_in_flight: VecDeque<(EffectId, u128, u64, u128)>,
+    /// Requests handed to storage as prepares: (effect, client, request, request checksum,
+    /// body bytes).
+    prepares_in_flight: VecDeque<(EffectId, u128, u64, u128, u64)>,
+    /// Body bytes of new requests the host lets this replica add to what its pipeline holds
+    /// ([`Replica::set_pipeline_room`]): a node's budget over all the groups it leads.
+    pipeline_room: u64,
     commit_broadcast_at: u64,
     // Backup.
     heartbeat_at: u64,
@@ -364,6 +369,7 @@ impl Replica {
             effects: Vec::new(),
             pipeline: BTreeMap::new(),
             prepares_in_flight: VecDeque::new(),
+            pipeline_room: u64::MAX,
             commit_broadcast_at: 0,
             acked_through: boot.applied,
             view_change: ViewChange::default(),

@@ -146,6 +146,35 @@ impl Replica {
         self.config.ring_bytes_max
     }
 
+    /// Body bytes of the requests this replica admitted as its group's primary and has not
+    /// committed: its pipeline's (kept in the prepare ring until committed) and those storage
+    /// is preparing. At most [`crate::Config::pipeline_max`] of them, so this is cheap.
+    #[must_use]
+    pub fn pipeline_bytes(&self) -> u64 {
+        let pipeline: u64 = self
+            .pipeline
+            .keys()
+            .filter_map(|op| self.journal.slot(*op))
+            .filter_map(|slot| slot.body.as_ref())
+            .map(|body| body.len() as u64)
+            .sum();
+        let preparing: u64 = self
+            .prepares_in_flight
+            .iter()
+            .map(|(_, _, _, _, bytes)| *bytes)
+            .sum();
+        pipeline + preparing
+    }
+
+    /// Lets this replica admit requests of at most `bytes` body bytes into its pipeline until
+    /// told otherwise (`u64::MAX`, the default: no bound but `Config::pipeline_max`). A host
+    /// sharing one byte budget among the groups it leads sets it before each request; a
+    /// request larger is refused [`crate::ReplyStatus::NotAccepted`] (counted
+    /// `request_pipeline_bytes`), as one past a full pipeline is.
+    pub fn set_pipeline_room(&mut self, bytes: u64) {
+        self.pipeline_room = bytes;
+    }
+
     /// The client table's session of `client`, if it has one.
     #[must_use]
     pub fn session(&self, client: u128) -> Option<&Session> {

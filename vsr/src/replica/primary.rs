@@ -111,8 +111,8 @@ impl Replica {
         let in_progress = self
             .prepares_in_flight
             .iter()
-            .find(|(_, c, r, _)| *c == client && *r == request)
-            .map(|(_, _, _, checksum)| *checksum)
+            .find(|(_, c, r, _, _)| *c == client && *r == request)
+            .map(|(_, _, _, checksum, _)| *checksum)
             .or_else(|| {
                 (self.commit_min + 1..=self.journal.head()).find_map(|op| {
                     self.journal
@@ -132,6 +132,14 @@ impl Replica {
         }
         if self.pipeline.len() + self.prepares_in_flight.len() >= self.config.pipeline_max {
             self.count("request_pipeline_full");
+            self.refuse_request(client, request);
+            return;
+        }
+        let bytes = body.len() as u64;
+        if bytes > self.pipeline_room {
+            // The node's pipelines hold their budget of bytes: refused like a full pipeline
+            // (never admitted; the client sends it again once commits made room).
+            self.count("request_pipeline_bytes");
             self.refuse_request(client, request);
             return;
         }
@@ -155,18 +163,19 @@ impl Replica {
             Pending::Prepare,
         );
         self.prepares_in_flight
-            .push_back((id, client, request, request_checksum));
+            .push_back((id, client, request, request_checksum, bytes));
     }
 
     pub(super) fn on_prepared(&mut self, id: EffectId, outcome: Outcome) {
         let Some(position) = self
             .prepares_in_flight
             .iter()
-            .position(|(i, _, _, _)| *i == id)
+            .position(|(i, _, _, _, _)| *i == id)
         else {
             return;
         };
-        let (_, client, request, _) = self.prepares_in_flight.remove(position).unwrap_or_default();
+        let (_, client, request, _, _) =
+            self.prepares_in_flight.remove(position).unwrap_or_default();
         let (header, body) = match outcome {
             Outcome::Prepared { header, body } => (header, body),
             Outcome::Refused(_) => {
