@@ -194,7 +194,11 @@ impl<S: Storage + Clone> Partition<S> {
         if let Kind::ConsumerOffset { kind, id, .. } = kind {
             // The consumer's file exists before its store is journaled: the commit then writes
             // in place, and a full disk refuses this journal write instead of failing it.
-            self.offsets().prepare_file(kind, id)?;
+            if !self.lock_offset_files().contains_key(&(kind, id))
+                && let Some(known) = self.offset_store().prepare_known(kind, id)?
+            {
+                self.lock_offset_files().insert((kind, id), known);
+            }
         }
         if let iggy_wal::Appended::Duplicate { op } = self.wal.append_keyed(header, body, key)? {
             return Ok(Appended {

@@ -18,7 +18,12 @@
 //!   when it journals the consumer's first store ([`OffsetStore::prepare_file`]), so a store's
 //!   commit writes in place and never needs room on the disk;
 //! - after a crash, boot writes each file's current slot again and syncs it
-//!   ([`OffsetStore::settle`]) before it serves what it read.
+//!   ([`OffsetStore::settle`]) before it serves what it read;
+//! - what a partition knows of a file ([`Known`]: the slot of its current record, and the
+//!   record) is what the file holds: kept only by the file's writers under the partition's
+//!   lock (a store's journal and its commit), forgotten while a commit's store runs and by any
+//!   store made around the partition, so a store writes its slot without reading the file and
+//!   a poll reads a stored offset without opening it.
 //!
 //! Layout of one slot (64 bytes, little-endian; a file is two, 128 bytes; see `docs/format.md`,
 //! "Consumer offsets"):
@@ -443,6 +448,25 @@ pub fn scan<R: ReadStorage>(storage: &R, dir: &Path) -> Result<Scan, OffsetError
     Ok(result)
 }
 
+/// What a partition knows of a consumer's file of two slots without reading it: the slot that
+/// holds the file's current record, and that record. A partition keeps it from its last read or
+/// store of the file ([`crate::Partition::stored_offset`]), so a store writes its slot without
+/// reading the file first and a poll reads the offset without opening it; anything else that
+/// writes the file must drop it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Known {
+    pub slot: usize,
+    pub record: ConsumerOffset,
+}
+
+impl Known {
+    /// The offset it reads as: none for the [`placeholder`].
+    #[must_use]
+    pub fn stored(&self) -> Option<ConsumerOffset> {
+        Some(self.record).filter(is_stored)
+    }
+}
+
 /// Stores consumer offsets of one partition in `dir` (created on first use).
 #[derive(Debug)]
 pub struct OffsetStore<S: Storage> {
@@ -510,34 +534,67 @@ impl<S: Storage> OffsetStore<S> {
         offset: u64,
         op: u64,
     ) -> Result<ConsumerOffset, OffsetError> {
-        self.make_dir()?;
+        self.store_known(kind, id, offset, op, None)
+            .map(|known| known.record)
+    }
+
+    /// [`OffsetStore::store_committed`], given what is `known` of the file (`None`: read it
+    /// first); returns what is known of it after the store.
+    pub fn store_known(
+        &self,
+        kind: ConsumerKind,
+        id: u32,
+        offset: u64,
+        op: u64,
+        known: Option<Known>,
+    ) -> Result<Known, OffsetError> {
         let path = self.dir.join(file_name(kind, id));
-        let found = match read_file(&self.storage, &path, kind, id) {
-            Ok(found) => found,
-            Err(OffsetError::Io(error)) => return Err(error.into()),
-            // A damaged file is replaced: the new record is the truth from now on.
-            Err(_) => None,
+        let (before, newest) = match known {
+            Some(known) => (known.record.sequence, Some(known.slot)),
+            None => {
+                self.make_dir()?;
+                match read_file(&self.storage, &path, kind, id) {
+                    Ok(found) => (
+                        found.as_ref().map_or(0, |f| f.newest.sequence),
+                        found.and_then(|f| f.slot),
+                    ),
+                    Err(OffsetError::Io(error)) => return Err(error.into()),
+                    // A damaged file is replaced: the new record is the truth from now on.
+                    Err(_) => (0, None),
+                }
+            }
         };
         let record = ConsumerOffset {
             kind,
             id,
             offset,
-            sequence: found.as_ref().map_or(0, |f| f.newest.sequence) + 1,
+            sequence: before + 1,
             op,
         };
-        if let Some(Found {
-            slot: Some(newest), ..
-        }) = found
-        {
+        if let Some(newest) = newest {
             // Into the slot that does not hold the newest record, synced: a crash that tears
             // it leaves the newest as it was.
             let file = self.storage.open(&path, OpenMode::Existing)?;
             file.write_all_and_sync_data(slot_at(1 - newest), &encode(&record))?;
-            return Ok(record);
+            return Ok(Known {
+                slot: 1 - newest,
+                record,
+            });
         }
         // A new file (or one of version 2, or a damaged one).
         self.replace(&path, &record)?;
-        Ok(record)
+        Ok(Known { slot: 0, record })
+    }
+
+    /// What the consumer's file holds, read (`None`: no file, or a file of version 2).
+    pub fn known(&self, kind: ConsumerKind, id: u32) -> Result<Option<Known>, OffsetError> {
+        let found = read_file(&self.storage, &self.dir.join(file_name(kind, id)), kind, id)?;
+        Ok(found.and_then(|found| {
+            found.slot.map(|slot| Known {
+                slot,
+                record: found.newest,
+            })
+        }))
     }
 
     /// Makes sure `kind` `id` has a file of two slots before a store of it is journaled, so that
@@ -547,15 +604,32 @@ impl<S: Storage> OffsetStore<S> {
     /// file of version 2 with one of two slots holding its record; durable when it returns. A
     /// damaged file is left for the store to replace (and reported until then).
     pub fn prepare_file(&self, kind: ConsumerKind, id: u32) -> Result<(), OffsetError> {
+        self.prepare_known(kind, id).map(|_| ())
+    }
+
+    /// [`OffsetStore::prepare_file`], returning what is known of the file after it (`None`: a
+    /// damaged file, left for the store).
+    pub fn prepare_known(&self, kind: ConsumerKind, id: u32) -> Result<Option<Known>, OffsetError> {
         self.make_dir()?;
         let path = self.dir.join(file_name(kind, id));
-        match read_file(&self.storage, &path, kind, id) {
-            Ok(Some(Found { slot: Some(_), .. })) => Ok(()),
-            Ok(Some(legacy)) => self.replace(&path, &legacy.newest),
-            Ok(None) => self.replace(&path, &placeholder(kind, id)),
-            Err(OffsetError::Io(error)) => Err(error.into()),
-            Err(_) => Ok(()),
-        }
+        let record = match read_file(&self.storage, &path, kind, id) {
+            Ok(Some(Found {
+                slot: Some(slot),
+                newest,
+                ..
+            })) => {
+                return Ok(Some(Known {
+                    slot,
+                    record: newest,
+                }));
+            }
+            Ok(Some(legacy)) => legacy.newest,
+            Ok(None) => placeholder(kind, id),
+            Err(OffsetError::Io(error)) => return Err(error.into()),
+            Err(_) => return Ok(None),
+        };
+        self.replace(&path, &record)?;
+        Ok(Some(Known { slot: 0, record }))
     }
 
     /// Creates the offsets directory if there is none, durably.

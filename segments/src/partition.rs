@@ -23,6 +23,7 @@
 //!   index file that is missing or disagrees; an index without its `.log` is removed;
 //! - reads return verified batches (WAL header and body checksums) up to the op they are given.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -89,6 +90,11 @@ pub struct Partition<S: Storage + Clone> {
     pub(crate) wal: Wal<S>,
     pub(crate) superblock: Mutex<Superblock<S>>,
     pub(crate) state: Mutex<State<S::Reader>>,
+    /// What the partition knows of its consumers' offset files ([`offsets::Known`]), kept by
+    /// the two that write them, both under `state`'s lock: a store's journal
+    /// ([`offsets::OffsetStore::prepare_known`]) and its commit. Readers only look. Dropped by
+    /// [`Partition::offsets`], whose store bypasses it.
+    pub(crate) offset_files: Mutex<HashMap<(offsets::ConsumerKind, u32), offsets::Known>>,
 }
 
 impl<S: Storage + Clone> std::fmt::Debug for Partition<S> {
@@ -243,6 +249,7 @@ impl<S: Storage + Clone> Partition<S> {
                 uncommitted_offsets: report.uncommitted_offsets.clone(),
                 boot_sessions: report.sessions.clone(),
             }),
+            offset_files: Mutex::new(HashMap::new()),
         };
         let mut state = partition.lock();
         if state.segments.is_empty() {
@@ -260,6 +267,14 @@ impl<S: Storage + Clone> Partition<S> {
 
     pub(crate) fn lock(&self) -> MutexGuard<'_, State<S::Reader>> {
         self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    pub(crate) fn lock_offset_files(
+        &self,
+    ) -> MutexGuard<'_, HashMap<(offsets::ConsumerKind, u32), offsets::Known>> {
+        self.offset_files
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
@@ -399,9 +414,30 @@ impl<S: Storage + Clone> Partition<S> {
         Ok(())
     }
 
-    /// The consumer offsets of this partition.
+    /// The consumer offsets of this partition, read and written directly: what the partition
+    /// knew of its files is forgotten, since a store through this bypasses it. The partition's
+    /// own reads go through [`Partition::stored_offset`].
     pub fn offsets(&self) -> offsets::OffsetStore<S> {
+        self.lock_offset_files().clear();
+        self.offset_store()
+    }
+
+    pub(crate) fn offset_store(&self) -> offsets::OffsetStore<S> {
         offsets::OffsetStore::new(self.storage.clone(), &self.dir.join(offsets::DIR_NAME))
+    }
+
+    /// The consumer's stored offset, if it stored one: from what the partition knows of its
+    /// file once a store of it was journaled or committed in this partition's life, else read
+    /// from the file.
+    pub fn stored_offset(
+        &self,
+        kind: offsets::ConsumerKind,
+        id: u32,
+    ) -> Result<Option<offsets::ConsumerOffset>, offsets::OffsetError> {
+        if let Some(known) = self.lock_offset_files().get(&(kind, id)) {
+            return Ok(known.stored());
+        }
+        self.offset_store().get(kind, id)
     }
 
     /// The WAL under the partition.

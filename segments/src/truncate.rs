@@ -13,7 +13,6 @@ use iggy_wal::FileInfo;
 use crate::boot::{self, Stores};
 use crate::error::PartitionError;
 use crate::index;
-use crate::offsets;
 use crate::partition::{Partition, Segment};
 
 impl<S: Storage + Clone> Partition<S> {
@@ -35,13 +34,18 @@ impl<S: Storage + Clone> Partition<S> {
                 reason: format!("commit past the head op {head}"),
             });
         }
-        let store =
-            offsets::OffsetStore::new(self.storage.clone(), &self.dir.join(offsets::DIR_NAME));
+        let store = self.offset_store();
         while let Some(entry) = state.uncommitted_offsets.first().copied() {
             if entry.op > op {
                 break;
             }
-            store.store_committed(entry.kind, entry.id, entry.offset, entry.op)?;
+            // What the journal (or an earlier commit) knew of the file: the slot to write
+            // without reading it. Forgotten while the store runs: a store that fails leaves
+            // the file unknown.
+            let key = (entry.kind, entry.id);
+            let known = self.lock_offset_files().remove(&key);
+            let stored = store.store_known(entry.kind, entry.id, entry.offset, entry.op, known)?;
+            self.lock_offset_files().insert(key, stored);
             state.uncommitted_offsets.remove(0);
             // Stored: a failure of the next store must not store this one twice, or lose the
             // progress made.

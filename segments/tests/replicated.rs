@@ -12,7 +12,7 @@ mod common;
 
 use common::{GROUP, PARTITION, client_batch, dir, identity};
 use iggy_format::{Header, PrepareMeta};
-use iggy_io::{EnumerationConfig, ReadOnly, ReadStorage, SimStorage, enumerate};
+use iggy_io::{EnumerationConfig, ReadFile, ReadOnly, ReadStorage, SimStorage, enumerate};
 use iggy_segments::offsets::{ConsumerKind, load};
 use iggy_segments::{
     Config, FindingKind, Kind, Partition, PartitionError, Prepared, Request, StoredBatch, check,
@@ -767,4 +767,86 @@ fn on_a_full_disk_a_new_consumers_store_is_refused_at_its_journal_and_others_com
             .map(|o| o.offset),
         Some(20)
     );
+}
+
+/// What a partition knows of its consumers' offset files (the slot holding each file's current
+/// record, kept from the store's journal and each commit) follows every store exactly: after
+/// each commit a read through the partition answers what the file on disk holds, the file's
+/// slots alternate and its sequence counts the stores, and between a store's journal and its
+/// commit the read still answers the store before. A store made directly on the files
+/// (`Partition::offsets`) is seen by the next read and continued by the next commit. A stale
+/// slot would make a commit write over the current record (the sequence would stop counting);
+/// a store made around the partition and not forgotten would be read as the old offset.
+#[test]
+fn what_a_partition_knows_of_offset_files_follows_every_store() {
+    use iggy_segments::offsets::{self, ConsumerOffset};
+    let storage = SimStorage::new(8);
+    let partition = Partition::create(storage.clone(), dir(), config()).unwrap();
+    let offsets_dir = dir().join("offsets");
+    let consumers = [(ConsumerKind::Consumer, 1u32), (ConsumerKind::Group, 2u32)];
+    let mut stores = [0u64; 2];
+    let on_disk = |kind: ConsumerKind, id: u32| -> (usize, ConsumerOffset) {
+        let path = offsets_dir.join(offsets::file_name(kind, id));
+        let file = storage.open_read(&path).unwrap();
+        let mut bytes = [0u8; offsets::FILE_SIZE];
+        file.read_exact_at(0, &mut bytes).unwrap();
+        offsets::current(&offsets::decode_slots(&path, &bytes)).expect("a slot verifies")
+    };
+    for i in 1..=12u64 {
+        let which = usize::try_from(i % 2).unwrap();
+        let (kind, id) = consumers[which];
+        let before = partition.stored_offset(kind, id).unwrap();
+        let prepared = partition
+            .prepare(
+                Request::StoreOffset {
+                    kind,
+                    id,
+                    offset: i * 10,
+                },
+                &meta(0, 0, 100 + i),
+            )
+            .unwrap();
+        assert_eq!(
+            partition.stored_offset(kind, id).unwrap(),
+            before,
+            "store {i} journaled, not committed"
+        );
+        partition.commit(prepared.appended.op).unwrap();
+        stores[which] += 1;
+        let (slot, record) = on_disk(kind, id);
+        // The first store fills the slot beside the placeholder; then they alternate.
+        assert_eq!(
+            slot,
+            usize::try_from(stores[which] % 2).unwrap(),
+            "store {i}"
+        );
+        assert_eq!(
+            (record.offset, record.sequence, record.op),
+            (i * 10, stores[which], prepared.appended.op),
+            "store {i}"
+        );
+        assert_eq!(partition.stored_offset(kind, id).unwrap(), Some(record));
+        assert_eq!(
+            load(&storage, &offsets_dir, kind, id).unwrap(),
+            Some(record)
+        );
+    }
+    // Around the partition, then through it again.
+    let (kind, id) = consumers[0];
+    let direct = partition.offsets().store(kind, id, 7).unwrap();
+    assert_eq!(partition.stored_offset(kind, id).unwrap(), Some(direct));
+    let prepared = partition
+        .prepare(
+            Request::StoreOffset {
+                kind,
+                id,
+                offset: 500,
+            },
+            &meta(0, 0, 200),
+        )
+        .unwrap();
+    partition.commit(prepared.appended.op).unwrap();
+    let (_, record) = on_disk(kind, id);
+    assert_eq!((record.offset, record.sequence), (500, direct.sequence + 1));
+    assert_eq!(partition.stored_offset(kind, id).unwrap(), Some(record));
 }

@@ -144,8 +144,7 @@ pub(super) fn poll<S: Storage + Clone>(
         PollingStrategy::First => partition.first_offset(),
         PollingStrategy::Last => next.saturating_sub(u64::from(count.max(1))),
         PollingStrategy::Next => partition
-            .offsets()
-            .get(kind, consumer)
+            .stored_offset(kind, consumer)
             .map_err(|_| status::ERROR)?
             .filter(|stored| stored.offset != DELETED)
             .map_or(0, |stored| stored.offset + 1),
@@ -204,8 +203,7 @@ pub(super) fn stored_offset<S: Storage + Clone>(
 ) -> Result<Vec<u8>, u32> {
     let partition = views.partition(key).ok_or(status::PARTITION_NOT_FOUND)?;
     let stored = partition
-        .offsets()
-        .get(kind, consumer)
+        .stored_offset(kind, consumer)
         .map_err(|_| status::ERROR)?;
     let mut out = Vec::new();
     if let Some(stored) = stored.filter(|stored| stored.offset != DELETED) {

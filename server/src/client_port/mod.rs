@@ -872,8 +872,7 @@ async fn answer<S: Storage + Clone + Send + Sync + 'static>(
                 views
                     .partition(key)
                     .ok_or(status::PARTITION_NOT_FOUND)?
-                    .offsets()
-                    .get(kind, id)
+                    .stored_offset(kind, id)
                     .map_err(|_| status::ERROR)
             })
             .await
