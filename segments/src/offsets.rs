@@ -586,17 +586,6 @@ impl<S: Storage> OffsetStore<S> {
         Ok(Known { slot: 0, record })
     }
 
-    /// What the consumer's file holds, read (`None`: no file, or a file of version 2).
-    pub fn known(&self, kind: ConsumerKind, id: u32) -> Result<Option<Known>, OffsetError> {
-        let found = read_file(&self.storage, &self.dir.join(file_name(kind, id)), kind, id)?;
-        Ok(found.and_then(|found| {
-            found.slot.map(|slot| Known {
-                slot,
-                record: found.newest,
-            })
-        }))
-    }
-
     /// Makes sure `kind` `id` has a file of two slots before a store of it is journaled, so that
     /// the store, when it commits, writes in place and needs no new block or inode: on a full
     /// disk the journal write is refused (and tried again) instead of the commit failing, which
