@@ -6,9 +6,14 @@
 //!   writes the whole file and syncs it under a temporary name, renames it over, and syncs the
 //!   directory; every later one writes its record into the slot that does not hold the newest
 //!   record and syncs that (`fdatasync`: no new inode, no directory sync);
-//! - after any crash, a consumer's file holds the last offset whose `store` returned or the one
-//!   being stored, never a mix, never nothing: a torn slot is the store in flight, and the
-//!   other slot holds the one before;
+//! - a partition's commit stores into a slot without the sync
+//!   ([`OffsetStore::store_known`] with `sync` false): the store's log entry is what makes it
+//!   durable until the partition settles the file ([`OffsetStore::settle`]), which it does
+//!   before retention deletes a segment and at a clean shutdown; a boot finds a committed
+//!   store newer than its file in the log and stores it again, synced;
+//! - after any crash, a consumer's file holds the last offset whose synced store returned, or
+//!   one stored after it, never a mix, never nothing: a torn slot is a store in flight, and the
+//!   other slot holds one before it;
 //! - a file with no slot that verifies (rotten, cut short, misdirected) is reported with its
 //!   path and reason, never read as offset 0;
 //! - leftover `*.tmp` files (a crash before the rename) are reported and ignored by loads;
@@ -534,12 +539,16 @@ impl<S: Storage> OffsetStore<S> {
         offset: u64,
         op: u64,
     ) -> Result<ConsumerOffset, OffsetError> {
-        self.store_known(kind, id, offset, op, None)
+        self.store_known(kind, id, offset, op, None, true)
             .map(|known| known.record)
     }
 
     /// [`OffsetStore::store_committed`], given what is `known` of the file (`None`: read it
-    /// first); returns what is known of it after the store.
+    /// first); returns what is known of it after the store. `sync` false leaves a store into a
+    /// slot of an existing file unsynced: for a caller that keeps the store's log entry until
+    /// it has settled the file ([`OffsetStore::settle`]), as a partition's commit does (a boot
+    /// stores again, from the log, what a crash took from the file). A new file is always
+    /// synced (its rename must not expose unsynced bytes).
     pub fn store_known(
         &self,
         kind: ConsumerKind,
@@ -547,6 +556,7 @@ impl<S: Storage> OffsetStore<S> {
         offset: u64,
         op: u64,
         known: Option<Known>,
+        sync: bool,
     ) -> Result<Known, OffsetError> {
         let path = self.dir.join(file_name(kind, id));
         let (before, newest) = match known {
@@ -572,10 +582,15 @@ impl<S: Storage> OffsetStore<S> {
             op,
         };
         if let Some(newest) = newest {
-            // Into the slot that does not hold the newest record, synced: a crash that tears
-            // it leaves the newest as it was.
+            // Into the slot that does not hold the newest record: a crash that tears it leaves
+            // the newest as it was. Unsynced, a crash may leave either slot as it was before
+            // any of the stores since the file's last sync, each slot still a whole record.
             let file = self.storage.open(&path, OpenMode::Existing)?;
-            file.write_all_and_sync_data(slot_at(1 - newest), &encode(&record))?;
+            if sync {
+                file.write_all_and_sync_data(slot_at(1 - newest), &encode(&record))?;
+            } else {
+                file.write_all_at(slot_at(1 - newest), &encode(&record))?;
+            }
             return Ok(Known {
                 slot: 1 - newest,
                 record,

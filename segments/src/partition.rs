@@ -68,6 +68,9 @@ pub(crate) struct State<R> {
     /// The committed client sessions boot found, until the replica takes them
     /// ([`Partition::take_sessions`]).
     pub boot_sessions: Vec<crate::sessions::Session>,
+    /// The consumers whose offset files a commit stored into without a sync since the
+    /// partition last settled them ([`Partition::settle_offsets`]).
+    pub unsynced_offsets: std::collections::BTreeSet<(offsets::ConsumerKind, u32)>,
 }
 
 /// A partition's size at one moment ([`Partition::figures`]).
@@ -248,6 +251,7 @@ impl<S: Storage + Clone> Partition<S> {
                 committed,
                 uncommitted_offsets: report.uncommitted_offsets.clone(),
                 boot_sessions: report.sessions.clone(),
+                unsynced_offsets: std::collections::BTreeSet::new(),
             }),
             offset_files: Mutex::new(HashMap::new()),
         };
@@ -292,11 +296,13 @@ impl<S: Storage + Clone> Partition<S> {
     }
 
     /// The partition's part of a clean shutdown: publishes everything appended with the log
-    /// synced (so the next boot needs nothing from the carried ring), and fails if a failed
+    /// synced (so the next boot needs nothing from the carried ring), settles the offset files,
+    /// and fails if a failed
     /// write poisoned the log or the superblock, whose state then may not be durable (that
     /// shutdown is not clean).
     pub fn prepare_shutdown(&self) -> Result<(), PartitionError> {
         self.wal.publish_synced()?;
+        self.settle_offsets()?;
         self.lock_superblock().ensure_healthy()?;
         // The head segment's index, as `close` writes it: without it every boot after a clean
         // shutdown rebuilt it, and `iggy-fsck` called a cleanly stopped node one to repair.
@@ -404,9 +410,36 @@ impl<S: Storage + Clone> Partition<S> {
         boot::write_index_file(&self.storage, &self.dir, info, &self.config)
     }
 
-    /// Clean shutdown: publishes what was appended and writes the head segment's index.
+    /// Makes durable every offset file a commit stored into without a sync: each file's current
+    /// slot is written again, the same bytes, and synced ([`offsets::OffsetStore::settle`]), so
+    /// a write-back that failed before (which a later sync alone would not bring back) is
+    /// written anew. A file whose settle fails stays unsettled, and the error is returned:
+    /// the caller must not rely on the files then.
+    pub fn settle_offsets(&self) -> Result<(), PartitionError> {
+        let mut state = self.lock();
+        self.settle_offsets_locked(&mut state)
+    }
+
+    pub(crate) fn settle_offsets_locked(
+        &self,
+        state: &mut State<S::Reader>,
+    ) -> Result<(), PartitionError> {
+        if state.unsynced_offsets.is_empty() {
+            return Ok(());
+        }
+        let store = self.offset_store();
+        while let Some(&(kind, id)) = state.unsynced_offsets.first() {
+            store.settle(kind, id, true)?;
+            state.unsynced_offsets.remove(&(kind, id));
+        }
+        Ok(())
+    }
+
+    /// Clean shutdown: publishes what was appended, settles the offset files and writes the
+    /// head segment's index.
     pub fn close(self) -> Result<(), PartitionError> {
         self.publish()?;
+        self.settle_offsets()?;
         let state = self.lock();
         if let Some(head) = state.segments.last() {
             self.write_index(&head.info)?;

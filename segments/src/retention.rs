@@ -1,5 +1,6 @@
 //! Retention: whole sealed, published (and, on a replica, committed) segments are deleted from
-//! the oldest, after the superblock's offset frontier is raised past them.
+//! the oldest, after the consumer offset files their stores went into are synced and the
+//! superblock's offset frontier is raised past them.
 
 use iggy_io::Storage;
 use iggy_superblock::VsrState;
@@ -99,6 +100,10 @@ impl<S: Storage + Clone> Partition<S> {
         if count == 0 {
             return Ok(0);
         }
+        // The consumer offset stores of the segments to delete are committed and stored, but
+        // maybe not synced: the segments are what a boot would store them again from, so the
+        // files are made durable before any segment goes (a failure leaves everything).
+        self.settle_offsets_locked(&mut state)?;
         let last = &state.segments[count - 1].info;
         let frontier = last.next_offset;
         let last_op = last.first_op + last.entries - 1;

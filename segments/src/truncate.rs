@@ -16,8 +16,9 @@ use crate::index;
 use crate::partition::{Partition, Segment};
 
 impl<S: Storage + Clone> Partition<S> {
-    /// Commits every entry up to `op`: the consumer offset stores among them are stored (each
-    /// durable before the next), in log order. Committing at or below the commit point is a
+    /// Commits every entry up to `op`: the consumer offset stores among them are stored, in log
+    /// order, into their files without a sync (durable through their log entries, which
+    /// retention deletes only after [`Partition::settle_offsets`]). Committing at or below the commit point is a
     /// no-op; `op` must be journaled. The durable commit point is the superblock's
     /// (`write_vsr`), raised at boot to what the log's prepares prove: boot stores what a crash
     /// left unapplied up to it.
@@ -44,7 +45,12 @@ impl<S: Storage + Clone> Partition<S> {
             // the file unknown.
             let key = (entry.kind, entry.id);
             let known = self.lock_offset_files().remove(&key);
-            let stored = store.store_known(entry.kind, entry.id, entry.offset, entry.op, known)?;
+            // Unsynced: the entry stays in the log until the file is settled
+            // (`Partition::settle_offsets`, before retention deletes it), and a boot after a
+            // crash that took the write stores it again from there.
+            state.unsynced_offsets.insert(key);
+            let stored =
+                store.store_known(entry.kind, entry.id, entry.offset, entry.op, known, false)?;
             self.lock_offset_files().insert(key, stored);
             state.uncommitted_offsets.remove(0);
             // Stored: a failure of the next store must not store this one twice, or lose the

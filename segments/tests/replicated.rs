@@ -850,3 +850,106 @@ fn what_a_partition_knows_of_offset_files_follows_every_store() {
     assert_eq!((record.offset, record.sequence), (500, direct.sequence + 1));
     assert_eq!(partition.stored_offset(kind, id).unwrap(), Some(record));
 }
+
+/// A commit writes a consumer's offset into its file without a sync (issue #48): its log entry
+/// keeps it through a power loss that takes the file's write (boot stores it again, synced), and
+/// retention settles the files before it deletes the segments holding those entries. Without
+/// the settle, a power loss right after retention takes both the write and the entry, and the
+/// consumer's offset goes back to the one before.
+#[test]
+fn an_offset_store_a_commit_did_not_sync_survives_a_power_loss_by_its_log_entry_and_retention() {
+    let storage = SimStorage::new(14);
+    let partition = Partition::create(storage.clone(), dir(), config()).unwrap();
+    let kind = ConsumerKind::Group;
+    let offsets_dir = dir().join("offsets");
+    let store = |offset| Request::StoreOffset {
+        kind,
+        id: 4,
+        offset,
+    };
+    // A first store, settled by a clean close and reopen.
+    let first = partition.prepare(store(3), &meta(0, 0, 1)).unwrap();
+    partition.commit(first.appended.op).unwrap();
+    partition.close().unwrap();
+    let (partition, _) = Partition::open(storage.clone(), dir(), config(), Mode::Open)
+        .unwrap()
+        .unwrap();
+    // The second store in the first segment, then enough batches to seal a few segments.
+    let second = partition.prepare(store(17), &meta(0, 0, 2)).unwrap();
+    let mut last = second.appended.op;
+    for i in 0..40u64 {
+        let mut batch = client_batch(i, 4);
+        last = partition
+            .prepare(Request::Messages(&mut batch), &meta(0, 0, 10 + i))
+            .unwrap()
+            .appended
+            .op;
+    }
+    partition.commit(last).unwrap();
+    partition.publish().unwrap();
+    partition
+        .write_vsr(VsrState {
+            commit_max: last,
+            ..partition.vsr_state()
+        })
+        .unwrap();
+    let stored = |storage: &SimStorage| {
+        load(storage, &offsets_dir, kind, 4)
+            .unwrap()
+            .map(|o| (o.offset, o.op))
+    };
+    assert_eq!(stored(&storage), Some((17, second.appended.op)));
+
+    // A power loss that takes every unsynced write: the log entry brings the store back.
+    let lost = storage.fork();
+    lost.power_loss_durable_only();
+    assert_eq!(
+        stored(&lost),
+        Some((3, first.appended.op)),
+        "the write was lost"
+    );
+    let (booted, report) = Partition::open(lost.clone(), dir(), config(), Mode::Open)
+        .unwrap()
+        .unwrap();
+    assert!(
+        report
+            .findings
+            .iter()
+            .any(|f| matches!(f.kind, FindingKind::OffsetNotApplied { offset: 17, .. })),
+        "{:?}",
+        report.findings
+    );
+    assert_eq!(stored(&lost), Some((17, second.appended.op)));
+    assert_eq!(
+        booted.stored_offset(kind, 4).unwrap().map(|o| o.offset),
+        Some(17)
+    );
+
+    // Retention deletes the segment holding the entry: it settles the file first. A sync that
+    // fails (and drops the file's write-back, as Linux may) fails the pass before anything is
+    // deleted; the next pass writes the record again before its sync.
+    let files = partition.wal().files().len();
+    storage
+        .arm(
+            offsets_dir.join(iggy_segments::offsets::file_name(kind, 4)),
+            iggy_io::Fault::SyncError,
+        )
+        .unwrap();
+    partition
+        .apply_retention(u64::MAX, Some(1), None)
+        .unwrap_err();
+    assert_eq!(partition.wal().files().len(), files, "nothing deleted");
+    let deleted = partition.apply_retention(u64::MAX, Some(1), None).unwrap();
+    assert!(deleted >= 2, "{deleted}");
+    assert!(partition.wal().files()[0].first_op > second.appended.op);
+    drop(partition);
+    storage.power_loss_durable_only();
+    let (partition, _) = Partition::open(storage.clone(), dir(), config(), Mode::Open)
+        .unwrap()
+        .unwrap();
+    assert_eq!(stored(&storage), Some((17, second.appended.op)));
+    assert_eq!(
+        partition.stored_offset(kind, 4).unwrap().map(|o| o.offset),
+        Some(17)
+    );
+}
