@@ -458,6 +458,9 @@ pub struct Cluster {
     moments: Stream,
     partitions: Stream,
     workload: Stream,
+    /// Draws of the consumers' rests, when the seed's consumers rest
+    /// ([`consumer::consumers_rest`]; a stream of its own: runs without rests draw as before).
+    rests: Option<Stream>,
     pub checker: Checker,
     trace: VecDeque<String>,
     healing: bool,
@@ -648,6 +651,8 @@ impl Cluster {
             moments: Stream::new(seed, "moments"),
             partitions: Stream::new(seed, "partitions"),
             workload: Stream::new(seed, "workload"),
+            rests: (options.draw_history && consumer::consumers_rest(seed))
+                .then(|| Stream::new(seed, "rests")),
             trace: VecDeque::new(),
             options,
             layout,
@@ -763,6 +768,11 @@ impl Cluster {
         if self.checker.failure.is_none() {
             self.checker.final_replies();
         }
+        if self.checker.failure.is_none()
+            && let Err(what) = self.stored_offsets()
+        {
+            self.checker.failure = Some(("stored-offsets".into(), what));
+        }
         let failure = self.checker.failure.take().map(|(checker, what)| Failure {
             checker,
             what,
@@ -823,6 +833,53 @@ impl Cluster {
             impostors_refused: self.clients.iter().map(|c| c.impostors_refused).sum(),
             failure,
         }
+    }
+
+    /// At the end, every node up, and on a node as it boots: each node's partition reads, for
+    /// every consumer, the offset of the newest acknowledged store it has executed, or a later
+    /// one (`stored-offsets`): a store the node committed and then lost (a power loss that took
+    /// its file's write after retention deleted its log entry) reads as an older offset.
+    fn stored_offsets(&self) -> Result<(), String> {
+        (0..self.nodes.len()).try_for_each(|index| self.stored_offsets_on(index))
+    }
+
+    fn stored_offsets_on(&self, index: usize) -> Result<(), String> {
+        let node = &self.nodes[index];
+        for consumer in &self.consumers {
+            let Some(partition) = node
+                .hosts()
+                .get(&consumer.group)
+                .and_then(|h| h.partition())
+            else {
+                continue;
+            };
+            let executed = partition.committed();
+            let Some(&(request, offset, op, _)) =
+                consumer.stored.iter().rev().find(|s| s.2 <= executed)
+            else {
+                continue;
+            };
+            let stored = partition
+                .stored_offset(
+                    iggy_segments::offsets::ConsumerKind::Consumer,
+                    consumer.consumer,
+                )
+                .map_err(|e| {
+                    format!(
+                        "node {index} group {:#x}: consumer {}: {e}",
+                        consumer.group, consumer.consumer
+                    )
+                })?;
+            if stored.is_none_or(|s| s.offset < offset) {
+                return Err(format!(
+                    "node {index} group {:#x}: consumer {} stored offset {offset} (request \
+                         {request}, op {op}, executed through {executed}) and the node reads \
+                         {stored:?}",
+                    consumer.group, consumer.consumer
+                ));
+            }
+        }
+        Ok(())
     }
 
     /// Why the liveness phase did not converge.
@@ -1441,6 +1498,18 @@ impl Cluster {
         if now < self.consumers[index].wake_us {
             return;
         }
+        let stores = self.consumers[index].stored.len();
+        if let Some(rests) = self.rests.as_mut()
+            && stores > self.consumers[index].rest_drawn_at
+        {
+            self.consumers[index].rest_drawn_at = stores;
+            if rests.below(consumer::REST_ONE_IN) == 0 {
+                let rest = rests.between(consumer::REST_US.0, consumer::REST_US.1);
+                self.consumers[index].wake_us = now + rest;
+                self.schedule(rest, Event::Consumer { consumer: index });
+                return;
+            }
+        }
         let group = self.consumers[index].group;
         let routing = self.routing(group);
         self.consumers[index].wake_us = now + consumer::POLL_US;
@@ -2041,6 +2110,10 @@ impl Cluster {
             );
         }
         self.note(format!("node {node}: restarted (life {life})"));
+        if let Err(what) = self.stored_offsets_on(usize::from(node)) {
+            self.checker.failure = Some(("stored-offsets".into(), what));
+            return;
+        }
         self.start_ticking(node);
     }
 

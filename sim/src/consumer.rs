@@ -28,6 +28,19 @@ pub const POLL_US: u64 = 100_000;
 pub const POLL_BYTES: u64 = 4 << 20;
 /// ...and stores its offset every this many polls.
 pub const STORE_EVERY: u32 = 5;
+/// In the seeds whose consumers rest ([`consumers_rest`]), a consumer draws after each
+/// acknowledged store whether to stop for a while (one in this many)...
+pub const REST_ONE_IN: u64 = 4;
+/// ...and for how long, in simulated microseconds: the producers go on meanwhile, so retention
+/// may delete the segment holding its last store before the next (what the partition must keep
+/// its offset file through).
+pub const REST_US: (u64, u64) = (3_000_000, 15_000_000);
+
+/// Whether a seed's consumers rest ([`REST_ONE_IN`]): one seed in two, drawn from the seed.
+#[must_use]
+pub fn consumers_rest(seed: u64) -> bool {
+    crate::rng::Stream::new(seed, "consumers-rest").below(2) == 0
+}
 
 /// An offset store in flight.
 #[derive(Clone, Debug)]
@@ -59,6 +72,9 @@ pub struct Consumer {
     store: Option<Store>,
     /// Every offset store acknowledged: (request, offset, the op that stored it, when).
     pub stored: Vec<(u64, u64, u64, u64)>,
+    /// How many stores were acknowledged when it last drew whether to rest (see
+    /// `Cluster::consumer`).
+    pub rest_drawn_at: usize,
     pub wake_us: u64,
     /// The token of its read waiting for a barrier, if any.
     pub reading: Option<u64>,
@@ -90,6 +106,7 @@ impl Consumer {
             next_request: 1,
             store: None,
             stored: Vec::new(),
+            rest_drawn_at: 0,
             wake_us: start_us,
             reading: None,
         }
