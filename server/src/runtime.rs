@@ -53,6 +53,11 @@ pub struct Views<S: Storage + Clone> {
     read_tokens: std::sync::atomic::AtomicU64,
     /// The inbox's bound in bytes ([`INBOX_BYTES`] unless [`Views::bound_inbox`] raised it).
     inbox_bytes_max: std::sync::atomic::AtomicU64,
+    /// How many replicas each group has.
+    replicas: u8,
+    /// On a node that is the whole cluster, the groups whose replica was once normal with its
+    /// whole log executed (never removed: [`Views::is_current`]).
+    solo_current: RwLock<std::collections::BTreeSet<u128>>,
 }
 
 impl<S: Storage + Clone> Views<S> {
@@ -67,7 +72,64 @@ impl<S: Storage + Clone> Views<S> {
             reads: Mutex::new(std::collections::HashMap::new()),
             read_tokens: std::sync::atomic::AtomicU64::new(1),
             inbox_bytes_max: std::sync::atomic::AtomicU64::new(INBOX_BYTES),
+            replicas,
+            solo_current: RwLock::new(std::collections::BTreeSet::new()),
         })
+    }
+
+    /// Whether what this node holds of `group` (its storage, and for the metadata group its
+    /// views) reflects every write the cluster ever acknowledged in it, with no read barrier to
+    /// ask: only on a node that is the whole cluster, once the group's replica was normal with
+    /// its whole log executed (so what the previous lives acknowledged). From then on that one
+    /// replica executes each write, and the views and storage hold it, before its reply goes
+    /// out, and no other replica can acknowledge one. On a node of several a barrier's round is
+    /// what proves it ([`Views::read_barrier`]).
+    pub fn is_current(&self, group: u128) -> bool {
+        self.solo_current
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .contains(&group)
+    }
+
+    /// [`Views::is_current`] of the metadata group.
+    pub fn metadata_is_current(&self) -> bool {
+        self.is_current(GroupKind::Metadata.id())
+    }
+
+    /// On a node that is the whole cluster, takes the groups (`only`: that one) whose replica
+    /// is now normal with its whole log executed into [`Views::is_current`]; the views first
+    /// take what the metadata replica executed. Every tick, and at each completion of the
+    /// group's storage (before the replies it released go out).
+    fn refresh_current(&self, node: &Node<S>, only: Option<u128>) {
+        if self.replicas != 1 {
+            return;
+        }
+        let caught_up: Vec<u128> = {
+            let current = self
+                .solo_current
+                .read()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let groups: Box<dyn Iterator<Item = (&u128, &iggy_node::Group<S>)>> = match only {
+                Some(id) => Box::new(node.groups.get_key_value(&id).into_iter()),
+                None => Box::new(node.groups.iter()),
+            };
+            groups
+                .filter(|(id, g)| {
+                    !current.contains(*id)
+                        && g.replica.status() == Status::Normal
+                        && g.replica.commit_min() == g.replica.head()
+                })
+                .map(|(id, _)| *id)
+                .collect()
+        };
+        if caught_up.is_empty() {
+            return;
+        }
+        self.refresh_metadata(node);
+        self.solo_current
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .extend(caught_up);
     }
 
     /// Raises the inbox's bound in bytes above what the budgets before it admit: every node's
@@ -89,8 +151,12 @@ impl<S: Storage + Clone> Views<S> {
     /// `inbox`: `true` once the replica has executed through a read index its group's primary
     /// proved current after the ask, so what this node's storage and views hold now reflects
     /// every write acknowledged before it; `false` when it refused (no primary, a view change,
-    /// no answer within its timeout) or the runtime is gone.
+    /// no answer within its timeout) or the runtime is gone. `true` at once, asking nothing,
+    /// for a group [`Views::is_current`] holds (a node that is the whole cluster).
     pub async fn read_barrier(&self, inbox: &Mutex<Sender<Input<S>>>, group: u128) -> bool {
+        if self.is_current(group) {
+            return true;
+        }
         let token = self
             .read_tokens
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -201,6 +267,7 @@ impl<S: Storage + Clone> Views<S> {
 
     fn refresh_leaders(&self, node: &Node<S>) {
         use std::sync::atomic::Ordering::Relaxed;
+        self.refresh_current(node, None);
         let led = node
             .groups
             .values()
@@ -716,6 +783,7 @@ fn run<S: Storage + Clone>(
                     touched.extend(node.groups.keys().copied());
                     views.refresh_metadata(&node);
                 }
+                views.refresh_current(&node, Some(group));
             }
             Ok(Input::Served(served)) => {
                 node.served();

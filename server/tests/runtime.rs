@@ -63,6 +63,11 @@ fn node_config_with(replica: u8, incarnation: u64, vsr: Config) -> NodeConfig {
 }
 
 fn genesis(storage: &OsStorage, replica: u8) {
+    genesis_of(storage, replica, 3);
+}
+
+/// A node of a cluster of `replicas`: a stream and a topic of one replicated partition.
+fn genesis_of(storage: &OsStorage, replica: u8, replicas: u8) {
     let ops = [
         Op::CreateStream { name: "s".into() },
         Op::CreateTopic {
@@ -72,13 +77,13 @@ fn genesis(storage: &OsStorage, replica: u8) {
             durability: Durability::Replicated,
             segment_size_bytes: 256 << 10,
             retention: Retention::default(),
-            replication_factor: 3,
+            replication_factor: replicas,
         },
     ];
     let identity = Identity {
         cluster: CLUSTER,
         replica,
-        replica_count: 3,
+        replica_count: replicas,
     };
     iggy_recovery::populate::genesis(
         storage,
@@ -134,6 +139,7 @@ enum Transport {
 
 struct Cluster {
     runtimes: Vec<Runtime<OsStorage>>,
+    views: Vec<Arc<Views<OsStorage>>>,
     inboxes: Inboxes,
     replies: Receiver<Message>,
     reply_tx: Sender<Message>,
@@ -158,8 +164,11 @@ impl Cluster {
         });
         let addresses = free_addresses(storages.len());
         let mut runtimes = Vec::new();
+        let mut all_views = Vec::new();
         let mut counters = Vec::new();
         for (storage, i) in storages.iter().zip(0u8..) {
+            let views = Views::new(3);
+            all_views.push(views.clone());
             let config = node_config_with(i, u64::from(i) << 48 | life, vsr.clone());
             let (node, _) = Node::boot(storage.clone(), &config).expect("boot");
             let (inbox, inputs) = Runtime::<OsStorage>::inbox_channel();
@@ -176,7 +185,7 @@ impl Cluster {
                         router,
                         2,
                         (inbox, inputs),
-                        Views::new(3),
+                        views.clone(),
                     )
                 }
                 Some(tokio) => {
@@ -209,7 +218,7 @@ impl Cluster {
                         outbox,
                         2,
                         (inbox, inputs),
-                        Views::new(3),
+                        views.clone(),
                     )
                 }
             }
@@ -218,6 +227,7 @@ impl Cluster {
         }
         Self {
             runtimes,
+            views: all_views,
             inboxes,
             replies,
             reply_tx,
@@ -300,13 +310,14 @@ impl Cluster {
             peers: self.inboxes.clone(),
             replies: self.reply_tx.clone(),
         };
+        self.views[i] = Views::new(3);
         self.runtimes[i] = Runtime::start(
             node,
             storage.clone(),
             router,
             2,
             (inbox, inputs),
-            Views::new(3),
+            self.views[i].clone(),
         )
         .expect("start");
     }
@@ -484,6 +495,71 @@ fn the_same_over_the_tcp_replica_bus() {
 
 /// Three new nodes' directories (kept while the handles live) and their storages, each with
 /// the genesis written.
+/// Issue #48: a node that is the whole cluster answers read barriers without asking its
+/// replica once the group's replica was normal with its whole log executed
+/// (`Views::is_current`), which a partition's is by the time its first committed reply goes
+/// out: from then on that one replica executes every write before its reply, and no other
+/// replica can acknowledge one. (The nodes of three in `scenario` never do.)
+#[test]
+fn a_node_that_is_the_whole_cluster_answers_read_barriers_without_a_round() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let storage = OsStorage::open(dir.path()).expect("open");
+    genesis_of(&storage, 0, 1);
+    let config = NodeConfig {
+        replicas: 1,
+        ..node_config(0, 1)
+    };
+    let (node, _) = Node::boot(storage.clone(), &config).expect("boot");
+    let views = Views::new(1);
+    let (inbox, inputs) = Runtime::<OsStorage>::inbox_channel();
+    let (reply_tx, replies) = channel();
+    let router = Router {
+        peers: Arc::new(Mutex::new(vec![inbox.clone()])),
+        replies: reply_tx,
+    };
+    let runtime = Runtime::start(
+        node,
+        storage.clone(),
+        router,
+        2,
+        (inbox.clone(), inputs),
+        views.clone(),
+    )
+    .expect("start");
+    let group = partition_id(FIRST);
+    inbox
+        .send(Input::Message(Message::Request {
+            cluster: CLUSTER,
+            group,
+            client: CLIENT,
+            request: 1,
+            operation: operation::MESSAGES,
+            body: batch(1, 10),
+        }))
+        .expect("a running node");
+    loop {
+        let reply = replies
+            .recv_timeout(Duration::from_secs(60))
+            .expect("a committed reply within 60 s");
+        if let Message::Reply {
+            request: 1,
+            status: ReplyStatus::Committed,
+            ..
+        } = reply
+        {
+            break;
+        }
+    }
+    assert!(views.is_current(group), "the partition's reads still ask");
+    let ready = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("tokio")
+        .block_on(views.read_barrier(&Mutex::new(inbox.clone()), group));
+    assert!(ready);
+    runtime.stop().expect("a clean stop");
+}
+
 fn three_new_nodes() -> (Vec<tempfile::TempDir>, Vec<OsStorage>) {
     let dirs: Vec<tempfile::TempDir> = (0..3)
         .map(|_| tempfile::tempdir().expect("tempdir"))
@@ -572,6 +648,13 @@ fn scenario(transport: Transport) -> Vec<Arc<BusCounters>> {
         committed.is_some(),
         "the partition created at run time never committed a write"
     );
+    // A node of three always asks its replicas for a read barrier: only a round proves that no
+    // other replica acknowledged a write it lacks.
+    for views in &cluster.views {
+        assert!(!views.metadata_is_current());
+        assert!(!views.is_current(partition_id(FIRST)));
+        assert!(!views.is_current(partition_id(late)));
+    }
     let counters = cluster.counters.clone();
     cluster.stop();
 
