@@ -341,6 +341,30 @@ impl Request {
         Self::decode_inner(code, body).map_err(|error| BodyError { code, error })
     }
 
+    /// [`Request::decode`] of a `SendMessages` body read in two parts, so that its batch, the
+    /// bulk of it, moves into the request uncopied: `head` its metadata length and metadata
+    /// (exactly), `batch` the rest. The same request and the same errors as `decode` of the
+    /// two parts joined.
+    pub fn decode_send(head: &[u8], batch: Vec<u8>) -> Result<Self, BodyError> {
+        let code = code::SEND_MESSAGES;
+        let mut r = Reader::new(head);
+        let (stream, topic, partitioning, count) =
+            read_send_metadata(&mut r).map_err(|error| BodyError { code, error })?;
+        if r.remaining() != 0 {
+            // Not a split `decode` makes: decoded joined, for its own error.
+            let mut joined = head.to_vec();
+            joined.extend_from_slice(&batch);
+            return Self::decode(code, &joined);
+        }
+        Ok(Self::SendMessages {
+            stream,
+            topic,
+            partitioning,
+            count,
+            batch,
+        })
+    }
+
     fn decode_inner(code: u32, body: &[u8]) -> Result<Self, WireError> {
         let mut r = Reader::new(body);
         let request = match code {
@@ -547,23 +571,7 @@ impl Request {
                 topic: Identifier::read(&mut r, "topic id")?,
             },
             code::SEND_MESSAGES => {
-                let at = r.position();
-                let metadata_len = r.u32("metadata length")? as usize;
-                let mut metadata = Reader::new(r.bytes(metadata_len, "send metadata")?);
-                let stream = Identifier::read(&mut metadata, "stream id")?;
-                let topic = Identifier::read(&mut metadata, "topic id")?;
-                let partitioning = Partitioning::read(&mut metadata)?;
-                let count = metadata.u32("messages count")?;
-                if metadata.remaining() != 0 {
-                    return Err(r.invalid(
-                        "metadata length",
-                        at,
-                        format!(
-                            "{metadata_len} bytes, {} more than its fields",
-                            metadata.remaining()
-                        ),
-                    ));
-                }
+                let (stream, topic, partitioning, count) = read_send_metadata(&mut r)?;
                 Self::SendMessages {
                     stream,
                     topic,
@@ -1076,6 +1084,31 @@ impl Request {
         };
         (code, out)
     }
+}
+
+/// A `SendMessages` body's metadata: its length (u32), then stream, topic, partitioning and
+/// messages count, exactly as long as the length says.
+fn read_send_metadata(
+    r: &mut Reader<'_>,
+) -> Result<(Identifier, Identifier, Partitioning, u32), WireError> {
+    let at = r.position();
+    let metadata_len = r.u32("metadata length")? as usize;
+    let mut metadata = Reader::new(r.bytes(metadata_len, "send metadata")?);
+    let stream = Identifier::read(&mut metadata, "stream id")?;
+    let topic = Identifier::read(&mut metadata, "topic id")?;
+    let partitioning = Partitioning::read(&mut metadata)?;
+    let count = metadata.u32("messages count")?;
+    if metadata.remaining() != 0 {
+        return Err(r.invalid(
+            "metadata length",
+            at,
+            format!(
+                "{metadata_len} bytes, {} more than its fields",
+                metadata.remaining()
+            ),
+        ));
+    }
+    Ok((stream, topic, partitioning, count))
 }
 
 /// Who and where, as polls and consumer offsets begin: the consumer, the stream, the topic and

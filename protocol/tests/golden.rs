@@ -366,7 +366,38 @@ fn send_bodies_carry_a_batch_the_storage_accepts() {
         assert_eq!(checked.header.origin_timestamp, 1_700_000_000_000_000);
         let request = Request::decode(code::SEND_MESSAGES, &bytes).unwrap();
         assert_eq!(request.encode().1, bytes, "{case} encodes back");
+        // Read in two parts as the client port reads a send (its metadata, then the batch into
+        // a buffer of its own): the same request.
+        let head = 4 + u32::from_le_bytes(bytes[..4].try_into().unwrap()) as usize;
+        let split = Request::decode_send(&bytes[..head], bytes[head..].to_vec()).unwrap();
+        assert_eq!(split, request, "{case} read in two parts");
     }
+}
+
+/// A send's body split anywhere decodes as the whole body does, errors included (the client
+/// port splits at the metadata length the client wrote, which may lie).
+#[test]
+fn a_send_read_in_two_parts_decodes_as_the_whole() {
+    let bytes = golden("send_messages_partition_body");
+    let whole = Request::decode(code::SEND_MESSAGES, &bytes);
+    for at in 0..bytes.len().min(64) {
+        let split = Request::decode_send(&bytes[..at], bytes[at..].to_vec());
+        let head = 4 + u32::from_le_bytes(bytes[..4].try_into().unwrap()) as usize;
+        if at == head {
+            assert_eq!(split, whole, "split at the metadata's end");
+        } else {
+            assert!(split.is_err() || split == whole, "split at {at}: {split:?}");
+        }
+    }
+    // A metadata length past its fields, in either form: the same error.
+    let mut lying = bytes.clone();
+    lying[0] += 1;
+    let head = 4 + u32::from_le_bytes(lying[..4].try_into().unwrap()) as usize;
+    assert_eq!(
+        Request::decode_send(&lying[..head], lying[head..].to_vec()),
+        Request::decode(code::SEND_MESSAGES, &lying)
+    );
+    assert!(Request::decode(code::SEND_MESSAGES, &lying).is_err());
 }
 
 #[test]

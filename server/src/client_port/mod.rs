@@ -491,8 +491,6 @@ async fn serve<S: Storage + Clone + Send + Sync + 'static>(
         let Ok(_granted) = shared.in_flight.clone().acquire_many_owned(kib).await else {
             break;
         };
-        // Read unzeroed into a buffer of its own (a send's batch moves on from it uncopied).
-        let mut body = Vec::new();
         // A body that stops arriving part way is not waited for forever (before login, no
         // longer than its header could have taken).
         let deadline = if session.is_none() {
@@ -500,16 +498,14 @@ async fn serve<S: Storage + Clone + Send + Sync + 'static>(
         } else {
             BODY_DEADLINE
         };
-        if !matches!(
-            tokio::time::timeout(
-                deadline,
-                crate::bus::read_onto(&mut stream, &mut body, header.body_len())
-            )
-            .await,
-            Ok(Ok(()))
-        ) {
+        let Ok(Ok((body, batch))) = tokio::time::timeout(
+            deadline,
+            read_body(&mut stream, header.code, header.body_len()),
+        )
+        .await
+        else {
             break;
-        }
+        };
         shared
             .counters
             .requests
@@ -518,7 +514,7 @@ async fn serve<S: Storage + Clone + Send + Sync + 'static>(
         let answer = answer(
             &shared,
             &header,
-            &body,
+            (&body, batch),
             &mut session,
             &mut balanced,
             (peer, registered.id, &gone),
@@ -616,10 +612,36 @@ fn forget_session<S: Storage + Clone>(shared: &Shared<S>, session: &Session) {
     shared.count_sessions();
 }
 
+/// A request's body, read unzeroed into buffers of its own: a send's in two, its metadata
+/// (length and fields) and its batch, so the batch moves on into the prepare uncopied
+/// ([`Request::decode_send`]); any other (or a send whose metadata length overruns it) in one.
+async fn read_body(
+    stream: &mut (impl tokio::io::AsyncRead + Unpin),
+    code: u32,
+    len: usize,
+) -> std::io::Result<(Vec<u8>, Option<Vec<u8>>)> {
+    let mut body = Vec::new();
+    if code != iggy_protocol::code::SEND_MESSAGES || len < 4 {
+        crate::bus::read_onto(stream, &mut body, len).await?;
+        return Ok((body, None));
+    }
+    crate::bus::read_onto(stream, &mut body, 4).await?;
+    let metadata = u32::from_le_bytes([body[0], body[1], body[2], body[3]]) as usize;
+    let rest = len - 4;
+    if metadata > rest {
+        crate::bus::read_onto(stream, &mut body, rest).await?;
+        return Ok((body, None));
+    }
+    crate::bus::read_onto(stream, &mut body, metadata).await?;
+    let mut batch = Vec::new();
+    crate::bus::read_onto(stream, &mut batch, rest - metadata).await?;
+    Ok((body, Some(batch)))
+}
+
 async fn answer<S: Storage + Clone + Send + Sync + 'static>(
     shared: &Arc<Shared<S>>,
     header: &RequestHeader,
-    body: &[u8],
+    (body, batch): (&[u8], Option<Vec<u8>>),
     session: &mut Option<Session>,
     balanced: &mut u32,
     (peer, connection, client_gone): (SocketAddr, u32, &(dyn Fn() -> bool + Sync)),
@@ -636,7 +658,11 @@ async fn answer<S: Storage + Clone + Send + Sync + 'static>(
             return error(status::STALE_CLIENT);
         }
     }
-    let request = match Request::decode(header.code, body) {
+    let decoded = match batch {
+        Some(batch) => Request::decode_send(body, batch),
+        None => Request::decode(header.code, body),
+    };
+    let request = match decoded {
         Ok(request) => request,
         Err(_) if header.operation == Operation::Register => {
             return Answer::Evict(EvictionReason::MalformedLogin);
