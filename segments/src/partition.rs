@@ -297,9 +297,8 @@ impl<S: Storage + Clone> Partition<S> {
 
     /// The partition's part of a clean shutdown: publishes everything appended with the log
     /// synced (so the next boot needs nothing from the carried ring), settles the offset files,
-    /// and fails if a failed
-    /// write poisoned the log or the superblock, whose state then may not be durable (that
-    /// shutdown is not clean).
+    /// and fails if a failed write poisoned the log or the superblock, whose state then may not
+    /// be durable (that shutdown is not clean).
     pub fn prepare_shutdown(&self) -> Result<(), PartitionError> {
         self.wal.publish_synced()?;
         self.settle_offsets()?;
