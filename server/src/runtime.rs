@@ -97,8 +97,8 @@ impl<S: Storage + Clone> Views<S> {
     }
 
     /// On a node that is the whole cluster, takes the groups (`only`: that one) whose replica
-    /// is now normal with its whole log executed into [`Views::is_current`]; the views first
-    /// take what the metadata replica executed. Every tick, and at each completion of the
+    /// is now normal with its whole log executed into [`Views::is_current`]; the metadata views
+    /// first take what that replica executed. Every tick, and at each completion of the
     /// group's storage (before the replies it released go out).
     fn refresh_current(&self, node: &Node<S>, only: Option<u128>) {
         if self.replicas != 1 {
@@ -125,7 +125,10 @@ impl<S: Storage + Clone> Views<S> {
         if caught_up.is_empty() {
             return;
         }
-        self.refresh_metadata(node);
+        if caught_up.contains(&GroupKind::Metadata.id()) {
+            // The views hold what the metadata replica executed before they are called current.
+            self.refresh_metadata(node);
+        }
         self.solo_current
             .write()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
