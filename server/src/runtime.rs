@@ -433,8 +433,10 @@ impl<S: Storage + Clone + Send + 'static> Runtime<S> {
     ) -> std::io::Result<Self> {
         views.refresh_metadata(&node);
         views.refresh_leaders(&node);
-        let (storage_jobs, job_queue) = channel::<Work<S>>();
-        let job_queue = Arc::new(Mutex::new(job_queue));
+        // One queue all storage threads take from, each job waking one idle thread. (A
+        // `Mutex<Receiver>` woke two a job: the thread that held the lock through its wait, and
+        // on its release the next in line, which went back to sleep on the empty queue.)
+        let (storage_jobs, job_queue) = crossbeam_channel::unbounded::<Work<S>>();
         let clock = Clock::default();
         let index = node.index;
         let mut pool = Vec::new();
@@ -539,19 +541,13 @@ enum Work<S: Storage + Clone> {
 }
 
 fn storage_thread<S: Storage + Clone>(
-    queue: &Mutex<Receiver<Work<S>>>,
+    queue: &crossbeam_channel::Receiver<Work<S>>,
     done: &Sender<Input<S>>,
     clock: &Clock,
     storage: &S,
 ) {
     loop {
-        let work = {
-            let queue = queue
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            queue.recv()
-        };
-        match work {
+        match queue.recv() {
             Ok(Work::Job(job)) => {
                 let job = *job;
                 if done
@@ -875,7 +871,7 @@ fn run<S: Storage + Clone>(
 /// Where a lane's jobs go: the storage threads, and the thread that carries out
 /// publications beside the lanes (`Node::take_job_beside`).
 struct Lanes<S: Storage + Clone> {
-    storage: Sender<Work<S>>,
+    storage: crossbeam_channel::Sender<Work<S>>,
     publications: Sender<Job<S>>,
 }
 
