@@ -23,4 +23,4 @@ pub use node::{
     Done, Drained, Group, Job, Node, NodeConfig, Observer, Ran, Retired, Unobserved, retire,
 };
 pub use serve::{Read, Served};
-pub use store::{Catalog, Changes, Created, GroupKind, Store, execute, execute_with};
+pub use store::{Catalog, Changes, Created, GroupKind, Store, WriteOut, execute, execute_with};

@@ -131,6 +131,37 @@ pub struct Changes<S: Storage + Clone> {
     /// other group running and tries them again ([`crate::Node::maintain`]). Their directories
     /// are left holding only `iggy_recovery::NOT_CREATED_FILE`.
     pub unavailable: Vec<(PartitionKey, String)>,
+    /// A partition's prepare or journal write: the partition whose buffered entries are still
+    /// to be written out to its segment files ([`WriteOut`]; [`execute`] and
+    /// [`crate::Job::run`] do it before they return, a host may do it after it sent the
+    /// completion on).
+    pub write_out: Option<WriteOut<S>>,
+}
+
+/// The write of a partition's buffered entries to its segment files (unsynced) that follows an
+/// entry's prepare or journal write, where consumers will read them once committed (boot
+/// discards what no publication covered; a cut removes what it drops from the files too).
+/// Nothing an acknowledgment promises rests on it: under replicated durability the entries are
+/// durable once a publication covers them, which writes and syncs them itself, and a poll that
+/// reads past what was written writes the buffer out itself (`Partition::read_through`). So a
+/// host may run it after the effect's completion, while the replica commits the entry and its
+/// reply leaves: the partition's next effects wait for it only where they take the WAL's lock,
+/// which it holds while it writes (a commit does not take it). It used to be the commit's,
+/// which held the reply behind the copy into the page cache.
+pub struct WriteOut<S: Storage + Clone> {
+    partition: Arc<Partition<S>>,
+}
+
+impl<S: Storage + Clone> WriteOut<S> {
+    /// Writes the buffered entries out, unless a publication is in flight (it writes them).
+    /// A failure poisons the partition's WAL (every later effect on it fails): the host halts
+    /// the node as on any storage failure.
+    pub fn run(self) -> Result<(), String> {
+        self.partition
+            .wal()
+            .write_buffered_if_idle()
+            .map_err(|e| format!("writing journaled entries to the segment files: {e}"))
+    }
 }
 
 impl<S: Storage + Clone> Default for Changes<S> {
@@ -142,6 +173,7 @@ impl<S: Storage + Clone> Default for Changes<S> {
             mirror: None,
             installed: None,
             unavailable: Vec::new(),
+            write_out: None,
         }
     }
 }
@@ -155,7 +187,11 @@ pub fn execute<S: Storage + Clone>(
     now_us: u64,
     checkpoint_bytes: u64,
 ) -> Outcome {
-    execute_with(store, effect, now_us, checkpoint_bytes, None, false).0
+    let (outcome, changes) = execute_with(store, effect, now_us, checkpoint_bytes, None, false);
+    match changes.write_out.map(WriteOut::run) {
+        Some(Err(reason)) => Outcome::Failed(reason),
+        _ => outcome,
+    }
 }
 
 /// [`execute`], and a metadata commit's changes to the node's partitions: with a `catalog`,
@@ -183,9 +219,23 @@ pub fn execute_with<S: Storage + Clone>(
     {
         return install_image(store, *snapshot);
     }
+    let write_out = match (&*store, &effect) {
+        (Store::Partition { partition, .. }, Effect::Prepare { .. } | Effect::Journal { .. }) => {
+            Some(WriteOut {
+                partition: partition.clone(),
+            })
+        }
+        _ => None,
+    };
+    let outcome = execute_effect(store, effect, now_us, checkpoint_bytes);
+    let write_out =
+        write_out.filter(|_| matches!(outcome, Outcome::Prepared { .. } | Outcome::Done));
     (
-        execute_effect(store, effect, now_us, checkpoint_bytes),
-        Changes::default(),
+        outcome,
+        Changes {
+            write_out,
+            ..Changes::default()
+        },
     )
 }
 
@@ -370,6 +420,12 @@ fn install_image<S: Storage + Clone>(
         );
     };
     *staging = None;
+    // The write-out of an earlier prepare or journal write, left to another thread
+    // (`WriteOut`), may still be to come: what the old log buffers goes to its files now, so
+    // that it finds nothing to write into files the install replaces.
+    if let Err(e) = partition.wal().write_buffered() {
+        return (Outcome::Failed(e.to_string()), Changes::default());
+    }
     let installed = match crate::image::install(partition, snapshot) {
         Ok(Ok(installed)) => installed,
         Ok(Err(refused)) => {
@@ -651,14 +707,9 @@ fn execute_effect<S: Storage + Clone>(
             if let Err(e) = partition.commit(through) {
                 return failed(&e);
             }
-            // Committed entries go to the segment files (unsynced), where consumers read them
-            // (`Partition::read_through` does the same): what a killed process leaves on disk
-            // past the frontier, for boot to discard. Not while a publication beside the lane
-            // is in flight (`Node::take_job_beside`): the commit would wait for its sync, and
-            // a poll writes them out itself when it reads past what was published.
-            if let Err(e) = partition.wal().write_buffered_if_idle() {
-                return failed(&e);
-            }
+            // The entries went to the segment files after their prepare or journal write
+            // (`WriteOut`), or a publication wrote them; one a publication in flight left
+            // buffered is written by the next write-out, publication or read that needs it.
             let mut out = Vec::new();
             let mut unknown = Vec::new();
             for op in from..=through {

@@ -390,6 +390,172 @@ fn three_nodes_commit_a_batch_that_survives_a_clean_restart() {
     }
 }
 
+/// Node 0's lane of `partition` run by hand until nothing moves: a prepare keeps its write-out
+/// aside in `write_outs`, a commit runs in memory (`Job::try_run_inline`, counted in `inline`),
+/// or with `busy` is tried while its store is locked and then run as a storage thread would;
+/// every other node and job as the simulator runs them.
+fn run_by_hand(
+    host: &mut Host,
+    partition: u128,
+    busy: bool,
+    write_outs: &mut Vec<iggy_node::WriteOut<SimStorage>>,
+    inline: &mut usize,
+) {
+    for _ in 0..1_000 {
+        let mut moved = false;
+        for i in 0..3 {
+            let groups: Vec<u128> = host.nodes[i].groups.keys().copied().collect();
+            for group in groups {
+                loop {
+                    let drained = host.nodes[i].drain(group);
+                    moved |= !drained.sends.is_empty();
+                    host.send(i, group, drained.sends, false);
+                    let Some(job) = host.nodes[i].take_job_beside(group, &mut Unobserved) else {
+                        break;
+                    };
+                    moved = true;
+                    let done = if i == 0 && group == partition && job.name() == "prepare" {
+                        let (done, write_out) = job.run_replying_first(0);
+                        write_outs.push(write_out.expect("a prepare's write-out"));
+                        done
+                    } else if i == 0 && group == partition && job.name() == "commit" {
+                        if busy {
+                            let store = host.nodes[0].groups[&partition].store();
+                            let Err(job) = Box::new(job).try_run_inline(0) else {
+                                panic!("a busy store sends the commit elsewhere");
+                            };
+                            drop(store);
+                            job.run(0)
+                        } else {
+                            *inline += 1;
+                            Box::new(job)
+                                .try_run_inline(0)
+                                .unwrap_or_else(|_| panic!("a commit in memory runs inline"))
+                        }
+                    } else {
+                        job.run(0)
+                    };
+                    let ran = host.nodes[i]
+                        .complete(done, &mut Unobserved)
+                        .expect("hosted");
+                    assert_eq!(ran.failed, None, "node {i}: {}", ran.name);
+                }
+            }
+        }
+        while let Some((to, group, message)) = host.wire.pop_front() {
+            moved = true;
+            host.nodes[usize::from(to)].deliver(group, message);
+        }
+        if !moved {
+            return;
+        }
+    }
+    panic!("the cluster never settled");
+}
+
+/// The server's hand-offs (`Job::run_replying_first`, `Job::try_run_inline`): a partition's
+/// prepare completes with its entry still buffered and the write of it to the segment files
+/// handed back; the commit then runs in memory (`try_run_inline`), the client is answered and
+/// the entry is served before that write ran; a commit whose store is busy comes back to go to
+/// a storage thread; and a write-out that fails names the segment file and poisons the log, so
+/// the partition's next effect fails too (the server then halts the node).
+#[test]
+fn a_commit_runs_in_memory_while_its_entries_wait_to_be_written_out() {
+    let storages: Vec<SimStorage> = (0..3).map(genesis).collect();
+    let mut host = Host::boot(&storages, 1);
+    let partition = the_partition();
+    let buffered = |host: &Host| {
+        host.partition(0)
+            .partition()
+            .expect("a partition")
+            .wal()
+            .buffered_bytes()
+    };
+    let mut write_outs = Vec::new();
+    let mut inline = 0;
+    host.send_batch(0, partition, 1, 10);
+    run_by_hand(&mut host, partition, false, &mut write_outs, &mut inline);
+    assert_eq!(inline, 1, "batch 1's commit ran in memory");
+    let committed = |host: &Host, request: u64| {
+        host.replies.iter().any(|m| {
+            matches!(m, Message::Reply { request: r, status: ReplyStatus::Committed, .. } if *r == request)
+        })
+    };
+    assert!(committed(&host, 1), "the client is answered");
+    assert!(
+        buffered(&host) > 0,
+        "the entry is still in the log's buffer: the commit wrote nothing"
+    );
+    let group = host.partition(0);
+    let read = group
+        .partition()
+        .expect("a partition")
+        .read_through(0, 1 << 20, group.replica.commit_min())
+        .expect("read");
+    assert_eq!(
+        read.iter().map(|b| b.header.message_count).sum::<u32>(),
+        10,
+        "a poll reads the committed batch before the write-out (it writes the buffer itself)"
+    );
+    assert_eq!(buffered(&host), 0);
+    for write_out in write_outs.drain(..) {
+        write_out.run().expect("nothing left to write");
+    }
+
+    // Batch 2: its commit finds the store busy (a retention pass holds it) and comes back.
+    host.send_batch(0, partition, 2, 10);
+    run_by_hand(&mut host, partition, true, &mut write_outs, &mut inline);
+    assert!(committed(&host, 2));
+    assert!(
+        buffered(&host) > 0,
+        "a commit run as on a storage thread writes nothing out either"
+    );
+    for write_out in write_outs.drain(..) {
+        write_out.run().expect("batch 2's write-out");
+    }
+    assert_eq!(buffered(&host), 0);
+
+    // Batch 3: its write-out fails; the log is poisoned, and batch 4's prepare fails.
+    host.send_batch(0, partition, 3, 10);
+    run_by_hand(&mut host, partition, false, &mut write_outs, &mut inline);
+    assert!(committed(&host, 3));
+    let segment = host
+        .partition(0)
+        .partition()
+        .expect("a partition")
+        .wal()
+        .files()[0]
+        .path
+        .clone();
+    storages[0]
+        .arm(&segment, iggy_io::Fault::WriteError)
+        .expect("arm");
+    let failure = write_outs
+        .pop()
+        .expect("batch 3's write-out")
+        .run()
+        .expect_err("the armed write fails");
+    assert!(
+        failure.contains(&segment.display().to_string()),
+        "the failure names the file: {failure}"
+    );
+    let node = &mut host.nodes[0];
+    node.deliver(partition, batch_request(partition, 4, 10));
+    let mut failed = None;
+    for _ in 0..10 {
+        let _ = node.drain(partition);
+        let Some(job) = node.take_job_beside(partition, &mut Unobserved) else {
+            break;
+        };
+        let ran = node.complete(job.run(0), &mut Unobserved).expect("hosted");
+        if ran.failed.is_some() {
+            failed = ran.failed;
+            break;
+        }
+    }
+    assert!(failed.is_some(), "the poisoned log fails the next effect");
+}
+
 /// `Node::take_job_beside`: a replicated partition's publication runs beside its lane. The
 /// prepare behind it is handed out, carried out and completed while the publication has not
 /// run; a second publication arriving meanwhile waits for the first and is completed by the

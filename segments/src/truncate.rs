@@ -27,7 +27,8 @@ impl<S: Storage + Clone> Partition<S> {
         if op <= state.committed {
             return Ok(());
         }
-        let head = self.wal.head().0;
+        // Not `Wal::head`: a commit does not wait for a write of the log's buffer under way.
+        let head = self.wal.head_op();
         if op > head {
             return Err(PartitionError::Refused {
                 dir: self.dir.clone(),

@@ -10,7 +10,8 @@
 //! A replica that halts (its storage failed) stops the runtime with an error naming the group
 //! and the reason: the process exits and its supervisor restarts it, and boot takes over.
 
-use std::collections::BTreeMap;
+use std::cell::RefCell;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, channel};
 use std::sync::{Arc, Mutex, RwLock};
 use std::thread::JoinHandle;
@@ -324,6 +325,10 @@ pub enum Input<S: Storage + Clone> {
     Read { group: u128, token: u64 },
     /// Publish what `group`'s replica journaled now (a client's flush with fsync waits for it).
     Publish { group: u128 },
+    /// A storage thread failed to write a partition's buffered entries out after it sent the
+    /// completion of their prepare or journal write ([`iggy_node::WriteOut`]): the node halts,
+    /// as on any storage failure.
+    WriteOutFailed { group: u128, reason: String },
     /// A clean stop: shut the node down (publish, commit points, clean marker) and return.
     Stop,
 }
@@ -479,12 +484,15 @@ impl<S: Storage + Clone + Send + 'static> Runtime<S> {
                     }
                 }
             })?;
+        let tick_clock = clock.clone();
         let tick = std::thread::Builder::new()
             .name(format!("node{index}-tick"))
             .spawn(move || {
                 let jobs = Lanes {
                     storage: storage_jobs,
                     publications,
+                    clock: tick_clock,
+                    inline: RefCell::new(VecDeque::new()),
                 };
                 let result = run(node, &inputs, (&jobs, &reads), outbox, &views);
                 // Closing the job channels ends the storage threads once they drain them.
@@ -549,10 +557,14 @@ fn storage_thread<S: Storage + Clone>(
     loop {
         match queue.recv() {
             Ok(Work::Job(job)) => {
-                let job = *job;
-                if done
-                    .send(Input::Done(Box::new(job.run(clock.now_us()))))
-                    .is_err()
+                // The completion leaves before the entries are copied into the page cache.
+                let (completion, write_out) = job.run_replying_first(clock.now_us());
+                let group = completion.group;
+                if done.send(Input::Done(Box::new(completion))).is_err() {
+                    return;
+                }
+                if let Some(Err(reason)) = write_out.map(iggy_node::WriteOut::run)
+                    && done.send(Input::WriteOutFailed { group, reason }).is_err()
                 {
                     return;
                 }
@@ -720,7 +732,11 @@ fn run<S: Storage + Clone>(
     let mut ticks: u64 = 0;
     loop {
         let mut touched: Vec<u128> = Vec::new();
-        match inputs.recv_timeout(next_tick.saturating_duration_since(Instant::now())) {
+        match next_input(
+            jobs,
+            inputs,
+            next_tick.saturating_duration_since(Instant::now()),
+        ) {
             Ok(Input::Message(message)) => {
                 views.taken(&message);
                 let group = message.group();
@@ -832,6 +848,9 @@ fn run<S: Storage + Clone>(
                     touched.push(group);
                 }
             }
+            Ok(Input::WriteOutFailed { group, reason }) => {
+                return Err(write_out_failed(&node, group, &reason));
+            }
             Ok(Input::Stop) => return stop(node, inputs, jobs),
             Err(RecvTimeoutError::Timeout) => {}
             Err(RecvTimeoutError::Disconnected) => return stop(node, inputs, jobs),
@@ -868,11 +887,29 @@ fn run<S: Storage + Clone>(
     }
 }
 
-/// Where a lane's jobs go: the storage threads, and the thread that carries out
-/// publications beside the lanes (`Node::take_job_beside`).
+/// Where a lane's jobs go: the storage threads, the thread that carries out publications
+/// beside the lanes (`Node::take_job_beside`), and the tick thread itself for a partition's
+/// commit ([`dispatch`]).
 struct Lanes<S: Storage + Clone> {
     storage: crossbeam_channel::Sender<Work<S>>,
     publications: Sender<Job<S>>,
+    clock: Clock,
+    /// Completions of the commits the tick thread carried out itself, taken before the
+    /// inbox's next input ([`next_input`]).
+    inline: RefCell<VecDeque<Box<Done<S>>>>,
+}
+
+/// The tick thread's next input: the completion of a commit it carried out itself first, then
+/// the inbox's.
+fn next_input<S: Storage + Clone>(
+    jobs: &Lanes<S>,
+    inputs: &Receiver<Input<S>>,
+    timeout: Duration,
+) -> Result<Input<S>, RecvTimeoutError> {
+    if let Some(done) = jobs.inline.borrow_mut().pop_front() {
+        return Ok(Input::Done(done));
+    }
+    inputs.recv_timeout(timeout)
 }
 
 /// A replica's storage refused an op for want of room (`iggy_node::store::NO_ROOM`: its log's
@@ -911,15 +948,24 @@ fn no_room<S: Storage + Clone>(
 }
 
 /// Hands a lane's head to the storage threads, and the publications ahead of it to the
-/// publishing thread.
+/// publishing thread. A partition's commit is carried out here, on the tick thread, when it
+/// is work in memory (`Job::try_run_inline`: its replies ready at once, its entries written
+/// to the segment files after their prepare): a send's path then crosses two threads fewer,
+/// each a wake-up that waited 60 to 90 us for a core on this two-core machine
+/// (`docs/benchmarks.md`).
 fn dispatch<S: Storage + Clone>(node: &mut Node<S>, group: u128, jobs: &Lanes<S>) {
     while let Some(job) = node.take_job_beside(group, &mut Unobserved) {
         if job.is_beside() {
             let _ = jobs.publications.send(job);
-        } else {
-            let _ = jobs.storage.send(Work::Job(Box::new(job)));
-            return;
+            continue;
         }
+        match Box::new(job).try_run_inline(jobs.clock.now_us()) {
+            Ok(done) => jobs.inline.borrow_mut().push_back(Box::new(done)),
+            Err(job) => {
+                let _ = jobs.storage.send(Work::Job(job));
+            }
+        }
+        return;
     }
 }
 
@@ -947,7 +993,7 @@ fn stop<S: Storage + Clone>(
         .iter()
         .any(|(id, g)| g.lane_busy || node.publishing_beside(*id))
     {
-        match inputs.recv_timeout(Duration::from_secs(60)) {
+        match next_input(jobs, inputs, Duration::from_secs(60)) {
             Ok(Input::Done(done)) => {
                 let group = done.group;
                 match node.complete(*done, &mut Unobserved) {
@@ -961,6 +1007,9 @@ fn stop<S: Storage + Clone>(
                     _ => {}
                 }
             }
+            Ok(Input::WriteOutFailed { group, reason }) => {
+                return Err(write_out_failed(&node, group, &reason));
+            }
             Ok(_) => {}
             Err(_) => {
                 return Err(format!(
@@ -971,6 +1020,16 @@ fn stop<S: Storage + Clone>(
         }
     }
     node.shutdown()
+}
+
+/// The halt's reason when a write of a partition's buffered entries to its segment files
+/// failed.
+fn write_out_failed<S: Storage + Clone>(node: &Node<S>, group: u128, reason: &str) -> String {
+    let label = node
+        .groups
+        .get(&group)
+        .map_or_else(|| format!("group {group:#x}"), |g| g.kind.label());
+    format!("node {}: {label}: write-out failed: {reason}", node.index)
 }
 
 /// The `NotAccepted` reply to `message` if it is a client's request.

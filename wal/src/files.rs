@@ -282,6 +282,7 @@ impl<S: Storage> Wal<S> {
         head.offsets.loaded_mut().truncate(keep);
         head.end = new_end;
         state.head_op = op;
+        self.head_op.store(op, std::sync::atomic::Ordering::Release);
         state.head_checksum = head_checksum;
         // Callers waiting on ops past the cut learn it's gone; the rest need a leader.
         wake_all_to_look_again(&mut state.waiters);

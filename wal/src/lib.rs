@@ -32,6 +32,7 @@ pub mod seal;
 
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 
 use iggy_format::checksum::Checksum;
@@ -268,6 +269,9 @@ pub struct Wal<S: Storage> {
     ring_available: bool,
     state: Mutex<State<S::File>>,
     published_changed: Condvar,
+    /// `State::head_op`, for [`Wal::head_op`] to read without the lock (a flush holds it
+    /// through its write).
+    head_op: AtomicU64,
 }
 
 impl<S: Storage> std::fmt::Debug for Wal<S> {
@@ -462,6 +466,7 @@ impl<S: Storage> Wal<S> {
         files: Vec<LogFile<S::File>>,
         head_checksum: Checksum,
     ) -> Self {
+        let head_op = AtomicU64::new(published.head_op);
         let state = State {
             files,
             head_op: published.head_op,
@@ -494,6 +499,7 @@ impl<S: Storage> Wal<S> {
             ring_available: ring.available,
             state: Mutex::new(state),
             published_changed: Condvar::new(),
+            head_op,
         }
     }
 
@@ -686,6 +692,7 @@ impl<S: Storage> Wal<S> {
             }
         }
         state.head_op = op;
+        self.head_op.store(op, Ordering::Release);
         state.head_checksum = checksum;
         state.appended_bytes += size;
         if state.pending_bytes >= self.config.flush_bytes && !state.padding {
@@ -788,6 +795,17 @@ impl<S: Storage> Wal<S> {
     pub fn unpublished_bytes(&self) -> u64 {
         let state = self.lock();
         state.appended_bytes - state.published_bytes
+    }
+
+    /// Bytes appended and still in the log's buffer, not yet written to their files.
+    pub fn buffered_bytes(&self) -> u64 {
+        self.lock().pending_bytes as u64
+    }
+
+    /// The appended head's op, without waiting for the log's lock: what [`Wal::head`] would
+    /// answer once the append or cut under way (if any) returns.
+    pub fn head_op(&self) -> u64 {
+        self.head_op.load(Ordering::Acquire)
     }
 
     /// The appended head: op and header checksum.
