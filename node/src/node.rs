@@ -339,33 +339,17 @@ impl<S: Storage + Clone> Job<S> {
         if !(from..=through).all(|op| replies.contains_key(&op)) {
             return Err(self);
         }
-        let (outcome, changes) = execute_with(
-            &mut store,
-            self.effect,
-            now_us,
-            self.checkpoint_bytes,
-            None,
-            false,
-        );
-        Ok(Done {
-            group: self.group,
-            id: self.id,
-            outcome,
-            ran: self.ran,
-            changes,
-            ids: Vec::new(),
-        })
+        // A commit leaves nothing to write out; were there anything, it is written here.
+        let (done, write_out) = self.execute_on(&mut store, now_us);
+        Ok(written_out(done, write_out))
     }
 
     /// Carries the effect out on the group's store (`now_us`: the host's clock, for a
     /// primary's stamps).
     #[must_use]
     pub fn run(self, now_us: u64) -> Done<S> {
-        let (mut done, write_out) = self.run_replying_first(now_us);
-        if let Some(Err(reason)) = write_out.map(WriteOut::run) {
-            done.outcome = Outcome::Failed(reason);
-        }
-        done
+        let (done, write_out) = self.run_replying_first(now_us);
+        written_out(done, write_out)
     }
 
     /// [`Job::run`], less a partition prepare's or journal write's write of the buffered
@@ -393,17 +377,21 @@ impl<S: Storage + Clone> Job<S> {
             };
             return (done, None);
         }
-        let (outcome, mut changes) = {
-            let mut store = lock(&self.store);
-            execute_with(
-                &mut store,
-                self.effect,
-                now_us,
-                self.checkpoint_bytes,
-                self.catalog.as_deref(),
-                self.mirror,
-            )
-        };
+        let store = self.store.clone();
+        let mut store = lock(&store);
+        self.execute_on(&mut store, now_us)
+    }
+
+    /// The effect carried out on `store`, the group's store locked by the caller.
+    fn execute_on(self, store: &mut Store<S>, now_us: u64) -> (Done<S>, Option<WriteOut<S>>) {
+        let (outcome, mut changes) = execute_with(
+            store,
+            self.effect,
+            now_us,
+            self.checkpoint_bytes,
+            self.catalog.as_deref(),
+            self.mirror,
+        );
         let write_out = changes.write_out.take();
         let done = Done {
             group: self.group,
@@ -415,6 +403,14 @@ impl<S: Storage + Clone> Job<S> {
         };
         (done, write_out)
     }
+}
+
+/// `done` once its write-out, if any, ran here: a write that fails fails the effect.
+fn written_out<S: Storage + Clone>(mut done: Done<S>, write_out: Option<WriteOut<S>>) -> Done<S> {
+    if let Some(Err(reason)) = write_out.map(WriteOut::run) {
+        done.outcome = Outcome::Failed(reason);
+    }
+    done
 }
 
 /// A carried-out job, for [`Node::complete`].

@@ -380,9 +380,9 @@ fn send_bodies_carry_a_batch_the_storage_accepts() {
 fn a_send_read_in_two_parts_decodes_as_the_whole() {
     let bytes = golden("send_messages_partition_body");
     let whole = Request::decode(code::SEND_MESSAGES, &bytes);
+    let head = 4 + u32::from_le_bytes(bytes[..4].try_into().unwrap()) as usize;
     for at in 0..bytes.len().min(64) {
         let split = Request::decode_send(&bytes[..at], bytes[at..].to_vec());
-        let head = 4 + u32::from_le_bytes(bytes[..4].try_into().unwrap()) as usize;
         if at == head {
             assert_eq!(split, whole, "split at the metadata's end");
         } else {

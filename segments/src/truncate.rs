@@ -19,9 +19,9 @@ impl<S: Storage + Clone> Partition<S> {
     /// Commits every entry up to `op`: the consumer offset stores among them are stored, in log
     /// order, into their files without a sync (durable through their log entries, which
     /// retention deletes only after [`Partition::settle_offsets`]). Committing at or below the
-    /// commit point is a no-op; `op` must be journaled. The durable commit point is the superblock's
-    /// (`write_vsr`), raised at boot to what the log's prepares prove: boot stores what a crash
-    /// left unapplied up to it.
+    /// commit point is a no-op; `op` must be journaled. The durable commit point is the
+    /// superblock's (`write_vsr`), raised at boot to what the log's prepares prove: boot stores
+    /// what a crash left unapplied up to it.
     pub fn commit(&self, op: u64) -> Result<(), PartitionError> {
         let mut state = self.lock();
         if op <= state.committed {
